@@ -1,0 +1,218 @@
+"""The backend contract.
+
+A backend is one device of one vendor. Public methods validate their arguments and turn every
+failure into a ``CudaError``; the private hooks (``_alloc``, ``_copyin`` ...) do the vendor work
+and may raise anything. gpud's session layer has already checked that addresses belong to the
+calling session, so hooks only see ranges inside live allocations.
+"""
+
+from __future__ import annotations
+
+import functools
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar, TypeVar
+
+from gpud.errors import CudaError, codes
+from proto.messages import DeviceInfo
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def wrap_errors(default_code: int) -> Callable[[F], F]:
+    """Decorator for public backend methods: any non-CUDA exception becomes ``default_code``."""
+
+    def deco(fn: F) -> F:
+        @functools.wraps(fn)
+        def inner(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(*args, **kwargs)
+            except CudaError:
+                raise
+            except MemoryError as exc:
+                raise CudaError(codes.OUT_OF_MEMORY, f"{fn.__name__}: host memory exhausted: {exc}") from None
+            except Exception as exc:  # noqa: BLE001 - the contract is "everything becomes a CUDA error"
+                raise CudaError(default_code, f"{fn.__name__}: {type(exc).__name__}: {exc}") from None
+
+        return inner  # type: ignore[return-value]
+
+    return deco
+
+
+@dataclass
+class Allocation:
+    addr: int
+    size: int
+    backing: Any = None  # whatever keeps the memory alive (mmap, device pointer object ...)
+
+
+@dataclass
+class ParamInfo:
+    size: int
+    align: int
+    offset: int
+
+
+@dataclass
+class Function:
+    name: str
+    params: list[ParamInfo]
+    attributes: dict[str, int] = field(default_factory=dict)
+    native: Any = None
+
+
+@dataclass
+class Module:
+    functions: dict[str, Any]
+    globals: dict[str, tuple[int, int]]  # name -> (addr, size)
+    native: Any = None
+    kernel_names: list[str] = field(default_factory=list)
+
+
+@dataclass
+class LaunchResult:
+    printf: str = ""
+
+
+class Backend(ABC):
+    kind: ClassVar[str] = "base"
+
+    def __init__(self, ordinal: int = 0) -> None:
+        self.ordinal = ordinal
+
+    # ------------------------------------------------------------- public contract
+    @abstractmethod
+    def info(self) -> DeviceInfo: ...
+
+    @property
+    def total_memory(self) -> int:
+        return self.info().total_mem
+
+    @wrap_errors(codes.OUT_OF_MEMORY)
+    def alloc(self, size: int) -> Allocation:
+        if size <= 0:
+            raise CudaError(codes.INVALID_VALUE, f"allocation size must be > 0, got {size}")
+        return self._alloc(size)
+
+    @wrap_errors(codes.INVALID_VALUE)
+    def free(self, allocation: Allocation) -> None:
+        self._free(allocation)
+
+    @wrap_errors(codes.ILLEGAL_ADDRESS)
+    def copyin(self, addr: int, data: memoryview | bytes) -> None:
+        self._copyin(addr, data)
+
+    @wrap_errors(codes.ILLEGAL_ADDRESS)
+    def copyout(self, addr: int, size: int) -> bytearray:
+        return self._copyout(addr, size)
+
+    @wrap_errors(codes.ILLEGAL_ADDRESS)
+    def copyout_into(self, addr: int, size: int, dest_addr: int) -> None:
+        """Copy device memory into host memory at ``dest_addr`` (a shared-memory staging area)."""
+        self._copyout_into(addr, size, dest_addr)
+
+    @wrap_errors(codes.ILLEGAL_ADDRESS)
+    def copyin_from(self, addr: int, size: int, src_addr: int) -> None:
+        self._copyin_from(addr, size, src_addr)
+
+    @wrap_errors(codes.ILLEGAL_ADDRESS)
+    def copy(self, dst: int, src: int, size: int) -> None:
+        self._copy(dst, src, size)
+
+    @wrap_errors(codes.ILLEGAL_ADDRESS)
+    def memset(self, addr: int, value: int, elem_size: int, count: int) -> None:
+        if elem_size not in (1, 2, 4):
+            raise CudaError(codes.INVALID_VALUE, f"memset element size must be 1, 2 or 4, got {elem_size}")
+        self._memset(addr, value, elem_size, count)
+
+    @wrap_errors(codes.INVALID_IMAGE)
+    def load_module(self, image: bytes, fmt: str) -> Module:
+        return self._load_module(image, fmt)
+
+    @wrap_errors(codes.INVALID_VALUE)
+    def unload_module(self, module: Module) -> None:
+        self._unload_module(module)
+
+    @wrap_errors(codes.NOT_FOUND)
+    def get_function(self, module: Module, name: str) -> Function:
+        return self._get_function(module, name)
+
+    @wrap_errors(codes.LAUNCH_FAILED)
+    def launch(
+        self,
+        function: Function,
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        shared_mem: int,
+        params: bytes,
+    ) -> LaunchResult:
+        attrs = function.attributes
+        threads = block[0] * block[1] * block[2]
+        limit = attrs.get("max_threads_per_block", 1024)
+        if threads > limit:
+            raise CudaError(
+                codes.INVALID_VALUE,
+                f"launch of {function.name}: {threads} threads per block exceeds the limit of {limit}",
+            )
+        dev = self.info().attributes
+        if block[2] > dev.get(4, 64) or block[0] > dev.get(2, 1024) or block[1] > dev.get(3, 1024):
+            raise CudaError(codes.INVALID_VALUE, f"launch of {function.name}: block {block} out of range")
+        if grid[1] > dev.get(6, 65535) or grid[2] > dev.get(7, 65535):
+            raise CudaError(codes.INVALID_VALUE, f"launch of {function.name}: grid {grid} out of range")
+        smem_limit = attrs.get("max_dynamic_shared_size_bytes", dev.get(8, 49152))
+        if shared_mem > smem_limit:
+            raise CudaError(
+                codes.INVALID_VALUE,
+                f"launch of {function.name}: {shared_mem} bytes of dynamic shared memory exceed the limit of {smem_limit}",
+            )
+        return self._launch(function, grid, block, shared_mem, params)
+
+    def synchronize(self) -> None:
+        """Wait for work the vendor runtime still runs asynchronously (none on the CPU)."""
+
+    def close(self) -> None:
+        """Release the device."""
+
+    # ------------------------------------------------------------- vendor hooks
+    @abstractmethod
+    def _alloc(self, size: int) -> Allocation: ...
+
+    @abstractmethod
+    def _free(self, allocation: Allocation) -> None: ...
+
+    @abstractmethod
+    def _copyin(self, addr: int, data: memoryview | bytes) -> None: ...
+
+    @abstractmethod
+    def _copyout(self, addr: int, size: int) -> bytearray: ...
+
+    @abstractmethod
+    def _copyout_into(self, addr: int, size: int, dest_addr: int) -> None: ...
+
+    @abstractmethod
+    def _copyin_from(self, addr: int, size: int, src_addr: int) -> None: ...
+
+    @abstractmethod
+    def _copy(self, dst: int, src: int, size: int) -> None: ...
+
+    @abstractmethod
+    def _memset(self, addr: int, value: int, elem_size: int, count: int) -> None: ...
+
+    def _load_module(self, image: bytes, fmt: str) -> Module:
+        raise CudaError(codes.NOT_SUPPORTED, f"module loading ({fmt}) is not supported by the {self.kind} backend")
+
+    def _unload_module(self, module: Module) -> None:
+        return None
+
+    def _get_function(self, module: Module, name: str) -> Function:
+        raise CudaError(codes.NOT_FOUND, f"named symbol not found: {name}")
+
+    def _launch(
+        self,
+        function: Function,
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        shared_mem: int,
+        params: bytes,
+    ) -> LaunchResult:
+        raise CudaError(codes.NOT_SUPPORTED, f"cuLaunchKernel is not supported by the {self.kind} backend")

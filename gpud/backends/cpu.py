@@ -1,0 +1,199 @@
+"""The CPU backend: device memory is host memory, kernels are PTX JIT-compiled to x86 (``jit``).
+
+A device pointer is the host address of the allocation inside gpud, so JIT'd kernels dereference
+pointers directly and copies are plain ``memmove`` calls (ctypes releases the GIL for them, so
+copies on stream workers run beside gpud's I/O loop). The device presents itself as an
+sm_80-class GPU so that client libraries choose their usual code paths.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+import platform
+import uuid
+
+import numpy as np
+
+from gpud.backends.base import Allocation, Backend, Function, LaunchResult, Module, ParamInfo
+from gpud.errors import CudaError, codes
+from proto.messages import DeviceInfo
+
+_ALIGN = 256
+
+
+def _host_memory_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return 16 << 30
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def sm80_attributes(sm_count: int, shared_per_block: int = 49152) -> dict[int, int]:
+    """CUdevice_attribute -> value, shaped like an A100 (sm_80) so libraries take normal paths."""
+    a = {
+        1: 1024, 2: 1024, 3: 1024, 4: 64, 5: 2147483647, 6: 65535, 7: 65535,
+        8: shared_per_block, 9: 65536, 10: 32, 11: 2147483647, 12: 65536, 13: 1410000,
+        14: 512, 15: 1, 16: sm_count, 17: 0, 18: 0, 19: 1, 20: 0,
+        21: 131072, 22: 131072, 23: 65536, 24: 16384, 25: 16384, 26: 16384,
+        27: 32768, 28: 32768, 29: 2048, 30: 512, 31: 1, 32: 0, 33: 0, 34: 0, 35: 0,
+        36: 1215000, 37: 5120, 38: 41943040, 39: 2048, 40: 2, 41: 1, 42: 32768, 43: 2048,
+        44: 1, 45: 32768, 46: 32768, 47: 8192, 48: 8192, 49: 32768, 50: 0, 51: 32,
+        52: 32768, 53: 32768, 54: 2046, 55: 32768, 56: 131072, 57: 65536, 58: 16384,
+        59: 16384, 60: 16384, 61: 32768, 62: 2048, 63: 32768, 64: 32768, 65: 2048,
+        66: 32768, 67: 32768, 68: 2046, 69: 268435456, 70: 131072, 71: 65000, 72: 2097120,
+        73: 32768, 74: 32768, 75: 8, 76: 0, 77: 32768, 78: 1, 79: 1, 80: 1,
+        81: 167936, 82: 65536, 83: 0, 84: 0, 85: 0, 86: 0, 87: 2, 88: 0, 89: 0, 90: 1,
+        91: 0, 92: 0, 93: 0, 94: 0, 95: 0, 96: 0, 97: 166912, 98: 0, 99: 0, 100: 0,
+        101: 0, 102: 0, 103: 0, 104: 0, 105: 0, 106: 32, 107: 0, 108: 0, 109: 0, 110: 0,
+        111: 1024, 112: 0, 113: 0, 114: 0, 115: 0, 116: 0, 117: 0, 118: 0, 119: 0,
+        120: 0, 121: 0, 122: 0, 123: 0, 124: 0, 125: 0, 126: 1, 127: 0, 128: 0, 129: 0,
+        130: 0, 131: -1, 132: 0, 133: 0, 134: -1, 135: 0, 136: 0, 137: 0, 138: 0,
+        139: 0, 140: 0, 141: 0, 142: 0, 143: 0,
+    }
+    return a
+
+
+class CpuBackend(Backend):
+    kind = "cpu"
+
+    def __init__(self, ordinal: int = 0, memory_bytes: int | None = None, workers: int | None = None) -> None:
+        super().__init__(ordinal)
+        self.workers = workers or os.cpu_count() or 1
+        self._total = memory_bytes or _host_memory_bytes()
+        host = platform.node().encode()
+        self._uuid = str(uuid.uuid5(uuid.NAMESPACE_OID, f"wooly-cpu-{host!r}-{ordinal}"))
+        self._info = DeviceInfo(
+            ordinal=ordinal,
+            backend="cpu",
+            name=f"wooly CPU ({_cpu_name()}, {self.workers} cores)",
+            uuid=self._uuid,
+            total_mem=self._total,
+            compute_capability=[8, 0],
+            attributes=sm80_attributes(self.workers),
+            pci_bus_id=f"0000:00:{ordinal:02x}.0",
+        )
+
+    def info(self) -> DeviceInfo:
+        return self._info
+
+    # -------------------------------------------------------------- memory
+    def _alloc(self, size: int) -> Allocation:
+        # Anonymous mmap: page-aligned (exceeds cudaMalloc's 256-byte alignment), zero pages are
+        # committed lazily, and the memory goes back to the OS on free.
+        length = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE * mmap.PAGESIZE
+        try:
+            m = mmap.mmap(-1, length, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        except (OSError, ValueError) as exc:
+            raise CudaError(codes.OUT_OF_MEMORY, f"cannot allocate {size} bytes: {exc}") from None
+        buf = (ctypes.c_char * length).from_buffer(m)
+        return Allocation(addr=ctypes.addressof(buf), size=size, backing=(m, buf))
+
+    def _free(self, allocation: Allocation) -> None:
+        m, buf = allocation.backing
+        del buf
+        allocation.backing = None
+        try:
+            m.close()
+        except BufferError:
+            # A view is still exported (a DtoH reply in flight): the mapping goes when it is released.
+            pass
+
+    def _copyin(self, addr: int, data: memoryview | bytes) -> None:
+        n = len(data) if isinstance(data, bytes) else data.nbytes
+        if n:
+            src = (ctypes.c_char * n).from_buffer_copy(data) if isinstance(data, bytes) else None
+            if src is None:
+                view = memoryview(data).cast("B")
+                if view.readonly:
+                    ctypes.memmove(addr, bytes(view), n)
+                    return
+                src = (ctypes.c_char * n).from_buffer(view)
+            ctypes.memmove(addr, src, n)
+
+    def _copyout(self, addr: int, size: int) -> bytearray:
+        out = bytearray(size)
+        if size:
+            ctypes.memmove((ctypes.c_char * size).from_buffer(out), addr, size)
+        return out
+
+    def _copyout_into(self, addr: int, size: int, dest_addr: int) -> None:
+        ctypes.memmove(dest_addr, addr, size)
+
+    def _copyin_from(self, addr: int, size: int, src_addr: int) -> None:
+        ctypes.memmove(addr, src_addr, size)
+
+    def _copy(self, dst: int, src: int, size: int) -> None:
+        ctypes.memmove(dst, src, size)
+
+    def _memset(self, addr: int, value: int, elem_size: int, count: int) -> None:
+        if elem_size == 1:
+            ctypes.memset(addr, value & 0xFF, count)
+            return
+        dtype = np.uint16 if elem_size == 2 else np.uint32
+        raw = (ctypes.c_char * (count * elem_size)).from_address(addr)
+        np.frombuffer(raw, dtype=dtype, count=count).fill(value & ((1 << (8 * elem_size)) - 1))
+
+    # -------------------------------------------------------------- modules and launches
+    def _jit(self):  # imported lazily: the JIT pulls in llvmlite
+        try:
+            import jit
+        except ImportError as exc:
+            raise CudaError(codes.NOT_SUPPORTED, f"the PTX JIT is not available: {exc}") from None
+        if not hasattr(jit, "compile_module"):
+            raise CudaError(codes.NOT_SUPPORTED, "cuLaunchKernel: the PTX JIT is not available in this build")
+        return jit
+
+    def _load_module(self, image: bytes, fmt: str) -> Module:
+        if fmt != "ptx":
+            raise CudaError(
+                codes.NO_BINARY_FOR_GPU,
+                f"the CPU backend runs PTX only; a {fmt} image holds machine code for a real GPU",
+            )
+        jit = self._jit()
+        try:
+            mod = jit.compile_module(bytes(image))
+        except jit.JitError as exc:
+            raise CudaError(exc.code, exc.message) from None
+        globals_ = {name: (g.address, g.size) for name, g in getattr(mod, "globals", {}).items()}
+        return Module(functions={}, globals=globals_, native=mod, kernel_names=list(mod.kernel_names))
+
+    def _get_function(self, module: Module, name: str) -> Function:
+        jit = self._jit()
+        try:
+            k = module.native.get_kernel(name)
+        except jit.JitError as exc:
+            raise CudaError(exc.code, exc.message) from None
+        params = [ParamInfo(size=p.size, align=p.align, offset=p.offset) for p in k.params]
+        attrs = {
+            "max_threads_per_block": int(getattr(k, "max_threads_per_block", 1024)),
+            "shared_size_bytes": int(getattr(k, "static_shared_bytes", 0)),
+            "const_size_bytes": 0,
+            "local_size_bytes": int(getattr(k, "local_bytes_per_thread", 0)),
+            "num_regs": int(getattr(k, "num_regs", 32)),
+            "ptx_version": 80,
+            "binary_version": 80,
+            "max_dynamic_shared_size_bytes": 49152 - int(getattr(k, "static_shared_bytes", 0)),
+            "param_buffer_size": int(getattr(k, "param_buffer_size", 0)),
+        }
+        return Function(name=name, params=params, attributes=attrs, native=k)
+
+    def _launch(self, function, grid, block, shared_mem, params) -> LaunchResult:
+        jit = self._jit()
+        try:
+            res = function.native.launch(grid=tuple(grid), block=tuple(block), shared_mem=shared_mem, params=params)
+        except jit.JitError as exc:
+            raise CudaError(exc.code, f"{function.name}: {exc.message}") from None
+        return LaunchResult(printf=getattr(res, "printf", "") or "")

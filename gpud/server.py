@@ -1,0 +1,331 @@
+"""gpud's server: one ROUTER socket, one I/O loop, sessions keyed by the client's socket identity.
+
+The I/O loop decodes and validates every message, runs quick handlers inline, and hands device
+work to the sessions' streams (a shared worker pool). Replies that wait on device work are built
+back on the I/O loop once the work completes (workers post a closure and wake the loop through a
+pipe), so session tables are only ever touched by the loop thread.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import zmq
+
+import gpud
+from gpud import log
+from gpud.backends.base import Backend
+from gpud.errors import CudaError, codes
+from gpud.session import Later, Session, SessionInfo
+from gpud.streams import Marker, when_all
+from proto import constants as C
+from proto import messages as m
+from proto.codec import ProtocolError, encode, encode_body, unpack_body, validate
+from woolyhv.hostinfo import host_id, pid_alive
+
+# Requests that report pending asynchronous errors before they run (CUDA's "next API call").
+_NO_ERROR_CHECK = frozenset({"batch", "ping", "bye", "list_sessions", "hello"})
+
+
+class Server:
+    def __init__(
+        self,
+        endpoints: list[str],
+        backends: list[Backend],
+        *,
+        session_expiry_s: float = C.SESSION_EXPIRY_S,
+        local_expiry_s: float = 60.0,
+        workers: int | None = None,
+    ) -> None:
+        if not backends:
+            raise ValueError("gpud needs at least one backend")
+        self.endpoints = endpoints
+        self.backends = backends
+        self.session_expiry_s = session_expiry_s
+        self.local_expiry_s = local_expiry_s
+        self.host_id = host_id()
+        self.ctx = zmq.Context.instance()
+        self.sock = self.ctx.socket(zmq.ROUTER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.setsockopt(zmq.MAXMSGSIZE, C.MAX_MESSAGE_BYTES)
+        self.sock.setsockopt(zmq.RCVHWM, 0)
+        self.sock.setsockopt(zmq.SNDHWM, 0)
+        self.bound: list[str] = []
+        for ep in endpoints:
+            self.sock.bind(ep)
+            self.bound.append(self.sock.getsockopt_string(zmq.LAST_ENDPOINT))
+        self.pool = ThreadPoolExecutor(max_workers=workers or max(8, 2 * (os.cpu_count() or 2)), thread_name_prefix="gpud-stream")
+        self.sessions: dict[bytes, Session] = {}
+        self.used: dict[int, int] = {b.ordinal: 0 for b in backends}
+        self._loop_calls: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._stop = threading.Event()
+        self.started = time.time()
+        self.stats = {"requests": 0, "errors": 0, "sessions_opened": 0, "sessions_expired": 0}
+
+    # ------------------------------------------------------------------ helpers for sessions
+    def call_on_loop(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on the I/O loop thread (safe from any thread)."""
+        self._loop_calls.put(fn)
+        try:
+            os.write(self._wake_w, b"x")
+        except BlockingIOError:
+            pass  # the pipe is full, so the loop is awake anyway
+
+    def run_async(self, fn: Callable[[], Any]) -> Marker:
+        marker = Marker()
+
+        def job() -> None:
+            try:
+                fn()
+            except CudaError as exc:
+                marker.complete(exc)
+                return
+            except Exception as exc:  # noqa: BLE001
+                marker.complete(CudaError(codes.UNKNOWN, f"{type(exc).__name__}: {exc}"))
+                return
+            marker.complete()
+
+        self.pool.submit(job)
+        return marker
+
+    def reserve_memory(self, session: Session, size: int) -> None:
+        dev = session.backend
+        total = dev.total_memory
+        if self.used[dev.ordinal] + size > total:
+            raise CudaError(
+                codes.OUT_OF_MEMORY,
+                f"cannot allocate {size} bytes: {total - self.used[dev.ordinal]} of {total} bytes free",
+            )
+        self.used[dev.ordinal] += size
+
+    def release_memory(self, session: Session, size: int) -> None:
+        self.used[session.backend.ordinal] -= size
+
+    def mem_info(self, session: Session) -> tuple[int, int]:
+        total = session.backend.total_memory
+        return max(0, total - self.used[session.backend.ordinal]), total
+
+    # ------------------------------------------------------------------ sending
+    def _send(self, identity: bytes, frames: list[Any]) -> None:
+        try:
+            self.sock.send_multipart([identity, *frames], copy=False)
+        except zmq.ZMQError as exc:
+            log.warning("send.failed", error=str(exc))
+
+    def _reply(self, identity: bytes, rid: int, value: Any, bulk: list[Any], session: Session | None) -> None:
+        out = session.take_output() if session is not None else ""
+        self._send(identity, encode_body({"kind": "result", "rid": rid, "value": value, "output": out}, bulk))
+
+    def _error(self, identity: bytes, rid: int, exc: CudaError, session: Session | None) -> None:
+        self.stats["errors"] += 1
+        out = session.take_output() if session is not None else ""
+        body = {"kind": "error", "rid": rid, "code": exc.code, "name": exc.name, "message": exc.message[:65000], "output": out}
+        self._send(identity, encode_body(body))
+
+    # ------------------------------------------------------------------ request handling
+    def handle(self, frames: list[Any]) -> None:
+        identity = bytes(frames[0].buffer) if hasattr(frames[0], "buffer") else frames[0]
+        session = self.sessions.get(identity)
+        if session is not None:
+            session.last_seen = time.monotonic()
+        rid = 0
+        try:
+            body, bulk = unpack_body(frames[1:])
+            r = body.get("rid")
+            rid = r if isinstance(r, int) and not isinstance(r, bool) and 0 <= r < (1 << 63) else 0
+            msg = validate(body)
+        except ProtocolError as exc:
+            log.debug("request.invalid", error=exc.message)
+            self._error(identity, rid, exc, session)
+            return
+        self.stats["requests"] += 1
+        kind = msg.kind
+        try:
+            if kind == "hello":
+                self._hello(identity, msg)
+                return
+            if kind == "ping":
+                self._send(identity, encode(m.Pong(rid=rid)))
+                return
+            if kind == "list_sessions":
+                self._reply(identity, rid, self.describe(), [], session)
+                return
+            if session is None:
+                raise CudaError(codes.NOT_INITIALIZED, "no session for this connection: send hello first (was it expired?)")
+            if kind == "bye":
+                self.close_session(session, "bye")
+                self._reply(identity, rid, None, [], None)
+                return
+            if kind not in _NO_ERROR_CHECK:
+                session.check_errors()
+            result = session.handle(msg, bulk)
+        except CudaError as exc:
+            if kind != "batch":
+                self._error(identity, rid, exc, session)
+            elif session is not None:
+                session.record_error(exc)
+            return
+        if kind == "batch":
+            return
+        if isinstance(result, Later):
+            self._defer(identity, rid, session, result)
+        else:
+            self._reply(identity, rid, result, [], session)
+
+    def _defer(self, identity: bytes, rid: int, session: Session, later: Later) -> None:
+        def finish() -> None:
+            try:
+                value, bulk = later.produce()
+            except CudaError as exc:
+                self._error(identity, rid, exc, session)
+                return
+            self._reply(identity, rid, value, bulk, session)
+
+        when_all(later.markers, lambda: self.call_on_loop(finish))
+
+    def _hello(self, identity: bytes, msg: m.Hello) -> None:
+        if msg.protocol != C.PROTOCOL_VERSION:
+            raise CudaError(
+                codes.NOT_SUPPORTED,
+                f"client speaks protocol {msg.protocol}, this gpud speaks {C.PROTOCOL_VERSION}: upgrade the older side",
+            )
+        old = self.sessions.get(identity)
+        if old is not None:
+            self.close_session(old, "rehello")
+        sid = uuid.uuid4().hex[:12]
+        local = bool(msg.host_id) and msg.host_id == self.host_id
+        info = SessionInfo(tenant=msg.tenant, pid=msg.pid, host_id=msg.host_id, program=msg.program, local=local)
+        session = Session(self, sid, identity, info, self.backends[0])
+        self.sessions[identity] = session
+        self.stats["sessions_opened"] += 1
+        log.event("session.open", session=sid, tenant=msg.tenant, pid=msg.pid, local=local, program=msg.program)
+        reply = m.HelloReply(
+            rid=msg.rid,
+            session=sid,
+            protocol=C.PROTOCOL_VERSION,
+            server_version=gpud.__version__,
+            host_id=self.host_id,
+            heartbeat_s=C.HEARTBEAT_INTERVAL_S,
+            capabilities=["driver", "ptx"],
+            devices=[b.info() for b in self.backends],
+        )
+        self._send(identity, encode(reply))
+
+    def close_session(self, session: Session, reason: str) -> None:
+        if session.closed:
+            return
+        session.closed = True
+        self.sessions.pop(session.identity, None)
+        used = session.memory_used
+        session.free_all()
+        log.event("session.close", session=session.id, reason=reason, freed=used)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "server_version": gpud.__version__,
+            "endpoints": self.bound,
+            "uptime_s": round(time.time() - self.started, 3),
+            "devices": [
+                {"ordinal": b.ordinal, "name": b.info().name, "backend": b.kind, "total_mem": b.total_memory, "used": self.used[b.ordinal]}
+                for b in self.backends
+            ],
+            "sessions": [s.describe() for s in self.sessions.values()],
+            "stats": dict(self.stats),
+        }
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        for s in list(self.sessions.values()):
+            idle = now - s.last_seen
+            if s.info.local:
+                dead = not pid_alive(s.info.pid) or idle > self.local_expiry_s
+            else:
+                dead = idle > self.session_expiry_s
+            if dead:
+                self.stats["sessions_expired"] += 1
+                self.close_session(s, "expired" if idle > 1.0 else "client-gone")
+
+    # ------------------------------------------------------------------ loop
+    def stop(self) -> None:
+        self._stop.set()
+        try:
+            os.write(self._wake_w, b"x")
+        except OSError:
+            pass
+
+    def install_signal_handlers(self) -> None:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: self.stop())
+
+    def serve_forever(self, owner_pid: int | None = None) -> None:
+        log.event("gpud.listen", endpoints=",".join(self.bound), devices=",".join(b.info().name for b in self.backends))
+        poller = zmq.Poller()
+        poller.register(self.sock, zmq.POLLIN)
+        poller.register(self._wake_r, zmq.POLLIN)
+        next_check = time.monotonic() + 0.25
+        try:
+            while not self._stop.is_set():
+                events = dict(poller.poll(250))
+                if self.sock in events:
+                    for _ in range(256):
+                        try:
+                            frames = self.sock.recv_multipart(flags=zmq.NOBLOCK, copy=False)
+                        except zmq.Again:
+                            break
+                        try:
+                            self.handle(frames)
+                        except Exception as exc:  # noqa: BLE001 - a client must never crash the daemon
+                            log.warning("request.crash", error=f"{type(exc).__name__}: {exc}")
+                if self._wake_r in events:
+                    try:
+                        while os.read(self._wake_r, 4096):
+                            pass
+                    except BlockingIOError:
+                        pass
+                while True:
+                    try:
+                        fn = self._loop_calls.get_nowait()
+                    except queue.Empty:
+                        break
+                    try:
+                        fn()
+                    except Exception as exc:  # noqa: BLE001
+                        log.warning("loop.call.crash", error=f"{type(exc).__name__}: {exc}")
+                now = time.monotonic()
+                if now >= next_check:
+                    next_check = now + 0.25
+                    self._expire()
+                    if owner_pid is not None and not pid_alive(owner_pid):
+                        log.event("gpud.owner-gone", pid=owner_pid)
+                        break
+        finally:
+            self.shutdown()
+
+    def shutdown(self) -> None:
+        for s in list(self.sessions.values()):
+            self.close_session(s, "shutdown")
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        self.sock.close(0)
+        for fd in (self._wake_r, self._wake_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        for ep in self.bound:
+            if ep.startswith("ipc://"):
+                try:
+                    os.unlink(ep[len("ipc://"):])
+                except OSError:
+                    pass
+        log.event("gpud.stopped")

@@ -1,0 +1,399 @@
+"""A session: one client process, its handle tables, and the handlers of its driver calls.
+
+Every handle a client names is looked up in *this* session's tables only, so no session can name
+another's allocation, module, stream or event. Handlers either return a value at once, or a
+``Later`` (markers to wait for + a function producing the reply) for calls that wait on device
+work; queued calls return ``None`` and their errors become the session's pending error, reported
+by the next synchronous call as CUDA reports asynchronous errors.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from gpud.backends.base import Allocation, Backend, Function, Module
+from gpud.errors import CudaError, codes
+from gpud.streams import Marker, StreamEngine, when_all
+from proto import messages as m
+
+if TYPE_CHECKING:
+    from gpud.server import Server
+
+
+@dataclass
+class Later:
+    markers: list[Marker]
+    produce: Callable[[], tuple[Any, list[Any]]]
+
+
+@dataclass
+class Event:
+    flags: int
+    marker: Marker | None = None
+
+
+@dataclass
+class Region:
+    """An address range a session may touch: its allocations and its modules' globals."""
+
+    start: int
+    size: int
+    allocation: Allocation | None  # None for module globals (not freeable)
+
+
+@dataclass
+class SessionInfo:
+    tenant: str
+    pid: int
+    host_id: str
+    program: str
+    local: bool
+    created: float = field(default_factory=time.time)
+
+
+class Session:
+    def __init__(self, server: Server, sid: str, identity: bytes, info: SessionInfo, backend: Backend) -> None:
+        self.server = server
+        self.id = sid
+        self.identity = identity
+        self.info = info
+        self.backend = backend
+        self.last_seen = time.monotonic()
+        self._lock = threading.Lock()
+        self.pending_error: CudaError | None = None
+        self.sticky_error: CudaError | None = None
+        self._output: list[str] = []
+        self.regions: dict[int, Region] = {}
+        self._starts: list[int] = []
+        self.memory_used = 0
+        self.modules: dict[int, Module] = {}
+        self.functions: dict[int, Function] = {}
+        self.events: dict[int, Event] = {}
+        self.engine = StreamEngine(server.pool, on_error=self.record_error)
+        self.closed = False
+
+    # ------------------------------------------------------------------ errors and output
+    def record_error(self, error: CudaError) -> None:
+        with self._lock:
+            if error.sticky and self.sticky_error is None:
+                self.sticky_error = error
+            elif self.pending_error is None:
+                self.pending_error = error
+
+    def check_errors(self) -> None:
+        with self._lock:
+            if self.sticky_error is not None:
+                raise self.sticky_error
+            err, self.pending_error = self.pending_error, None
+        if err is not None:
+            raise err
+
+    def add_output(self, text: str) -> None:
+        if text:
+            with self._lock:
+                self._output.append(text)
+
+    def take_output(self) -> str:
+        with self._lock:
+            if not self._output:
+                return ""
+            out = "".join(self._output)
+            self._output.clear()
+            return out
+
+    # ------------------------------------------------------------------ address ranges
+    def _add_region(self, r: Region) -> None:
+        bisect.insort(self._starts, r.start)
+        self.regions[r.start] = r
+
+    def _remove_region(self, start: int) -> Region:
+        r = self.regions.pop(start)
+        i = bisect.bisect_left(self._starts, start)
+        del self._starts[i]
+        return r
+
+    def find(self, addr: int, size: int, what: str) -> Region:
+        i = bisect.bisect_right(self._starts, addr) - 1
+        if i >= 0:
+            r = self.regions[self._starts[i]]
+            if addr + size <= r.start + r.size:
+                return r
+            if addr < r.start + r.size:
+                raise CudaError(
+                    codes.INVALID_VALUE,
+                    f"{what}: range 0x{addr:x}+{size} overruns the allocation 0x{r.start:x}+{r.size}",
+                )
+        raise CudaError(codes.INVALID_VALUE, f"{what}: 0x{addr:x} is not a device address of this context")
+
+    # ------------------------------------------------------------------ dispatch
+    def handle(self, msg: Any, bulk: list[Any]) -> Any:
+        handler = getattr(self, "on_" + msg.kind, None)
+        if handler is None:
+            raise CudaError(codes.NOT_SUPPORTED, f"message kind {msg.kind!r} is not supported by this gpud")
+        return handler(msg, bulk)
+
+    def on_batch(self, msg: m.Batch, bulk: list[Any]) -> None:
+        for call in msg.calls:
+            try:
+                self.handle(call, bulk)
+            except CudaError as exc:
+                self.record_error(exc)
+        return None
+
+    def on_sync(self, msg: m.Sync, bulk: list[Any]) -> Any:
+        return None
+
+    # ------------------------------------------------------------------ memory
+    def on_mem_alloc(self, msg: m.MemAlloc, bulk: list[Any]) -> int:
+        if msg.size == 0:
+            raise CudaError(codes.INVALID_VALUE, "cuMemAlloc: size must be > 0")
+        self.server.reserve_memory(self, msg.size)
+        try:
+            a = self.backend.alloc(msg.size)
+        except CudaError:
+            self.server.release_memory(self, msg.size)
+            raise
+        self._add_region(Region(a.addr, a.size, a))
+        self.memory_used += a.size
+        return a.addr
+
+    def on_mem_free(self, msg: m.MemFree, bulk: list[Any]) -> None:
+        r = self.regions.get(msg.addr)
+        if r is None or r.allocation is None:
+            raise CudaError(codes.INVALID_VALUE, f"cuMemFree: 0x{msg.addr:x} is not an allocation of this context")
+        self._remove_region(msg.addr)
+        self.memory_used -= r.size
+        self.server.release_memory(self, r.size)
+        alloc = r.allocation
+        # cuMemFree waits for work that may still use the memory.
+        when_all(self.engine.tails(), lambda: self.backend.free(alloc))
+
+    def free_all(self) -> None:
+        for start in list(self.regions):
+            r = self._remove_region(start)
+            if r.allocation is not None:
+                self.memory_used -= r.size
+                self.server.release_memory(self, r.size)
+                alloc = r.allocation
+                when_all(self.engine.tails(), lambda a=alloc: self.backend.free(a))
+        for mod in self.modules.values():
+            when_all(self.engine.tails(), lambda mm=mod: self.backend.unload_module(mm))
+        self.modules.clear()
+        self.functions.clear()
+        self.events.clear()
+
+    def on_mem_get_info(self, msg: m.MemGetInfo, bulk: list[Any]) -> list[int]:
+        return list(self.server.mem_info(self))
+
+    def on_memcpy_htod(self, msg: m.MemcpyHtoD, bulk: list[Any]) -> None:
+        data = _frame(bulk, msg.frame)
+        size = data.nbytes if isinstance(data, memoryview) else len(data)
+        self.find(msg.dst, size, "cuMemcpyHtoD")
+        if size:
+            self.engine.enqueue(msg.stream, lambda: self.backend.copyin(msg.dst, data))
+
+    def on_memcpy_dtoh(self, msg: m.MemcpyDtoH, bulk: list[Any]) -> Later:
+        self.find(msg.src, msg.size, "cuMemcpyDtoH")
+        out: list[bytearray] = []
+        marker = self.engine.enqueue(msg.stream, lambda: out.append(self.backend.copyout(msg.src, msg.size)))
+
+        def produce() -> tuple[Any, list[Any]]:
+            self.check_errors()
+            return None, [out[0] if out else bytearray(msg.size)]
+
+        return Later([marker], produce)
+
+    def on_memcpy_dtod(self, msg: m.MemcpyDtoD, bulk: list[Any]) -> None:
+        self.find(msg.src, msg.size, "cuMemcpyDtoD (source)")
+        self.find(msg.dst, msg.size, "cuMemcpyDtoD (destination)")
+        if msg.size:
+            self.engine.enqueue(msg.stream, lambda: self.backend.copy(msg.dst, msg.src, msg.size))
+
+    def on_memset(self, msg: m.Memset, bulk: list[Any]) -> None:
+        if msg.dst % msg.elem_size:
+            raise CudaError(codes.INVALID_VALUE, f"cuMemsetD{8 * msg.elem_size}: 0x{msg.dst:x} is misaligned")
+        self.find(msg.dst, msg.count * msg.elem_size, f"cuMemsetD{8 * msg.elem_size}")
+        if msg.count:
+            self.engine.enqueue(
+                msg.stream, lambda: self.backend.memset(msg.dst, msg.value, msg.elem_size, msg.count)
+            )
+
+    # ------------------------------------------------------------------ streams
+    def on_stream_create(self, msg: m.StreamCreate, bulk: list[Any]) -> None:
+        if msg.stream < 16:
+            raise CudaError(codes.INVALID_VALUE, f"stream handles below 16 are reserved, got {msg.stream}")
+        self.engine.create(msg.stream, msg.flags, msg.priority)
+
+    def on_stream_destroy(self, msg: m.StreamDestroy, bulk: list[Any]) -> None:
+        self.engine.destroy(msg.stream)
+
+    def on_stream_synchronize(self, msg: m.StreamSynchronize, bulk: list[Any]) -> Later:
+        tail = self.engine.get(msg.stream).tail
+        deps = [tail]
+        if msg.stream == 0:  # the legacy stream also waits for the blocking streams
+            deps += [s.tail for s in self.engine.streams.values() if s.blocking]
+        return Later(deps, self._sync_reply)
+
+    def on_stream_query(self, msg: m.StreamQuery, bulk: list[Any]) -> None:
+        if not self.engine.get(msg.stream).idle():
+            raise CudaError(codes.NOT_READY, "stream has pending work")
+
+    def on_stream_wait_event(self, msg: m.StreamWaitEvent, bulk: list[Any]) -> None:
+        ev = self._event(msg.event)
+        deps = [ev.marker] if ev.marker is not None else []
+        self.engine.enqueue(msg.stream, lambda: None, deps)
+
+    def on_ctx_synchronize(self, msg: m.CtxSynchronize, bulk: list[Any]) -> Later:
+        return Later(self.engine.tails(), self._sync_reply)
+
+    def _sync_reply(self) -> tuple[Any, list[Any]]:
+        self.check_errors()
+        return None, []
+
+    # ------------------------------------------------------------------ events
+    def _event(self, handle: int) -> Event:
+        ev = self.events.get(handle)
+        if ev is None:
+            raise CudaError(codes.INVALID_HANDLE, f"invalid event handle {handle}")
+        return ev
+
+    def on_event_create(self, msg: m.EventCreate, bulk: list[Any]) -> None:
+        if msg.event in self.events:
+            raise CudaError(codes.INVALID_HANDLE, f"event handle {msg.event} is already in use")
+        self.events[msg.event] = Event(flags=msg.flags)
+
+    def on_event_record(self, msg: m.EventRecord, bulk: list[Any]) -> None:
+        ev = self._event(msg.event)
+        ev.marker = self.engine.enqueue(msg.stream, lambda: None)
+
+    def on_event_query(self, msg: m.EventQuery, bulk: list[Any]) -> None:
+        ev = self._event(msg.event)
+        if ev.marker is not None and not ev.marker.done:
+            raise CudaError(codes.NOT_READY, "event has not completed")
+
+    def on_event_synchronize(self, msg: m.EventSynchronize, bulk: list[Any]) -> Later:
+        ev = self._event(msg.event)
+        return Later([ev.marker] if ev.marker else [], self._sync_reply)
+
+    def on_event_elapsed(self, msg: m.EventElapsed, bulk: list[Any]) -> float:
+        start, end = self._event(msg.start), self._event(msg.end)
+        for ev in (start, end):
+            if ev.flags & 2:  # CU_EVENT_DISABLE_TIMING
+                raise CudaError(codes.INVALID_HANDLE, "event was created with CU_EVENT_DISABLE_TIMING")
+            if ev.marker is None:
+                raise CudaError(codes.INVALID_HANDLE, "event has not been recorded")
+            if not ev.marker.done:
+                raise CudaError(codes.NOT_READY, "event has not completed")
+        assert start.marker is not None and end.marker is not None
+        return (end.marker.t_ns - start.marker.t_ns) / 1e6
+
+    def on_event_destroy(self, msg: m.EventDestroy, bulk: list[Any]) -> None:
+        self._event(msg.event)
+        del self.events[msg.event]
+
+    # ------------------------------------------------------------------ modules and launches
+    def on_module_load(self, msg: m.ModuleLoad, bulk: list[Any]) -> Later:
+        if msg.module in self.modules:
+            raise CudaError(codes.INVALID_HANDLE, f"module handle {msg.module} is already in use")
+        image = bytes(_frame(bulk, msg.frame))
+        # Compilation can take a while: run it off the I/O loop and reply when it is done.
+        box: dict[str, Any] = {}
+        marker = self.server.run_async(lambda: box.__setitem__("mod", self.backend.load_module(image, msg.format)))
+
+        def produce() -> tuple[Any, list[Any]]:
+            if marker.error is not None:
+                raise marker.error
+            mod: Module = box["mod"]
+            if self.closed:
+                self.backend.unload_module(mod)
+                raise CudaError(codes.INVALID_CONTEXT, "session closed")
+            self.modules[msg.module] = mod
+            for name, (addr, size) in mod.globals.items():
+                if size and addr not in self.regions:
+                    self._add_region(Region(addr, size, None))
+            return {"kernels": mod.kernel_names, "globals": {k: list(v) for k, v in mod.globals.items()}}, []
+
+        return Later([marker], produce)
+
+    def on_module_unload(self, msg: m.ModuleUnload, bulk: list[Any]) -> None:
+        mod = self.modules.pop(msg.module, None)
+        if mod is None:
+            raise CudaError(codes.INVALID_HANDLE, f"invalid module handle {msg.module}")
+        for addr, size in mod.globals.values():
+            r = self.regions.get(addr)
+            if r is not None and r.allocation is None:
+                self._remove_region(addr)
+        for h in [h for h, f in self.functions.items() if getattr(f, "module", None) is mod]:
+            del self.functions[h]
+        when_all(self.engine.tails(), lambda: self.backend.unload_module(mod))
+
+    def on_module_get_function(self, msg: m.ModuleGetFunction, bulk: list[Any]) -> dict[str, Any]:
+        mod = self.modules.get(msg.module)
+        if mod is None:
+            raise CudaError(codes.INVALID_HANDLE, f"invalid module handle {msg.module}")
+        fn = self.backend.get_function(mod, msg.name)
+        fn.module = mod  # type: ignore[attr-defined]
+        self.functions[msg.function] = fn
+        return {
+            "name": fn.name,
+            "params": [[p.size, p.align, p.offset] for p in fn.params],
+            "attributes": fn.attributes,
+        }
+
+    def on_module_get_global(self, msg: m.ModuleGetGlobal, bulk: list[Any]) -> list[int]:
+        mod = self.modules.get(msg.module)
+        if mod is None:
+            raise CudaError(codes.INVALID_HANDLE, f"invalid module handle {msg.module}")
+        g = mod.globals.get(msg.name)
+        if g is None:
+            raise CudaError(codes.NOT_FOUND, f"named symbol not found: {msg.name}")
+        return list(g)
+
+    def on_launch(self, msg: m.Launch, bulk: list[Any]) -> None:
+        fn = self.functions.get(msg.function)
+        if fn is None:
+            raise CudaError(codes.INVALID_HANDLE, f"cuLaunchKernel: invalid function handle {msg.function}")
+        expected = fn.attributes.get("param_buffer_size")
+        if expected is not None and len(msg.params) < expected:
+            raise CudaError(
+                codes.INVALID_VALUE,
+                f"cuLaunchKernel({fn.name}): parameter buffer of {len(msg.params)} bytes, the kernel takes {expected}",
+            )
+        grid, block, params = tuple(msg.grid), tuple(msg.block), msg.params
+
+        def run() -> None:
+            res = self.backend.launch(fn, grid, block, msg.shared_mem, params)  # type: ignore[arg-type]
+            if res.printf:
+                self.add_output(res.printf)
+
+        self.engine.enqueue(msg.stream, run)
+
+    # ------------------------------------------------------------------ description
+    def describe(self) -> dict[str, Any]:
+        return {
+            "session": self.id,
+            "tenant": self.info.tenant,
+            "pid": self.info.pid,
+            "program": self.info.program,
+            "local": self.info.local,
+            "memory_used": self.memory_used,
+            "allocations": sum(1 for r in self.regions.values() if r.allocation is not None),
+            "modules": len(self.modules),
+            "functions": len(self.functions),
+            "streams": len(self.engine.streams),
+            "events": len(self.events),
+            "age_s": round(time.time() - self.info.created, 3),
+            "idle_s": round(time.monotonic() - self.last_seen, 3),
+            "device": self.backend.ordinal,
+        }
+
+
+def _frame(bulk: list[Any], index: int) -> Any:
+    if index >= len(bulk):
+        raise CudaError(codes.INVALID_VALUE, f"message names bulk frame {index}, but only {len(bulk)} arrived")
+    return bulk[index]

@@ -1,0 +1,335 @@
+"""Message models: every message on the wire is one member of the ``Message`` union.
+
+Requests carry ``rid`` (request id, chosen by the client); replies echo it. Calls that return
+nothing (copies to the device, launches, frees, stream/event creation...) are not sent one by one:
+the client queues them and sends a ``Batch``; their errors come back with the next synchronous
+reply, as CUDA reports asynchronous errors at the next synchronisation.
+
+Bulk data never sits in the msgpack body: a field ``frame`` names the index of a separate
+zero-copy frame (see ``proto.codec``).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+U64 = Annotated[int, Field(ge=0, le=(1 << 64) - 1)]
+Size = Annotated[int, Field(ge=0, le=1 << 48)]
+Handle = Annotated[int, Field(ge=0, le=(1 << 63) - 1)]
+FrameIndex = Annotated[int, Field(ge=0, lt=4096)]
+Dim = Annotated[int, Field(ge=1, le=(1 << 31) - 1)]
+Dim3 = Annotated[list[Dim], Field(min_length=3, max_length=3)]
+Name = Annotated[str, Field(max_length=4096)]
+
+# Stream handle 0 is the legacy default stream; CU_STREAM_PER_THREAD (2) maps to a per-session
+# per-thread default stream. Client-created streams use ids >= 16.
+DEFAULT_STREAM = 0
+PER_THREAD_STREAM = 2
+
+
+class _Msg(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class _Req(_Msg):
+    rid: Handle = 0
+
+
+# ---------------------------------------------------------------- session
+
+
+class Hello(_Req):
+    kind: Literal["hello"] = "hello"
+    protocol: int
+    client_version: Name
+    tenant: Name = "default"
+    token: Name = ""
+    pid: int = 0
+    host_id: Name = ""
+    program: Name = ""
+    capabilities: list[Name] = Field(default_factory=list, max_length=64)
+
+
+class DeviceInfo(_Msg):
+    ordinal: int
+    backend: Literal["cpu", "nvidia", "amd"]
+    name: Name
+    uuid: Name
+    total_mem: Size
+    compute_capability: Annotated[list[int], Field(min_length=2, max_length=2)]
+    attributes: dict[int, int] = Field(default_factory=dict)
+    driver_version: int = 12090
+    pci_bus_id: Name = ""
+
+
+class HelloReply(_Req):
+    kind: Literal["hello_reply"] = "hello_reply"
+    session: Name
+    protocol: int
+    server_version: Name
+    host_id: Name
+    heartbeat_s: float
+    capabilities: list[Name] = Field(default_factory=list)
+    devices: list[DeviceInfo] = Field(default_factory=list)
+
+
+class Bye(_Req):
+    kind: Literal["bye"] = "bye"
+
+
+class Ping(_Req):
+    kind: Literal["ping"] = "ping"
+
+
+class Pong(_Req):
+    kind: Literal["pong"] = "pong"
+
+
+class Sync(_Req):
+    """Reports errors of calls queued so far, without waiting for device work."""
+
+    kind: Literal["sync"] = "sync"
+
+
+class ListSessions(_Req):
+    kind: Literal["list_sessions"] = "list_sessions"
+
+
+# ---------------------------------------------------------------- memory
+
+
+class MemAlloc(_Req):
+    kind: Literal["mem_alloc"] = "mem_alloc"
+    size: Size
+
+
+class MemFree(_Req):
+    kind: Literal["mem_free"] = "mem_free"
+    addr: U64
+
+
+class MemGetInfo(_Req):
+    kind: Literal["mem_get_info"] = "mem_get_info"
+
+
+class MemcpyHtoD(_Req):
+    kind: Literal["memcpy_htod"] = "memcpy_htod"
+    dst: U64
+    frame: FrameIndex
+    stream: Handle = DEFAULT_STREAM
+
+
+class MemcpyDtoH(_Req):
+    kind: Literal["memcpy_dtoh"] = "memcpy_dtoh"
+    src: U64
+    size: Size
+    stream: Handle = DEFAULT_STREAM
+
+
+class MemcpyDtoD(_Req):
+    kind: Literal["memcpy_dtod"] = "memcpy_dtod"
+    dst: U64
+    src: U64
+    size: Size
+    stream: Handle = DEFAULT_STREAM
+
+
+class Memset(_Req):
+    kind: Literal["memset"] = "memset"
+    dst: U64
+    value: Annotated[int, Field(ge=0, le=0xFFFFFFFF)]
+    elem_size: Literal[1, 2, 4]
+    count: Size
+    stream: Handle = DEFAULT_STREAM
+
+
+# ---------------------------------------------------------------- streams and events
+
+
+class StreamCreate(_Req):
+    kind: Literal["stream_create"] = "stream_create"
+    stream: Handle
+    flags: int = 0
+    priority: int = 0
+
+
+class StreamDestroy(_Req):
+    kind: Literal["stream_destroy"] = "stream_destroy"
+    stream: Handle
+
+
+class StreamSynchronize(_Req):
+    kind: Literal["stream_synchronize"] = "stream_synchronize"
+    stream: Handle
+
+
+class StreamQuery(_Req):
+    kind: Literal["stream_query"] = "stream_query"
+    stream: Handle
+
+
+class StreamWaitEvent(_Req):
+    kind: Literal["stream_wait_event"] = "stream_wait_event"
+    stream: Handle
+    event: Handle
+
+
+class EventCreate(_Req):
+    kind: Literal["event_create"] = "event_create"
+    event: Handle
+    flags: int = 0
+
+
+class EventRecord(_Req):
+    kind: Literal["event_record"] = "event_record"
+    event: Handle
+    stream: Handle = DEFAULT_STREAM
+
+
+class EventQuery(_Req):
+    kind: Literal["event_query"] = "event_query"
+    event: Handle
+
+
+class EventSynchronize(_Req):
+    kind: Literal["event_synchronize"] = "event_synchronize"
+    event: Handle
+
+
+class EventElapsed(_Req):
+    kind: Literal["event_elapsed"] = "event_elapsed"
+    start: Handle
+    end: Handle
+
+
+class EventDestroy(_Req):
+    kind: Literal["event_destroy"] = "event_destroy"
+    event: Handle
+
+
+class CtxSynchronize(_Req):
+    kind: Literal["ctx_synchronize"] = "ctx_synchronize"
+
+
+# ---------------------------------------------------------------- modules and launches
+
+
+class ModuleLoad(_Req):
+    kind: Literal["module_load"] = "module_load"
+    module: Handle
+    frame: FrameIndex
+    format: Literal["ptx", "cubin", "fatbin"] = "ptx"
+
+
+class ModuleUnload(_Req):
+    kind: Literal["module_unload"] = "module_unload"
+    module: Handle
+
+
+class ModuleGetFunction(_Req):
+    kind: Literal["module_get_function"] = "module_get_function"
+    module: Handle
+    name: Name
+    function: Handle
+
+
+class ModuleGetGlobal(_Req):
+    kind: Literal["module_get_global"] = "module_get_global"
+    module: Handle
+    name: Name
+
+
+class Launch(_Req):
+    kind: Literal["launch"] = "launch"
+    function: Handle
+    grid: Dim3
+    block: Dim3
+    shared_mem: Annotated[int, Field(ge=0, le=1 << 30)] = 0
+    stream: Handle = DEFAULT_STREAM
+    params: Annotated[bytes, Field(max_length=1 << 16)] = b""
+
+
+# ---------------------------------------------------------------- replies
+
+
+class Result(_Req):
+    kind: Literal["result"] = "result"
+    value: Any = None
+    output: str = ""  # device printf text produced since the last reply
+
+
+class Error(_Req):
+    kind: Literal["error"] = "error"
+    code: int
+    name: Name
+    message: Annotated[str, Field(max_length=65536)]
+    output: str = ""
+
+
+QueuedCall = Annotated[
+    Union[
+        MemFree,
+        MemcpyHtoD,
+        MemcpyDtoD,
+        Memset,
+        StreamCreate,
+        StreamDestroy,
+        StreamWaitEvent,
+        EventCreate,
+        EventRecord,
+        EventDestroy,
+        ModuleUnload,
+        Launch,
+    ],
+    Field(discriminator="kind"),
+]
+
+
+class Batch(_Req):
+    kind: Literal["batch"] = "batch"
+    calls: Annotated[list[QueuedCall], Field(max_length=65536)]
+
+
+Message = Annotated[
+    Union[
+        Hello,
+        HelloReply,
+        Bye,
+        Ping,
+        Pong,
+        Sync,
+        ListSessions,
+        MemAlloc,
+        MemFree,
+        MemGetInfo,
+        MemcpyHtoD,
+        MemcpyDtoH,
+        MemcpyDtoD,
+        Memset,
+        StreamCreate,
+        StreamDestroy,
+        StreamSynchronize,
+        StreamQuery,
+        StreamWaitEvent,
+        EventCreate,
+        EventRecord,
+        EventQuery,
+        EventSynchronize,
+        EventElapsed,
+        EventDestroy,
+        CtxSynchronize,
+        ModuleLoad,
+        ModuleUnload,
+        ModuleGetFunction,
+        ModuleGetGlobal,
+        Launch,
+        Batch,
+        Result,
+        Error,
+    ],
+    Field(discriminator="kind"),
+]
+
+MESSAGE_ADAPTER: TypeAdapter[Any] = TypeAdapter(Message)

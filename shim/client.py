@@ -1,0 +1,211 @@
+"""The client connection to gpud: a DEALER socket, request/reply with liveness, and the call queue.
+
+``call()`` sends one request and waits for its reply; ``post()`` queues a call that returns
+nothing (copies to the device, launches, frees ...). Queued calls are sent as one ``Batch`` at
+the next ``call()``, on ``flush()``, or when the queue grows past its limits; their errors come
+back with the next synchronous reply, as CUDA reports asynchronous errors.
+
+Liveness (NOTE [liveness]): while waiting, the client pings gpud every heartbeat interval; gpud's
+I/O loop answers even while device work runs. If nothing at all arrives for ``timeout_s`` the
+daemon is gone: the call fails with CUDA_ERROR_DEVICE_UNAVAILABLE and the connection is marked
+dead, so every later call fails at once instead of hanging. A background thread pings an idle
+connection so gpud does not expire a client that is busy computing on its own.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+import threading
+import time
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+import zmq
+
+from proto import constants as C
+from proto.codec import ProtocolError, encode_body, unpack_body
+from proto.errors import DEVICE_UNAVAILABLE, CudaError
+from shim import __version__
+from woolyhv.hostinfo import host_id
+
+_CONNECTIONS: weakref.WeakSet[Connection] = weakref.WeakSet()
+
+
+class Connection:
+    def __init__(
+        self,
+        endpoint: str,
+        *,
+        tenant: str = "default",
+        token: str = "",
+        timeout_s: float = C.SERVER_SILENCE_S,
+        connect_timeout_s: float = 10.0,
+        program: str = "",
+        capabilities: Sequence[str] = (),
+    ) -> None:
+        self.endpoint = endpoint
+        self.timeout_s = timeout_s
+        self._lock = threading.RLock()
+        self._ctx = zmq.Context.instance()
+        self._sock = self._ctx.socket(zmq.DEALER)
+        self._sock.setsockopt(zmq.LINGER, 1000)
+        self._sock.setsockopt(zmq.SNDHWM, 0)
+        self._sock.setsockopt(zmq.RCVHWM, 0)
+        self._sock.connect(endpoint)
+        self._poller = zmq.Poller()
+        self._poller.register(self._sock, zmq.POLLIN)
+        self._rid = 0
+        self._queue: list[dict[str, Any]] = []
+        self._qbulk: list[Any] = []
+        self._qbytes = 0
+        self._dead: CudaError | None = None
+        self._closed = False
+        self._last_sent = time.monotonic()
+        self.round_trips = 0
+        self.batches = 0
+        hello = {
+            "kind": "hello",
+            "rid": 0,
+            "protocol": C.PROTOCOL_VERSION,
+            "client_version": __version__,
+            "tenant": tenant,
+            "token": token,
+            "pid": os.getpid(),
+            "host_id": host_id(),
+            "program": program or " ".join(sys.argv)[:200],
+            "capabilities": list(capabilities),
+        }
+        reply, _ = self.call(hello, timeout_s=connect_timeout_s)
+        self.session: str = reply["session"]
+        self.devices: list[dict[str, Any]] = reply["devices"]
+        self.server_version: str = reply["server_version"]
+        self.server_capabilities: list[str] = reply.get("capabilities", [])
+        self.same_host = reply["host_id"] == host_id()
+        self.heartbeat_s = float(reply["heartbeat_s"])
+        _CONNECTIONS.add(self)
+        self._hb = threading.Thread(target=self._heartbeat, name="wooly-heartbeat", daemon=True)
+        self._hb.start()
+
+    # ------------------------------------------------------------------ queue
+    def post(self, body: dict[str, Any], bulk: Sequence[Any] = ()) -> None:
+        """Queue a call that returns nothing. ``body['frame']`` indexes ``bulk`` (0 = first)."""
+        with self._lock:
+            if self._dead is not None:
+                raise self._dead
+            if bulk:
+                body["frame"] = len(self._qbulk) + body.get("frame", 0)
+                self._qbulk.extend(bulk)
+                self._qbytes += sum(len(b) if isinstance(b, bytes | bytearray) else memoryview(b).nbytes for b in bulk)
+            self._queue.append(body)
+            if len(self._queue) >= C.FLUSH_MAX_CALLS or self._qbytes >= C.FLUSH_MAX_BYTES or len(self._qbulk) >= C.MAX_BULK_FRAMES - 1:
+                self._flush_locked()
+
+    def flush(self) -> None:
+        with self._lock:
+            self._flush_locked()
+
+    def _flush_locked(self) -> None:
+        if not self._queue:
+            return
+        calls, bulk = self._queue, self._qbulk
+        self._queue, self._qbulk, self._qbytes = [], [], 0
+        self._send({"kind": "batch", "rid": 0, "calls": calls}, bulk)
+        self.batches += 1
+
+    # ------------------------------------------------------------------ request/reply
+    def _send(self, body: dict[str, Any], bulk: Sequence[Any] = ()) -> None:
+        try:
+            self._sock.send_multipart(encode_body(body, bulk), copy=False)
+        except zmq.ZMQError as exc:
+            self._dead = CudaError(DEVICE_UNAVAILABLE, f"cannot send to gpud at {self.endpoint}: {exc}")
+            raise self._dead from None
+        self._last_sent = time.monotonic()
+
+    def call(self, body: dict[str, Any], bulk: Sequence[Any] = (), *, timeout_s: float | None = None) -> tuple[Any, list[Any]]:
+        """Send a request and wait for its reply: returns (value, bulk frames) or raises CudaError."""
+        with self._lock:
+            if self._dead is not None:
+                raise self._dead
+            self._flush_locked()
+            self._rid += 1
+            rid = body["rid"] = self._rid
+            self._send(body, bulk)
+            self.round_trips += 1
+            return self._wait(rid, timeout_s if timeout_s is not None else self.timeout_s)
+
+    def _wait(self, rid: int, timeout_s: float) -> tuple[Any, list[Any]]:
+        last_heard = time.monotonic()
+        interval_ms = int(C.HEARTBEAT_INTERVAL_S * 1000)
+        while True:
+            if self._poller.poll(interval_ms):
+                frames = self._sock.recv_multipart(copy=False)
+                last_heard = time.monotonic()
+                try:
+                    body, bulk = unpack_body(frames)
+                except ProtocolError as exc:
+                    self._dead = CudaError(exc.code, f"gpud sent an undecodable reply: {exc.message}")
+                    raise self._dead from None
+                if body.get("output"):
+                    sys.stdout.write(body["output"])
+                    sys.stdout.flush()
+                if body.get("rid") != rid:
+                    continue  # a pong, or the reply to a request abandoned earlier
+                kind = body.get("kind")
+                if kind == "error":
+                    raise CudaError(int(body.get("code", 999)), str(body.get("message", "")))
+                if kind == "hello_reply":
+                    return body, bulk
+                return body.get("value"), bulk
+            if time.monotonic() - last_heard > timeout_s:
+                self._dead = CudaError(
+                    DEVICE_UNAVAILABLE,
+                    f"gpud at {self.endpoint} stopped answering (no reply in {timeout_s:.1f} s); is the daemon running?",
+                )
+                raise self._dead
+            self._send({"kind": "ping", "rid": 0})
+
+    # ------------------------------------------------------------------ lifetime
+    def _heartbeat(self) -> None:
+        while not self._closed:
+            time.sleep(self.heartbeat_s)
+            if self._closed or self._dead is not None:
+                return
+            if time.monotonic() - self._last_sent < self.heartbeat_s:
+                continue
+            if self._lock.acquire(blocking=False):
+                try:
+                    if not self._closed and self._dead is None:
+                        self._send({"kind": "ping", "rid": 0})
+                except CudaError:
+                    return
+                finally:
+                    self._lock.release()
+
+    @property
+    def alive(self) -> bool:
+        return self._dead is None and not self._closed
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            try:
+                if self._dead is None:
+                    self._flush_locked()
+                    self.call({"kind": "bye", "rid": 0}, timeout_s=2.0)
+            except CudaError:
+                pass
+            self._closed = True
+            self._sock.close(linger=500)
+
+
+@atexit.register
+def _close_all() -> None:
+    for conn in list(_CONNECTIONS):
+        try:
+            conn.close()
+        except Exception:  # noqa: BLE001 - never fail interpreter exit
+            pass

@@ -1,0 +1,312 @@
+"""The CUDA driver API, in Python, over a gpud session: the semantics every client face builds on.
+
+Method names follow the driver API in snake case (``mem_alloc`` is ``cuMemAlloc``). Failures raise
+``CudaError`` carrying the CUresult a real driver would return. The client owns handle ids
+(streams, events, modules, functions), so creating them costs no round trip; immutable device
+facts are cached from the hello reply. Calls that return nothing are queued (see shim.client).
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import struct
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from proto import errors as codes
+from proto.errors import CudaError
+from shim.client import Connection
+
+DRIVER_VERSION = 12090  # the CUDA version the API surface corresponds to (12.9)
+
+
+@dataclass(frozen=True)
+class FunctionInfo:
+    handle: int
+    module: int
+    name: str
+    params: tuple[tuple[int, int, int], ...]  # (size, align, offset) per kernel parameter
+    attributes: dict[str, int]
+
+    @property
+    def param_buffer_size(self) -> int:
+        return self.attributes.get("param_buffer_size", max((o + s for s, _, o in self.params), default=0))
+
+    def pack_params(self, args: Sequence[bytes]) -> bytes:
+        """Lay out one bytes object per parameter at its offset (the kernelParams marshalling)."""
+        if len(args) != len(self.params):
+            raise CudaError(codes.INVALID_VALUE, f"{self.name} takes {len(self.params)} parameters, got {len(args)}")
+        buf = bytearray(self.param_buffer_size)
+        for (size, _align, off), a in zip(self.params, args, strict=True):
+            if len(a) != size:
+                raise CudaError(codes.INVALID_VALUE, f"{self.name}: parameter at offset {off} is {size} bytes, got {len(a)}")
+            buf[off : off + size] = a
+        return bytes(buf)
+
+
+class Driver:
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self._ids = itertools.count(16)
+        self._lock = threading.Lock()
+        self._alloc_starts: list[int] = []
+        self._alloc_size: dict[int, int] = {}
+        self.streams: set[int] = set()
+        self.events: set[int] = set()
+        self.modules: dict[int, dict[str, Any]] = {}
+        self.functions: dict[int, FunctionInfo] = {}
+
+    def _new_id(self) -> int:
+        return next(self._ids)
+
+    # ------------------------------------------------------------------ devices
+    @property
+    def devices(self) -> list[dict[str, Any]]:
+        return self.conn.devices
+
+    def device_get_count(self) -> int:
+        return len(self.devices)
+
+    def _dev(self, ordinal: int) -> dict[str, Any]:
+        if not 0 <= ordinal < len(self.devices):
+            raise CudaError(codes.INVALID_DEVICE, f"device ordinal {ordinal} out of range (have {len(self.devices)})")
+        return self.devices[ordinal]
+
+    def device_get_name(self, ordinal: int = 0) -> str:
+        return self._dev(ordinal)["name"]
+
+    def device_total_mem(self, ordinal: int = 0) -> int:
+        return int(self._dev(ordinal)["total_mem"])
+
+    def device_get_attribute(self, attribute: int, ordinal: int = 0) -> int:
+        attrs = self._dev(ordinal)["attributes"]
+        if attribute not in attrs:
+            raise CudaError(codes.INVALID_VALUE, f"unknown device attribute {attribute}")
+        return int(attrs[attribute])
+
+    def device_compute_capability(self, ordinal: int = 0) -> tuple[int, int]:
+        cc = self._dev(ordinal)["compute_capability"]
+        return int(cc[0]), int(cc[1])
+
+    def device_get_uuid(self, ordinal: int = 0) -> str:
+        return self._dev(ordinal)["uuid"]
+
+    # ------------------------------------------------------------------ memory
+    def mem_alloc(self, size: int) -> int:
+        if size <= 0:
+            raise CudaError(codes.INVALID_VALUE, "cuMemAlloc: size must be > 0")
+        addr, _ = self.conn.call({"kind": "mem_alloc", "size": int(size)})
+        with self._lock:
+            bisect.insort(self._alloc_starts, addr)
+            self._alloc_size[addr] = int(size)
+        return int(addr)
+
+    def mem_free(self, addr: int) -> None:
+        with self._lock:
+            if addr not in self._alloc_size:
+                raise CudaError(codes.INVALID_VALUE, f"cuMemFree: 0x{addr:x} is not an allocation of this context")
+            del self._alloc_size[addr]
+            self._alloc_starts.pop(bisect.bisect_left(self._alloc_starts, addr))
+        self.conn.post({"kind": "mem_free", "addr": int(addr)})
+
+    def mem_get_info(self) -> tuple[int, int]:
+        free, total = self.conn.call({"kind": "mem_get_info"})[0]
+        return int(free), int(total)
+
+    def mem_get_address_range(self, ptr: int) -> tuple[int, int]:
+        with self._lock:
+            i = bisect.bisect_right(self._alloc_starts, ptr) - 1
+            if i >= 0:
+                base = self._alloc_starts[i]
+                size = self._alloc_size[base]
+                if ptr < base + size:
+                    return base, size
+        raise CudaError(codes.NOT_FOUND, f"0x{ptr:x} is not inside an allocation of this context")
+
+    def is_device_pointer(self, ptr: int) -> bool:
+        try:
+            self.mem_get_address_range(ptr)
+            return True
+        except CudaError:
+            return False
+
+    def memcpy_htod(self, dst: int, src: Any, stream: int = 0) -> None:
+        """Copy a host buffer (bytes-like) to the device. The bytes are taken before return."""
+        view = memoryview(src).cast("B")
+        if view.nbytes == 0:
+            return
+        self.conn.post({"kind": "memcpy_htod", "dst": int(dst), "frame": 0, "stream": int(stream)}, [bytes(view)])
+
+    def memcpy_dtoh(self, src: int, size: int, stream: int = 0, out: Any = None) -> Any:
+        """Copy device memory to the host: returns the bytes, or fills ``out`` (a writable buffer)."""
+        if size == 0:
+            return b"" if out is None else out
+        _, bulk = self.conn.call({"kind": "memcpy_dtoh", "src": int(src), "size": int(size), "stream": int(stream)})
+        data = bulk[0]
+        if out is None:
+            return bytes(data)
+        memoryview(out).cast("B")[:size] = data
+        return out
+
+    def memcpy_dtod(self, dst: int, src: int, size: int, stream: int = 0) -> None:
+        if size:
+            self.conn.post({"kind": "memcpy_dtod", "dst": int(dst), "src": int(src), "size": int(size), "stream": int(stream)})
+
+    def memset(self, dst: int, value: int, elem_size: int, count: int, stream: int = 0) -> None:
+        mask = (1 << (8 * elem_size)) - 1
+        self.conn.post(
+            {"kind": "memset", "dst": int(dst), "value": int(value) & mask, "elem_size": elem_size, "count": int(count), "stream": int(stream)}
+        )
+
+    # ------------------------------------------------------------------ streams and events
+    def stream_create(self, flags: int = 0, priority: int = 0) -> int:
+        h = self._new_id()
+        self.conn.post({"kind": "stream_create", "stream": h, "flags": int(flags), "priority": int(priority)})
+        self.streams.add(h)
+        return h
+
+    def _stream(self, h: int) -> int:
+        if h not in (0, 1, 2) and h not in self.streams:
+            raise CudaError(codes.INVALID_HANDLE, f"invalid stream handle {h}")
+        return 0 if h == 1 else h  # CU_STREAM_LEGACY (1) is the legacy default stream
+
+    def stream_destroy(self, h: int) -> None:
+        if h not in self.streams:
+            raise CudaError(codes.INVALID_HANDLE, f"invalid stream handle {h}")
+        self.streams.discard(h)
+        self.conn.post({"kind": "stream_destroy", "stream": h})
+
+    def stream_synchronize(self, h: int = 0) -> None:
+        self.conn.call({"kind": "stream_synchronize", "stream": self._stream(h)}, timeout_s=None)
+
+    def stream_query(self, h: int = 0) -> bool:
+        try:
+            self.conn.call({"kind": "stream_query", "stream": self._stream(h)})
+        except CudaError as exc:
+            if exc.code == codes.NOT_READY:
+                return False
+            raise
+        return True
+
+    def stream_wait_event(self, stream: int, event: int) -> None:
+        if event not in self.events:
+            raise CudaError(codes.INVALID_HANDLE, f"invalid event handle {event}")
+        self.conn.post({"kind": "stream_wait_event", "stream": self._stream(stream), "event": event})
+
+    def event_create(self, flags: int = 0) -> int:
+        h = self._new_id()
+        self.conn.post({"kind": "event_create", "event": h, "flags": int(flags)})
+        self.events.add(h)
+        return h
+
+    def _event(self, h: int) -> int:
+        if h not in self.events:
+            raise CudaError(codes.INVALID_HANDLE, f"invalid event handle {h}")
+        return h
+
+    def event_record(self, event: int, stream: int = 0) -> None:
+        self.conn.post({"kind": "event_record", "event": self._event(event), "stream": self._stream(stream)})
+
+    def event_query(self, event: int) -> bool:
+        try:
+            self.conn.call({"kind": "event_query", "event": self._event(event)})
+        except CudaError as exc:
+            if exc.code == codes.NOT_READY:
+                return False
+            raise
+        return True
+
+    def event_synchronize(self, event: int) -> None:
+        self.conn.call({"kind": "event_synchronize", "event": self._event(event)})
+
+    def event_elapsed_time(self, start: int, end: int) -> float:
+        value, _ = self.conn.call({"kind": "event_elapsed", "start": self._event(start), "end": self._event(end)})
+        return float(value)
+
+    def event_destroy(self, event: int) -> None:
+        self.events.discard(self._event(event))
+        self.conn.post({"kind": "event_destroy", "event": event})
+
+    def ctx_synchronize(self) -> None:
+        self.conn.call({"kind": "ctx_synchronize"})
+
+    def synchronize_errors(self) -> None:
+        """Report errors of queued calls without waiting for device work."""
+        self.conn.call({"kind": "sync"})
+
+    # ------------------------------------------------------------------ modules and launches
+    def module_load_data(self, image: bytes | str, fmt: str = "ptx") -> int:
+        data = image.encode() if isinstance(image, str) else bytes(image)
+        h = self._new_id()
+        value, _ = self.conn.call({"kind": "module_load", "module": h, "frame": 0, "format": fmt}, [data])
+        self.modules[h] = value
+        return h
+
+    def module_unload(self, module: int) -> None:
+        if module not in self.modules:
+            raise CudaError(codes.INVALID_HANDLE, f"invalid module handle {module}")
+        del self.modules[module]
+        for f in [f for f, info in self.functions.items() if info.module == module]:
+            del self.functions[f]
+        self.conn.post({"kind": "module_unload", "module": module})
+
+    def module_get_function(self, module: int, name: str) -> FunctionInfo:
+        if module not in self.modules:
+            raise CudaError(codes.INVALID_HANDLE, f"invalid module handle {module}")
+        h = self._new_id()
+        value, _ = self.conn.call({"kind": "module_get_function", "module": module, "name": name, "function": h})
+        info = FunctionInfo(
+            handle=h,
+            module=module,
+            name=value["name"],
+            params=tuple(tuple(p) for p in value["params"]),  # type: ignore[misc]
+            attributes=dict(value["attributes"]),
+        )
+        self.functions[h] = info
+        return info
+
+    def module_get_global(self, module: int, name: str) -> tuple[int, int]:
+        if module not in self.modules:
+            raise CudaError(codes.INVALID_HANDLE, f"invalid module handle {module}")
+        addr, size = self.conn.call({"kind": "module_get_global", "module": module, "name": name})[0]
+        return int(addr), int(size)
+
+    def launch_kernel(
+        self,
+        function: int | FunctionInfo,
+        grid: Sequence[int],
+        block: Sequence[int],
+        params: bytes,
+        shared_mem: int = 0,
+        stream: int = 0,
+    ) -> None:
+        info = function if isinstance(function, FunctionInfo) else self.functions.get(function)
+        if info is None:
+            raise CudaError(codes.INVALID_HANDLE, f"cuLaunchKernel: invalid function handle {function}")
+        g = [int(x) for x in grid]
+        b = [int(x) for x in block]
+        if any(x < 1 for x in g + b):
+            raise CudaError(codes.INVALID_VALUE, f"cuLaunchKernel: grid {g} and block {b} must be positive")
+        threads = b[0] * b[1] * b[2]
+        limit = info.attributes.get("max_threads_per_block", 1024)
+        if threads > limit:
+            raise CudaError(codes.INVALID_VALUE, f"cuLaunchKernel({info.name}): {threads} threads per block exceed {limit}")
+        self.conn.post(
+            {
+                "kind": "launch",
+                "function": info.handle,
+                "grid": g,
+                "block": b,
+                "shared_mem": int(shared_mem),
+                "stream": self._stream(stream),
+                "params": bytes(params),
+            }
+        )
+
+
+def pack(fmt: str, *values: Any) -> bytes:
+    """struct.pack shorthand for kernel parameters (little-endian, no padding)."""
+    return struct.pack("<" + fmt, *values)

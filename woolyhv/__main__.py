@@ -1,0 +1,3 @@
+from woolyhv.cli import main
+
+main()

@@ -1,0 +1,146 @@
+"""The ``wooly`` command."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Annotated
+
+import typer
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="woolyhv: run CUDA programs on a remote (or embedded) gpud.")
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def _make_backends(kind: str, cpu_memory: int):
+    from gpud.backends.cpu import CpuBackend
+
+    if kind in ("auto", "cpu"):
+        if kind == "auto":
+            try:
+                from gpud.backends import nvidia
+
+                devs = nvidia.available()
+                if devs:
+                    return devs
+            except ImportError:
+                pass
+        return [CpuBackend(0, memory_bytes=cpu_memory or None)]
+    if kind == "nvidia":
+        from gpud.backends import nvidia
+
+        devs = nvidia.available()
+        if not devs:
+            raise typer.BadParameter("no NVIDIA device found")
+        return devs
+    raise typer.BadParameter(f"unknown backend {kind!r} (auto, cpu, nvidia)")
+
+
+@app.command()
+def gpud(
+    listen: Annotated[list[str], typer.Option(help="endpoint(s) to bind: tcp://0.0.0.0:5555, ipc:///path")] = ["tcp://127.0.0.1:5555"],  # noqa: B006
+    backend: Annotated[str, typer.Option(help="auto, cpu or nvidia")] = "auto",
+    log_level: Annotated[str, typer.Option(help="debug, info, warning")] = "info",
+    owner_pid: Annotated[int | None, typer.Option(help="exit when this process exits (embedded mode)")] = None,
+    cpu_memory: Annotated[int, typer.Option(help="bytes the CPU backend offers (0 = host RAM)")] = 0,
+) -> None:
+    """Run the gpud daemon."""
+    from gpud import log
+    from gpud.server import Server
+
+    log.setup(log_level)
+    server = Server(listen, _make_backends(backend, cpu_memory))
+    server.install_signal_handlers()
+    server.serve_forever(owner_pid=owner_pid)
+
+
+@app.command()
+def devices(
+    server: Annotated[str, typer.Option(envvar="WOOLY_SERVER", help="gpud endpoint; empty = this machine")] = "",
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """List the devices of a gpud (or of this machine)."""
+    if server:
+        from shim.client import Connection
+
+        conn = Connection(server, program="wooly devices")
+        devs = [{"backend": d["backend"], "index": d["ordinal"], "name": d["name"], "total_mem": d["total_mem"],
+                 "detail": f"sm_{d['compute_capability'][0]}{d['compute_capability'][1]}"} for d in conn.devices]
+        conn.close()
+        result = {"server": server, "devices": devs}
+    else:
+        from gpud.discovery import discover
+
+        result = discover()
+    if as_json:
+        typer.echo(json.dumps(result, indent=2))
+        return
+    typer.echo(f"{'#':>2}  {'backend':7}  {'memory':>10}  name")
+    for d in result["devices"]:
+        typer.echo(f"{d['index']:>2}  {d['backend']:7}  {_human(d['total_mem']):>10}  {d['name']}  {d.get('detail', '')}")
+    for k, v in result.get("notes", {}).items():
+        typer.echo(f"    {k}: {v}")
+
+
+@app.command()
+def ps(
+    server: Annotated[str, typer.Option(envvar="WOOLY_SERVER", help="gpud endpoint")] = "tcp://127.0.0.1:5555",
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """List a gpud's live sessions."""
+    import zmq
+
+    from proto.codec import encode_body, unpack_body
+
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(server)
+    sock.send_multipart(encode_body({"kind": "list_sessions", "rid": 1}))
+    if not sock.poll(5000, zmq.POLLIN):
+        typer.echo(f"wooly ps: gpud at {server} did not answer", err=True)
+        raise typer.Exit(1)
+    body, _ = unpack_body(sock.recv_multipart())
+    sock.close(0)
+    info = body["value"]
+    if as_json:
+        typer.echo(json.dumps(info, indent=2))
+        return
+    for d in info["devices"]:
+        typer.echo(f"device {d['ordinal']} {d['backend']} {d['name']}: {_human(d['used'])} / {_human(d['total_mem'])} used")
+    typer.echo(f"{'session':12}  {'tenant':10}  {'pid':>7}  {'memory':>10}  {'allocs':>6}  {'mods':>4}  {'strm':>4}  {'evts':>4}  {'age':>8}  program")
+    for s in info["sessions"]:
+        typer.echo(
+            f"{s['session']:12}  {s['tenant'][:10]:10}  {s['pid']:>7}  {_human(s['memory_used']):>10}  {s['allocations']:>6}  "
+            f"{s['modules']:>4}  {s['streams']:>4}  {s['events']:>4}  {s['age_s']:>7.1f}s  {s['program'][:40]}"
+        )
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def run(ctx: typer.Context, program: Annotated[str, typer.Argument(help="script.py, or -m module")]) -> None:
+    """Run a Python program with the shim loaded (embedded gpud unless WOOLY_SERVER is set)."""
+    from woolyhv.config import settings
+    from woolyhv.launcher import run as launch
+
+    launch([program, *ctx.args], settings())
+
+
+@app.command()
+def version() -> None:
+    """Print versions."""
+    import gpud
+    import shim
+    from proto.constants import PROTOCOL_VERSION
+
+    typer.echo(f"woolyhv {__import__('woolyhv').__version__} (gpud {gpud.__version__}, shim {shim.__version__}, protocol {PROTOCOL_VERSION}, python {sys.version.split()[0]}, pid {os.getpid()})")
+
+
+def main() -> None:
+    app()
