@@ -8,6 +8,7 @@ pipe), so session tables are only ever touched by the loop thread.
 
 from __future__ import annotations
 
+import importlib
 import os
 import queue
 import signal
@@ -31,6 +32,10 @@ from proto import messages as m
 from proto.codec import ProtocolError, encode, encode_body, unpack_body, validate
 from woolyhv.hostinfo import host_id, pid_alive
 
+# gpud modules that register message handlers with ``gpud.session.extension`` (imported at start;
+# each imports its heavy dependencies, such as torch, lazily).
+EXTENSION_MODULES = ("gpud.shm", "gpud.aten", "gpud.hypervisor")
+
 # Requests that report pending asynchronous errors before they run (CUDA's "next API call").
 _NO_ERROR_CHECK = frozenset({"batch", "ping", "bye", "list_sessions", "hello"})
 
@@ -47,6 +52,12 @@ class Server:
     ) -> None:
         if not backends:
             raise ValueError("gpud needs at least one backend")
+        for name in EXTENSION_MODULES:
+            try:
+                importlib.import_module(name)
+            except ModuleNotFoundError as exc:
+                if exc.name != name:
+                    raise
         self.endpoints = endpoints
         self.backends = backends
         self.session_expiry_s = session_expiry_s
@@ -217,10 +228,20 @@ class Server:
             server_version=gpud.__version__,
             host_id=self.host_id,
             heartbeat_s=C.HEARTBEAT_INTERVAL_S,
-            capabilities=["driver", "ptx"],
+            capabilities=self.capabilities(),
             devices=[b.info() for b in self.backends],
         )
         self._send(identity, encode(reply))
+
+    def capabilities(self) -> list[str]:
+        from gpud.session import EXTENSIONS
+
+        caps = ["driver", "ptx"]
+        if "shm_open" in EXTENSIONS:
+            caps.append("shm")
+        if "aten_batch" in EXTENSIONS:
+            caps.append("aten")
+        return caps
 
     def close_session(self, session: Session, reason: str) -> None:
         if session.closed:

@@ -25,6 +25,21 @@ if TYPE_CHECKING:
     from gpud.server import Server
 
 
+# Handlers contributed by other gpud modules (the ATen executor, the hypervisor ...):
+# message kind -> fn(session, msg, bulk). Registered at import time with ``@extension("kind")``.
+EXTENSIONS: dict[str, Callable[[Session, Any, list[Any]], Any]] = {}
+# Called with the session when it closes, after its driver-level state is freed.
+CLOSE_HOOKS: list[Callable[[Session], None]] = []
+
+
+def extension(kind: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
+        EXTENSIONS[kind] = fn
+        return fn
+
+    return deco
+
+
 @dataclass
 class Later:
     markers: list[Marker]
@@ -76,6 +91,7 @@ class Session:
         self.events: dict[int, Event] = {}
         self.engine = StreamEngine(server.pool, on_error=self.record_error)
         self.closed = False
+        self.ext: dict[str, Any] = {}  # per-session state of extensions, by extension name
 
     # ------------------------------------------------------------------ errors and output
     def record_error(self, error: CudaError) -> None:
@@ -133,9 +149,12 @@ class Session:
     # ------------------------------------------------------------------ dispatch
     def handle(self, msg: Any, bulk: list[Any]) -> Any:
         handler = getattr(self, "on_" + msg.kind, None)
-        if handler is None:
+        if handler is not None:
+            return handler(msg, bulk)
+        ext = EXTENSIONS.get(msg.kind)
+        if ext is None:
             raise CudaError(codes.NOT_SUPPORTED, f"message kind {msg.kind!r} is not supported by this gpud")
-        return handler(msg, bulk)
+        return ext(self, msg, bulk)
 
     def on_batch(self, msg: m.Batch, bulk: list[Any]) -> None:
         for call in msg.calls:
@@ -186,6 +205,13 @@ class Session:
         self.modules.clear()
         self.functions.clear()
         self.events.clear()
+        for hook in CLOSE_HOOKS:
+            try:
+                hook(self)
+            except Exception:  # noqa: BLE001 - a failing hook must not stop the cleanup of others
+                import traceback
+
+                traceback.print_exc()
 
     def on_mem_get_info(self, msg: m.MemGetInfo, bulk: list[Any]) -> list[int]:
         return list(self.server.mem_info(self))

@@ -251,6 +251,36 @@ class Launch(_Req):
     params: Annotated[bytes, Field(max_length=1 << 16)] = b""
 
 
+# ---------------------------------------------------------------- same-host staging (shared memory)
+# NOTE [shm staging]: when client and gpud share a host, bulk copies go through a shared-memory
+# ring that gpud creates per session (ShmOpen). The client copies into a slot and queues ShmHtoD;
+# gpud copies the slot to the device in stream order and then writes the op's ``seq`` into the
+# slot's flag word (high bit set on error), which is how the client knows the slot is free.
+# ShmDtoH runs the other way. Two memcpys, pipelined across slots, instead of four socket copies.
+
+
+class ShmOpen(_Req):
+    kind: Literal["shm_open"] = "shm_open"
+
+
+class ShmHtoD(_Req):
+    kind: Literal["shm_htod"] = "shm_htod"
+    dst: U64
+    slot: Annotated[int, Field(ge=0, lt=1024)]
+    size: Size
+    seq: Annotated[int, Field(ge=1, lt=1 << 62)]
+    stream: Handle = DEFAULT_STREAM
+
+
+class ShmDtoH(_Req):
+    kind: Literal["shm_dtoh"] = "shm_dtoh"
+    src: U64
+    slot: Annotated[int, Field(ge=0, lt=1024)]
+    size: Size
+    seq: Annotated[int, Field(ge=1, lt=1 << 62)]
+    stream: Handle = DEFAULT_STREAM
+
+
 # ---------------------------------------------------------------- replies
 
 
@@ -282,6 +312,8 @@ QueuedCall = Annotated[
         EventDestroy,
         ModuleUnload,
         Launch,
+        ShmHtoD,
+        ShmDtoH,
     ],
     Field(discriminator="kind"),
 ]
@@ -326,6 +358,9 @@ Message = Annotated[
         ModuleGetGlobal,
         Launch,
         Batch,
+        ShmOpen,
+        ShmHtoD,
+        ShmDtoH,
         Result,
         Error,
     ],

@@ -16,9 +16,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from proto import errors as codes
 from proto.errors import CudaError
 from shim.client import Connection
+from shim.shm import MIN_SHM_BYTES, StagingRing
+from woolyhv.config import settings
 
 DRIVER_VERSION = 12090  # the CUDA version the API surface corresponds to (12.9)
 
@@ -58,6 +62,7 @@ class Driver:
         self.events: set[int] = set()
         self.modules: dict[int, dict[str, Any]] = {}
         self.functions: dict[int, FunctionInfo] = {}
+        self._ring: StagingRing | None | bool = None
 
     def _new_id(self) -> int:
         return next(self._ids)
@@ -133,23 +138,61 @@ class Driver:
         except CudaError:
             return False
 
+    def _staging(self) -> StagingRing | None:
+        """The same-host shared-memory ring, opened on first large copy (None when remote)."""
+        if self._ring is False:
+            return None
+        if self._ring is None:
+            use = self.conn.same_host and "shm" in self.conn.server_capabilities and settings().shm
+            try:
+                self._ring = StagingRing(self.conn) if use else False
+            except (CudaError, OSError):
+                self._ring = False
+        return self._ring or None
+
     def memcpy_htod(self, dst: int, src: Any, stream: int = 0) -> None:
         """Copy a host buffer (bytes-like) to the device. The bytes are taken before return."""
-        view = memoryview(src).cast("B")
-        if view.nbytes == 0:
+        view = memoryview(src)
+        if not view.c_contiguous:
+            view = memoryview(view.tobytes())
+        view = view.cast("B")
+        n = view.nbytes
+        if n == 0:
             return
-        self.conn.post({"kind": "memcpy_htod", "dst": int(dst), "frame": 0, "stream": int(stream)}, [bytes(view)])
+        ring = self._staging() if n >= MIN_SHM_BYTES else None
+        if ring is not None:
+            self._check_range(dst, n, "cuMemcpyHtoD")
+            ring.htod(int(dst), np.frombuffer(view, dtype=np.uint8).ctypes.data, n, self._stream(stream))
+            return
+        self.conn.post({"kind": "memcpy_htod", "dst": int(dst), "frame": 0, "stream": self._stream(stream)}, [bytes(view)])
 
     def memcpy_dtoh(self, src: int, size: int, stream: int = 0, out: Any = None) -> Any:
-        """Copy device memory to the host: returns the bytes, or fills ``out`` (a writable buffer)."""
+        """Copy device memory to the host: returns a bytes-like object, or fills ``out`` (writable)."""
         if size == 0:
             return b"" if out is None else out
-        _, bulk = self.conn.call({"kind": "memcpy_dtoh", "src": int(src), "size": int(size), "stream": int(stream)})
+        ring = self._staging() if size >= MIN_SHM_BYTES else None
+        if ring is not None:
+            self._check_range(src, size, "cuMemcpyDtoH")
+            target = out if out is not None else bytearray(size)
+            view = memoryview(target).cast("B")
+            if view.readonly or view.nbytes < size:
+                raise CudaError(codes.INVALID_VALUE, "cuMemcpyDtoH: destination buffer is read-only or too small")
+            ring.dtoh(int(src), int(size), np.frombuffer(view, dtype=np.uint8).ctypes.data, self._stream(stream))
+            return target
+        _, bulk = self.conn.call({"kind": "memcpy_dtoh", "src": int(src), "size": int(size), "stream": self._stream(stream)})
         data = bulk[0]
         if out is None:
             return bytes(data)
         memoryview(out).cast("B")[:size] = data
         return out
+
+    def _check_range(self, ptr: int, size: int, what: str) -> None:
+        """Fail fast on ranges outside this context's allocations (gpud checks again)."""
+        base, n = self.mem_get_address_range(ptr) if self.is_device_pointer(ptr) else (None, 0)
+        if base is None:
+            return  # module globals and the like: gpud is the judge
+        if ptr + size > base + n:
+            raise CudaError(codes.INVALID_VALUE, f"{what}: range 0x{ptr:x}+{size} overruns the allocation 0x{base:x}+{n}")
 
     def memcpy_dtod(self, dst: int, src: int, size: int, stream: int = 0) -> None:
         if size:

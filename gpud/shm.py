@@ -1,0 +1,133 @@
+"""Server side of the same-host staging ring (see NOTE [shm staging] in proto/messages.py)."""
+
+from __future__ import annotations
+
+import mmap
+import os
+import secrets
+import tempfile
+from typing import Any
+
+import numpy as np
+
+from gpud.errors import CudaError, codes
+from gpud.session import CLOSE_HOOKS, Session, extension
+from proto import messages as m
+
+SLOTS = 8
+SLOT_SIZE = 8 << 20
+HEADER = 4096
+ERROR_BIT = 1 << 63
+
+
+def _shm_dir() -> str:
+    return "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+
+
+class Staging:
+    def __init__(self) -> None:
+        self.path = os.path.join(_shm_dir(), f"wooly-{os.getpid()}-{secrets.token_hex(16)}")
+        size = HEADER + SLOTS * SLOT_SIZE
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.ftruncate(fd, size)
+            self.mm = mmap.mmap(fd, size)
+        finally:
+            os.close(fd)
+        self.flags = np.frombuffer(self.mm, dtype=np.uint64, count=SLOTS)
+        base = np.frombuffer(self.mm, dtype=np.uint8)
+        self.base = base.ctypes.data
+
+    def slot_addr(self, slot: int) -> int:
+        return self.base + HEADER + slot * SLOT_SIZE
+
+    def close(self) -> None:
+        try:
+            os.unlink(self.path)
+        except OSError:
+            pass
+        del self.flags
+        try:
+            self.mm.close()
+        except BufferError:
+            pass
+
+
+def _staging(session: Session) -> Staging:
+    st = session.ext.get("shm")
+    if st is None:
+        raise CudaError(codes.INVALID_VALUE, "no staging area: send shm_open first")
+    return st
+
+
+@extension("shm_open")
+def shm_open(session: Session, msg: m.ShmOpen, bulk: list[Any]) -> dict[str, Any]:
+    if not session.info.local:
+        raise CudaError(codes.NOT_SUPPORTED, "shared-memory staging is only for clients on gpud's host")
+    st = session.ext.get("shm")
+    if st is None:
+        st = session.ext["shm"] = Staging()
+    return {"path": st.path, "slots": SLOTS, "slot_size": SLOT_SIZE, "header": HEADER}
+
+
+def _check(st: Staging, slot: int, size: int, seq: int) -> None:
+    if slot >= SLOTS or size > SLOT_SIZE:
+        if slot < SLOTS:
+            st.flags[slot] = seq | ERROR_BIT
+        raise CudaError(codes.INVALID_VALUE, f"staging slot {slot} / size {size} out of range ({SLOTS} x {SLOT_SIZE})")
+
+
+@extension("shm_htod")
+def shm_htod(session: Session, msg: m.ShmHtoD, bulk: list[Any]) -> None:
+    st = _staging(session)
+    _check(st, msg.slot, msg.size, msg.seq)
+    try:
+        session.find(msg.dst, msg.size, "cuMemcpyHtoD")
+    except CudaError:
+        st.flags[msg.slot] = msg.seq | ERROR_BIT
+        raise
+    src = st.slot_addr(msg.slot)
+
+    def run() -> None:
+        ok = False
+        try:
+            session.backend.copyin_from(msg.dst, msg.size, src)
+            ok = True
+        finally:
+            st.flags[msg.slot] = msg.seq if ok else msg.seq | ERROR_BIT
+
+    session.engine.enqueue(msg.stream, run)
+
+
+@extension("shm_dtoh")
+def shm_dtoh(session: Session, msg: m.ShmDtoH, bulk: list[Any]) -> None:
+    st = _staging(session)
+    _check(st, msg.slot, msg.size, msg.seq)
+    try:
+        session.find(msg.src, msg.size, "cuMemcpyDtoH")
+    except CudaError:
+        st.flags[msg.slot] = msg.seq | ERROR_BIT
+        raise
+    dst = st.slot_addr(msg.slot)
+
+    def run() -> None:
+        ok = False
+        try:
+            session.backend.copyout_into(msg.src, msg.size, dst)
+            ok = True
+        finally:
+            st.flags[msg.slot] = msg.seq if ok else msg.seq | ERROR_BIT
+
+    session.engine.enqueue(msg.stream, run)
+
+
+def _close(session: Session) -> None:
+    st = session.ext.pop("shm", None)
+    if st is not None:
+        # In-flight copies may still touch the ring: unmap once the session's streams drain.
+        from gpud.streams import when_all
+
+        when_all(session.engine.tails(), st.close)
+
+
+CLOSE_HOOKS.append(_close)
