@@ -36,6 +36,8 @@ from woolyhv.hostinfo import host_id, pid_alive
 # each imports its heavy dependencies, such as torch, lazily).
 EXTENSION_MODULES = ("gpud.shm", "gpud.aten", "gpud.hypervisor")
 
+WAKE_IDENTITY = b"\x00gpud-wake"
+
 # Requests that report pending asynchronous errors before they run (CUDA's "next API call").
 _NO_ERROR_CHECK = frozenset({"batch", "ping", "bye", "list_sessions", "hello"})
 
@@ -49,6 +51,7 @@ class Server:
         session_expiry_s: float = C.SESSION_EXPIRY_S,
         local_expiry_s: float = 60.0,
         workers: int | None = None,
+        hypervisor: Any = None,
     ) -> None:
         if not backends:
             raise ValueError("gpud needs at least one backend")
@@ -76,22 +79,41 @@ class Server:
         self.pool = ThreadPoolExecutor(max_workers=workers or max(8, 2 * (os.cpu_count() or 2)), thread_name_prefix="gpud-stream")
         self.sessions: dict[bytes, Session] = {}
         self.used: dict[int, int] = {b.ordinal: 0 for b in backends}
+        # NOTE [wake-ups]: the I/O loop blocks in recv on the ROUTER alone (a poll over several
+        # sockets costs ~30 us per message in pyzmq). Other threads wake it by sending a frame to
+        # the same ROUTER over inproc from an internal DEALER with a reserved identity.
         self._loop_calls: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
+        wake_ep = f"inproc://gpud-wake-{id(self)}"
+        self.sock.bind(wake_ep)
+        self.sock.setsockopt(zmq.RCVTIMEO, 250)
+        self._wake = self.ctx.socket(zmq.DEALER)
+        self._wake.setsockopt(zmq.IDENTITY, WAKE_IDENTITY)
+        self._wake.setsockopt(zmq.LINGER, 0)
+        self._wake.connect(wake_ep)
+        self._wake_lock = threading.Lock()
         self._stop = threading.Event()
         self.started = time.time()
+        # Small messages are cheaper to receive as bytes; big bulk frames arrive over shared memory
+        # from same-host clients, so the remaining copy=True cost is confined to remote uploads.
+        self._copy_small = True
         self.stats = {"requests": 0, "errors": 0, "sessions_opened": 0, "sessions_expired": 0}
+        # Tenants, quotas, dedup, scheduling, sleep (gpud/hypervisor); ``hypervisor`` is its config.
+        from gpud.hypervisor import attach
+
+        self.hv = attach(self, hypervisor)
 
     # ------------------------------------------------------------------ helpers for sessions
     def call_on_loop(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` on the I/O loop thread (safe from any thread)."""
         self._loop_calls.put(fn)
-        try:
-            os.write(self._wake_w, b"x")
-        except BlockingIOError:
-            pass  # the pipe is full, so the loop is awake anyway
+        self._poke()
+
+    def _poke(self) -> None:
+        with self._wake_lock:
+            try:
+                self._wake.send(b"", zmq.NOBLOCK)
+            except zmq.ZMQError:
+                pass  # closed at shutdown, or the loop already has wake-ups queued
 
     def run_async(self, fn: Callable[[], Any]) -> Marker:
         marker = Marker()
@@ -111,6 +133,9 @@ class Server:
         return marker
 
     def reserve_memory(self, session: Session, size: int) -> None:
+        if self.hv is not None:
+            self.hv.reserve(session, size)
+            return
         dev = session.backend
         total = dev.total_memory
         if self.used[dev.ordinal] + size > total:
@@ -121,16 +146,23 @@ class Server:
         self.used[dev.ordinal] += size
 
     def release_memory(self, session: Session, size: int) -> None:
+        if self.hv is not None:
+            self.hv.release(session, size)
+            return
         self.used[session.backend.ordinal] -= size
 
     def mem_info(self, session: Session) -> tuple[int, int]:
+        if self.hv is not None:
+            return self.hv.mem_info(session)
         total = session.backend.total_memory
         return max(0, total - self.used[session.backend.ordinal]), total
 
     # ------------------------------------------------------------------ sending
     def _send(self, identity: bytes, frames: list[Any]) -> None:
         try:
-            self.sock.send_multipart([identity, *frames], copy=False)
+            # zero-copy only pays for big frames; small ones are cheaper copied
+            big = len(frames) > 2 and any(len(f) > 65536 for f in frames[2:])
+            self.sock.send_multipart([identity, *frames], copy=not big)
         except zmq.ZMQError as exc:
             log.warning("send.failed", error=str(exc))
 
@@ -147,6 +179,8 @@ class Server:
     # ------------------------------------------------------------------ request handling
     def handle(self, frames: list[Any]) -> None:
         identity = bytes(frames[0].buffer) if hasattr(frames[0], "buffer") else frames[0]
+        if identity == WAKE_IDENTITY:
+            return
         session = self.sessions.get(identity)
         if session is not None:
             session.last_seen = time.monotonic()
@@ -203,6 +237,9 @@ class Server:
                 return
             self._reply(identity, rid, value, bulk, session)
 
+        if all(mk.done for mk in later.markers):
+            finish()  # already complete (e.g. a copy that ran inline): answer now
+            return
         when_all(later.markers, lambda: self.call_on_loop(finish))
 
     def _hello(self, identity: bytes, msg: m.Hello) -> None:
@@ -216,9 +253,13 @@ class Server:
             self.close_session(old, "rehello")
         sid = uuid.uuid4().hex[:12]
         local = bool(msg.host_id) and msg.host_id == self.host_id
+        if self.hv is not None:
+            self.hv.admit(msg.tenant, msg.token)
         info = SessionInfo(tenant=msg.tenant, pid=msg.pid, host_id=msg.host_id, program=msg.program, local=local)
         session = Session(self, sid, identity, info, self.backends[0])
         self.sessions[identity] = session
+        if self.hv is not None:
+            self.hv.on_open(session)
         self.stats["sessions_opened"] += 1
         log.event("session.open", session=sid, tenant=msg.tenant, pid=msg.pid, local=local, program=msg.program)
         reply = m.HelloReply(
@@ -241,6 +282,8 @@ class Server:
             caps.append("shm")
         if "aten_batch" in EXTENSIONS:
             caps.append("aten")
+        if self.hv is not None:
+            caps += self.hv.capabilities()
         return caps
 
     def close_session(self, session: Session, reason: str) -> None:
@@ -263,6 +306,7 @@ class Server:
             ],
             "sessions": [s.describe() for s in self.sessions.values()],
             "stats": dict(self.stats),
+            "hypervisor": self.hv.describe() if self.hv is not None else None,
         }
 
     def _expire(self) -> None:
@@ -280,10 +324,7 @@ class Server:
     # ------------------------------------------------------------------ loop
     def stop(self) -> None:
         self._stop.set()
-        try:
-            os.write(self._wake_w, b"x")
-        except OSError:
-            pass
+        self._poke()
 
     def install_signal_handlers(self) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -291,29 +332,20 @@ class Server:
 
     def serve_forever(self, owner_pid: int | None = None) -> None:
         log.event("gpud.listen", endpoints=",".join(self.bound), devices=",".join(b.info().name for b in self.backends))
-        poller = zmq.Poller()
-        poller.register(self.sock, zmq.POLLIN)
-        poller.register(self._wake_r, zmq.POLLIN)
         next_check = time.monotonic() + 0.25
+        # A zombie owner still answers kill(pid, 0); being re-parented is the reliable sign.
+        owner_is_parent = owner_pid is not None and os.getppid() == owner_pid
         try:
             while not self._stop.is_set():
-                events = dict(poller.poll(250))
-                if self.sock in events:
-                    for _ in range(256):
-                        try:
-                            frames = self.sock.recv_multipart(flags=zmq.NOBLOCK, copy=False)
-                        except zmq.Again:
-                            break
-                        try:
-                            self.handle(frames)
-                        except Exception as exc:  # noqa: BLE001 - a client must never crash the daemon
-                            log.warning("request.crash", error=f"{type(exc).__name__}: {exc}")
-                if self._wake_r in events:
+                try:
+                    frames = self.sock.recv_multipart(copy=self._copy_small)
+                except zmq.Again:
+                    frames = None
+                if frames is not None:
                     try:
-                        while os.read(self._wake_r, 4096):
-                            pass
-                    except BlockingIOError:
-                        pass
+                        self.handle(frames)
+                    except Exception as exc:  # noqa: BLE001 - a client must never crash the daemon
+                        log.warning("request.crash", error=f"{type(exc).__name__}: {exc}")
                 while True:
                     try:
                         fn = self._loop_calls.get_nowait()
@@ -327,7 +359,11 @@ class Server:
                 if now >= next_check:
                     next_check = now + 0.25
                     self._expire()
-                    if owner_pid is not None and not pid_alive(owner_pid):
+                    if self.hv is not None:
+                        self.hv.tick(now)
+                    if owner_pid is not None and (
+                        not pid_alive(owner_pid) or (owner_is_parent and os.getppid() != owner_pid)
+                    ):
                         log.event("gpud.owner-gone", pid=owner_pid)
                         break
         finally:
@@ -336,13 +372,12 @@ class Server:
     def shutdown(self) -> None:
         for s in list(self.sessions.values()):
             self.close_session(s, "shutdown")
+        if self.hv is not None:
+            self.hv.shutdown()
         self.pool.shutdown(wait=False, cancel_futures=True)
+        with self._wake_lock:
+            self._wake.close(0)
         self.sock.close(0)
-        for fd in (self._wake_r, self._wake_w):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
         for ep in self.bound:
             if ep.startswith("ipc://"):
                 try:

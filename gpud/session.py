@@ -30,6 +30,10 @@ if TYPE_CHECKING:
 EXTENSIONS: dict[str, Callable[[Session, Any, list[Any]], Any]] = {}
 # Called with the session when it closes, after its driver-level state is freed.
 CLOSE_HOOKS: list[Callable[[Session], None]] = []
+# Called with (session, msg, bulk) before every message's handler (batch members included); may
+# raise CudaError to refuse the message. The hypervisor uses it to wake a sleeping tenant and to
+# unshare deduplicated memory before a write (gpud/hypervisor).
+MESSAGE_HOOKS: list[Callable[[Session, Any, list[Any]], None]] = []
 
 
 def extension(kind: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -44,6 +48,10 @@ def extension(kind: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
 class Later:
     markers: list[Marker]
     produce: Callable[[], tuple[Any, list[Any]]]
+
+
+# Copies up to this size run on the I/O loop when their stream is idle (NOTE in gpud/streams.py).
+INLINE_BYTES = 4 << 20
 
 
 @dataclass
@@ -148,6 +156,8 @@ class Session:
 
     # ------------------------------------------------------------------ dispatch
     def handle(self, msg: Any, bulk: list[Any]) -> Any:
+        for hook in MESSAGE_HOOKS:
+            hook(self, msg, bulk)
         handler = getattr(self, "on_" + msg.kind, None)
         if handler is not None:
             return handler(msg, bulk)
@@ -221,12 +231,14 @@ class Session:
         size = data.nbytes if isinstance(data, memoryview) else len(data)
         self.find(msg.dst, size, "cuMemcpyHtoD")
         if size:
-            self.engine.enqueue(msg.stream, lambda: self.backend.copyin(msg.dst, data))
+            self.engine.enqueue(msg.stream, lambda: self.backend.copyin(msg.dst, data), inline=size <= INLINE_BYTES)
 
     def on_memcpy_dtoh(self, msg: m.MemcpyDtoH, bulk: list[Any]) -> Later:
         self.find(msg.src, msg.size, "cuMemcpyDtoH")
         out: list[bytearray] = []
-        marker = self.engine.enqueue(msg.stream, lambda: out.append(self.backend.copyout(msg.src, msg.size)))
+        marker = self.engine.enqueue(
+            msg.stream, lambda: out.append(self.backend.copyout(msg.src, msg.size)), inline=msg.size <= INLINE_BYTES
+        )
 
         def produce() -> tuple[Any, list[Any]]:
             self.check_errors()
@@ -238,7 +250,9 @@ class Session:
         self.find(msg.src, msg.size, "cuMemcpyDtoD (source)")
         self.find(msg.dst, msg.size, "cuMemcpyDtoD (destination)")
         if msg.size:
-            self.engine.enqueue(msg.stream, lambda: self.backend.copy(msg.dst, msg.src, msg.size))
+            self.engine.enqueue(
+                msg.stream, lambda: self.backend.copy(msg.dst, msg.src, msg.size), inline=msg.size <= INLINE_BYTES
+            )
 
     def on_memset(self, msg: m.Memset, bulk: list[Any]) -> None:
         if msg.dst % msg.elem_size:
@@ -246,7 +260,9 @@ class Session:
         self.find(msg.dst, msg.count * msg.elem_size, f"cuMemsetD{8 * msg.elem_size}")
         if msg.count:
             self.engine.enqueue(
-                msg.stream, lambda: self.backend.memset(msg.dst, msg.value, msg.elem_size, msg.count)
+                msg.stream,
+                lambda: self.backend.memset(msg.dst, msg.value, msg.elem_size, msg.count),
+                inline=msg.count * msg.elem_size <= INLINE_BYTES,
             )
 
     # ------------------------------------------------------------------ streams

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from gpud.errors import CudaError, codes
-from gpud.session import CLOSE_HOOKS, Session, extension
+from gpud.session import CLOSE_HOOKS, INLINE_BYTES, Session, extension
 from proto import messages as m
 
 SLOTS = 8
@@ -96,7 +96,7 @@ def shm_htod(session: Session, msg: m.ShmHtoD, bulk: list[Any]) -> None:
         finally:
             st.flags[msg.slot] = msg.seq if ok else msg.seq | ERROR_BIT
 
-    session.engine.enqueue(msg.stream, run)
+    session.engine.enqueue(msg.stream, run, inline=msg.size <= INLINE_BYTES)
 
 
 @extension("shm_dtoh")
@@ -118,7 +118,7 @@ def shm_dtoh(session: Session, msg: m.ShmDtoH, bulk: list[Any]) -> None:
         finally:
             st.flags[msg.slot] = msg.seq if ok else msg.seq | ERROR_BIT
 
-    session.engine.enqueue(msg.stream, run)
+    session.engine.enqueue(msg.stream, run, inline=msg.size <= INLINE_BYTES)
 
 
 def _close(session: Session) -> None:

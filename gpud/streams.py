@@ -119,13 +119,22 @@ class Stream:
             if start:
                 self._active = True
         if start:
-            self.engine.pool.submit(self._drain)
+            self._kick()
         return marker
 
     def idle(self) -> bool:
         return self.tail.done
 
+    def _kick(self) -> None:
+        """Schedule this stream's drain: on the pool, or through the device scheduler's gate."""
+        gate = self.engine.gate
+        if gate is None:
+            self.engine.pool.submit(self._drain)
+        else:
+            gate.submit(self._drain)
+
     def _drain(self) -> None:
+        gate = self.engine.gate  # NOTE [scheduling] in gpud/hypervisor/scheduler.py
         while True:
             with self._lock:
                 if not self._ops:
@@ -136,10 +145,11 @@ class Stream:
                 if pending:
                     op.deps = pending
                     # Park: resume this stream when its head's dependency completes.
-                    pending[0].add_callback(lambda: self.engine.pool.submit(self._drain))
+                    pending[0].add_callback(self._kick)
                     return
                 self._ops.popleft()
             error: CudaError | None = None
+            t0 = time.perf_counter_ns() if gate is not None else 0
             try:
                 op.fn()
             except CudaError as exc:
@@ -149,6 +159,15 @@ class Stream:
             if error is not None and self.engine.on_error is not None:
                 self.engine.on_error(error)
             op.marker.complete(error)
+            if gate is not None:
+                gate.charge(time.perf_counter_ns() - t0)
+                if gate.should_yield():  # others are ready: give the device back at this op boundary
+                    with self._lock:
+                        if not self._ops:
+                            self._active = False
+                            return
+                    self._kick()
+                    return
 
 
 class StreamEngine:
@@ -157,6 +176,8 @@ class StreamEngine:
     def __init__(self, pool: ThreadPoolExecutor, on_error: Callable[[CudaError], None] | None = None) -> None:
         self.pool = pool
         self.on_error = on_error
+        # The device scheduler's view of this session (gpud/hypervisor/scheduler.py), or None.
+        self.gate: Any = None
         self.streams: dict[int, Stream] = {0: Stream(self, 0, blocking=True)}
         self._retired: list[Marker] = []  # tails of destroyed streams, still owed to synchronize
 
@@ -187,7 +208,11 @@ class StreamEngine:
         if not s.tail.done:
             self._retired.append(s.tail)
 
-    def enqueue(self, handle: int, fn: Callable[[], Any], deps: list[Marker] | None = None) -> Marker:
+    def enqueue(
+        self, handle: int, fn: Callable[[], Any], deps: list[Marker] | None = None, *, inline: bool = False
+    ) -> Marker:
+        """Queue ``fn`` on a stream. ``inline=True`` marks a short operation (a small copy) that
+        may run right here when nothing it must wait for is pending, saving two thread hand-offs."""
         s = self.get(handle)
         deps = list(deps or [])
         # Legacy default stream semantics: stream 0 waits for all blocking streams, and blocking
@@ -198,7 +223,24 @@ class StreamEngine:
             t0 = self.streams[0].tail
             if not t0.done:
                 deps.append(t0)
+        if inline and s.tail.done and all(d.done for d in deps):
+            return self._run_inline(s, fn)
         return s.submit(fn, deps)
+
+    def _run_inline(self, s: Stream, fn: Callable[[], Any]) -> Marker:
+        marker = Marker()
+        s.tail = marker
+        error: CudaError | None = None
+        try:
+            fn()
+        except CudaError as exc:
+            error = exc
+        except Exception as exc:  # noqa: BLE001
+            error = CudaError(codes.UNKNOWN, f"{type(exc).__name__}: {exc}")
+        if error is not None and self.on_error is not None:
+            self.on_error(error)
+        marker.complete(error)
+        return marker
 
     def tails(self) -> list[Marker]:
         self._retired = [m for m in self._retired if not m.done]

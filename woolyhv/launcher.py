@@ -43,7 +43,7 @@ def start_gpud(
     if owner_pid is not None:
         cmd += ["--owner-pid", str(owner_pid)]
     cmd += extra_args or []
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, env=env, start_new_session=True)
     wait_ready(endpoint, proc, wait_s)
     return endpoint, proc
 

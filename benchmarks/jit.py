@@ -1,0 +1,231 @@
+"""PTX JIT on the CPU vs the same algorithms under numba @njit(parallel=True), plus compile/cache latency.
+
+python -m benchmarks.jit [--quick]; one JSON line per metric, the last line is the headline (geomean ratio).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import struct
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from numba import cuda, float32, njit, prange, uint32, void
+
+TILE = 16
+
+
+def k_saxpy(a, x, y, out):  # type: ignore[no-untyped-def]
+    i = cuda.grid(1)
+    if i < x.size:
+        out[i] = a * x[i] + y[i]
+
+
+def k_reduce(x, out):  # type: ignore[no-untyped-def]
+    sm = cuda.shared.array(8, float32)
+    acc = float32(0.0)
+    i = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    while i < x.size:
+        acc += x[i]
+        i += stride
+    off = 16
+    while off > 0:
+        acc += cuda.shfl_down_sync(0xFFFFFFFF, acc, off)
+        off //= 2
+    lane = cuda.threadIdx.x % 32
+    w = cuda.threadIdx.x // 32
+    if lane == 0:
+        sm[w] = acc
+    cuda.syncthreads()
+    if w == 0:
+        acc = sm[lane] if lane < 8 else float32(0.0)
+        off = 4
+        while off > 0:
+            acc += cuda.shfl_down_sync(0xFFFFFFFF, acc, off)
+            off //= 2
+        if lane == 0:
+            out[cuda.blockIdx.x] = acc
+
+
+def k_matmul(A, B, C):  # type: ignore[no-untyped-def]
+    As = cuda.shared.array((TILE, TILE), float32)
+    Bs = cuda.shared.array((TILE, TILE), float32)
+    tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+    row = cuda.blockIdx.y * TILE + ty
+    col = cuda.blockIdx.x * TILE + tx
+    n = A.shape[0]
+    acc = float32(0.0)
+    for t in range(n // TILE):
+        As[ty, tx] = A[row, t * TILE + tx]
+        Bs[ty, tx] = B[t * TILE + ty, col]
+        cuda.syncthreads()
+        for k in range(TILE):
+            acc += As[ty, k] * Bs[k, tx]
+        cuda.syncthreads()
+    C[row, col] = acc
+
+
+def k_hist(data, bins):  # type: ignore[no-untyped-def]
+    i = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    while i < data.size:
+        cuda.atomic.add(bins, data[i] & 255, 1)
+        i += stride
+
+
+@njit(parallel=True, cache=False)
+def n_saxpy(a, x, y, out):  # type: ignore[no-untyped-def]
+    for i in prange(x.size):
+        out[i] = a * x[i] + y[i]
+
+
+@njit(parallel=True, cache=False)
+def n_reduce(x, out, nblocks):  # type: ignore[no-untyped-def]
+    chunk = (x.size + nblocks - 1) // nblocks
+    for b in prange(nblocks):
+        acc = np.float32(0.0)
+        for i in range(b * chunk, min(x.size, (b + 1) * chunk)):
+            acc += x[i]
+        out[b] = acc
+
+
+@njit(parallel=True, cache=False)
+def n_matmul(A, B, C):  # type: ignore[no-untyped-def]
+    n = A.shape[0]
+    nt = n // TILE
+    for bt in prange(nt * nt):
+        bi, bj = bt // nt, bt % nt
+        acc = np.zeros((TILE, TILE), np.float32)
+        for t in range(nt):
+            a = A[bi * TILE:(bi + 1) * TILE, t * TILE:(t + 1) * TILE]
+            b = B[t * TILE:(t + 1) * TILE, bj * TILE:(bj + 1) * TILE]
+            for i in range(TILE):
+                for k in range(TILE):
+                    aik = a[i, k]
+                    for j in range(TILE):
+                        acc[i, j] += aik * b[k, j]
+        C[bi * TILE:(bi + 1) * TILE, bj * TILE:(bj + 1) * TILE] = acc
+
+
+@njit(parallel=True, cache=False)
+def n_hist(data, nchunks):  # type: ignore[no-untyped-def]
+    part = np.zeros((nchunks, 256), np.uint32)
+    chunk = (data.size + nchunks - 1) // nchunks
+    for c in prange(nchunks):
+        for i in range(c * chunk, min(data.size, (c + 1) * chunk)):
+            part[c, data[i] & 255] += 1
+    return part.sum(axis=0)
+
+
+def numba_params(kernel: Any, *args: Any) -> bytes:
+    vals: list[Any] = []
+    for a in args:
+        if isinstance(a, np.ndarray):
+            vals += [0, 0, a.size, a.itemsize, a.ctypes.data, *a.shape, *a.strides]
+        else:
+            vals.append(a)
+    buf = bytearray(kernel.param_buffer_size)
+    for p, v in zip(kernel.params, vals, strict=False):
+        raw = struct.pack("<f", v) if isinstance(v, float) else int(v).to_bytes(p.size, "little", signed=v < 0)
+        buf[p.offset:p.offset + p.size] = raw
+    return bytes(buf)
+
+
+def best(fn: Callable[[], Any], reps: int) -> float:
+    fn()
+    ts = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t)
+    return min(ts)
+
+
+def emit(metric: str, value: float, baseline: float, target: float, unit: str, **extra: Any) -> dict:
+    rec = {"bench": "jit", "metric": metric, "value": round(value, 4), "baseline": round(baseline, 4),
+           "ratio": round(value / baseline, 3) if baseline else 0.0, "target": target, "unit": unit, **extra}
+    print(json.dumps(rec), flush=True)
+    return rec
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    from jit import compile_module
+    q = args.quick
+    reps = 3 if q else 5
+    rng = np.random.default_rng(0)
+    sigs = {
+        "saxpy": (k_saxpy, void(float32, float32[::1], float32[::1], float32[::1])),
+        "reduce": (k_reduce, void(float32[::1], float32[::1])),
+        "matmul": (k_matmul, void(float32[:, ::1], float32[:, ::1], float32[:, ::1])),
+        "hist": (k_hist, void(uint32[::1], uint32[::1])),
+    }
+    ptxs = {name: cuda.compile_ptx(fn, sig, cc=(8, 0))[0] for name, (fn, sig) in sigs.items()}
+    mods = {name: compile_module(p) for name, p in ptxs.items()}
+    kern = {name: m.get_kernel(m.kernel_names[0]) for name, m in mods.items()}
+    ratios = []
+
+    n = 4_000_000 if q else 16_000_000
+    x, y, out = rng.random(n, dtype=np.float32), rng.random(n, dtype=np.float32), np.zeros(n, np.float32)
+    p = numba_params(kern["saxpy"], 2.0, x, y, out)
+    tj = best(lambda: kern["saxpy"].launch(((n + 255) // 256,), (256,), 0, p), reps)
+    assert np.allclose(out, 2 * x + y)
+    tn = best(lambda: n_saxpy(np.float32(2.0), x, y, out), reps)
+    ratios.append(emit("saxpy_ms", tj * 1e3, tn * 1e3, 1.5, "ms", n=n)["ratio"])
+
+    nb = 512
+    part = np.zeros(nb, np.float32)
+    p = numba_params(kern["reduce"], x, part)
+    tj = best(lambda: kern["reduce"].launch((nb,), (256,), 0, p), reps)
+    assert abs(part.sum() - x.sum(dtype=np.float64)) / n < 1e-3
+    part2 = np.zeros(nb, np.float32)
+    tn = best(lambda: n_reduce(x, part2, nb), reps)
+    ratios.append(emit("reduction_ms", tj * 1e3, tn * 1e3, 1.5, "ms", n=n)["ratio"])
+
+    m = 256 if q else 512
+    A, B, C = (rng.random((m, m), dtype=np.float32) for _ in range(3))
+    p = numba_params(kern["matmul"], A, B, C)
+    tj = best(lambda: kern["matmul"].launch((m // TILE, m // TILE), (TILE, TILE), 0, p), reps)
+    assert np.allclose(C, A @ B, rtol=1e-3)
+    C2 = np.zeros_like(C)
+    tn = best(lambda: n_matmul(A, B, C2), reps)
+    ratios.append(emit("matmul_ms", tj * 1e3, tn * 1e3, 1.5, "ms", n=m)["ratio"])
+
+    d = rng.integers(0, 1 << 30, n, dtype=np.uint32)
+    bins = np.zeros(256, np.uint32)
+    p = numba_params(kern["hist"], d, bins)
+
+    def run_hist() -> None:
+        bins[:] = 0
+        kern["hist"].launch((64,), (256,), 0, p)
+
+    tj = best(run_hist, reps)
+    assert (bins == np.bincount(d & 255, minlength=256)).all()
+    tn = best(lambda: n_hist(d, 64), reps)
+    ratios.append(emit("histogram_ms", tj * 1e3, tn * 1e3, 1.5, "ms", n=n)["ratio"])
+
+    # compile latency: cache disabled (warm worker), then cache hits
+    import jit.compiler as jc
+    os.environ["WOOLY_JIT_CACHE"] = "0"
+    cold = [best(lambda s=s: compile_module(s), 1 if q else 2) for s in ptxs.values()]
+    os.environ["WOOLY_JIT_CACHE"] = "1"
+    for s in ptxs.values():
+        compile_module(s)
+    hit = [best(lambda s=s: compile_module(s), 5) for s in ptxs.values()]
+    emit("cold_compile_ms", 1e3 * sum(cold) / len(cold), 100.0, 100.0, "ms", per_kernel=[round(c * 1e3, 1) for c in cold])
+    emit("cache_hit_ms", 1e3 * sum(hit) / len(hit), 1.0, 1.0, "ms")
+    jc.shutdown()
+    geo = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+    emit("geomean_time_ratio_vs_numba_parallel", geo, 1.0, 1.5, "x")
+
+
+if __name__ == "__main__":
+    main()

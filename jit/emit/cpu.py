@@ -1,0 +1,260 @@
+"""CPU target: kernels become native functions that run whole thread blocks.
+
+# NOTE [CPU work-group execution]
+# A kernel is compiled to ``void wooly_run_<i>(i64* launch_ctx, i64* worker_ctx)``. Each OS worker thread calls it;
+# it claims block ids from an atomic counter in the launch context and runs each block completely.
+#
+# Kernels without sync points (no barrier, no warp collective) run a block as three nested loops over tid.z/y/x
+# with the kernel body inside; registers are allocas that mem2reg turns into SSA values, so LLVM can optimise
+# (and sometimes vectorise) across threads.
+#
+# Kernels with sync points use a scheduler. The sync_points pass numbers every barrier/warp collective k = 1..K and
+# records the registers live across it. Per thread we keep a record in worker scratch memory: pc (where to resume),
+# park (0 runnable, k parked at sync k, -1 exited), an exchange slot for warp-collective inputs, a result slot, and
+# one save slot per register live across any sync point. A round runs every runnable thread from its pc until it
+# parks or exits. Then, if any thread is parked at a warp collective, the collective is computed for each such thread
+# from the exchange slots of the lanes of its warp parked at the same sync point, and those threads resume. Otherwise
+# all threads parked at barriers are released together (threads that exited count as arrived). The block ends when
+# every thread has exited. Barriers inside loops and branches work because a sync point is just a resume label.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from jit.errors import CUDA_ERROR_ASSERT, not_supported
+from jit.lower.core import FuncLowering
+from jit.lower.module import KernelMeta, ModuleCodegen, ParamLayout, align_up, var_align, var_size
+from jit.lower.types import I1, I32, I64, PTR, VOID, convert_bits, reg_type
+from jit.ptx import ast as A
+
+# launch context (i64 slots)
+L_PARAMS, L_GRID, L_BLOCK, L_NBLOCKS, L_NEXT, L_ERROR, L_PRINTF, L_DYN, L_NTHREADS, L_ASSERT = 0, 1, 4, 7, 8, 9, 10, 11, 12, 13
+L_SLOTS = 16
+# worker context
+W_SHARED, W_LOCAL, W_SCRATCH = 0, 1, 2
+# thread context passed to .func code (i64 slots)
+T_TID, T_NTID, T_CTAID, T_NCTAID, T_SHARED, T_LCTX, T_LINEAR, T_EXITED = 0, 3, 6, 9, 12, 13, 14, 15
+T_SLOTS = 16
+# per-thread scheduler record (bytes)
+R_PC, R_PARK, R_XA, R_XB, R_XC, R_XMASK, R_XPRED, R_RVAL, R_RPRED, R_SLOTS = 0, 4, 8, 16, 20, 24, 28, 32, 40, 48
+
+_XYZ = {"x": 0, "y": 1, "z": 2}
+
+
+def _i32(v: int) -> ir.Constant:
+    return ir.Constant(I32, v)
+
+
+def _i64(v: int) -> ir.Constant:
+    return ir.Constant(I64, v)
+
+
+class _Loop:
+    """Counted loop helper: `with`-less, explicit begin/end."""
+
+    def __init__(self, fl: FuncLowering, n: ir.Value, name: str) -> None:
+        b = fl.b
+        self.b = b
+        self.pre = b.block
+        self.head = fl.block(f"{name}_head")
+        self.body = fl.block(f"{name}_body")
+        self.exit = fl.block(f"{name}_exit")
+        b.branch(self.head)
+        b.position_at_end(self.head)
+        self.i = b.phi(n.type, name=name)
+        self.i.add_incoming(ir.Constant(n.type, 0), self.pre)
+        b.cbranch(b.icmp_unsigned("<", self.i, n), self.body, self.exit)
+        b.position_at_end(self.body)
+        self.latch = fl.block(f"{name}_latch")
+
+    def end(self) -> None:
+        b = self.b
+        if not b.block.is_terminated:
+            b.branch(self.latch)
+        b.position_at_end(self.latch)
+        self.i.add_incoming(b.add(self.i, ir.Constant(self.i.type, 1)), self.latch)
+        b.branch(self.head)
+        b.position_at_end(self.exit)
+
+
+class EntryEnv:
+    """Env for a kernel body running inside the block loops of wooly_run_<i>."""
+
+    def __init__(self, cg: ModuleCodegen, fn: A.Function, meta: KernelMeta) -> None:
+        self.cg, self.fn, self.meta = cg, fn, meta
+        self.sched = bool(fn.sync_points)
+        self.slots: dict[str, int] = {}
+        off = R_SLOTS
+        for sp in fn.sync_points.values():
+            for r in sp.live:
+                if r not in self.slots:
+                    self.slots[r] = off
+                    off += 16 if fn.regs[r] == "b128" else 8
+        self.rec_bytes = align_up(off, 16)
+        self.sync_ids = {id(sp.instr): sp for sp in fn.sync_points.values()}
+        self.resume: dict[int, ir.Block] = {}
+
+    # -- values set per thread by the loop scaffolding ------------------------------------------
+    def special(self, fl: FuncLowering, name: str) -> ir.Value:
+        b = fl.b
+        base, _, comp = name.partition(".")
+        if base in ("tid", "ntid", "ctaid", "nctaid") and comp:
+            return {"tid": self.tid, "ntid": self.ntid, "ctaid": self.ctaid, "nctaid": self.nctaid}[base][_XYZ[comp]]
+        lane = b.and_(self.t32, _i32(31))
+        if name == "laneid":
+            return lane
+        if name == "warpid":
+            return b.lshr(self.t32, _i32(5))
+        if name == "nwarpid":
+            return b.lshr(b.add(self.nt32, _i32(31)), _i32(5))
+        if name.startswith("lanemask"):
+            eq = b.shl(_i64(1), b.zext(lane, I64))
+            lt = b.sub(eq, _i64(1))
+            le = b.sub(b.shl(eq, _i64(1)), _i64(1))
+            v = {"lanemask_eq": eq, "lanemask_lt": lt, "lanemask_le": le,
+                 "lanemask_gt": b.not_(le), "lanemask_ge": b.not_(lt)}[name]
+            return b.trunc(v, I32)
+        if name in ("clock", "clock64", "globaltimer", "globaltimer_lo", "globaltimer_hi", "clock_hi"):
+            c = fl.call_intr("llvm.readcyclecounter", I64, [])
+            if name in ("clock", "globaltimer_lo"):
+                return b.trunc(c, I32)
+            if name in ("globaltimer_hi", "clock_hi"):
+                return b.trunc(b.lshr(c, _i64(32)), I32)
+            return c
+        if name == "dynamic_smem_size":
+            return b.trunc(self.lval(fl, L_DYN), I32)
+        if name in ("total_smem_size", "aggr_smem_size"):
+            return b.trunc(b.add(self.lval(fl, L_DYN), _i64(self.cg.dyn_offset)), I32)
+        if name in ("nsmid", "cluster_nctarank"):
+            return _i32(1)
+        if name.startswith("cluster_nctaid"):
+            return _i32(1)
+        if name.startswith("clusterid"):
+            return self.ctaid[_XYZ[name[-1]]]
+        if name.startswith("nclusterid"):
+            return self.nctaid[_XYZ[name[-1]]]
+        return _i32(0)  # smid, gridid, cluster_ctaid, cluster_ctarank, envregs, ...
+
+    def lval(self, fl: FuncLowering, slot: int) -> ir.Value:
+        return fl.b.load(fl.b.gep(self.L, [_i64(slot)], source_etype=I64), typ=I64)
+
+    def shared_base(self, fl: FuncLowering) -> ir.Value:
+        return self.shared
+
+    def local_ptr(self, fl: FuncLowering, offset: int) -> ir.Value:
+        return fl.b.gep(self.local, [_i64(offset)], source_etype=ir.IntType(8))
+
+    def param_base(self, fl: FuncLowering) -> ir.Value:
+        return self.params
+
+    def launch_ctx(self, fl: FuncLowering) -> ir.Value:
+        return self.L
+
+    def exit_thread(self, fl: FuncLowering) -> None:
+        if self.sched:
+            fl.b.store(_i32(-1), self.rec_field(fl, R_PARK))
+        fl.b.branch(self.thread_end)
+
+    def set_error(self, fl: FuncLowering, L: ir.Value, code: int) -> None:
+        p = fl.b.gep(L, [_i64(L_ERROR)], source_etype=I64)
+        fl.b.cmpxchg(p, _i64(0), _i64(code), "seq_cst", "monotonic")
+
+    def trap(self, fl: FuncLowering, code: int) -> None:
+        self.set_error(fl, self.L, code)
+        fl.b.branch(self.abort)
+
+    def printf(self, fl: FuncLowering, fmt: ir.Value, args: ir.Value) -> ir.Value:
+        return call_printf(fl, self.L, fmt, args)
+
+    def assert_fail(self, fl: FuncLowering, msg: ir.Value, file: ir.Value, line: ir.Value) -> None:
+        call_assert(fl, self.L, msg, file, line)
+        self.set_error(fl, self.L, CUDA_ERROR_ASSERT)
+        fl.b.branch(self.abort)
+
+    def tctx(self, fl: FuncLowering) -> ir.Value:
+        return self.tc
+
+    def after_call(self, fl: FuncLowering) -> None:
+        b = fl.b
+        ex = b.load(b.gep(self.tc, [_i64(T_EXITED)], source_etype=I64), typ=I64)
+        err = self.lval(fl, L_ERROR)
+        stop = b.icmp_unsigned("!=", b.or_(ex, err), _i64(0))
+        cont = fl.block("after_call")
+        out = fl.block("call_exit")
+        b.cbranch(stop, out, cont)
+        b.position_at_end(out)
+        b.cbranch(b.icmp_unsigned("!=", err, _i64(0)), self.abort, self.thread_end_block(fl))
+        b.position_at_end(cont)
+
+    def thread_end_block(self, fl: FuncLowering) -> ir.Block:
+        blk = fl.block("exit_thread")
+        save = fl.b.block
+        fl.b.position_at_end(blk)
+        self.exit_thread(fl)
+        fl.b.position_at_end(save)
+        return blk
+
+    # -- sync points -------------------------------------------------------------------------
+    def rec_field(self, fl: FuncLowering, off: int, ty: ir.Type = I32) -> ir.Value:
+        return fl.b.gep(self.rec, [_i64(off)], source_etype=ir.IntType(8))
+
+    def sync(self, fl: FuncLowering, ins: A.Instr) -> None:
+        from jit.emit.cpu_warp import collect_inputs, write_outputs
+        sp = self.sync_ids.get(id(ins))
+        if sp is None:
+            raise not_supported(f"{ins.opcode} outside a kernel body", ins.line)
+        b = fl.b
+        collect_inputs(self, fl, sp)
+        for r in sp.live:
+            b.store(b.load(fl.regs[r]), self.rec_field(fl, self.slots[r]))
+        b.store(_i32(sp.id), self.rec_field(fl, R_PARK))
+        b.store(_i32(sp.id), self.rec_field(fl, R_PC))
+        b.branch(self.thread_end)
+        blk = fl.block(f"resume{sp.id}")
+        self.resume[sp.id] = blk
+        b.position_at_end(blk)
+        for r in sp.live:
+            ty = reg_type(self.fn.regs[r])
+            b.store(b.load(self.rec_field(fl, self.slots[r]), typ=ty), fl.regs[r])
+        write_outputs(self, fl, sp)
+
+
+def call_printf(fl: FuncLowering, L: ir.Value, fmt: ir.Value, args: ir.Value) -> ir.Value:
+    """vprintf is served by the host: wooly_rt_printf is bound by the loader (jit/runtime.py)."""
+    fn = fl.cg.module.globals.get("wooly_rt_printf") or ir.Function(
+        fl.cg.module, ir.FunctionType(I32, [PTR, I64, I64]), "wooly_rt_printf")
+    return fl.b.call(fn, [L, fmt, args])
+
+
+def call_assert(fl: FuncLowering, L: ir.Value, msg: ir.Value, file: ir.Value, line: ir.Value) -> None:
+    fn = fl.cg.module.globals.get("wooly_rt_assert") or ir.Function(
+        fl.cg.module, ir.FunctionType(I32, [PTR, I64, I64, I32]), "wooly_rt_assert")
+    fl.b.call(fn, [L, msg, file, line])
+
+
+def build_kernel(cg: ModuleCodegen, fn: A.Function, index: int) -> KernelMeta:
+    from jit.emit.cpu_kernel import emit_kernel
+    meta = KernelMeta(fn.name, f"wooly_run_{index}")
+    off = 0
+    for p in fn.params:
+        a = var_align(p)
+        off = align_up(off, a)
+        meta.params.append(ParamLayout(p.name, var_size(p), a, off))
+        off += var_size(p)
+    meta.param_size = off
+    meta.static_shared = cg.entry_static.get(fn.name, cg.module_shared)
+    meta.local_bytes = cg.local_layout(fn)[1]
+    for k in ("maxntid", "reqntid"):
+        if fn.attrs.get(k):
+            n = 1
+            for x in fn.attrs[k]:
+                n *= x
+            meta.max_threads = min(meta.max_threads, n)
+    meta.num_regs = min(255, max(16, len(fn.regs)))
+    env = EntryEnv(cg, fn, meta)
+    emit_kernel(cg, fn, env, meta)
+    return meta
+
+
+__all__ = ["build_kernel", "EntryEnv", "I1", "VOID", "convert_bits"]

@@ -1,0 +1,276 @@
+"""Scaffolding of the CPU kernel function (block loop, thread loops, scheduler) and of .func bodies.
+
+See NOTE [CPU work-group execution] in jit/emit/cpu.py.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from jit.emit.cpu import (
+    L_BLOCK,
+    L_ERROR,
+    L_GRID,
+    L_NBLOCKS,
+    L_NEXT,
+    L_PARAMS,
+    R_PARK,
+    R_PC,
+    T_CTAID,
+    T_EXITED,
+    T_LCTX,
+    T_LINEAR,
+    T_NCTAID,
+    T_NTID,
+    T_SHARED,
+    T_SLOTS,
+    T_TID,
+    W_LOCAL,
+    W_SCRATCH,
+    W_SHARED,
+    EntryEnv,
+    _i32,
+    _i64,
+    _Loop,
+    call_assert,
+    call_printf,
+)
+from jit.errors import CUDA_ERROR_ASSERT, not_supported
+from jit.lower.core import FuncLowering, Storage
+from jit.lower.module import KernelMeta, ModuleCodegen
+from jit.lower.types import I8, I32, I64, PTR, VOID, opaque_alloca
+from jit.ptx import ast as A
+
+
+def _ld(b: ir.IRBuilder, base: ir.Value, slot: int) -> ir.Value:
+    return b.load(b.gep(base, [_i64(slot)], source_etype=I64), typ=I64)
+
+
+def emit_kernel(cg: ModuleCodegen, fn: A.Function, env: EntryEnv, meta: KernelMeta) -> None:
+    llfn = ir.Function(cg.module, ir.FunctionType(VOID, [PTR, PTR]), meta.symbol)
+    L, W = llfn.args
+    entry = llfn.append_basic_block("entry")
+    ab = ir.IRBuilder(entry)
+    setup = llfn.append_basic_block("setup")
+    b = ir.IRBuilder(setup)
+    fl = FuncLowering(cg, fn, llfn, env, ab, b)
+    env.L = L
+    env.params = b.inttoptr(_ld(b, L, L_PARAMS), PTR)
+    env.nctaid = [b.trunc(_ld(b, L, L_GRID + k), I32) for k in range(3)]
+    env.ntid = [b.trunc(_ld(b, L, L_BLOCK + k), I32) for k in range(3)]
+    nblocks = _ld(b, L, L_NBLOCKS)
+    env.shared = b.inttoptr(_ld(b, W, W_SHARED), PTR)
+    local_base = b.inttoptr(_ld(b, W, W_LOCAL), PTR)
+    scratch = b.inttoptr(_ld(b, W, W_SCRATCH), PTR)
+    env.nt32 = b.mul(b.mul(env.ntid[0], env.ntid[1]), env.ntid[2])
+    env.tc = opaque_alloca(ab, ir.ArrayType(I64, T_SLOTS), "tctx")
+    if not env.sched and meta.local_bytes:
+        env.local = opaque_alloca(ab, ir.ArrayType(I8, meta.local_bytes), "local")
+    meta.scheduler = env.sched
+    meta.rec_bytes = env.rec_bytes if env.sched else 0
+    cg.bind_locals_and_params(fl, fn)
+    for p, lay in zip(fn.params, meta.params, strict=False):
+        fl.sym[p.name] = Storage("ptr", _param_ptr(fl, env, lay.offset))
+    env.abort = llfn.append_basic_block("abort")
+    ir.IRBuilder(env.abort).ret_void()
+
+    # block loop
+    head = fl.block("block_head")
+    b.branch(head)
+    b.position_at_end(head)
+    bid = b.atomic_rmw("add", b.gep(L, [_i64(L_NEXT)], source_etype=I64), _i64(1), "monotonic")
+    body = fl.block("block_body")
+    b.cbranch(b.icmp_unsigned(">=", bid, nblocks), env.abort, body)
+    b.position_at_end(body)
+    gx, gy = (b.zext(v, I64) for v in env.nctaid[:2])
+    cx = b.urem(bid, gx)
+    rest = b.udiv(bid, gx)
+    env.ctaid = [b.trunc(cx, I32), b.trunc(b.urem(rest, gy), I32), b.trunc(b.udiv(rest, gy), I32)]
+    fl.declare_labels()
+    start = fl.block("kernel_start")
+    if env.sched:
+        _scheduler(fl, env, scratch, local_base, meta, start)
+    else:
+        _simple_threads(fl, env, start)
+    err = _ld(b, L, L_ERROR)
+    b.cbranch(b.icmp_unsigned("!=", err, _i64(0)), env.abort, head)
+    ab.branch(setup)
+
+
+def _param_ptr(fl: FuncLowering, env: EntryEnv, offset: int):  # type: ignore[no-untyped-def]
+    return lambda: fl.b.gep(env.params, [_i64(offset)], source_etype=I8)
+
+
+def _thread_prologue(fl: FuncLowering, env: EntryEnv, tz: ir.Value, ty: ir.Value, tx: ir.Value) -> None:
+    b = fl.b
+    env.tid = [tx, ty, tz]
+    env.t32 = b.add(b.mul(b.add(b.mul(tz, env.ntid[1]), ty), env.ntid[0]), tx)
+    fl.zero_regs()
+    if fl.cg.has_calls:
+        vals = {T_TID + k: env.tid[k] for k in range(3)}
+        vals.update({T_NTID + k: env.ntid[k] for k in range(3)})
+        vals.update({T_CTAID + k: env.ctaid[k] for k in range(3)})
+        vals.update({T_NCTAID + k: env.nctaid[k] for k in range(3)})
+        vals[T_LINEAR] = env.t32
+        for slot, v in vals.items():
+            b.store(b.zext(v, I64), b.gep(env.tc, [_i64(slot)], source_etype=I64))
+        b.store(b.ptrtoint(env.shared, I64), b.gep(env.tc, [_i64(T_SHARED)], source_etype=I64))
+        b.store(b.ptrtoint(env.L, I64), b.gep(env.tc, [_i64(T_LCTX)], source_etype=I64))
+        b.store(_i64(0), b.gep(env.tc, [_i64(T_EXITED)], source_etype=I64))
+
+
+def _simple_threads(fl: FuncLowering, env: EntryEnv, start: ir.Block) -> None:
+    lz = _Loop(fl, env.ntid[2], "tz")
+    ly = _Loop(fl, env.ntid[1], "ty")
+    lx = _Loop(fl, env.ntid[0], "tx")
+    env.thread_end = lx.latch
+    _thread_prologue(fl, env, lz.i, ly.i, lx.i)
+    fl.b.branch(start)
+    fl.b.position_at_end(start)
+    fl.lower_body()
+    lx.end()
+    ly.end()
+    lz.end()
+
+
+def _scheduler(fl: FuncLowering, env: EntryEnv, scratch: ir.Value, local_base: ir.Value, meta: KernelMeta,
+               start: ir.Block) -> None:
+    from jit.emit.cpu_warp import resolve
+    b = fl.b
+    rec_bytes = _i64(env.rec_bytes)
+    init = _Loop(fl, env.nt32, "init")
+    rec = b.gep(scratch, [b.mul(b.zext(init.i, I64), rec_bytes)], source_etype=I8)
+    b.store(_i64(0), rec)  # pc = 0, park = 0
+    init.end()
+    rnd = fl.block("round")
+    b.branch(rnd)
+    b.position_at_end(rnd)
+    lz = _Loop(fl, env.ntid[2], "tz")
+    ly = _Loop(fl, env.ntid[1], "ty")
+    lx = _Loop(fl, env.ntid[0], "tx")
+    env.thread_end = lx.latch
+    t = b.add(b.mul(b.add(b.mul(lz.i, env.ntid[1]), ly.i), env.ntid[0]), lx.i)
+    env.rec = b.gep(scratch, [b.mul(b.zext(t, I64), rec_bytes)], source_etype=I8)
+    park = b.load(env.rec_field(fl, R_PARK), typ=I32)
+    run = fl.block("thread_run")
+    b.cbranch(b.icmp_unsigned("!=", park, _i32(0)), lx.latch, run)
+    b.position_at_end(run)
+    _thread_prologue(fl, env, lz.i, ly.i, lx.i)
+    if meta.local_bytes:
+        env.local = b.gep(local_base, [b.mul(b.zext(t, I64), _i64(meta.local_bytes))], source_etype=I8)
+    pc = b.load(env.rec_field(fl, R_PC), typ=I32)
+    sw = b.switch(pc, start)
+    b.position_at_end(start)
+    fl.lower_body()
+    for k, blk in env.resume.items():
+        sw.add_case(_i32(k), blk)
+    lx.end()
+    ly.end()
+    lz.end()
+    again = resolve(fl, env, scratch)
+    nxt = fl.block("block_done")
+    b.cbranch(again, rnd, nxt)
+    b.position_at_end(nxt)
+
+
+class FuncEnv:
+    """Env for .func bodies: everything per-thread comes from the thread context passed as the first argument."""
+
+    def __init__(self, cg: ModuleCodegen, llfn: ir.Function, local_bytes: int) -> None:
+        self.cg, self.llfn, self.local_bytes = cg, llfn, local_bytes
+        self.tc = llfn.args[0]
+        self.local: ir.Value | None = None
+
+    def _slot(self, fl: FuncLowering, slot: int) -> ir.Value:
+        return _ld(fl.b, self.tc, slot)
+
+    def special(self, fl: FuncLowering, name: str) -> ir.Value:
+        b = fl.b
+        base, _, comp = name.partition(".")
+        slots = {"tid": T_TID, "ntid": T_NTID, "ctaid": T_CTAID, "nctaid": T_NCTAID}
+        if base in slots and comp:
+            return b.trunc(self._slot(fl, slots[base] + "xyz".index(comp)), I32)
+        t = b.trunc(self._slot(fl, T_LINEAR), I32)
+        if name == "laneid":
+            return b.and_(t, _i32(31))
+        if name == "warpid":
+            return b.lshr(t, _i32(5))
+        if name.startswith("clock") or name.startswith("globaltimer"):
+            c = fl.call_intr("llvm.readcyclecounter", I64, [])
+            return c if name in ("clock64", "globaltimer") else b.trunc(c, I32)
+        if name.startswith("lanemask"):
+            lane = b.zext(b.and_(t, _i32(31)), I64)
+            eq = b.shl(_i64(1), lane)
+            lt = b.sub(eq, _i64(1))
+            le = b.sub(b.shl(eq, _i64(1)), _i64(1))
+            return b.trunc({"lanemask_eq": eq, "lanemask_lt": lt, "lanemask_le": le,
+                            "lanemask_gt": b.not_(le), "lanemask_ge": b.not_(lt)}[name], I32)
+        return _i32(0)
+
+    def shared_base(self, fl: FuncLowering) -> ir.Value:
+        return fl.b.inttoptr(self._slot(fl, T_SHARED), PTR)
+
+    def local_ptr(self, fl: FuncLowering, offset: int) -> ir.Value:
+        if self.local is None:
+            self.local = opaque_alloca(fl.ab, ir.ArrayType(I8, max(self.local_bytes, 16)), "local")
+        return fl.b.gep(self.local, [_i64(offset)], source_etype=I8)
+
+    def param_base(self, fl: FuncLowering) -> ir.Value:
+        raise not_supported("kernel parameters referenced from a .func")
+
+    def launch_ctx(self, fl: FuncLowering) -> ir.Value:
+        return fl.b.inttoptr(self._slot(fl, T_LCTX), PTR)
+
+    def exit_thread(self, fl: FuncLowering) -> None:
+        fl.b.store(_i64(1), fl.b.gep(self.tc, [_i64(T_EXITED)], source_etype=I64))
+        fl.b.ret_void()
+
+    def trap(self, fl: FuncLowering, code: int) -> None:
+        p = fl.b.gep(self.launch_ctx(fl), [_i64(L_ERROR)], source_etype=I64)
+        fl.b.cmpxchg(p, _i64(0), _i64(code), "seq_cst", "monotonic")
+        self.exit_thread(fl)
+
+    def printf(self, fl: FuncLowering, fmt: ir.Value, args: ir.Value) -> ir.Value:
+        return call_printf(fl, self.launch_ctx(fl), fmt, args)
+
+    def assert_fail(self, fl: FuncLowering, msg: ir.Value, file: ir.Value, line: ir.Value) -> None:
+        call_assert(fl, self.launch_ctx(fl), msg, file, line)
+        self.trap(fl, CUDA_ERROR_ASSERT)
+
+    def tctx(self, fl: FuncLowering) -> ir.Value:
+        return self.tc
+
+    def after_call(self, fl: FuncLowering) -> None:
+        b = fl.b
+        ex = self._slot(fl, T_EXITED)
+        err = _ld(b, self.launch_ctx(fl), L_ERROR)
+        stop = b.icmp_unsigned("!=", b.or_(ex, err), _i64(0))
+        cont = fl.block("after_call")
+        out = fl.block("call_exit")
+        b.cbranch(stop, out, cont)
+        b.position_at_end(out)
+        b.ret_void()
+        b.position_at_end(cont)
+
+    def sync(self, fl: FuncLowering, ins: A.Instr) -> None:
+        raise not_supported(f"'{ins.opcode}' (barrier or warp collective) inside a non-inlined .func", ins.line)
+
+
+def emit_funcs(cg: ModuleCodegen) -> None:
+    for f in cg.ast.functions:
+        if f.is_entry or f.body is None:
+            continue
+        llfn = cg.funcs[f.name]
+        entry = llfn.append_basic_block("entry")
+        ab = ir.IRBuilder(entry)
+        body = llfn.append_basic_block("body")
+        b = ir.IRBuilder(body)
+        env = FuncEnv(cg, llfn, cg.local_layout(f)[1])
+        fl = FuncLowering(cg, f, llfn, env, ab, b)  # type: ignore[arg-type]
+        cg.bind_locals_and_params(fl, f)
+        for i, p in enumerate(list(f.rets) + list(f.params)):
+            fl.sym[p.name] = Storage("ptr", llfn.args[1 + i])
+        fl.zero_regs()
+        fl.declare_labels()
+        fl.lower_body()
+        ab.branch(body)

@@ -1,0 +1,281 @@
+"""Warp collectives and barrier release for the CPU scheduler (see NOTE [CPU work-group execution] in cpu.py).
+
+Semantics follow the PTX ISA: shfl.sync computes the source lane from b and the packed c operand
+(c = ((32 - width) << 8) | clamp); an out-of-range source returns the thread's own value with the predicate false.
+Lanes "participating" in a collective are the lanes of the warp parked at the same sync point.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from jit.emit.cpu import (
+    R_PARK,
+    R_RPRED,
+    R_RVAL,
+    R_XA,
+    R_XB,
+    R_XC,
+    R_XMASK,
+    R_XPRED,
+    EntryEnv,
+    _i32,
+    _i64,
+    _Loop,
+)
+from jit.errors import not_supported
+from jit.lower.core import FuncLowering
+from jit.lower.types import I1, I8, I32, I64
+from jit.ptx import ast as A
+
+
+def _dest(ins: A.Instr) -> tuple[A.Operand | None, A.Operand | None]:
+    if not ins.operands:
+        return None, None
+    d = ins.operands[0]
+    if isinstance(d, A.PredPair):
+        return d.first, d.second
+    return d, None
+
+
+def collect_inputs(env: EntryEnv, fl: FuncLowering, sp: A.SyncPoint) -> None:
+    ins = sp.instr
+    b = fl.b
+    o = ins.operands
+    f = lambda off: env.rec_field(fl, off)  # noqa: E731
+    if ins.opcode == "shfl":
+        b.store(b.zext(fl.get(o[1], "b32"), I64), f(R_XA))
+        b.store(fl.get(o[2], "b32"), f(R_XB))
+        b.store(fl.get(o[3], "b32"), f(R_XC))
+    elif ins.opcode == "vote":
+        b.store(b.zext(fl.get(o[1], "pred"), I32), f(R_XPRED))
+    elif ins.opcode in ("match", "redux"):
+        t = fl.itype(ins)
+        v = fl.get(o[1], t)
+        if ins.opcode == "redux" and t.startswith("s"):
+            b.store(b.sext(v, I64), f(R_XA))
+        else:
+            b.store(b.zext(v, I64) if v.type != I64 else v, f(R_XA))
+        if ins.opcode == "redux" and t == "f32":
+            raise not_supported("redux.sync.f32", ins.line)
+
+
+def write_outputs(env: EntryEnv, fl: FuncLowering, sp: A.SyncPoint) -> None:
+    ins = sp.instr
+    b = fl.b
+    if ins.opcode in ("bar", "barrier"):
+        return
+    d, p = _dest(ins)
+    rval = b.load(env.rec_field(fl, R_RVAL), typ=I64)
+    rpred = b.trunc(b.load(env.rec_field(fl, R_RPRED), typ=I32), I1)
+    if ins.opcode == "vote" and not ins.has("ballot"):
+        fl.put(d, rpred)  # type: ignore[arg-type]
+        return
+    t = fl.itype(ins) if ins.opcode != "activemask" else "b32"
+    if t == "pred":
+        t = "b32"
+    w = 64 if t.endswith("64") and ins.opcode != "match" else 32
+    if ins.opcode == "redux" or ins.opcode == "shfl":
+        w = 32
+    fl.put(d, b.trunc(rval, ir.IntType(w)), f"b{w}")  # type: ignore[arg-type]
+    if p is not None:
+        fl.put(p, rpred)
+
+
+class _Peer:
+    def __init__(self, fl: FuncLowering, env: EntryEnv, scratch: ir.Value) -> None:
+        self.fl, self.env, self.scratch = fl, env, scratch
+
+    def rec(self, t: ir.Value) -> ir.Value:
+        b = self.fl.b
+        return b.gep(self.scratch, [b.mul(b.zext(t, I64), _i64(self.env.rec_bytes))], source_etype=I8)
+
+    def field(self, t: ir.Value, off: int, ty: ir.Type) -> ir.Value:
+        b = self.fl.b
+        return b.load(b.gep(self.rec(t), [_i64(off)], source_etype=I8), typ=ty)
+
+    def store(self, t: ir.Value, off: int, v: ir.Value) -> None:
+        b = self.fl.b
+        b.store(v, b.gep(self.rec(t), [_i64(off)], source_etype=I8))
+
+
+def _arrived(fl: FuncLowering, env: EntryEnv, peer: _Peer, w0: ir.Value, k: int, reduce=None):  # type: ignore[no-untyped-def]
+    """Mask of lanes of the warp starting at w0 parked at sync k; optional per-lane reduction callback."""
+    b = fl.b
+    mask = fl.ab.alloca(I32)
+    b.store(_i32(0), mask)
+    lp = _Loop(fl, _i32(32), "lane")
+    j = b.add(w0, lp.i)
+    inb = b.icmp_unsigned("<", j, env.nt32)
+    yes = fl.block("lane_in")
+    b.cbranch(inb, yes, lp.latch)
+    b.position_at_end(yes)
+    jj = b.select(inb, j, _i32(0))
+    here = b.icmp_unsigned("==", peer.field(jj, R_PARK, I32), _i32(k))
+    add = fl.block("lane_add")
+    b.cbranch(here, add, lp.latch)
+    b.position_at_end(add)
+    b.store(b.or_(b.load(mask), b.shl(_i32(1), lp.i)), mask)
+    if reduce is not None:
+        reduce(jj, lp.i)
+    lp.end()
+    return b.load(mask)
+
+
+def _resolve_one(fl: FuncLowering, env: EntryEnv, peer: _Peer, t: ir.Value, sp: A.SyncPoint) -> None:
+    b = fl.b
+    ins = sp.instr
+    k = sp.id
+    lane = b.and_(t, _i32(31))
+    w0 = b.sub(t, lane)
+    own = peer.field(t, R_XA, I64)
+    if ins.opcode == "shfl":
+        bv = b.and_(peer.field(t, R_XB, I32), _i32(31))
+        c = peer.field(t, R_XC, I32)
+        cval = b.and_(c, _i32(31))
+        seg = b.and_(b.lshr(c, _i32(8)), _i32(31))
+        maxl = b.or_(b.and_(lane, seg), b.and_(cval, b.not_(seg)))
+        minl = b.and_(lane, seg)
+        if ins.has("up"):
+            j = b.sub(lane, bv)
+            pval = b.icmp_signed(">=", j, maxl)
+        elif ins.has("down"):
+            j = b.add(lane, bv)
+            pval = b.icmp_signed("<=", j, maxl)
+        elif ins.has("bfly"):
+            j = b.xor(lane, bv)
+            pval = b.icmp_signed("<=", j, maxl)
+        else:
+            j = b.or_(minl, b.and_(bv, b.not_(seg)))
+            pval = b.icmp_signed("<=", j, maxl)
+        j = b.select(pval, j, lane)
+        src = b.add(w0, j)
+        ok = b.icmp_unsigned("<", src, env.nt32)
+        src = b.select(ok, src, t)
+        ok = b.and_(ok, b.icmp_unsigned("==", peer.field(src, R_PARK, I32), _i32(k)))
+        val = b.select(ok, peer.field(src, R_XA, I64), own)
+        peer.store(t, R_RVAL, val)
+        peer.store(t, R_RPRED, b.zext(pval, I32))
+        return
+    if ins.opcode in ("bar", "activemask"):
+        m = _arrived(fl, env, peer, w0, k)
+        peer.store(t, R_RVAL, b.zext(m, I64))
+        return
+    if ins.opcode == "vote":
+        ballot = fl.ab.alloca(I32)
+        b.store(_i32(0), ballot)
+
+        def red(jj: ir.Value, ln: ir.Value) -> None:
+            pv = peer.field(jj, R_XPRED, I32)
+            b.store(b.or_(b.load(ballot), b.shl(b.and_(pv, _i32(1)), ln)), ballot)
+
+        m = _arrived(fl, env, peer, w0, k, red)
+        bal = b.load(ballot)
+        if ins.has("ballot"):
+            peer.store(t, R_RVAL, b.zext(bal, I64))
+            return
+        if ins.has("all"):
+            r = b.icmp_unsigned("==", bal, m)
+        elif ins.has("any"):
+            r = b.icmp_unsigned("!=", bal, _i32(0))
+        else:
+            r = b.or_(b.icmp_unsigned("==", bal, _i32(0)), b.icmp_unsigned("==", bal, m))
+        peer.store(t, R_RPRED, b.zext(r, I32))
+        return
+    if ins.opcode == "match":
+        same = fl.ab.alloca(I32)
+        b.store(_i32(0), same)
+
+        def red(jj: ir.Value, ln: ir.Value) -> None:
+            eq = b.icmp_unsigned("==", peer.field(jj, R_XA, I64), own)
+            b.store(b.or_(b.load(same), b.shl(b.zext(eq, I32), ln)), same)
+
+        m = _arrived(fl, env, peer, w0, k, red)
+        s = b.load(same)
+        if ins.has("all"):
+            allsame = b.icmp_unsigned("==", s, m)
+            peer.store(t, R_RVAL, b.zext(b.select(allsame, m, _i32(0)), I64))
+            peer.store(t, R_RPRED, b.zext(allsame, I32))
+        else:
+            peer.store(t, R_RVAL, b.zext(s, I64))
+        return
+    if ins.opcode == "redux":
+        kind = next(x for x in ins.mods if x in ("add", "min", "max", "and", "or", "xor"))
+        signed = ins.has("s32")
+        acc = fl.ab.alloca(I64)
+        init = {"add": 0, "or": 0, "xor": 0, "and": -1, "min": (1 << 31) - 1 if signed else 0xFFFFFFFF,
+                "max": -(1 << 31) if signed else 0}[kind]
+        b.store(_i64(init), acc)
+
+        def red(jj: ir.Value, ln: ir.Value) -> None:
+            v = peer.field(jj, R_XA, I64)
+            a = b.load(acc)
+            if kind == "add":
+                r = b.add(a, v)
+            elif kind in ("and", "or", "xor"):
+                r = {"and": b.and_, "or": b.or_, "xor": b.xor}[kind](a, v)
+            else:
+                cmp = b.icmp_signed if signed else b.icmp_unsigned
+                r = b.select(cmp("<" if kind == "min" else ">", v, a), v, a)
+            b.store(r, acc)
+
+        _arrived(fl, env, peer, w0, k, red)
+        peer.store(t, R_RVAL, b.load(acc))
+        return
+    raise not_supported(f"warp collective {ins.opcode}", ins.line)
+
+
+def resolve(fl: FuncLowering, env: EntryEnv, scratch: ir.Value) -> ir.Value:
+    """Emit the post-round resolution; returns an i1 'run another round'."""
+    b = fl.b
+    peer = _Peer(fl, env, scratch)
+    flag = fl.ab.alloca(I1, name="again")
+    b.store(ir.Constant(I1, 0), flag)
+    warp = [sp for sp in env.fn.sync_points.values() if sp.kind == "warp"]
+    end = fl.block("resolve_end")
+    release = fl.block("bar_release")
+    if warp:
+        lp = _Loop(fl, env.nt32, "wres")
+        park = peer.field(lp.i, R_PARK, I32)
+        sw = b.switch(park, lp.latch)
+        for sp in warp:
+            blk = fl.block(f"wres{sp.id}")
+            sw.add_case(_i32(sp.id), blk)
+            b.position_at_end(blk)
+            _resolve_one(fl, env, peer, lp.i, sp)
+            b.store(ir.Constant(I1, 1), flag)
+            b.branch(lp.latch)
+        b.position_at_end(lp.body)  # (switch already terminates body)
+        lp.end()
+        unpark = fl.block("wunpark")
+        b.cbranch(b.load(flag), unpark, release)
+        b.position_at_end(unpark)
+        lu = _Loop(fl, env.nt32, "wun")
+        park = peer.field(lu.i, R_PARK, I32)
+        sw2 = b.switch(park, lu.latch)
+        clear = fl.block("wclear")
+        for sp in warp:
+            sw2.add_case(_i32(sp.id), clear)
+        b.position_at_end(clear)
+        peer.store(lu.i, R_PARK, _i32(0))
+        b.branch(lu.latch)
+        b.position_at_end(lu.body)
+        lu.end()
+        b.branch(end)
+    else:
+        b.branch(release)
+    b.position_at_end(release)
+    lb = _Loop(fl, env.nt32, "rel")
+    park = peer.field(lb.i, R_PARK, I32)
+    yes = fl.block("rel_yes")
+    b.cbranch(b.icmp_signed(">", park, _i32(0)), yes, lb.latch)
+    b.position_at_end(yes)
+    peer.store(lb.i, R_PARK, _i32(0))
+    b.store(ir.Constant(I1, 1), flag)
+    lb.end()
+    b.branch(end)
+    b.position_at_end(end)
+    return b.load(flag)
+
+
+__all__ = ["collect_inputs", "write_outputs", "resolve", "R_XMASK"]

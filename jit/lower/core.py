@@ -1,0 +1,286 @@
+"""Lowering of one PTX function body to LLVM IR: registers, operands, addresses, labels and dispatch.
+
+Instruction semantics live in the ops_*.py modules, which register handlers in ``HANDLERS``. What differs per
+target or per execution model (special registers, shared-memory base, thread exit, sync points) is asked of the
+``Env`` object (see jit/emit/cpu.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from llvmlite import ir
+
+from jit.errors import invalid_ptx, not_supported
+from jit.lower.types import (
+    F16,
+    F32,
+    F64,
+    I1,
+    I8,
+    I32,
+    I64,
+    PTR,
+    compute_type,
+    const,
+    convert_bits,
+    float_bits_const,
+    ins_types,
+    is_signed,
+    reg_type,
+    to_opaque,
+)
+from jit.ptx import ast as A
+
+if TYPE_CHECKING:
+    from jit.lower.module import ModuleCodegen
+
+Handler = Callable[["FuncLowering", A.Instr], None]
+HANDLERS: dict[str, Handler] = {}
+
+
+def op(*names: str) -> Callable[[Handler], Handler]:
+    def deco(fn: Handler) -> Handler:
+        for n in names:
+            HANDLERS[n] = fn
+        return fn
+    return deco
+
+
+class Env(Protocol):
+    """Per-target, per-execution-model services used by the front end."""
+
+    def special(self, fl: FuncLowering, name: str) -> ir.Value: ...
+    def shared_base(self, fl: FuncLowering) -> ir.Value: ...
+    def local_ptr(self, fl: FuncLowering, var: A.VarDecl) -> ir.Value: ...
+    def param_base(self, fl: FuncLowering) -> ir.Value: ...
+    def exit_thread(self, fl: FuncLowering) -> None: ...
+    def trap(self, fl: FuncLowering, code: int) -> None: ...
+    def sync(self, fl: FuncLowering, ins: A.Instr) -> None: ...
+    def tctx(self, fl: FuncLowering) -> ir.Value: ...
+    def launch_ctx(self, fl: FuncLowering) -> ir.Value: ...
+    def after_call(self, fl: FuncLowering) -> None: ...
+
+
+@dataclass
+class Storage:
+    kind: str  # 'ptr' (host pointer value), 'shared' (offset into the shared window)
+    value: ir.Value | int
+
+
+class FuncLowering:
+    def __init__(self, cg: ModuleCodegen, fn: A.Function, llfn: ir.Function, env: Env,
+                 alloca_builder: ir.IRBuilder, builder: ir.IRBuilder) -> None:
+        self.cg, self.fn, self.llfn, self.env = cg, fn, llfn, env
+        self.module = cg.module
+        self.ab = alloca_builder  # positioned in the entry block, for allocas
+        self.b = builder
+        self.regs: dict[str, ir.AllocaInstr] = {}
+        self.labels: dict[str, ir.Block] = {}
+        self.sym: dict[str, Storage] = {}  # function-level variables and parameters
+        self.cur: A.Instr | None = None
+        for name, t in fn.regs.items():
+            self.regs[name] = self.ab.alloca(reg_type(t), name=name.lstrip("%").replace("$", "_"))
+
+    # -- setup ---------------------------------------------------------------------------------
+    def zero_regs(self) -> None:
+        for a in self.regs.values():
+            self.b.store(ir.Constant(a.allocated_type, 0 if isinstance(a.allocated_type, ir.IntType) else 0.0), a)
+
+    def declare_labels(self) -> None:
+        for st in self.fn.body or []:
+            if isinstance(st, A.Label):
+                if st.name in self.labels:
+                    raise invalid_ptx(f"duplicate label {st.name}", st.line)
+                self.labels[st.name] = self.llfn.append_basic_block(_bbname(st.name))
+
+    def block(self, name: str) -> ir.Block:
+        return self.llfn.append_basic_block(name)
+
+    def lower_body(self) -> None:
+        for st in self.fn.body or []:
+            if isinstance(st, A.Label):
+                tgt = self.labels[st.name]
+                if not self.b.block.is_terminated:
+                    self.b.branch(tgt)
+                self.b.position_at_end(tgt)
+                continue
+            assert isinstance(st, A.Instr)
+            if self.b.block.is_terminated:
+                self.b.position_at_end(self.block("dead"))
+            self.cur = st
+            h = HANDLERS.get(st.opcode)
+            if h is None:
+                raise not_supported(f"PTX instruction '{'.'.join([st.opcode, *st.mods])}'", st.line)
+            try:
+                h(self, st)
+            except (KeyError, IndexError, ValueError, TypeError, AttributeError) as e:
+                if isinstance(e, KeyError) and self._is_jit_error(e):
+                    raise
+                raise invalid_ptx(f"cannot lower '{'.'.join([st.opcode, *st.mods])}': {type(e).__name__}: {e}",
+                                  st.line, st.col) from e
+        if not self.b.block.is_terminated:
+            if self.fn.is_entry:
+                self.env.exit_thread(self)
+            else:
+                self.b.ret_void()
+
+    @staticmethod
+    def _is_jit_error(e: Exception) -> bool:
+        return False
+
+    # -- operand access ------------------------------------------------------------------------
+    def itype(self, ins: A.Instr, k: int = -1) -> str:
+        ts = ins_types(ins.mods)
+        if not ts:
+            raise invalid_ptx(f"missing type on '{ins.opcode}'", ins.line, ins.col)
+        return ts[k]
+
+    def get(self, o: A.Operand, t: str) -> ir.Value:
+        ty = compute_type(t)
+        b = self.b
+        if isinstance(o, A.Reg):
+            a = self.regs.get(o.name)
+            if a is None:
+                raise invalid_ptx(f"undeclared register {o.name}")
+            v = b.load(a)
+            if ty == I1 and v.type != I1:
+                return b.icmp_unsigned("!=", v, ir.Constant(v.type, 0))
+            if v.type == I1 and ty != I1:
+                return b.zext(v, ty) if isinstance(ty, ir.IntType) else v
+            return convert_bits(b, v, ty, is_signed(t))
+        if isinstance(o, A.Imm):
+            return self.imm(o, ty)
+        if isinstance(o, A.Not):
+            return b.not_(self.get(o.reg, "pred"))
+        if isinstance(o, A.Special):
+            return convert_bits(b, self.env.special(self, o.name), ty)
+        if isinstance(o, (A.Sym, A.SymOff)):
+            name = o.name
+            off = o.offset if isinstance(o, A.SymOff) else 0
+            return convert_bits(b, self.sym_value(name, off), ty)
+        raise invalid_ptx(f"bad source operand {o}")
+
+    def imm(self, o: A.Imm, ty: ir.Type) -> ir.Value:
+        if ty == I1:
+            return ir.Constant(I1, 1 if o.value else 0)
+        if o.is_float and o.bits:
+            if isinstance(ty, ir.IntType):
+                return ir.Constant(ty, int(o.value) & ((1 << ty.width) - 1))
+            src = F32 if o.bits == 32 else F64
+            c = float_bits_const(src, int(o.value))
+            if src == ty:
+                return c
+            return self.b.fpext(c, ty) if ty == F64 else self.b.fptrunc(c, ty)
+        if isinstance(ty, ir.IntType):
+            return const(ty, int(o.value))
+        if ty == F16 and not o.is_float:
+            return float_bits_const(F16, int(o.value))
+        return ir.Constant(ty, float(o.value))
+
+    def put(self, o: A.Operand, v: ir.Value, t: str | None = None) -> None:
+        if isinstance(o, A.Sink):
+            return
+        if not isinstance(o, A.Reg):
+            raise invalid_ptx(f"bad destination operand {o}")
+        a = self.regs.get(o.name)
+        if a is None:
+            raise invalid_ptx(f"undeclared register {o.name}")
+        rt = a.allocated_type
+        if v.type == I1 and rt != I1:
+            v = self.b.zext(v, rt if isinstance(rt, ir.IntType) else ir.IntType(32))
+        elif rt == I1 and v.type != I1:
+            v = self.b.icmp_unsigned("!=", convert_bits(self.b, v, ir.IntType(_w(v.type))), ir.Constant(ir.IntType(_w(v.type)), 0))
+        self.b.store(convert_bits(self.b, v, rt, bool(t and is_signed(t))), a)
+
+    def dst_ops(self, o: A.Operand) -> list[A.Operand]:
+        return list(o.items) if isinstance(o, A.Vec) else [o]
+
+    # -- symbols and addresses -----------------------------------------------------------------
+    def storage(self, name: str) -> Storage:
+        s = self.sym.get(name) or self.cg.storage(name)
+        if s is None:
+            raise invalid_ptx(f"unknown symbol {name}")
+        return s
+
+    def sym_value(self, name: str, off: int = 0) -> ir.Value:
+        """The value of a symbol used as an operand: its address in its own state space."""
+        s = self.storage(name)
+        if s.kind == "shared":
+            return ir.Constant(I64, int(s.value) + off)  # type: ignore[arg-type]
+        p = self.resolve_ptr(s)
+        v = self.b.ptrtoint(p, I64)
+        return self.b.add(v, ir.Constant(I64, off)) if off else v
+
+    def resolve_ptr(self, s: Storage) -> ir.Value:
+        v = s.value
+        v = v() if callable(v) else v  # type: ignore[operator]
+        return to_opaque(self.b, v)  # type: ignore[arg-type]
+
+    def space(self, ins: A.Instr) -> str:
+        for m in ins.mods:
+            if m in ("global", "shared", "local", "const", "param", "generic"):
+                return m
+            if m.startswith("shared::"):
+                return "shared"
+        return "generic"
+
+    def addr(self, o: A.Operand, space: str) -> ir.Value:
+        """Pointer for an address operand ``[...]`` in ``space``."""
+        b = self.b
+        if isinstance(o, A.Addr):
+            base, off = o.base, o.offset
+        elif isinstance(o, (A.Reg, A.Sym)):
+            base, off = o, 0
+        elif isinstance(o, A.SymOff):
+            base, off = A.Sym(o.name), o.offset
+        else:
+            raise invalid_ptx(f"bad address operand {o}")
+        if isinstance(base, A.Sym):
+            s = self.storage(base.name)
+            if s.kind == "shared":
+                return b.gep(self.env.shared_base(self), [ir.Constant(I64, int(s.value) + off)], source_etype=I8)  # type: ignore[arg-type]
+            p = self.resolve_ptr(s)
+            return b.gep(p, [ir.Constant(I64, off)], source_etype=I8) if off else p
+        if isinstance(base, A.Imm):
+            iv: ir.Value = ir.Constant(I64, int(base.value) + off)
+        else:
+            assert isinstance(base, A.Reg)
+            a = self.regs.get(base.name)
+            if a is None:
+                raise invalid_ptx(f"undeclared register {base.name}")
+            iv = b.load(a)
+            iv = convert_bits(b, iv, I64) if iv.type != I64 else iv
+            if off:
+                iv = b.add(iv, ir.Constant(I64, off))
+        if space == "shared":
+            return b.gep(self.env.shared_base(self), [iv], source_etype=I8)
+        return b.inttoptr(iv, PTR)
+
+    # -- misc helpers --------------------------------------------------------------------------
+    def call_intr(self, name: str, ret: ir.Type, args: list[ir.Value]) -> ir.Value:
+        fn = self.module.globals.get(name)
+        if fn is None:
+            fn = ir.Function(self.module, ir.FunctionType(ret, [a.type for a in args]), name)
+        return self.b.call(fn, args)
+
+    def sel(self, c: ir.Value, a: ir.Value, b_: ir.Value) -> ir.Value:
+        return self.b.select(c, a, b_)
+
+    def i(self, ty: ir.Type, v: int) -> ir.Constant:
+        return const(ty, v)
+
+
+def _w(t: ir.Type) -> int:
+    if isinstance(t, ir.IntType):
+        return t.width
+    return {F16: 16, F32: 32, F64: 64}[t]
+
+
+def _bbname(label: str) -> str:
+    return "L" + "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in label)
+
+
+__all__ = ["FuncLowering", "HANDLERS", "op", "Env", "Storage", "I1", "I8", "I32", "I64", "F32", "F64"]

@@ -1,0 +1,217 @@
+"""Module-level lowering: globals with initializers, shared-memory layout, .func declarations and bodies."""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from math import prod
+
+from llvmlite import ir
+
+from jit.errors import invalid_ptx
+from jit.lower import ops_ctrl, ops_cvt, ops_float, ops_int, ops_mem  # noqa: F401  (register handlers)
+from jit.lower.core import FuncLowering, Storage
+from jit.lower.types import I8, I64, PTR, VOID, opaque_alloca
+from jit.ptx import ast as A
+from jit.ptx.ast import type_bytes
+
+
+def var_size(v: A.VarDecl | A.Param) -> int:
+    n = prod(d for d in v.dims) if v.dims else 1
+    return type_bytes(v.type) * getattr(v, "vec", 1) * n
+
+
+def var_align(v: A.VarDecl | A.Param) -> int:
+    return v.align or type_bytes(v.type) * getattr(v, "vec", 1)
+
+
+def align_up(x: int, a: int) -> int:
+    return (x + a - 1) // a * a
+
+
+@dataclass
+class ParamLayout:
+    name: str
+    size: int
+    align: int
+    offset: int
+
+
+@dataclass
+class KernelMeta:
+    name: str
+    symbol: str
+    params: list[ParamLayout] = field(default_factory=list)
+    param_size: int = 0
+    static_shared: int = 0
+    local_bytes: int = 0
+    rec_bytes: int = 0
+    scheduler: bool = False
+    max_threads: int = 1024
+    num_regs: int = 32
+
+
+class ModuleCodegen:
+    def __init__(self, mod: A.Module, triple: str = "") -> None:
+        self.ast = mod
+        self.module = ir.Module(name="ptx")
+        if triple:
+            self.module.triple = triple
+        self.globals: dict[str, tuple[ir.GlobalVariable, int]] = {}
+        self.shared: dict[str, int] = {}
+        self.funcs: dict[str, ir.Function] = {}
+        self.kernels: list[KernelMeta] = []
+        self.has_calls = any(isinstance(s, A.Instr) and s.opcode == "call"
+                             for f in mod.functions for s in (f.body or []))
+        self._layout_shared()
+        for v in mod.globals:
+            if v.space in ("global", "const"):
+                self._define_global(v)
+        for f in mod.functions:
+            for v in f.vars:
+                if v.space in ("global", "const"):
+                    self._define_global(v)
+        for f in mod.functions:
+            if not f.is_entry and f.body is not None:
+                ty = ir.FunctionType(VOID, [PTR] * (1 + len(f.rets) + len(f.params)))
+                fn = ir.Function(self.module, ty, f"wooly.f.{f.name}")
+                fn.linkage = "internal"
+                self.funcs[f.name] = fn
+
+    # -- layout --------------------------------------------------------------------------------
+    def _layout_shared(self) -> None:
+        off = 0
+        extern: list[str] = []
+        module_vars = [v for v in self.ast.globals if v.space == "shared"]
+        module_vars += [v for f in self.ast.functions if not f.is_entry for v in f.vars if v.space == "shared"]
+        for v in module_vars:
+            if v.extern or (v.dims and v.dims[-1] == 0):
+                extern.append(v.name)
+                continue
+            off = align_up(off, var_align(v))
+            self.shared[v.name] = off
+            off += var_size(v)
+        self.module_shared = off
+        biggest = off
+        self.entry_shared: dict[str, dict[str, int]] = {}
+        self.entry_static: dict[str, int] = {}
+        for f in self.ast.functions:
+            if not f.is_entry or f.body is None:
+                continue
+            o = off
+            own: dict[str, int] = {}
+            for v in f.vars:
+                if v.space != "shared":
+                    continue
+                if v.extern or (v.dims and v.dims[-1] == 0):
+                    extern.append(v.name)
+                    continue
+                o = align_up(o, var_align(v))
+                own[v.name] = o
+                o += var_size(v)
+            self.entry_shared[f.name] = own
+            self.entry_static[f.name] = o
+            biggest = max(biggest, o)
+        # NOTE [dynamic shared offset]: every kernel of the module sees dynamic shared memory at the same offset,
+        # after the largest static area, so .func code that touches `extern .shared` needs no per-kernel fix-up.
+        self.dyn_offset = align_up(biggest, 16)
+        for name in extern:
+            self.shared[name] = self.dyn_offset
+
+    def _define_global(self, v: A.VarDecl) -> None:
+        size = max(var_size(v), 1)
+        init = self._initializer(v, size)
+        gv = ir.GlobalVariable(self.module, init.type, v.name)
+        gv.initializer = init
+        gv.align = max(var_align(v), 8)
+        gv.global_constant = False
+        self.globals[v.name] = (gv, size)
+
+    def _initializer(self, v: A.VarDecl, size: int) -> ir.Constant:
+        if not v.init:
+            return ir.Constant(ir.ArrayType(I8, size), None)
+        esz = type_bytes(v.type)
+        if any(isinstance(x, (A.Sym, A.SymOff)) for x in v.init):
+            ety = ir.IntType(8 * esz)
+            elems: list[ir.Constant] = []
+            for x in v.init:
+                if isinstance(x, (A.Sym, A.SymOff)):
+                    tgt = self.globals.get(x.name)
+                    if tgt is None:
+                        raise invalid_ptx(f"initializer refers to unknown symbol {x.name}", v.line)
+                    c = tgt[0].ptrtoint(I64)
+                    if isinstance(x, A.SymOff) and x.offset:
+                        c = c.add(ir.Constant(I64, x.offset))  # type: ignore[attr-defined]
+                    elems.append(c if ety == I64 else c.trunc(ety))  # type: ignore[attr-defined]
+                else:
+                    elems.append(ir.Constant(ety, int(x.value) & ((1 << (8 * esz)) - 1)))
+            n = size // esz
+            elems += [ir.Constant(ety, 0)] * (n - len(elems))
+            return ir.Constant(ir.LiteralStructType([e.type for e in elems]), elems)
+        data = bytearray()
+        for x in v.init:
+            data += _encode(v.type, x)
+        data = data[:size] + bytes(max(0, size - len(data)))
+        return ir.Constant(ir.ArrayType(I8, size), bytearray(data))
+
+    # -- symbol lookup -------------------------------------------------------------------------
+    def storage(self, name: str) -> Storage | None:
+        if name in self.globals:
+            return Storage("ptr", self.globals[name][0])
+        if name in self.shared:
+            return Storage("shared", self.shared[name])
+        return None
+
+    def libc(self, name: str) -> ir.Function:
+        fn = self.module.globals.get(name)
+        if fn is None:
+            ty = ir.FunctionType(PTR, [I64]) if name == "malloc" else ir.FunctionType(VOID, [PTR])
+            fn = ir.Function(self.module, ty, name)
+        return fn  # type: ignore[return-value]
+
+    def local_layout(self, f: A.Function) -> tuple[dict[str, int], int]:
+        off = 0
+        out: dict[str, int] = {}
+        for v in f.vars:
+            if v.space == "local":
+                off = align_up(off, var_align(v))
+                out[v.name] = off
+                off += var_size(v)
+        return out, align_up(off, 16)
+
+    def bind_locals_and_params(self, fl: FuncLowering, f: A.Function) -> None:
+        """Storage for function-scope .local/.shared/.param variables (call-site buffers)."""
+        offs, _ = self.local_layout(f)
+        for v in f.vars:
+            if v.space == "local":
+                fl.sym[v.name] = Storage("ptr", _lazy(lambda v=v, o=offs[v.name]: fl.env.local_ptr(fl, o)))
+            elif v.space == "shared":
+                off = self.entry_shared.get(f.name, {}).get(v.name, self.shared.get(v.name))
+                if off is None:
+                    raise invalid_ptx(f"shared variable {v.name} has no layout", v.line)
+                fl.sym[v.name] = Storage("shared", off)
+            elif v.space == "param":
+                buf = opaque_alloca(fl.ab, ir.ArrayType(I8, max(var_size(v), 8)), v.name.replace("$", "_"))
+                fl.sym[v.name] = Storage("ptr", buf)
+
+
+class _lazy:
+    """A storage value computed on first use inside the function (needs the builder positioned)."""
+
+    def __init__(self, fn) -> None:  # type: ignore[no-untyped-def]
+        self.fn = fn
+
+    def __call__(self) -> ir.Value:
+        return self.fn()
+
+
+def _encode(t: str, x: A.Operand) -> bytes:
+    n = type_bytes(t)
+    assert isinstance(x, A.Imm)
+    if t in ("f32", "f64") :
+        if x.is_float and x.bits:
+            return int(x.value).to_bytes(x.bits // 8, "little")
+        return struct.pack("<f" if t == "f32" else "<d", float(x.value))
+    if x.is_float and x.bits:
+        return int(x.value).to_bytes(n, "little")
+    return (int(x.value) & ((1 << (8 * n)) - 1)).to_bytes(n, "little")

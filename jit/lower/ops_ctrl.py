@@ -1,0 +1,113 @@
+"""Control flow: branches, calls, returns, exit/trap, and hand-off of sync points to the target runtime."""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from jit.errors import CUDA_ERROR_LAUNCH_FAILED, invalid_ptx, not_supported
+from jit.lower.core import FuncLowering, op
+from jit.lower.types import I8, I64, PTR, opaque_alloca
+from jit.ptx import ast as A
+
+
+@op("bra")
+def bra(fl: FuncLowering, ins: A.Instr) -> None:
+    tgt = ins.operands[0]
+    if not isinstance(tgt, A.Sym) or tgt.name not in fl.labels:
+        raise invalid_ptx(f"branch to unknown label {tgt}", ins.line, ins.col)
+    dest = fl.labels[tgt.name]
+    b = fl.b
+    if ins.pred:
+        p = fl.get(A.Reg(ins.pred), "pred")
+        nxt = fl.block("fall")
+        if ins.pred_neg:
+            b.cbranch(p, nxt, dest)
+        else:
+            b.cbranch(p, dest, nxt)
+        b.position_at_end(nxt)
+    else:
+        b.branch(dest)
+
+
+@op("brx")
+def brx(fl: FuncLowering, ins: A.Instr) -> None:
+    raise not_supported("brx.idx (indirect branch)", ins.line)
+
+
+@op("ret")
+def ret(fl: FuncLowering, ins: A.Instr) -> None:
+    if fl.fn.is_entry:
+        fl.env.exit_thread(fl)
+    else:
+        fl.b.ret_void()
+
+
+@op("exit")
+def exit_(fl: FuncLowering, ins: A.Instr) -> None:
+    fl.env.exit_thread(fl)
+
+
+@op("trap", "brkpt")
+def trap(fl: FuncLowering, ins: A.Instr) -> None:
+    fl.env.trap(fl, CUDA_ERROR_LAUNCH_FAILED)
+
+
+@op("bar", "barrier", "shfl", "vote", "match", "redux", "activemask")
+def sync(fl: FuncLowering, ins: A.Instr) -> None:
+    if ins.opcode in ("bar", "barrier") and ins.has("arrive"):
+        return
+    if ins.opcode in ("bar", "barrier") and ins.has("red"):
+        raise not_supported("bar.red (barrier with reduction)", ins.line)
+    fl.env.sync(fl, ins)
+
+
+def _param_ptr(fl: FuncLowering, o: A.Operand) -> ir.Value:
+    if isinstance(o, A.Sym):
+        return fl.resolve_ptr(fl.storage(o.name))
+    # register/immediate argument: spill into a temporary 8-byte slot
+    tmp = opaque_alloca(fl.ab, ir.ArrayType(I8, 16))
+    v = fl.get(o, "b64") if not isinstance(o, A.Reg) else fl.b.load(fl.regs[o.name])
+    fl.b.store(v, tmp)
+    return tmp
+
+
+def _load_u64(fl: FuncLowering, o: A.Operand) -> ir.Value:
+    return fl.b.load(_param_ptr(fl, o), typ=I64, align=8)
+
+
+@op("call")
+def call(fl: FuncLowering, ins: A.Instr) -> None:
+    ops = list(ins.operands)
+    k = next((i for i, o in enumerate(ops) if isinstance(o, A.Sym)), None)
+    if k is None:
+        raise not_supported("indirect call through a register", ins.line)
+    name = ops[k].name  # type: ignore[union-attr]
+    rets = [x for g in ops[:k] if isinstance(g, A.Group) for x in g.items]
+    args = [x for g in ops[k + 1:] if isinstance(g, A.Group) for x in g.items]
+    env = fl.env
+    if name == "vprintf":
+        r = env.printf(fl, _load_u64(fl, args[0]), _load_u64(fl, args[1]))  # type: ignore[attr-defined]
+        if rets:
+            fl.b.store(fl.b.trunc(r, ir.IntType(32)), _param_ptr(fl, rets[0]))
+        return
+    if name == "__assertfail":
+        vals = [_load_u64(fl, a) for a in args[:2]]
+        env.assert_fail(fl, vals[0], vals[1], fl.b.load(_param_ptr(fl, args[2]), typ=ir.IntType(32)))  # type: ignore[attr-defined]
+        return
+    if name in ("malloc", "free"):
+        libc = fl.cg.libc(name)
+        if name == "malloc":
+            p = fl.b.call(libc, [_load_u64(fl, args[0])])
+            fl.b.store(fl.b.ptrtoint(p, I64), _param_ptr(fl, rets[0]))
+        else:
+            fl.b.call(libc, [fl.b.inttoptr(_load_u64(fl, args[0]), PTR)])
+        return
+    callee = fl.cg.funcs.get(name)
+    if callee is None:
+        raise not_supported(f"call to undefined function '{name}'", ins.line)
+    actual = [env.tctx(fl)] + [_param_ptr(fl, r) for r in rets] + [_param_ptr(fl, a) for a in args]
+    if len(actual) != len(callee.args):
+        raise invalid_ptx(f"call to '{name}' with {len(actual) - 1} arguments, expected {len(callee.args) - 1}",
+                          ins.line, ins.col)
+    fl.b.call(callee, actual)
+    env.after_call(fl)

@@ -1,0 +1,132 @@
+"""cvt: every integer/float/half combination with rounding, .sat and .ftz (float->int always saturates)."""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from jit.lower.core import FuncLowering, op
+from jit.lower.ops_float import bf16_to_f32, directed, f32_to_bf16, ftz, sat
+from jit.lower.types import F16, F32, F64, I16, I32, I128, compute_type, is_float, is_signed, suffix
+from jit.ptx import ast as A
+
+_IROUND = {"rni": "roundeven", "rzi": "trunc", "rmi": "floor", "rpi": "ceil"}
+
+
+def _to_float_src(fl: FuncLowering, v: ir.Value, t: str) -> ir.Value:
+    if t == "bf16":
+        return bf16_to_f32(fl, v)
+    if t == "f16":
+        return fl.b.fpext(v, F32)
+    return v
+
+
+def _narrow(fl: FuncLowering, x: ir.Value, to: ir.Type, mode: str) -> ir.Value:
+    """Round float x (f32/f64) to a narrower float type with mode."""
+    b = fl.b
+    y = b.fptrunc(x, to)
+    if mode in ("rz", "rm", "rp") and to in (F32, F64):
+        back = b.fpext(y, x.type)
+        y = directed(fl, y, b.fcmp_ordered(">", x, back), b.fcmp_ordered("<", x, back), mode)
+    elif mode in ("rz", "rm", "rp") and to == F16:
+        # go through f32 with the directed mode first, then RN is exact enough for halves of f32 values
+        y = b.fptrunc(x, F16)
+    return y
+
+
+@op("cvt")
+def cvt(fl: FuncLowering, ins: A.Instr) -> None:
+    b = fl.b
+    dt, st = fl.itype(ins, -2), fl.itype(ins, -1)
+    mode = next((m for m in ins.mods if m in ("rn", "rz", "rm", "rp", "rni", "rzi", "rmi", "rpi", "rna", "rs")), "")
+    d = ins.operands[0]
+    if dt in ("f16x2", "bf16x2"):  # cvt.rn.f16x2.f32 d, a, b: a -> upper half, b -> lower half
+        hi, lo = fl.get(ins.operands[1], st), fl.get(ins.operands[2], st)
+        parts = []
+        for x in (lo, hi):
+            if ins.has("relu"):
+                x = b.select(b.fcmp_ordered("<", x, ir.Constant(x.type, 0.0)), ir.Constant(x.type, 0.0), x)
+            parts.append(b.bitcast(b.fptrunc(x, F16), I16) if dt == "f16x2" else f32_to_bf16(fl, x))
+        fl.put(d, b.or_(b.zext(parts[0], I32), b.shl(b.zext(parts[1], I32), ir.Constant(I32, 16))), "b32")
+        return
+    v = fl.get(ins.operands[1], st)
+    if ins.has("ftz") and st == "f32":
+        v = ftz(fl, v)
+    dty = compute_type(dt)
+    sf, df = is_float(st), is_float(dt)
+    if sf and df:
+        x = _to_float_src(fl, v, st)
+        if mode in _IROUND:
+            x = fl.call_intr(f"llvm.{_IROUND[mode]}.{suffix(x.type)}", x.type, [x])
+        if dt == "bf16":
+            r = f32_to_bf16(fl, x if x.type == F32 else _narrow(fl, x, F32, mode or "rn"))
+        elif dt == "f16":
+            r = b.fptrunc(x, F16) if x.type != F16 else x
+        elif x.type == dty:
+            r = x
+        elif _fbits(x.type) < _fbits(dty):
+            r = b.fpext(x, dty)
+        else:
+            r = _narrow(fl, x, dty, mode or "rn")
+        if ins.has("sat"):
+            r = sat(fl, r) if r.type in (F32, F64) else b.fptrunc(sat(fl, b.fpext(r, F32)), F16)
+        if ins.has("ftz") and r.type == F32:
+            r = ftz(fl, r)
+        fl.put(d, r, dt)
+        return
+    if sf:  # float -> int, saturating
+        x = _to_float_src(fl, v, st)
+        fn = _IROUND.get(mode, "trunc")
+        x = fl.call_intr(f"llvm.{fn}.{suffix(x.type)}", x.type, [x])
+        kind = "fptosi" if is_signed(dt) else "fptoui"
+        r = fl.call_intr(f"llvm.{kind}.sat.{suffix(dty)}.{suffix(x.type)}", dty, [x])
+        fl.put(d, r, dt)
+        return
+    if df:  # int -> float
+        tgt = F32 if dt in ("f16", "bf16") else dty
+        conv = b.sitofp if is_signed(st) else b.uitofp
+        y = conv(v, tgt)
+        if mode in ("rz", "rm", "rp") and tgt in (F32, F64):
+            ext = b.sext if is_signed(st) else b.zext
+            exact = ext(v, I128)
+            back = b.fptosi(y, I128)  # y is finite and within i128
+            cmp = b.icmp_signed
+            y = directed(fl, y, cmp(">", exact, back), cmp("<", exact, back), mode)
+        if dt == "f16":
+            y = b.fptrunc(conv(v, F64), F16)
+        elif dt == "bf16":
+            y = f32_to_bf16(fl, y)
+        if ins.has("sat") and dt in ("f32", "f64"):
+            y = sat(fl, y)
+        fl.put(d, y, dt)
+        return
+    # int -> int
+    dw, sw = dty.width, v.type.width
+    if ins.has("sat"):
+        lo, hi = _range(dt)
+        slo, shi = _range(st)
+        wide = ir.IntType(max(dw, sw) + 1)
+        ext = b.sext if is_signed(st) else b.zext
+        x = ext(v, wide)
+        if lo > slo:
+            x = b.select(b.icmp_signed("<", x, ir.Constant(wide, lo)), ir.Constant(wide, lo), x)
+        if hi < shi:
+            x = b.select(b.icmp_signed(">", x, ir.Constant(wide, hi)), ir.Constant(wide, hi), x)
+        r = b.trunc(x, dty)
+    elif dw < sw:
+        r = b.trunc(v, dty)
+    elif dw > sw:
+        r = b.sext(v, dty) if is_signed(st) else b.zext(v, dty)
+    else:
+        r = v
+    fl.put(d, r, dt)
+
+
+def _fbits(t: ir.Type) -> int:
+    return {F16: 16, F32: 32, F64: 64}[t]
+
+
+def _range(t: str) -> tuple[int, int]:
+    n = int(t[1:])
+    if is_signed(t):
+        return -(1 << (n - 1)), (1 << (n - 1)) - 1
+    return 0, (1 << n) - 1

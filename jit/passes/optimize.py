@@ -1,0 +1,40 @@
+"""Parse the textual IR with LLVM, verify it and run the O3 pipeline for the host CPU."""
+
+from __future__ import annotations
+
+import llvmlite.binding as llvm
+
+from jit.errors import invalid_ptx
+
+_INIT = False
+
+
+def init_llvm() -> None:
+    global _INIT
+    if not _INIT:
+        llvm.initialize_all_targets()
+        llvm.initialize_all_asmprinters()
+        _INIT = True
+
+
+def host_target_machine(opt: int = 3) -> llvm.TargetMachine:
+    init_llvm()
+    tgt = llvm.Target.from_default_triple()
+    return tgt.create_target_machine(cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
+                                     opt=opt, reloc="pic", codemodel="default")
+
+
+def run(ir_text: str, tm: llvm.TargetMachine, level: int = 3) -> llvm.ModuleRef:
+    try:
+        mod = llvm.parse_assembly(ir_text)
+        mod.verify()
+    except RuntimeError as e:  # an IR bug on our side, reported as a PTX problem of this module
+        raise invalid_ptx(f"internal IR verification failed: {str(e)[:2000]}") from e
+    mod.triple = tm.triple
+    mod.data_layout = str(tm.target_data)
+    pto = llvm.create_pipeline_tuning_options(speed_level=level)
+    pto.loop_vectorization = True
+    pto.slp_vectorization = True
+    pb = llvm.create_pass_builder(tm, pto)
+    pb.getModulePassManager().run(mod, pb)
+    return mod

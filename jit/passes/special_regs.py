@@ -1,0 +1,56 @@
+"""Replace special-register operands (%tid.x, %laneid, %clock64, ...) with ``Special`` nodes."""
+
+from __future__ import annotations
+
+from jit.errors import invalid_ptx, not_supported
+from jit.ptx import ast as A
+
+_XYZ = ("tid", "ntid", "ctaid", "nctaid")
+KNOWN = (
+    {f"{b}.{c}" for b in _XYZ for c in "xyz"}
+    | {"laneid", "warpid", "nwarpid", "smid", "nsmid", "gridid", "clock", "clock64", "clock_hi", "globaltimer",
+       "globaltimer_lo", "globaltimer_hi", "lanemask_eq", "lanemask_le", "lanemask_lt", "lanemask_ge", "lanemask_gt",
+       "dynamic_smem_size", "total_smem_size", "aggr_smem_size", "is_explicit_cluster"}
+    | {f"{b}.{c}" for b in ("cluster_ctaid", "cluster_nctaid", "clusterid", "nclusterid") for c in "xyz"}
+    | {"cluster_ctarank", "cluster_nctarank"}
+)
+
+
+def _fix(op: A.Operand, regs: dict[str, str], line: int) -> A.Operand:
+    # registers may be declared without a '%' prefix (inline asm in libdevice does this)
+    if isinstance(op, A.Sym) and op.name in regs:
+        return A.Reg(op.name)
+    if isinstance(op, A.Addr) and isinstance(op.base, A.Sym) and op.base.name in regs:
+        return A.Addr(A.Reg(op.base.name), op.offset)
+    if isinstance(op, A.Reg) and op.name not in regs:
+        name = op.name[1:]
+        if name in KNOWN:
+            return A.Special(name)
+        if name.startswith(("envreg", "pm")) and name[-1].isdigit():
+            return A.Special("zero")
+        if name in _XYZ:
+            raise not_supported(f"vector special register %{name} (use %{name}.x)", line)
+        raise invalid_ptx(f"undeclared register {op.name}", line)
+    if isinstance(op, A.Vec):
+        return A.Vec(tuple(_fix(x, regs, line) for x in op.items))
+    if isinstance(op, A.Group):
+        return A.Group(tuple(_fix(x, regs, line) for x in op.items))
+    if isinstance(op, A.Addr) and isinstance(op.base, A.Reg) and op.base.name not in regs:
+        raise invalid_ptx(f"undeclared register {op.base.name}", line)
+    if isinstance(op, A.PredPair):
+        return A.PredPair(_fix(op.first, regs, line), _fix(op.second, regs, line))
+    if isinstance(op, A.Not) and op.reg.name not in regs:
+        raise invalid_ptx(f"undeclared register {op.reg.name}", line)
+    return op
+
+
+def run(module: A.Module) -> A.Module:
+    for fn in module.functions:
+        if fn.body is None:
+            continue
+        for st in fn.body:
+            if isinstance(st, A.Instr):
+                st.operands = [_fix(o, fn.regs, st.line) for o in st.operands]
+                if st.pred and st.pred not in fn.regs:
+                    raise invalid_ptx(f"undeclared predicate {st.pred}", st.line, st.col)
+    return module

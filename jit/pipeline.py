@@ -1,0 +1,28 @@
+"""The PTX translation as one ordered list of passes (DESIGN principle 6)."""
+
+from __future__ import annotations
+
+from jit.passes import flatten_scopes, predication, special_regs, sync_points, to_llvm
+from jit.ptx import ast as A
+from jit.ptx.parser import parse
+
+# Each pass is run(module) -> module over the PTX AST, in this order.
+AST_PASSES = [
+    flatten_scopes,  # nested { } scopes -> unique names, function-level declarations
+    special_regs,    # %tid.x, %laneid, %clock64 ... -> Special operands
+    predication,     # @p instr -> @!p bra skip; instr; skip:
+    sync_points,     # number barriers and warp collectives; registers live across each
+]
+
+
+def front_end(ptx: str | bytes) -> A.Module:
+    mod = parse(ptx)
+    for p in AST_PASSES:
+        mod = p.run(mod)
+    return mod
+
+
+def translate(ptx: str | bytes, target: str = "cpu") -> to_llvm.Lowered:
+    """PTX text -> LLVM IR module (plus kernel metadata). Registers become allocas; LLVM's mem2reg/SROA (in
+    the optimise pass) turns them into SSA values."""
+    return to_llvm.run(front_end(ptx), target)

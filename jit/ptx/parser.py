@@ -1,0 +1,406 @@
+"""Recursive-descent PTX parser producing jit.ptx.ast nodes. Errors carry line:column."""
+
+from __future__ import annotations
+
+from jit.errors import invalid_ptx
+from jit.ptx import ast as A
+from jit.ptx.lexer import Tok, tokenize
+
+_SPACES = {"global", "const", "shared", "local", "param", "tex", "surf", "sampler"}
+_FUNC_ATTRS = {"maxntid", "reqntid", "minnctapersm", "maxnctapersm", "maxnreg", "maxclusterrank",
+               "reqnctapercluster", "explicitcluster", "blocksareclusters", "noreturn", "pragma"}
+
+
+class Parser:
+    def __init__(self, text: str) -> None:
+        self.toks = tokenize(text)
+        self.i = 0
+
+    # -- token helpers -------------------------------------------------------------------------
+    def peek(self, k: int = 0) -> Tok:
+        return self.toks[min(self.i + k, len(self.toks) - 1)]
+
+    def next(self) -> Tok:
+        t = self.toks[self.i]
+        if t.kind != "eof":
+            self.i += 1
+        return t
+
+    def error(self, msg: str, tok: Tok | None = None) -> Exception:
+        tok = tok or self.peek()
+        return invalid_ptx(f"{msg} (at {tok.text!r})" if tok.text else msg, tok.line, tok.col)
+
+    def accept(self, text: str) -> bool:
+        if self.peek().text == text and self.peek().kind in ("punct", "dir", "word"):
+            self.i += 1
+            return True
+        return False
+
+    def expect(self, text: str) -> Tok:
+        t = self.peek()
+        if t.text != text:
+            raise self.error(f"expected {text!r}")
+        return self.next()
+
+    def ident(self) -> str:
+        t = self.next()
+        if t.kind != "word":
+            raise self.error("expected identifier", t)
+        return t.text
+
+    def integer(self) -> int:
+        neg = self.accept("-")
+        t = self.next()
+        if t.kind != "num":
+            raise self.error("expected integer", t)
+        v = _int(t.text)
+        if v is None:
+            raise self.error("expected integer", t)
+        return -v if neg else v
+
+    # -- module level --------------------------------------------------------------------------
+    def parse_module(self) -> A.Module:
+        mod = A.Module()
+        while self.peek().kind != "eof":
+            t = self.peek()
+            if t.text == ".version":
+                self.next()
+                mod.version = self.next().text
+            elif t.text == ".target":
+                self.next()
+                mod.target.append(self.ident())
+                while self.accept(","):
+                    mod.target.append(self.ident())
+            elif t.text == ".address_size":
+                self.next()
+                mod.address_size = self.integer()
+            elif t.text in (".file", ".loc", ".pragma"):
+                self.skip_statement()
+            elif t.text == ".section":
+                self.next()
+                self.next()
+                self.skip_braces()
+            elif t.kind == "dir" or t.text == ";":
+                self.parse_toplevel_decl(mod)
+            else:
+                raise self.error("unexpected token at module scope")
+        return mod
+
+    def skip_statement(self) -> None:
+        line = self.peek().line
+        self.next()
+        while self.peek().kind != "eof" and self.peek().text != ";" and self.peek().line == line:
+            self.next()
+        self.accept(";")
+
+    def skip_braces(self) -> None:
+        self.expect("{")
+        depth = 1
+        while depth:
+            t = self.next()
+            if t.kind == "eof":
+                raise self.error("unterminated block", t)
+            depth += {"{": 1, "}": -1}.get(t.text, 0) if t.kind == "punct" else 0
+
+    def parse_toplevel_decl(self, mod: A.Module) -> None:
+        if self.accept(";"):
+            return
+        flags: set[str] = set()
+        start = self.peek()
+        while self.peek().text in (".visible", ".extern", ".weak", ".common"):
+            flags.add(self.next().text[1:])
+        t = self.peek()
+        if t.text in (".entry", ".func"):
+            self.next()
+            mod.functions.append(self.parse_function(t.text == ".entry", flags, start))
+            return
+        if t.kind == "dir" and t.text[1:] in _SPACES:
+            for v in self.parse_var_decl(flags):
+                mod.globals.append(v)
+            self.expect(";")
+            return
+        raise self.error("unknown directive", t)
+
+    # -- variables -----------------------------------------------------------------------------
+    def parse_var_decl(self, flags: set[str], multi: bool = True) -> list[A.VarDecl]:
+        tok = self.next()
+        space = tok.text[1:]
+        align, vec, typ, ptr_attrs = 0, 1, "", []
+        while self.peek().kind == "dir":
+            d = self.next().text[1:]
+            if d == "align":
+                align = self.integer()
+            elif d in ("v2", "v4", "v8"):
+                vec = int(d[1:])
+            elif d == "ptr":
+                ptr_attrs.append("ptr")
+            elif d in ("extern", "visible", "weak", "common"):
+                flags.add(d)
+            elif d in ("global", "shared", "const", "local") and space == "param":
+                ptr_attrs.append(d)
+            elif d == "attribute":
+                self.expect("(")
+                while not self.accept(")"):
+                    self.next()
+            else:
+                typ = d
+        if not typ:
+            raise self.error("missing type in declaration", tok)
+        out = []
+        while True:
+            name_tok = self.next()
+            if name_tok.kind != "word":
+                raise self.error("expected variable name", name_tok)
+            v = A.VarDecl(space, typ, name_tok.text, align, [], None, vec, "extern" in flags,
+                          "visible" in flags, "weak" in flags, "common" in flags, ptr_attrs, tok.line)
+            if self.accept("<"):  # %r<10> register-like range for .local/.param is not PTX; reject
+                raise self.error("range not allowed here")
+            while self.accept("["):
+                v.dims.append(0 if self.peek().text == "]" else self.integer())
+                self.expect("]")
+            if self.accept("="):
+                v.init = self.parse_initializer()
+            out.append(v)
+            if not multi or not self.accept(","):
+                return out
+
+    def parse_initializer(self) -> list:
+        vals: list = []
+        if self.accept("{"):
+            while not self.accept("}"):
+                if self.peek().text == "{":
+                    vals.extend(self.parse_initializer())
+                else:
+                    vals.append(self.init_value())
+                self.accept(",")
+            return vals
+        return [self.init_value()]
+
+    def init_value(self) -> A.Operand:
+        op = self.operand()
+        if isinstance(op, A.Reg):  # bare identifiers in initializers are symbols (addresses)
+            return A.Sym(op.name)
+        return op
+
+    # -- functions -----------------------------------------------------------------------------
+    def parse_function(self, is_entry: bool, flags: set[str], start: Tok) -> A.Function:
+        rets: list[A.Param] = []
+        if not is_entry and self.peek().text == "(":
+            rets = self.param_list()
+        name = self.ident()
+        params = self.param_list() if self.peek().text == "(" else []
+        fn = A.Function(name, is_entry, params, rets, None, {}, "visible" in flags, "extern" in flags, start.line)
+        while self.peek().kind == "dir":
+            d = self.next().text[1:]
+            if d not in _FUNC_ATTRS:
+                raise self.error(f"unknown function directive .{d}")
+            vals: list[int] = []
+            if d == "pragma":
+                self.next()
+                self.accept(";")
+                continue
+            if self.peek().kind == "num":
+                vals.append(self.integer())
+                while self.accept(","):
+                    vals.append(self.integer())
+            fn.attrs[d] = vals
+        if self.accept(";"):
+            return fn
+        fn.body = self.block()
+        return fn
+
+    def param_list(self) -> list[A.Param]:
+        self.expect("(")
+        out: list[A.Param] = []
+        while not self.accept(")"):
+            sp = self.next()
+            if sp.text not in (".param", ".reg"):
+                raise self.error("expected .param", sp)
+            for v in self.parse_var_decl_from(sp.text[1:]):
+                out.append(A.Param(v.name, v.type, v.align, v.dims, v.ptr_attrs, sp.text[1:]))
+            if not self.accept(","):
+                self.expect(")")
+                break
+        return out
+
+    def parse_var_decl_from(self, space: str) -> list[A.VarDecl]:
+        self.i -= 1  # re-read the space directive
+        return self.parse_var_decl(set(), multi=False)
+
+    def block(self) -> list[A.Stmt]:
+        self.expect("{")
+        body: list[A.Stmt] = []
+        while not self.accept("}"):
+            t = self.peek()
+            if t.kind == "eof":
+                raise self.error("unterminated function body", t)
+            if t.text == "{":
+                body.append(A.Scope(self.block()))
+            elif t.text == ";":
+                self.next()
+            elif t.text == ".reg":
+                body.append(self.reg_decl())
+            elif t.text in (".loc", ".pragma", ".file"):
+                self.skip_statement()
+            elif t.kind == "dir" and t.text[1:] in _SPACES | {"extern", "align"}:
+                flags: set[str] = set()
+                if self.accept(".extern"):
+                    flags.add("extern")
+                body.extend(self.parse_var_decl(flags))
+                self.expect(";")
+            elif t.kind == "word" and self.peek(1).text == ":":
+                self.next()
+                self.next()
+                body.append(A.Label(t.text, t.line))
+            elif t.kind == "dir":
+                raise self.error("unknown directive in function body", t)
+            else:
+                body.append(self.instruction())
+        return body
+
+    def reg_decl(self) -> A.RegDecl:
+        self.next()
+        vec, typ = 1, ""
+        while self.peek().kind == "dir":
+            d = self.next().text[1:]
+            if d in ("v2", "v4"):
+                vec = int(d[1:])
+            elif d != "align":
+                typ = d
+            else:
+                self.integer()
+        if not typ:
+            raise self.error("missing register type")
+        names: list[str] = []
+        while True:
+            name = self.ident()
+            if self.accept("<"):
+                n = self.integer()
+                self.expect(">")
+                names.extend(f"{name}{k}" for k in range(n))
+            else:
+                names.append(name)
+            if not self.accept(","):
+                break
+        self.expect(";")
+        return A.RegDecl(typ, names, vec)
+
+    # -- instructions --------------------------------------------------------------------------
+    def instruction(self) -> A.Instr:
+        start = self.peek()
+        pred, neg = None, False
+        if self.accept("@"):
+            neg = self.accept("!")
+            pred = self.ident()
+        t = self.next()
+        if t.kind != "word":
+            raise self.error("expected instruction", t)
+        parts = t.text.split(".")
+        ins = A.Instr(parts[0], parts[1:], [], pred, neg, start.line, start.col)
+        while self.peek().kind == "dir":  # e.g. 'call.uni' written with spaces, rare
+            ins.mods.append(self.next().text[1:])
+        if self.accept(";"):
+            return ins
+        while True:
+            ins.operands.append(self.operand())
+            if self.accept(";"):
+                return ins
+            if not self.accept(","):
+                raise self.error("expected ',' or ';'")
+
+    def operand(self) -> A.Operand:
+        t = self.peek()
+        if t.text == "[":
+            self.next()
+            return self.address()
+        if t.text == "{":
+            self.next()
+            items = []
+            while not self.accept("}"):
+                items.append(self.operand())
+                self.accept(",")
+            return A.Vec(tuple(items))
+        if t.text == "(":
+            self.next()
+            items = []
+            while not self.accept(")"):
+                items.append(self.operand())
+                self.accept(",")
+            return A.Group(tuple(items))
+        if t.text == "!":
+            self.next()
+            return A.Not(A.Reg(self.ident()))
+        if t.text == "-" or t.kind in ("num", "hexf"):
+            return self.immediate()
+        if t.kind == "word":
+            self.next()
+            if t.text == "_":
+                return A.Sink()
+            first: A.Operand = A.Reg(t.text) if t.text.startswith("%") else A.Sym(t.text)
+            if self.peek().text == "|":
+                self.next()
+                return A.PredPair(first, self.operand())
+            if isinstance(first, A.Sym) and self.peek().text in ("+", "-") and self.peek(1).kind == "num":
+                sign = -1 if self.next().text == "-" else 1
+                return A.SymOff(first.name, sign * self.integer())
+            return first
+        raise self.error("bad operand", t)
+
+    def immediate(self) -> A.Imm:
+        neg = self.accept("-")
+        t = self.next()
+        if t.kind == "hexf":
+            bits = 32 if t.text[1] in "fF" else 64
+            v = int(t.text[2:], 16)
+            return A.Imm(v, True, bits) if not neg else A.Imm(v ^ (1 << (bits - 1)), True, bits)
+        iv = _int(t.text)
+        if iv is not None:
+            return A.Imm(-iv if neg else iv)
+        try:
+            fv = float(t.text.rstrip("uU"))
+        except ValueError:
+            raise self.error("bad number", t) from None
+        return A.Imm(-fv if neg else fv, True, 0)
+
+    def address(self) -> A.Addr:
+        base: A.Reg | A.Sym | A.Imm | None = None
+        off = 0
+        t = self.peek()
+        if t.kind == "word":
+            self.next()
+            base = A.Reg(t.text) if t.text.startswith("%") else A.Sym(t.text)
+        elif t.kind == "num" or t.text == "-":
+            off = self.integer()
+        while self.peek().text in ("+", "-"):
+            sign = -1 if self.next().text == "-" else 1
+            off += sign * self.integer()
+        if self.peek().text == ",":  # texture/surface style [tex, coords]: kept as a group
+            items: list[A.Operand] = [base if base is not None else A.Imm(off)]
+            while self.accept(","):
+                items.append(self.operand())
+            self.expect("]")
+            return A.Group(tuple(items))  # type: ignore[return-value]
+        self.expect("]")
+        if base is None:
+            return A.Addr(A.Imm(off), 0)
+        return A.Addr(base, off)
+
+
+def _int(s: str) -> int | None:
+    s = s.rstrip("uU")
+    try:
+        if s[:2] in ("0x", "0X"):
+            return int(s[2:], 16)
+        if s[:2] in ("0b", "0B"):
+            return int(s[2:], 2)
+        if s.isdigit():
+            return int(s, 8) if len(s) > 1 and s[0] == "0" else int(s)
+    except ValueError:
+        return None
+    return None
+
+
+def parse(text: str | bytes) -> A.Module:
+    if isinstance(text, (bytes, bytearray, memoryview)):
+        text = bytes(text).split(b"\0", 1)[0].decode("utf-8", errors="replace")
+    return Parser(text).parse_module()

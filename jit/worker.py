@@ -1,0 +1,78 @@
+"""Compile worker process: PTX in, x86 object out. Runs `python -m jit.worker`, fed over stdin/stdout.
+
+LLVM fatal errors abort the process they happen in, so translation, optimisation and emission happen here,
+never in the daemon. Frames: 4-byte little-endian length + payload. Request: JSON header, PTX bytes.
+Reply: JSON header ({"ok": true, "meta": ...} or {"ok": false, "code": int, "message": str}), object bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import sys
+import traceback
+from dataclasses import asdict
+from typing import BinaryIO
+
+
+def read_frame(f: BinaryIO) -> bytes | None:
+    h = f.read(4)
+    if len(h) < 4:
+        return None
+    (n,) = struct.unpack("<I", h)
+    data = f.read(n)
+    if len(data) < n:
+        return None
+    return data
+
+
+def write_frame(f: BinaryIO, data: bytes) -> None:
+    f.write(struct.pack("<I", len(data)))
+    f.write(data)
+
+
+def compile_ptx(ptx: bytes, target: str, opt: int = 3) -> tuple[bytes, dict]:
+    from jit.errors import JitError, not_supported
+    from jit.passes import optimize
+    from jit.pipeline import translate
+    if target != "cpu":
+        raise not_supported(f"JIT target '{target}'")
+    try:
+        low = translate(ptx, target)
+    except RecursionError as e:
+        raise JitError(218, "PTX too deeply nested") from e
+    tm = optimize.host_target_machine(opt)
+    mod = optimize.run(str(low.ir_module), tm, opt)
+    obj = tm.emit_object(mod)
+    meta = {"kernels": [asdict(k) for k in low.kernels], "globals": low.globals, "dyn_offset": low.dyn_offset}
+    return obj, meta
+
+
+def serve(inp: BinaryIO, out: BinaryIO) -> None:
+    from jit.errors import JitError
+    while True:
+        hdr = read_frame(inp)
+        if hdr is None:
+            return
+        ptx = read_frame(inp) or b""
+        req = json.loads(hdr)
+        try:
+            obj, meta = compile_ptx(ptx, req.get("target", "cpu"), int(req.get("opt", 3)))
+            reply, payload = {"ok": True, "meta": meta}, obj
+        except JitError as e:
+            reply, payload = {"ok": False, "code": e.code, "message": e.message}, b""
+        except Exception as e:  # a bug in the translator: report it, keep serving
+            msg = f"internal JIT error: {type(e).__name__}: {e}\n{traceback.format_exc(limit=6)}"
+            reply, payload = {"ok": False, "code": 218, "message": msg}, b""
+        write_frame(out, json.dumps(reply).encode())
+        write_frame(out, payload)
+        out.flush()
+
+
+def main() -> None:
+    sys.setrecursionlimit(20000)
+    serve(sys.stdin.buffer, sys.stdout.buffer)
+
+
+if __name__ == "__main__":
+    main()

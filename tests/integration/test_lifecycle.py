@@ -1,0 +1,147 @@
+"""Process lifetimes: dead clients are reclaimed, a dead daemon fails clients fast, the CLI works."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from proto.errors import CudaError
+from tests.conftest import ROOT, connect, start
+
+CLIENT = textwrap.dedent(
+    """
+    import sys, time
+    from tests.conftest import connect
+    d = connect(sys.argv[1])
+    p = d.mem_alloc(256 << 20)
+    d.memset(p, 1, 1, 256 << 20)
+    d.ctx_synchronize()
+    print("READY", flush=True)
+    time.sleep(600)
+    """
+)
+
+
+def _sessions(endpoint: str) -> dict:
+    out = subprocess.run([sys.executable, "-m", "woolyhv", "ps", "--server", endpoint, "--json"], capture_output=True, text=True, cwd=ROOT, timeout=30)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_sigkilled_client_is_reclaimed_and_others_untouched(gpud_tcp):
+    survivor = connect(gpud_tcp.endpoint)
+    keep = survivor.mem_alloc(1 << 20)
+    survivor.memcpy_htod(keep, bytes(range(256)) * 4096)
+    proc = subprocess.Popen([sys.executable, "-c", CLIENT, gpud_tcp.endpoint], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    assert proc.stdout.readline().strip() == "READY"
+    info = _sessions(gpud_tcp.endpoint)
+    assert any(s["pid"] == proc.pid and s["memory_used"] >= 256 << 20 for s in info["sessions"])
+    used_before = info["devices"][0]["used"]
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        info = _sessions(gpud_tcp.endpoint)
+        if not any(s["pid"] == proc.pid for s in info["sessions"]):
+            break
+        time.sleep(0.2)
+    assert not any(s["pid"] == proc.pid for s in info["sessions"]), "killed client's session still alive after 5 s"
+    assert info["devices"][0]["used"] <= used_before - (256 << 20)
+    assert bytes(survivor.memcpy_dtoh(keep, 1 << 20)) == bytes(range(256)) * 4096
+    survivor.conn.close()
+
+
+def test_killed_daemon_fails_client_fast():
+    g = start("tcp")
+    d = connect(g.endpoint, timeout_s=3.0)
+    p = d.mem_alloc(1024)
+    g.stop(signal.SIGKILL)
+    t = time.monotonic()
+    with pytest.raises(CudaError) as e:
+        d.memcpy_dtoh(p, 1024)
+    assert time.monotonic() - t < 6
+    assert e.value.name == "CUDA_ERROR_DEVICE_UNAVAILABLE" and "stopped answering" in e.value.message
+    t = time.monotonic()
+    with pytest.raises(CudaError):  # later calls fail at once
+        d.mem_get_info()
+    assert time.monotonic() - t < 0.5
+
+
+def test_sigterm_shuts_down_cleanly():
+    g = start("ipc")
+    d = connect(g.endpoint)
+    d.mem_alloc(1 << 20)
+    assert g.stop(signal.SIGTERM) == 0
+    assert not os.path.exists(g.endpoint[len("ipc://"):])
+
+
+def test_connect_to_nothing_fails_clearly():
+    t = time.monotonic()
+    with pytest.raises(CudaError) as e:
+        connect("tcp://127.0.0.1:1", connect_timeout_s=1.5)
+    assert e.value.name == "CUDA_ERROR_DEVICE_UNAVAILABLE"
+    assert time.monotonic() - t < 4
+
+
+def _wooly(*args: str, env: dict | None = None, input: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, **(env or {})}
+    full_env.pop("WOOLY_SERVER", None) if env is None or "WOOLY_SERVER" not in env else None
+    return subprocess.run([sys.executable, "-m", "woolyhv", *args], capture_output=True, text=True, cwd=ROOT, env=full_env, input=input, timeout=timeout)
+
+
+def test_wooly_run_embedded_passes_exit_code_args_and_stdin(tmp_path):
+    script = tmp_path / "prog.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import os, sys
+            from shim.runtime import driver
+            d = driver()
+            p = d.mem_alloc(16)
+            d.memcpy_htod(p, sys.stdin.read().encode()[:16].ljust(16, b"."))
+            print(bytes(d.memcpy_dtoh(p, 16)).decode(), sys.argv[1:], os.environ["WOOLY_EMBEDDED"], __name__)
+            sys.exit(7)
+            """
+        )
+    )
+    out = _wooly("run", str(script), "--flag", "x", input="hello")
+    assert out.returncode == 7, out.stderr
+    assert "hello..........." in out.stdout and "['--flag', 'x']" in out.stdout and "__main__" in out.stdout
+
+
+def test_wooly_run_uses_wooly_server_when_set(gpud_tcp, tmp_path):
+    script = tmp_path / "prog.py"
+    script.write_text("from shim.runtime import driver\nimport os\nd = driver()\nprint(d.conn.endpoint, 'WOOLY_EMBEDDED' in os.environ)\n")
+    out = _wooly("run", str(script), env={"WOOLY_SERVER": gpud_tcp.endpoint})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [gpud_tcp.endpoint, "False"]
+
+
+def test_embedded_gpud_exits_with_the_program(tmp_path):
+    script = tmp_path / "prog.py"
+    script.write_text("import os\nprint(os.environ['WOOLY_SERVER'])\n")
+    out = _wooly("run", str(script))
+    assert out.returncode == 0, out.stderr
+    path = out.stdout.strip()[len("ipc://"):]
+    deadline = time.monotonic() + 5
+    while os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not os.path.exists(path), "embedded gpud outlived its program"
+
+
+def test_wooly_devices_and_version(gpud_tcp):
+    out = _wooly("devices", "--json")
+    assert out.returncode == 0, out.stderr
+    devs = json.loads(out.stdout)["devices"]
+    assert any(d["backend"] == "cpu" for d in devs)
+    out = _wooly("devices", "--server", gpud_tcp.endpoint)
+    assert out.returncode == 0 and "cpu" in out.stdout
+    out = _wooly("version")
+    assert out.returncode == 0 and "protocol 1" in out.stdout

@@ -1,0 +1,86 @@
+"""Error codes, launch validation, module globals and the kernel cache."""
+
+from __future__ import annotations
+
+import ctypes
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from jit import JitError, compile_module
+from tests.unit.jit.helpers import HEADER, PTX_DIR
+
+
+def test_invalid_ptx_has_line_col() -> None:
+    with pytest.raises(JitError) as ei:
+        compile_module(HEADER + ".visible .entry k()\n{\n  add.u32 %r1, , 3;\n}\n")
+    assert ei.value.code == 218 and ei.value.name == "CUDA_ERROR_INVALID_PTX"
+    assert "6:" in ei.value.message
+
+
+def test_undeclared_register() -> None:
+    with pytest.raises(JitError) as ei:
+        compile_module(HEADER + ".visible .entry k() { mov.u32 %r1, 3; ret; }")
+    assert ei.value.code == 218 and "%r1" in ei.value.message
+
+
+def test_unsupported_instruction_is_named() -> None:
+    with pytest.raises(JitError) as ei:
+        compile_module(HEADER + ".visible .entry k() { .reg .b32 %r<2>; tex.1d.v4.f32.s32 %r1, [t, %r0]; ret; }")
+    assert ei.value.code == 801 and "tex" in ei.value.message
+
+
+def test_not_found_and_bad_config() -> None:
+    m = compile_module(HEADER + ".visible .entry k() .maxntid 64, 1, 1 { ret; }")
+    assert m.kernel_names == ["k"]
+    with pytest.raises(JitError) as ei:
+        m.get_kernel("nope")
+    assert ei.value.code == 500
+    k = m.get_kernel("k")
+    assert k.max_threads_per_block == 64
+    with pytest.raises(JitError) as ei:
+        k.launch((1,), (128,), 0, b"")
+    assert ei.value.code == 1
+    with pytest.raises(JitError):
+        k.launch((0,), (1,), 0, b"")
+    k.launch((3, 2, 2), (4, 4, 4), 0, b"")
+
+
+def test_globals_have_host_addresses() -> None:
+    m = compile_module((PTX_DIR / "nvrtc_mix.ptx").read_text())
+    g = m.globals["ctab"]
+    assert g.size == 16
+    vals = (ctypes.c_int32 * 4).from_address(g.address)
+    assert list(vals) == [10, 20, 30, 40]
+    vals[1] = 5  # cuMemcpyHtoD into a __constant__ then launch
+    out = np.zeros(8, np.float32)
+    import struct
+    m.get_kernel("globk").launch((1,), (8,), 0, struct.pack("<Q", out.ctypes.data))
+    assert out.tolist() == [10.0, 10.0, 90.0, 160.0] * 2
+
+
+def test_disk_cache_hit_is_fast(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import jit.compiler as c
+    monkeypatch.setenv("WOOLY_JIT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("WOOLY_JIT_CACHE", "1")
+    src = HEADER + f".visible .entry k(.param .u32 x) {{ ret; }} // cache-test {time.time_ns()}"
+    compile_module(src)
+    assert list(tmp_path.glob("*.o"))
+    c._MEM_CACHE.clear()
+    t = time.perf_counter()
+    m = compile_module(src)
+    assert m.kernel_names == ["k"]
+    assert time.perf_counter() - t < 0.5
+
+
+def test_worker_restarts_after_death() -> None:
+    import jit.compiler as c
+    compile_module(HEADER + ".visible .entry k1() { ret; }")
+    for w in c._POOL:
+        if w.proc is not None:
+            w.proc.kill()
+            w.proc.wait()
+    m = compile_module(HEADER + f".visible .entry k2() {{ ret; }} // {time.time_ns()}")
+    assert m.kernel_names == ["k2"]

@@ -1,0 +1,130 @@
+"""Tier-2 integer instructions against Python reference models on random inputs."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tests.unit.jit.helpers import run_elementwise
+
+RNG = np.random.default_rng(1)
+M32 = 0xFFFFFFFF
+
+
+def rand(n: int = 64) -> np.ndarray:
+    v = RNG.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
+    v[:4] = [0, 1, M32, 0x80000000]
+    return v
+
+
+def s32(x: int) -> int:
+    x = int(x) & M32
+    return x - (1 << 32) if x >> 31 else x
+
+
+def test_mul_hi_wide_mad() -> None:
+    a, b = rand(), rand()
+    hi = run_elementwise("mul.hi.u32 %d, %a, %b;", "u32", "u32", a, b)
+    assert hi.tolist() == [(int(x) * int(y)) >> 32 for x, y in zip(a, b, strict=False)]
+    his = run_elementwise("mul.hi.s32 %d, %a, %b;", "s32", "s32", a.view(np.int32), b.view(np.int32))
+    assert his.tolist() == [s32((s32(x) * s32(y)) >> 32) for x, y in zip(a, b, strict=False)]
+    body = "mul.wide.s32 %rd30, %a, %b; cvt.u32.u64 %r1, %rd30; shr.u64 %rd31, %rd30, 32; cvt.u32.u64 %r2, %rd31; xor.b32 %d, %r1, %r2;"
+    w = run_elementwise(body, "s32", "u32", a.view(np.int32), b.view(np.int32))
+    exp = [((s32(x) * s32(y)) & M32) ^ (((s32(x) * s32(y)) >> 32) & M32) for x, y in zip(a, b, strict=False)]
+    assert w.tolist() == exp
+    mad = run_elementwise("mad.lo.u32 %d, %a, %b, %c;", "u32", "u32", a, b, a)
+    assert mad.tolist() == [(int(x) * int(y) + int(x)) & M32 for x, y in zip(a, b, strict=False)]
+
+
+def test_add_carry_chain() -> None:
+    a, b = rand(), rand()
+    body = "add.cc.u32 %r1, %a, %b; addc.u32 %d, 0, 0;"
+    assert run_elementwise(body, "u32", "u32", a, b).tolist() == [int(int(x) + int(y) > M32) for x, y in zip(a, b, strict=False)]
+    body = "sub.cc.u32 %r1, %a, %b; subc.u32 %d, 0, 0;"
+    assert run_elementwise(body, "u32", "u32", a, b).tolist() == [M32 if x < y else 0 for x, y in zip(a, b, strict=False)]
+
+
+def test_bit_ops() -> None:
+    a, _b = rand(), rand()
+    assert run_elementwise("popc.b32 %d, %a;", "u32", "u32", a).tolist() == [bin(int(x)).count("1") for x in a]
+    assert run_elementwise("clz.b32 %d, %a;", "u32", "u32", a).tolist() == [32 - int(x).bit_length() for x in a]
+    assert run_elementwise("brev.b32 %d, %a;", "u32", "u32", a).tolist() == [int(f"{int(x):032b}"[::-1], 2) for x in a]
+    bf = run_elementwise("bfind.u32 %d, %a;", "u32", "u32", a).tolist()
+    assert bf == [int(x).bit_length() - 1 if x else M32 for x in a]
+    bs = run_elementwise("bfind.s32 %d, %a;", "s32", "u32", a.view(np.int32)).tolist()
+    assert bs == [(int(x) ^ M32 if x >> 31 else int(x)).bit_length() - 1 if x not in (0, M32) else M32 for x in a]
+
+
+def _bfe(x: int, pos: int, ln: int, signed: bool) -> int:
+    pos &= 0xFF
+    ln &= 0xFF
+    if ln == 0:
+        return 0
+    bits = [(x >> min(i, 31)) & 1 for i in range(64)]
+    sbit = bits[min(pos + ln - 1, 31)] if signed else 0
+    r = 0
+    for i in range(32):
+        bit = bits[pos + i] if (i < ln and pos + i <= 31) else sbit
+        r |= bit << i
+    return r
+
+
+def test_bfe_bfi() -> None:
+    a = rand()
+    pos = RNG.integers(0, 40, 64).astype(np.uint32)
+    ln = RNG.integers(0, 40, 64).astype(np.uint32)
+    ex = "\n.reg .b32 %p_, %l_;"
+    body = ("ld.param.u64 %rd31, [p2]; add.s64 %rd31, %rd31, %rd22; ld.global.u32 %r1, [%rd31];"
+            "ld.param.u64 %rd32, [p3]; add.s64 %rd32, %rd32, %rd22; ld.global.u32 %r2, [%rd32];")
+    body = body.replace("%rd22", "%rd20")
+    r = run_elementwise(body + "bfe.u32 %d, %a, %r1, %r2;", "u32", "u32", a, pos, ln, extra_regs=ex)
+    assert r.tolist() == [_bfe(int(x), int(p), int(n), False) for x, p, n in zip(a, pos, ln, strict=False)]
+    r = run_elementwise(body + "bfe.s32 %d, %a, %r1, %r2;", "u32", "u32", a, pos, ln, extra_regs=ex)
+    assert r.tolist() == [_bfe(int(x), int(p), int(n), True) for x, p, n in zip(a, pos, ln, strict=False)]
+    f = run_elementwise("bfi.b32 %d, %a, %b, 8, 12;", "u32", "u32", a, a[::-1].copy())
+    exp = [(int(y) & ~(0xFFF << 8) | ((int(x) & 0xFFF) << 8)) & M32 for x, y in zip(a, a[::-1], strict=False)]
+    assert f.tolist() == exp
+
+
+def test_prmt_shf_lop3_dp4a() -> None:
+    a, b = rand(), rand()
+    r = run_elementwise("prmt.b32 %d, %a, %b, 0x5140;", "u32", "u32", a, b)
+
+    def prmt(x: int, y: int, s: int) -> int:
+        both = x | (y << 32)
+        out = 0
+        for i in range(4):
+            sel = (s >> (4 * i)) & 0xF
+            byte = (both >> (8 * (sel & 7))) & 0xFF
+            if sel & 8:
+                byte = 0xFF if byte & 0x80 else 0
+            out |= byte << (8 * i)
+        return out
+
+    assert r.tolist() == [prmt(int(x), int(y), 0x5140) for x, y in zip(a, b, strict=False)]
+    r = run_elementwise("prmt.b32 %d, %a, %b, 0x8888;", "u32", "u32", a, b)
+    assert r.tolist() == [prmt(int(x), int(y), 0x8888) for x, y in zip(a, b, strict=False)]
+    r = run_elementwise("shf.l.wrap.b32 %d, %a, %b, 40;", "u32", "u32", a, b)
+    assert r.tolist() == [(((int(y) << 32 | int(x)) << 8) >> 32) & M32 for x, y in zip(a, b, strict=False)]
+    r = run_elementwise("shf.r.clamp.b32 %d, %a, %b, 40;", "u32", "u32", a, b)
+    assert r.tolist() == [int(y) for y in b]
+    r = run_elementwise("lop3.b32 %d, %a, %b, %a, 0x96;", "u32", "u32", a, b)  # a ^ b ^ a
+    assert r.tolist() == [int(y) for y in b]
+    r = run_elementwise("dp4a.s32.s32 %d, %a, %b, 7;", "u32", "u32", a, b)
+
+    def sb(v: int, i: int) -> int:
+        x = (v >> (8 * i)) & 0xFF
+        return x - 256 if x & 0x80 else x
+
+    assert r.tolist() == [(7 + sum(sb(int(x), i) * sb(int(y), i) for i in range(4))) & M32 for x, y in zip(a, b, strict=False)]
+
+
+def test_f16() -> None:
+    a = np.array([1.5, -2.0, 65504.0, 0.1], np.float16)
+    b = np.array([2.25, 0.5, 65504.0, 0.2], np.float16)
+    r = run_elementwise("add.f16 %d, %a, %b;", "f16", "f16", a, b)
+    assert r.tolist() == (a + b).tolist()
+    r = run_elementwise("fma.rn.f16 %d, %a, %b, %a;", "f16", "f16", a, b)
+    exp = (a.astype(np.float64) * b + a).astype(np.float16)
+    assert r.tolist() == exp.tolist()
+    c = run_elementwise("cvt.f32.f16 %d, %a;", "f16", "f32", a)
+    assert c.tolist() == a.astype(np.float32).tolist()
