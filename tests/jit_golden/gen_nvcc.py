@@ -1,0 +1,105 @@
+"""Generate golden cases with the offline compiler: `nvcc -ptx -arch=sm_80` (CUDA 13 on PATH; no GPU needed).
+
+These keep the corpus honest about a second producer version (CUDA 13 emits PTX ISA 9.x).
+Run: `python tests/jit_golden/gen_nvcc.py`.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _casegen import Arr, Scalar, rng, write_case  # noqa: E402
+from _nvrtc import compile_nvcc  # noqa: E402
+
+
+def nvcc_case(name, src, args, **kw):
+    ptx, ver = compile_nvcc(src)
+    write_case("nvcc_" + name, producer=f"nvcc -ptx -arch=sm_80 ({ver})", ptx=ptx, args=args, abi="c", **kw)
+
+
+def out(name, like, expected, tol=None):
+    return Arr(name, np.zeros_like(like), "out", np.asarray(expected).astype(like.dtype), tol or {}, "zeros")
+
+
+def main():
+    if not shutil.which("nvcc"):
+        sys.exit("nvcc not on PATH")
+    r = rng(300)
+    # 1: grid-stride saxpy + block reduction of the result with warp shuffles
+    src = r'''
+extern "C" __global__ void saxpy_sum(float* y, const float* x, float a, int n, float* block_sums) {
+  float local = 0.f;
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    y[i] = a * x[i] + y[i];
+    local += y[i];
+  }
+  for (int o = 16; o > 0; o >>= 1) local += __shfl_xor_sync(0xffffffffu, local, o);
+  __shared__ float warp_sums[32];
+  if ((threadIdx.x & 31) == 0) warp_sums[threadIdx.x >> 5] = local;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float v = threadIdx.x < (blockDim.x >> 5) ? warp_sums[threadIdx.x] : 0.f;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+    if (threadIdx.x == 0) block_sums[blockIdx.x] = v;
+  }
+}'''
+    n, nb, bs = 4000, 4, 256
+    x = r.integers(-20, 20, n).astype(np.float32)
+    y = r.integers(-20, 20, n).astype(np.float32)
+    ey = (np.float32(0.5) * x + y).astype(np.float32)
+    idx = np.arange(n)
+    owner = (idx % (nb * bs)) // bs
+    bsum = np.array([ey[owner == b].sum() for b in range(nb)], np.float32)
+    nvcc_case("saxpy_block_sum", src, [Arr("y", y, "inout", ey), Arr("x", x), Scalar("a", "float32", 0.5),
+                                       Scalar("n", "int32", n), out("block_sums", np.zeros(nb, np.float32), bsum)],
+              category="reduction", grid=nb, block=bs, seed=300, notes="CUDA 13 nvcc; values exact (small ints/2)")
+
+    # 2: half2 + double + integer mix, __noinline__ helper
+    src = r'''#include <cuda_fp16.h>
+__device__ __noinline__ double poly(double v, int k) { double r = 1.0; for (int j = 0; j < k; ++j) r = r * v + j; return r; }
+extern "C" __global__ void mix(const __half2* h, const double* d, const int* k, float* o, double* od, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  __half2 v = __hmul2(h[i], h[i]);
+  o[i] = __low2float(v) - __high2float(v);
+  od[i] = poly(d[i], k[i] & 7);
+}'''
+    n = 300
+    hh = (r.integers(-64, 64, (n, 2)) / 8.0).astype(np.float16)
+    dd = r.integers(-16, 16, n) / 4.0
+    kk = r.integers(0, 100, n).astype(np.int32)
+    H = hh.astype(np.float64)
+    eo = ((H[:, 0] ** 2).astype(np.float16).astype(np.float32) - (H[:, 1] ** 2).astype(np.float16).astype(np.float32))
+    ed = np.zeros(n)
+    for i in range(n):
+        v = 1.0
+        for j in range(int(kk[i]) & 7):
+            v = v * dd[i] + j
+        ed[i] = v
+    nvcc_case("half2_double_noinline", src, [Arr("h", hh), Arr("d", dd), Arr("k", kk),
+                                             out("o", np.zeros(n, np.float32), eo), out("od", ed, ed, {"rtol": 1e-15}),
+                                             Scalar("n", "int32", n)],
+              category="calls", grid=3, block=128, seed=301)
+
+    # 3: atomics + printf from a CUDA 13 toolchain
+    src = r'''#include <cstdio>
+extern "C" __global__ void count_neg(const int* x, int n, unsigned* cnt) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n && x[i] < 0) atomicAdd(cnt, 1u);
+  if (i == 0) printf("n=%d first=%d\n", n, x[0]);
+}'''
+    n = 777
+    xi = r.integers(-100, 100, n).astype(np.int32)
+    nvcc_case("atomic_count_printf", src, [Arr("x", xi), Scalar("n", "int32", n),
+                                           out("cnt", np.zeros(1, np.uint32), [(xi < 0).sum()])],
+              category="atomics", grid=7, block=128, seed=302,
+              printf={"text": f"n={n} first={int(xi[0])}\n", "compare": "exact"})
+
+
+if __name__ == "__main__":
+    main()
