@@ -74,20 +74,20 @@ def test_stream_wait_event_orders_across_streams(driver):
 
 
 def test_streams_run_concurrently(driver):
-    """Two streams with equal work finish in less than the sum of their serial times."""
-    a, b, c, d = (_alloc_touched(driver) for _ in range(4))
+    """Short work on one stream completes while long work on another is still running."""
+    a, b = _alloc_touched(driver), _alloc_touched(driver)
+    small = driver.mem_alloc(4096)
     s1, s2 = driver.stream_create(flags=1), driver.stream_create(flags=1)
+    e1, e2 = driver.event_create(), driver.event_create()
     driver.ctx_synchronize()
-    t = time.perf_counter()
-    _busy(driver, s1, a, b, 6)
-    driver.stream_synchronize(s1)
-    serial = time.perf_counter() - t
-    t = time.perf_counter()
-    _busy(driver, s1, a, b, 6)
-    _busy(driver, s2, c, d, 6)
-    driver.ctx_synchronize()
-    both = time.perf_counter() - t
-    assert both < 1.9 * serial, (both, serial)
+    _busy(driver, s1, a, b, 40)  # hundreds of ms of copying
+    driver.event_record(e1, s1)
+    driver.memset(small, 3, 1, 4096, stream=s2)
+    driver.event_record(e2, s2)
+    driver.event_synchronize(e2)
+    assert driver.event_query(e1) is False, "stream 2 waited for stream 1: streams are not concurrent"
+    assert bytes(driver.memcpy_dtoh(small, 4, stream=s2)) == b"\x03" * 4
+    driver.event_synchronize(e1)
 
 
 def test_legacy_default_stream_synchronises_blocking_streams(driver):
