@@ -34,7 +34,7 @@ from woolyhv.hostinfo import host_id, pid_alive
 
 # gpud modules that register message handlers with ``gpud.session.extension`` (imported at start;
 # each imports its heavy dependencies, such as torch, lazily).
-EXTENSION_MODULES = ("gpud.shm", "gpud.aten", "gpud.hypervisor")
+EXTENSION_MODULES = ("gpud.shm", "gpud.aten", "gpud.hypervisor", "gpud.hostmap")
 
 WAKE_IDENTITY = b"\x00gpud-wake"
 
@@ -161,7 +161,7 @@ class Server:
     def _send(self, identity: bytes, frames: list[Any]) -> None:
         try:
             # zero-copy only pays for big frames; small ones are cheaper copied
-            big = len(frames) > 2 and any(len(f) > 65536 for f in frames[2:])
+            big = len(frames) > 1 and any(len(f) > 65536 for f in frames[1:])
             self.sock.send_multipart([identity, *frames], copy=not big)
         except zmq.ZMQError as exc:
             log.warning("send.failed", error=str(exc))

@@ -58,7 +58,7 @@ def test_garbage_frames_raise_protocol_error_only(frames):
 @given(st.dictionaries(st.text(max_size=12), st.one_of(st.integers(-(1 << 63), (1 << 64) - 1), st.text(max_size=12), st.binary(max_size=12), st.none(), st.floats(allow_nan=False)), max_size=6))
 @settings(max_examples=500, deadline=None)
 def test_random_maps_raise_protocol_error_only(body):
-    frames = [VERSION_FRAME, msgpack.packb(body)]
+    frames = [VERSION_FRAME + msgpack.packb(body)]
     try:
         decode(frames)
     except ProtocolError as exc:
@@ -77,13 +77,13 @@ def test_every_kind_with_random_fields_is_safe(kind, fields):
 
 def test_version_mismatch_is_not_supported():
     with pytest.raises(ProtocolError) as e:
-        decode([b"OTHER", msgpack.packb({"kind": "ping"})])
+        decode([b"OTHER!" + msgpack.packb({"kind": "ping"})])
     assert e.value.name == "CUDA_ERROR_NOT_SUPPORTED"
 
 
 def test_oversize_body_refused_before_decoding():
     with pytest.raises(ProtocolError) as e:
-        decode([VERSION_FRAME, b"\x80" * ((64 << 20) + 1)])
+        decode([VERSION_FRAME + b"\x80" * ((64 << 20) + 1)])
     assert "limit" in e.value.message
 
 
