@@ -3,8 +3,8 @@
 Each case runs a real producer's PTX (numba-cuda, NVRTC, nvcc) through `jit.compile_module` on the CPU and compares
 the output arrays with numpy-computed expectations. Device pointers are host addresses (`arr.ctypes.data`).
 
-`JIT_GOLDEN_ISOLATE=1` runs every case in its own subprocess (an LLVM fatal error or a hang then fails one case
-instead of the whole session; `JIT_GOLDEN_TIMEOUT` seconds, default 120).
+Every case runs in its own subprocess by default, so a crash or a hang fails one case instead of the
+whole session (`JIT_GOLDEN_TIMEOUT` seconds, default 120); `JIT_GOLDEN_ISOLATE=0` runs them in-process.
 """
 
 from __future__ import annotations
@@ -141,7 +141,7 @@ def run_case(path: Path) -> None:
 
 @pytest.mark.parametrize("case", CASE_FILES, ids=[p.stem for p in CASE_FILES])
 def test_golden(case: Path) -> None:
-    if os.environ.get("JIT_GOLDEN_ISOLATE"):
+    if os.environ.get("JIT_GOLDEN_ISOLATE", "1") != "0":
         _jit()
         timeout = float(os.environ.get("JIT_GOLDEN_TIMEOUT", "120"))
         try:
