@@ -11,12 +11,23 @@ from __future__ import annotations
 
 from jit.errors import JitError
 
-__all__ = ["compile_module", "JitError", "CpuModule", "CpuKernel", "GlobalInfo", "ParamInfo", "LaunchResult",
-           "warm_up"]
+__all__ = ["compile_module", "JitError", "CpuModule", "CpuKernel", "GlobalInfo", "GlobalRange", "ParamInfo",
+           "LaunchResult", "warm_up"]
 
 
-def compile_module(ptx: str | bytes, target: str = "cpu"):  # -> CpuModule
-    """Compile a PTX module for ``target`` ('cpu') and load it. Raises JitError (INVALID_PTX, NOT_SUPPORTED...)."""
+# Feature flags callers can test for (tests/integration/hypervisor/test_isolation.py looks at BOUNDS_CHECK).
+BOUNDS_CHECK = True  # compile_module(..., bounds_check=True) + launch(..., allowed_ranges=...)
+TARGETS = ("cpu", "gfx90a", "gfx942", "gfx1100")
+
+
+def compile_module(ptx: str | bytes, target: str = "cpu", bounds_check: bool = False):  # -> CpuModule
+    """Compile a PTX module for ``target`` and load it. Raises JitError (INVALID_PTX, NOT_SUPPORTED...).
+
+    ``target``: 'cpu' (a loaded, launchable CpuModule) or an AMDGPU architecture 'gfx90a' | 'gfx942' | 'gfx1100'
+    (an AmdgpuModule holding an HSA code object; launching it is the AMD backend's job).
+
+    ``bounds_check=True``: every global/generic access is checked against the ranges given to
+    ``launch(..., allowed_ranges=[GlobalRange(start, size), ...])`` (NOTE [bounds checking], jit/emit/bounds.py)."""
     from jit.compiler import compile_object
     from jit.errors import CUDA_ERROR_INVALID_PTX, CUDA_ERROR_NOT_SUPPORTED
     from jit.runtime import CpuModule
@@ -27,10 +38,14 @@ def compile_module(ptx: str | bytes, target: str = "cpu"):  # -> CpuModule
     else:
         raise JitError(CUDA_ERROR_INVALID_PTX, f"PTX must be str or bytes, not {type(ptx).__name__}")
     data = data.split(b"\0", 1)[0]
-    if target != "cpu":
-        raise JitError(CUDA_ERROR_NOT_SUPPORTED, f"JIT target '{target}' (only 'cpu' is implemented)")
-    obj, meta = compile_object(data, target)
-    return CpuModule(obj, meta)
+    from jit.emit.amdgpu import ARCHS
+    if target != "cpu" and target not in ARCHS:
+        raise JitError(CUDA_ERROR_NOT_SUPPORTED, f"JIT target '{target}' (supported: cpu, {', '.join(ARCHS)})")
+    obj, meta, key = compile_object(data, target, bool(bounds_check))
+    if target in ARCHS:
+        from jit.amdgpu_module import AmdgpuModule
+        return AmdgpuModule.from_meta(obj, meta)
+    return CpuModule(obj, meta, key)
 
 
 def warm_up() -> None:
@@ -39,7 +54,7 @@ def warm_up() -> None:
 
 
 def __getattr__(name: str):  # lazy re-exports keep `import jit` cheap
-    if name in ("CpuModule", "CpuKernel", "GlobalInfo", "ParamInfo", "LaunchResult"):
+    if name in ("CpuModule", "CpuKernel", "GlobalInfo", "GlobalRange", "ParamInfo", "LaunchResult"):
         from jit import runtime
         return getattr(runtime, name)
     raise AttributeError(name)

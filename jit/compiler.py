@@ -13,7 +13,17 @@ from pathlib import Path
 from jit.errors import CUDA_ERROR_INVALID_PTX, JitError
 from jit.worker import read_frame, write_frame
 
-TRANSLATOR_VERSION = "wooly-jit-1"
+TRANSLATOR_VERSION = "wooly-jit-2"
+
+
+def _source_digest() -> str:
+    """Hash of the translator's own source: a changed translator never reuses stale cache entries."""
+    h = hashlib.sha256(TRANSLATOR_VERSION.encode())
+    root = Path(__file__).resolve().parent
+    for p in sorted(root.rglob("*.py")):
+        h.update(p.relative_to(root).as_posix().encode())
+        h.update(p.read_bytes())
+    return h.hexdigest()[:16]
 _MEM_CACHE: dict[str, tuple[bytes, dict]] = {}
 _MEM_LOCK = threading.Lock()
 
@@ -23,7 +33,8 @@ def _host_id() -> str:
 
     from jit.passes.optimize import init_llvm
     init_llvm()
-    return f"{llvm.llvm_version_info}|{llvm.get_host_cpu_name()}|{llvm.get_host_cpu_features().flatten()}"
+    return (f"{_source_digest()}|{llvm.llvm_version_info}|{llvm.get_host_cpu_name()}|"
+            f"{llvm.get_host_cpu_features().flatten()}")
 
 
 _HOST: str | None = None
@@ -67,12 +78,12 @@ class Worker:
             self.proc = self._start()
         return self.proc
 
-    def compile(self, ptx: bytes, target: str) -> tuple[bytes, dict]:
+    def compile(self, ptx: bytes, target: str, bounds_check: bool = False) -> tuple[bytes, dict]:
         with self.lock:
             p = self.ensure()
             assert p.stdin is not None and p.stdout is not None
             try:
-                write_frame(p.stdin, json.dumps({"target": target}).encode())
+                write_frame(p.stdin, json.dumps({"target": target, "bounds_check": bounds_check}).encode())
                 write_frame(p.stdin, ptx)
                 p.stdin.flush()
                 hdr = read_frame(p.stdout)
@@ -130,30 +141,30 @@ def shutdown() -> None:
         _POOL.clear()
 
 
-def compile_object(ptx: bytes, target: str = "cpu") -> tuple[bytes, dict]:
-    """(object bytes, metadata) for a PTX module, from cache when possible."""
+def compile_object(ptx: bytes, target: str = "cpu", bounds_check: bool = False) -> tuple[bytes, dict, str | None]:
+    """(object bytes, metadata, cache key or None when caching is off) for a PTX module, from cache if possible."""
     use_cache = cache_enabled()
-    key = cache_key(ptx, target)
+    key = cache_key(ptx, target + ("+bounds" if bounds_check else ""))
     if use_cache:
         with _MEM_LOCK:
             hit = _MEM_CACHE.get(key)
         if hit is not None:
-            return hit
+            return hit[0], hit[1], key
         d = cache_dir()
         try:
             obj = (d / f"{key}.o").read_bytes()
             meta = json.loads((d / f"{key}.json").read_text())
             with _MEM_LOCK:
                 _MEM_CACHE[key] = (obj, meta)
-            return obj, meta
+            return obj, meta, key
         except (OSError, ValueError):
             pass
-    obj, meta = _worker().compile(ptx, target)
+    obj, meta = _worker().compile(ptx, target, bounds_check)
     if use_cache:
         with _MEM_LOCK:
             _MEM_CACHE[key] = (obj, meta)
         _store(key, obj, meta)
-    return obj, meta
+    return obj, meta, key if use_cache else None
 
 
 def _store(key: str, obj: bytes, meta: dict) -> None:

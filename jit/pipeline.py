@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
-from jit.passes import flatten_scopes, predication, special_regs, sync_points, to_llvm
+from jit.passes import (
+    branch_tables,
+    flatten_scopes,
+    inline_sync,
+    predication,
+    special_regs,
+    sync_points,
+    to_llvm,
+)
 from jit.ptx import ast as A
 from jit.ptx.parser import parse
 
 # Each pass is run(module) -> module over the PTX AST, in this order.
 AST_PASSES = [
     flatten_scopes,  # nested { } scopes -> unique names, function-level declarations
+    inline_sync,     # calls of .funcs holding barriers / warp collectives -> inlined bodies
     special_regs,    # %tid.x, %laneid, %clock64 ... -> Special operands
     predication,     # @p instr -> @!p bra skip; instr; skip:
+    branch_tables,   # brx.idx i, ts -> compare-and-branch chain over the .branchtargets labels
     sync_points,     # number barriers and warp collectives; registers live across each
 ]
 
@@ -22,7 +32,7 @@ def front_end(ptx: str | bytes) -> A.Module:
     return mod
 
 
-def translate(ptx: str | bytes, target: str = "cpu") -> to_llvm.Lowered:
+def translate(ptx: str | bytes, target: str = "cpu", bounds_check: bool = False) -> to_llvm.Lowered:
     """PTX text -> LLVM IR module (plus kernel metadata). Registers become allocas; LLVM's mem2reg/SROA (in
     the optimise pass) turns them into SSA values."""
-    return to_llvm.run(front_end(ptx), target)
+    return to_llvm.run(front_end(ptx), target, bounds_check)

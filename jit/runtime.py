@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import ctypes.util
 import os
 import re
 import struct
@@ -15,18 +16,23 @@ import llvmlite.binding as llvm
 
 from jit.emit.cpu import (
     L_ASSERT,
+    L_BADADDR,
     L_BLOCK,
     L_DYN,
     L_ERROR,
+    L_GLOBALS,
     L_GRID,
     L_NBLOCKS,
     L_NEXT,
+    L_NRANGES,
     L_NTHREADS,
     L_PARAMS,
+    L_RANGES,
     L_SLOTS,
 )
 from jit.errors import (
     CUDA_ERROR_ASSERT,
+    CUDA_ERROR_ILLEGAL_ADDRESS,
     CUDA_ERROR_INVALID_VALUE,
     CUDA_ERROR_LAUNCH_FAILED,
     CUDA_ERROR_NOT_FOUND,
@@ -48,6 +54,13 @@ class GlobalInfo:
     name: str
     size: int
     address: int
+
+
+@dataclass(frozen=True)
+class GlobalRange:
+    """One device allocation a bounds-checked launch may touch: [start, start + size)."""
+    start: int
+    size: int
 
 
 @dataclass
@@ -138,6 +151,13 @@ def _bind_host_symbols() -> None:
     if not _SYMBOLS_DONE:
         llvm.add_symbol("wooly_rt_printf", ctypes.cast(_rt_printf, ctypes.c_void_p).value)
         llvm.add_symbol("wooly_rt_assert", ctypes.cast(_rt_assert, ctypes.c_void_p).value)
+        # compiler-rt style helpers the x86 backend may call (__fixsfti, __udivti3, ...): MCJIT only searches
+        # libraries loaded "permanently", and an unresolved one becomes a null call at run time.
+        for lib in ("libgcc_s.so.1", "libm.so.6"):
+            try:
+                llvm.load_library_permanently(ctypes.util.find_library(lib.split(".so")[0][3:]) or lib)
+            except RuntimeError:
+                pass
         _SYMBOLS_DONE = True
 
 
@@ -175,7 +195,15 @@ class CpuKernel:
 
     def launch(self, grid: tuple[int, ...] | int = (1, 1, 1), block: tuple[int, ...] | int = (1, 1, 1),
                shared_mem: int = 0, params: bytes | bytearray | memoryview | Any = b"",
-               workers: int | None = None) -> LaunchResult:
+               workers: int | None = None,
+               allowed_ranges: list[GlobalRange] | list[tuple[int, int]] | None = None) -> LaunchResult:
+        """Run the kernel. ``allowed_ranges`` (modules compiled with bounds_check=True only): the allocations this
+        launch may access through global/generic pointers, besides the module's own globals and the block's
+        shared/local memory; an access outside them fails the launch with CUDA_ERROR_ILLEGAL_ADDRESS (700)."""
+        checked = self._module is not None and self._module.bounds_check
+        if allowed_ranges is not None and not checked:
+            raise JitError(CUDA_ERROR_INVALID_VALUE,
+                           f"allowed_ranges given for {self.name}, but its module was compiled without bounds_check")
         g, bl = _dims(grid, "grid"), _dims(block, "block")
         nt = bl[0] * bl[1] * bl[2]
         if nt > self.max_threads_per_block or nt > 1024 or bl[2] > 64:
@@ -190,6 +218,7 @@ class CpuKernel:
         lctx = (ctypes.c_int64 * L_SLOTS)()
         nblocks = g[0] * g[1] * g[2]
         lctx[L_PARAMS] = paddr
+        lctx[L_GLOBALS] = self._module._data_addr if self._module is not None else 0
         for k in range(3):
             lctx[L_GRID + k], lctx[L_BLOCK + k] = g[k], bl[k]
         lctx[L_NBLOCKS], lctx[L_NEXT], lctx[L_ERROR] = nblocks, 0, 0
@@ -197,13 +226,21 @@ class CpuKernel:
         nw = max(1, min(workers or _POOL_SIZE, nblocks, _POOL_SIZE))
         keep: list[Any] = [pbuf]
         wctxs = []
+        extra_ranges: list[tuple[int, int]] = []
         for _ in range(nw):
             sb, sa = _buffer(self._dyn_offset + shared_mem)
             lb, la = _buffer(nt * self.local_bytes_per_thread)
             rb, ra = _buffer(nt * self._rec_bytes)
+            extra_ranges += [(sa, self._dyn_offset + shared_mem), (la, nt * self.local_bytes_per_thread)]
             w = (ctypes.c_int64 * 4)(sa, la, ra, 0)
             keep += [sb, lb, rb, w]
             wctxs.append(w)
+        if checked:
+            own = [(self._module._data_addr, max(1, self._module._data_size))]
+            own += [(a, n) for a, n in extra_ranges]
+            table = _range_table(list(allowed_ranges or []) + own)
+            keep.append(table)
+            lctx[L_RANGES], lctx[L_NRANGES] = ctypes.addressof(table), len(table) // 2
         key = ctypes.addressof(lctx)
         rec: dict[str, Any] = {"printf": [], "assert": None}
         with _LAUNCH_LOCK:
@@ -221,7 +258,10 @@ class CpuKernel:
         text = "".join(rec["printf"])
         err = int(lctx[L_ERROR])
         if err:
-            if err == CUDA_ERROR_ASSERT:
+            if err == CUDA_ERROR_ILLEGAL_ADDRESS:
+                e = JitError(err, f"kernel {self.name}: illegal address 0x{int(lctx[L_BADADDR]) & (2**64 - 1):x} "
+                                  "outside the launch's allowed ranges")
+            elif err == CUDA_ERROR_ASSERT:
                 e = JitError(err, f"device-side assert triggered in {self.name}: {rec['assert'] or ''}".strip())
             elif err == CUDA_ERROR_LAUNCH_FAILED:
                 e = JitError(err, f"trap executed in kernel {self.name}")
@@ -230,6 +270,26 @@ class CpuKernel:
             e.printf = text  # type: ignore[attr-defined]
             raise e
         return LaunchResult(printf=text)
+
+
+def _range_table(ranges: list[Any]) -> Any:
+    """Sorted, merged [start, end) pairs as an i64 array (NOTE [bounds checking] in jit/emit/bounds.py)."""
+    spans = []
+    for r in ranges:
+        start, size = (r.start, r.size) if isinstance(r, GlobalRange) else (int(r[0]), int(r[1]))
+        if size < 0 or start < 0:
+            raise JitError(CUDA_ERROR_INVALID_VALUE, f"bad allowed range ({start:#x}, {size})")
+        if size:
+            spans.append((start, start + size))
+    spans.sort()
+    merged: list[list[int]] = []
+    for a, b in spans:
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    flat = [x for ab in merged for x in ab] or [0, 0]
+    return (ctypes.c_uint64 * len(flat))(*flat)
 
 
 def _dims(d: tuple[int, ...] | int, what: str) -> tuple[int, int, int]:
@@ -241,26 +301,57 @@ def _dims(d: tuple[int, ...] | int, what: str) -> tuple[int, int, int]:
     return t  # type: ignore[return-value]
 
 
-class CpuModule:
-    """A loaded PTX module: kernels and module-scope globals, backed by one MCJIT engine."""
+class _Loaded:
+    """One MCJIT engine holding a compiled object; shared by every CpuModule instance of the same PTX."""
 
     def __init__(self, obj: bytes, meta: dict) -> None:
         _bind_host_symbols()
-        self._tm = host_target_machine()
-        self._engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), self._tm)
-        self._engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
-        self._engine.finalize_object()
+        self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), host_target_machine())
+        self.engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+        self.engine.finalize_object()
+        self.fns = {k["name"]: _RUN(self.engine.get_function_address(k["symbol"])) for k in meta["kernels"]}
+
+
+_ENGINES: dict[str, _Loaded] = {}
+_ENGINES_LOCK = threading.Lock()
+_MAX_ENGINES = int(os.environ.get("WOOLY_JIT_MAX_ENGINES", "512"))
+
+
+def _loaded(obj: bytes, meta: dict, key: str | None) -> _Loaded:
+    if key is None:
+        return _Loaded(obj, meta)
+    with _ENGINES_LOCK:
+        hit = _ENGINES.get(key)
+        if hit is None:
+            if len(_ENGINES) >= _MAX_ENGINES:  # drop the oldest; live modules keep their engine alive
+                _ENGINES.pop(next(iter(_ENGINES)))
+            hit = _ENGINES[key] = _Loaded(obj, meta)
+    return hit
+
+
+class CpuModule:
+    """A loaded PTX module: kernels (code shared per PTX hash) and this instance's own module-scope globals."""
+
+    def __init__(self, obj: bytes, meta: dict, key: str | None = None) -> None:
+        self._code = _loaded(obj, meta, key)
+        # see NOTE [module globals live in a data block] (jit/lower/module.py)
+        self.bounds_check = bool(meta.get("bounds_check", False))
+        image = bytes.fromhex(meta.get("gdata", ""))
+        self._data_size = len(image)
+        self._data, self._data_addr = _buffer(len(image))
+        ctypes.memmove(self._data_addr, image, len(image))
+        for where, target, size in meta.get("grelocs", []):
+            v = (self._data_addr + target) & ((1 << (8 * size)) - 1)
+            ctypes.memmove(self._data_addr + where, v.to_bytes(size, "little"), size)
         self.globals: dict[str, GlobalInfo] = {}
-        for name, size in meta["globals"].items():
-            addr = self._engine.get_global_value_address(name)
-            self.globals[name] = GlobalInfo(name, int(size), int(addr))
+        for name, (off, size) in meta["globals"].items():
+            self.globals[name] = GlobalInfo(name, int(size), self._data_addr + int(off))
         self._kernels: dict[str, CpuKernel] = {}
         for k in meta["kernels"]:
-            addr = self._engine.get_function_address(k["symbol"])
             kern = CpuKernel(
                 name=k["name"], params=[ParamInfo(**p) for p in k["params"]], param_buffer_size=k["param_size"],
                 static_shared_bytes=k["static_shared"], local_bytes_per_thread=k["local_bytes"],
-                max_threads_per_block=k["max_threads"], num_regs=k["num_regs"], _fn=_RUN(addr),
+                max_threads_per_block=k["max_threads"], num_regs=k["num_regs"], _fn=self._code.fns[k["name"]],
                 _rec_bytes=k["rec_bytes"], _dyn_offset=int(meta["dyn_offset"]), _module=self)
             self._kernels[k["name"]] = kern
 

@@ -31,20 +31,29 @@ def write_frame(f: BinaryIO, data: bytes) -> None:
     f.write(data)
 
 
-def compile_ptx(ptx: bytes, target: str, opt: int = 3) -> tuple[bytes, dict]:
+def compile_ptx(ptx: bytes, target: str, opt: int = 2, bounds_check: bool = False) -> tuple[bytes, dict]:
+    from jit.emit.amdgpu import ARCHS
     from jit.errors import JitError, not_supported
     from jit.passes import optimize
     from jit.pipeline import translate
+    if target in ARCHS:
+        from jit.emit.amdgpu import compile_amdgpu
+        from jit.pipeline import front_end
+        if bounds_check:
+            raise not_supported("bounds checking on AMDGPU")
+        return compile_amdgpu(front_end(ptx), target, opt)
     if target != "cpu":
         raise not_supported(f"JIT target '{target}'")
     try:
-        low = translate(ptx, target)
+        low = translate(ptx, target, bounds_check)
     except RecursionError as e:
         raise JitError(218, "PTX too deeply nested") from e
     tm = optimize.host_target_machine(opt)
     mod = optimize.run(str(low.ir_module), tm, opt)
     obj = tm.emit_object(mod)
-    meta = {"kernels": [asdict(k) for k in low.kernels], "globals": low.globals, "dyn_offset": low.dyn_offset}
+    meta = {"kernels": [asdict(k) for k in low.kernels], "globals": low.globals, "dyn_offset": low.dyn_offset,
+            "bounds_check": bounds_check,
+            "gdata": low.gdata.hex(), "grelocs": low.grelocs}
     return obj, meta
 
 
@@ -57,7 +66,8 @@ def serve(inp: BinaryIO, out: BinaryIO) -> None:
         ptx = read_frame(inp) or b""
         req = json.loads(hdr)
         try:
-            obj, meta = compile_ptx(ptx, req.get("target", "cpu"), int(req.get("opt", 3)))
+            obj, meta = compile_ptx(ptx, req.get("target", "cpu"), int(req.get("opt", 2)),
+                                    bool(req.get("bounds_check", False)))
             reply, payload = {"ok": True, "meta": meta}, obj
         except JitError as e:
             reply, payload = {"ok": False, "code": e.code, "message": e.message}, b""

@@ -281,6 +281,108 @@ class ShmDtoH(_Req):
     stream: Handle = DEFAULT_STREAM
 
 
+# ---------------------------------------------------------------- mapped host memory (same host, CPU backend)
+# NOTE [host map]: pinned (cuMemHostAlloc) and managed (cuMemAllocManaged) memory must be reachable by
+# kernels. When client and gpud share a host, the client allocates it as a file in /dev/shm that both
+# map (MAP_SHARED: same pages); gpud registers its mapping as a region of the session, so kernels and
+# copies may use it. ``hint``: map at this address (managed memory needs one address on both sides);
+# with ``exact`` gpud fails rather than map elsewhere. Returns gpud's address.
+
+
+class HostMap(_Req):
+    kind: Literal["host_map"] = "host_map"
+    path: Annotated[str, Field(max_length=255)]
+    size: Size
+    hint: U64 = 0
+    exact: bool = False
+
+
+class HostUnmap(_Req):
+    kind: Literal["host_unmap"] = "host_unmap"
+    addr: U64
+
+
+# ---------------------------------------------------------------- ATen (the PyTorch face)
+# NOTE [aten wire]: one op is a 4-element list ``[name, args, kwargs, outs]``: ``name`` is an ATen
+# overload ("aten.add.Tensor") or a wooly pseudo-op ("wooly.free", "wooly.upload", "wooly.seed"),
+# ``args``/``kwargs`` are msgpack values where tensors, dtypes, devices ... are msgpack ext types
+# (see shim/torch/wire.py and gpud/aten.py), and ``outs`` are the handles, chosen by the client, of
+# the op's tensor outputs (0 = "an input mutated in place, do not store"). gpud validates each
+# op when it runs it (names against the aten namespace, handles against the session's table).
+AtenOpWire = Annotated[list[Any], Field(min_length=4, max_length=4)]
+
+
+class AtenBatch(_Req):
+    """Ops run in order on gpud; returns nothing (errors are reported at the next sync)."""
+
+    kind: Literal["aten_batch"] = "aten_batch"
+    ops: Annotated[list[AtenOpWire], Field(max_length=65536)]
+    frame: FrameIndex = 0  # base index of this batch's bulk frames (uploads)
+
+
+class AtenCall(_Req):
+    """One op whose reply the client waits for (item(), cpu(), data-dependent shapes, stats)."""
+
+    kind: Literal["aten_call"] = "aten_call"
+    op: AtenOpWire
+    frame: FrameIndex = 0
+
+
+# ---------------------------------------------------------------- dedup (gpud/hypervisor/dedup.py)
+# NOTE [dedup protocol] in gpud/hypervisor/dedup.py: an upload of ``size`` bytes at ``dst`` is cut
+# into ``chunk``-byte pieces, each named by its hash. DedupUpload (a call) maps the pieces gpud
+# holds and answers the indexes it lacks; the client copies those the ordinary way and queues
+# DedupPublish so that gpud, after hashing the bytes itself, stores them for the next tenant.
+ChunkHash = Annotated[bytes, Field(min_length=16, max_length=32)]
+ChunkSize = Annotated[int, Field(ge=4096, le=1 << 28)]
+
+
+class DedupUpload(_Req):
+    kind: Literal["dedup_upload"] = "dedup_upload"
+    dst: U64
+    size: Size
+    chunk: ChunkSize
+    algo: Literal["xxh3_128", "sha256"] = "xxh3_128"
+    hashes: Annotated[list[ChunkHash], Field(max_length=1 << 20)]
+    stream: Handle = DEFAULT_STREAM
+
+
+class DedupPublish(_Req):
+    kind: Literal["dedup_publish"] = "dedup_publish"
+    dst: U64
+    size: Size
+    chunk: ChunkSize
+    algo: Literal["xxh3_128", "sha256"] = "xxh3_128"
+    indexes: Annotated[list[Annotated[int, Field(ge=0, lt=1 << 20)]], Field(max_length=1 << 20)]
+    hashes: Annotated[list[ChunkHash], Field(max_length=1 << 20)]
+    stream: Handle = DEFAULT_STREAM
+
+
+class DedupQuery(_Req):
+    """Which of these chunks does gpud lack? The ones it holds are pinned for this session until a
+    DedupTensor uses them (or the session ends)."""
+
+    kind: Literal["dedup_query"] = "dedup_query"
+    chunk: ChunkSize
+    size: Size
+    algo: Literal["xxh3_128", "sha256"] = "xxh3_128"
+    hashes: Annotated[list[ChunkHash], Field(max_length=1 << 20)]
+
+
+class DedupTensor(_Req):
+    """Make tensor ``handle`` (PyTorch face) from chunks: pinned ones (frame -1) and sent ones."""
+
+    kind: Literal["dedup_tensor"] = "dedup_tensor"
+    handle: Handle
+    dtype: Name
+    shape: Annotated[list[Annotated[int, Field(ge=0, le=1 << 48)]], Field(max_length=64)]
+    size: Size
+    chunk: ChunkSize
+    algo: Literal["xxh3_128", "sha256"] = "xxh3_128"
+    hashes: Annotated[list[ChunkHash], Field(max_length=1 << 20)]
+    frames: Annotated[list[Annotated[int, Field(ge=-1, lt=4096)]], Field(max_length=1 << 20)]
+
+
 # ---------------------------------------------------------------- replies
 
 
@@ -314,6 +416,10 @@ QueuedCall = Annotated[
         Launch,
         ShmHtoD,
         ShmDtoH,
+        AtenBatch,
+        DedupPublish,
+        DedupTensor,
+        HostUnmap,
     ],
     Field(discriminator="kind"),
 ]
@@ -357,10 +463,18 @@ Message = Annotated[
         ModuleGetFunction,
         ModuleGetGlobal,
         Launch,
+        AtenBatch,
+        AtenCall,
+        DedupUpload,
+        DedupPublish,
+        DedupQuery,
+        DedupTensor,
         Batch,
         ShmOpen,
         ShmHtoD,
         ShmDtoH,
+        HostMap,
+        HostUnmap,
         Result,
         Error,
     ],

@@ -63,6 +63,7 @@ class Driver:
         self.modules: dict[int, dict[str, Any]] = {}
         self.functions: dict[int, FunctionInfo] = {}
         self._ring: StagingRing | None | bool = None
+        self._dedup_done: set[int] = set()  # addresses that had their content-addressed upload
 
     def _new_id(self) -> int:
         return next(self._ids)
@@ -113,8 +114,10 @@ class Driver:
         with self._lock:
             if addr not in self._alloc_size:
                 raise CudaError(codes.INVALID_VALUE, f"cuMemFree: 0x{addr:x} is not an allocation of this context")
-            del self._alloc_size[addr]
+            size = self._alloc_size.pop(addr)
             self._alloc_starts.pop(bisect.bisect_left(self._alloc_starts, addr))
+            if self._dedup_done:  # the addresses may come back in a new allocation
+                self._dedup_done = {a for a in self._dedup_done if not addr <= a < addr + size}
         self.conn.post({"kind": "mem_free", "addr": int(addr)})
 
     def mem_get_info(self) -> tuple[int, int]:
@@ -150,8 +153,37 @@ class Driver:
                 self._ring = False
         return self._ring or None
 
+    @property
+    def dedup_stats(self) -> Any:
+        """Figures of content-addressed uploads (shim/dedup.py), or None when gpud does not dedup."""
+        from shim import dedup
+
+        up = dedup.uploader_for(self.conn)
+        return up.stats if up is not None else None
+
     def memcpy_htod(self, dst: int, src: Any, stream: int = 0) -> None:
-        """Copy a host buffer (bytes-like) to the device. The bytes are taken before return."""
+        """Copy a host buffer (bytes-like) to the device. The bytes are taken before return.
+
+        The first large upload to a place in an allocation (loading weights, say) goes through the
+        content-addressed path: gpud keeps one copy of identical content across tenants and the
+        bytes it already holds are not sent (NOTE [dedup protocol] in gpud/hypervisor/dedup.py).
+        Later copies to the same place are plain copies: steady-state traffic is not hashed."""
+        from shim import dedup
+
+        view = memoryview(src)
+        n = view.nbytes
+        if n >= dedup.MIN_DEDUP_BYTES and dst not in self._dedup_done:
+            up = dedup.uploader_for(self.conn)
+            if up is not None and self.is_device_pointer(dst):
+                if not view.c_contiguous:
+                    view = memoryview(view.tobytes())
+                self._check_range(dst, n, "cuMemcpyHtoD")
+                self._dedup_done.add(int(dst))
+                up.upload(self, int(dst), view.cast("B"), self._stream(stream), self._htod_plain)
+                return
+        self._htod_plain(dst, src, stream)
+
+    def _htod_plain(self, dst: int, src: Any, stream: int = 0) -> None:
         view = memoryview(src)
         if not view.c_contiguous:
             view = memoryview(view.tobytes())

@@ -51,13 +51,28 @@ def gpud(
     log_level: Annotated[str, typer.Option(help="debug, info, warning")] = "info",
     owner_pid: Annotated[int | None, typer.Option(help="exit when this process exits (embedded mode)")] = None,
     cpu_memory: Annotated[int, typer.Option(help="bytes the CPU backend offers (0 = host RAM)")] = 0,
+    config: Annotated[str | None, typer.Option(help="hypervisor config file (TOML or YAML): tenants, quotas ...")] = None,
+    tenant: Annotated[list[str], typer.Option(help="tenant policy, repeatable: name:quota=2GiB,weight=3,priority=4")] = [],  # noqa: B006
+    metrics_port: Annotated[int | None, typer.Option(help="serve Prometheus metrics on this port (0 = off)")] = None,
+    scheduler: Annotated[bool | None, typer.Option("--scheduler/--no-scheduler", help="weighted fair device scheduling")] = None,
+    overcommit_ratio: Annotated[float | None, typer.Option(help="tenants' memory may total this times the device")] = None,
 ) -> None:
     """Run the gpud daemon."""
     from gpud import log
+    from gpud.hypervisor.policy import load as load_policy
     from gpud.server import Server
 
     log.setup(log_level)
-    server = Server(listen, _make_backends(backend, cpu_memory))
+    overrides: dict[str, object] = {}
+    if overcommit_ratio is not None:
+        overrides["overcommit_ratio"] = overcommit_ratio
+    try:
+        hv_config = load_policy(config, tenant_specs=tenant, metrics_port=metrics_port, overrides=overrides)
+    except (OSError, ValueError) as exc:
+        raise typer.BadParameter(f"hypervisor config: {exc}") from None
+    if scheduler is not None:
+        hv_config.scheduler.enabled = scheduler
+    server = Server(listen, _make_backends(backend, cpu_memory), hypervisor=hv_config)
     server.install_signal_handlers()
     server.serve_forever(owner_pid=owner_pid)
 
@@ -121,6 +136,12 @@ def ps(
             f"{s['session']:12}  {s['tenant'][:10]:10}  {s['pid']:>7}  {_human(s['memory_used']):>10}  {s['allocations']:>6}  "
             f"{s['modules']:>4}  {s['streams']:>4}  {s['events']:>4}  {s['age_s']:>7.1f}s  {s['program'][:40]}"
         )
+    hv = info.get("hypervisor")
+    if hv:
+        from gpud.hypervisor.report import tenant_table
+
+        typer.echo("")
+        typer.echo(tenant_table(hv, _human))
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

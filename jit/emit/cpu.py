@@ -30,14 +30,15 @@ from jit.ptx import ast as A
 
 # launch context (i64 slots)
 L_PARAMS, L_GRID, L_BLOCK, L_NBLOCKS, L_NEXT, L_ERROR, L_PRINTF, L_DYN, L_NTHREADS, L_ASSERT = 0, 1, 4, 7, 8, 9, 10, 11, 12, 13
-L_SLOTS = 16
+L_GLOBALS, L_RANGES, L_NRANGES, L_BADADDR = 14, 15, 16, 17  # data block; bounds-check table (jit/emit/bounds.py)
+L_SLOTS = 24
 # worker context
 W_SHARED, W_LOCAL, W_SCRATCH = 0, 1, 2
 # thread context passed to .func code (i64 slots)
 T_TID, T_NTID, T_CTAID, T_NCTAID, T_SHARED, T_LCTX, T_LINEAR, T_EXITED = 0, 3, 6, 9, 12, 13, 14, 15
 T_SLOTS = 16
 # per-thread scheduler record (bytes)
-R_PC, R_PARK, R_XA, R_XB, R_XC, R_XMASK, R_XPRED, R_RVAL, R_RPRED, R_SLOTS = 0, 4, 8, 16, 20, 24, 28, 32, 40, 48
+R_PC, R_PARK, R_XA, R_XB, R_XC, R_XMASK, R_XPRED, R_RVAL, R_RPRED, R_DONE, R_SLOTS = 0, 4, 8, 16, 20, 24, 28, 32, 40, 44, 48
 
 _XYZ = {"x": 0, "y": 1, "z": 2}
 
@@ -94,6 +95,22 @@ class EntryEnv:
         self.rec_bytes = align_up(off, 16)
         self.sync_ids = {id(sp.instr): sp for sp in fn.sync_points.values()}
         self.resume: dict[int, ir.Block] = {}
+        self.param_offsets: dict[str, int] = {}
+        self.param_values: dict[tuple[int, str], ir.Value] = {}
+
+    def kernel_param(self, fl: FuncLowering, name: str, off: int, ty: ir.Type) -> ir.Value | None:
+        """A kernel parameter loaded once in the entry block: it dominates every use, so LLVM sees a loop
+        invariant (a load inside a guarded thread body could not be hoisted, which blocked vectorisation)."""
+        base = self.param_offsets.get(name)
+        if base is None:
+            return None
+        key = (base + off, str(ty))
+        v = self.param_values.get(key)
+        if v is None:
+            ab = fl.ab
+            p = ab.gep(self.params_entry, [_i64(base + off)], source_etype=ir.IntType(8))
+            v = self.param_values[key] = ab.load(p, typ=ty)
+        return v
 
     # -- values set per thread by the loop scaffolding ------------------------------------------
     def special(self, fl: FuncLowering, name: str) -> ir.Value:
@@ -147,6 +164,9 @@ class EntryEnv:
 
     def param_base(self, fl: FuncLowering) -> ir.Value:
         return self.params
+
+    def globals_base(self, fl: FuncLowering) -> ir.Value:
+        return self.gbase
 
     def launch_ctx(self, fl: FuncLowering) -> ir.Value:
         return self.L

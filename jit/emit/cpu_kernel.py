@@ -10,10 +10,12 @@ from llvmlite import ir
 from jit.emit.cpu import (
     L_BLOCK,
     L_ERROR,
+    L_GLOBALS,
     L_GRID,
     L_NBLOCKS,
     L_NEXT,
     L_PARAMS,
+    R_DONE,
     R_PARK,
     R_PC,
     T_CTAID,
@@ -56,6 +58,7 @@ def emit_kernel(cg: ModuleCodegen, fn: A.Function, env: EntryEnv, meta: KernelMe
     fl = FuncLowering(cg, fn, llfn, env, ab, b)
     env.L = L
     env.params = b.inttoptr(_ld(b, L, L_PARAMS), PTR)
+    env.gbase = b.inttoptr(_ld(b, L, L_GLOBALS), PTR)
     env.nctaid = [b.trunc(_ld(b, L, L_GRID + k), I32) for k in range(3)]
     env.ntid = [b.trunc(_ld(b, L, L_BLOCK + k), I32) for k in range(3)]
     nblocks = _ld(b, L, L_NBLOCKS)
@@ -64,13 +67,15 @@ def emit_kernel(cg: ModuleCodegen, fn: A.Function, env: EntryEnv, meta: KernelMe
     scratch = b.inttoptr(_ld(b, W, W_SCRATCH), PTR)
     env.nt32 = b.mul(b.mul(env.ntid[0], env.ntid[1]), env.ntid[2])
     env.tc = opaque_alloca(ab, ir.ArrayType(I64, T_SLOTS), "tctx")
-    if not env.sched and meta.local_bytes:
+    if not env.sched and meta.local_bytes and not cg.bounds_check:
         env.local = opaque_alloca(ab, ir.ArrayType(I8, meta.local_bytes), "local")
     meta.scheduler = env.sched
     meta.rec_bytes = env.rec_bytes if env.sched else 0
     cg.bind_locals_and_params(fl, fn)
+    env.params_entry = ab.inttoptr(_ld(ab, L, L_PARAMS), PTR)
     for p, lay in zip(fn.params, meta.params, strict=False):
         fl.sym[p.name] = Storage("ptr", _param_ptr(fl, env, lay.offset))
+        env.param_offsets[p.name] = lay.offset
     env.abort = llfn.append_basic_block("abort")
     ir.IRBuilder(env.abort).ret_void()
 
@@ -91,7 +96,7 @@ def emit_kernel(cg: ModuleCodegen, fn: A.Function, env: EntryEnv, meta: KernelMe
     if env.sched:
         _scheduler(fl, env, scratch, local_base, meta, start)
     else:
-        _simple_threads(fl, env, start)
+        _simple_threads(fl, env, start, local_base, meta.local_bytes if cg.bounds_check else 0)
     err = _ld(b, L, L_ERROR)
     b.cbranch(b.icmp_unsigned("!=", err, _i64(0)), env.abort, head)
     ab.branch(setup)
@@ -105,7 +110,12 @@ def _thread_prologue(fl: FuncLowering, env: EntryEnv, tz: ir.Value, ty: ir.Value
     b = fl.b
     env.tid = [tx, ty, tz]
     env.t32 = b.add(b.mul(b.add(b.mul(tz, env.ntid[1]), ty), env.ntid[0]), tx)
-    fl.zero_regs()
+    if not env.sched:
+        # NOTE [uninitialised registers]: a straight thread loop zeroes registers (cheap, deterministic). Under the
+        # scheduler a resumed thread restores exactly the registers live across its sync point; any other register
+        # is dead there, so it is left undefined: zeroing it would put a phi for every register at every merge
+        # of resume paths and double LLVM's work on kernels with many warp collectives.
+        fl.zero_regs()
     if fl.cg.has_calls:
         vals = {T_TID + k: env.tid[k] for k in range(3)}
         vals.update({T_NTID + k: env.ntid[k] for k in range(3)})
@@ -119,12 +129,14 @@ def _thread_prologue(fl: FuncLowering, env: EntryEnv, tz: ir.Value, ty: ir.Value
         b.store(_i64(0), b.gep(env.tc, [_i64(T_EXITED)], source_etype=I64))
 
 
-def _simple_threads(fl: FuncLowering, env: EntryEnv, start: ir.Block) -> None:
+def _simple_threads(fl: FuncLowering, env: EntryEnv, start: ir.Block, local_base: ir.Value, local_bytes: int) -> None:
     lz = _Loop(fl, env.ntid[2], "tz")
     ly = _Loop(fl, env.ntid[1], "ty")
     lx = _Loop(fl, env.ntid[0], "tx")
     env.thread_end = lx.latch
     _thread_prologue(fl, env, lz.i, ly.i, lx.i)
+    if local_bytes:  # bounds checking: .local lives in the worker's registered area, not on the native stack
+        env.local = fl.b.gep(local_base, [fl.b.mul(fl.b.zext(env.t32, I64), _i64(local_bytes))], source_etype=I8)
     fl.b.branch(start)
     fl.b.position_at_end(start)
     fl.lower_body()
@@ -135,12 +147,13 @@ def _simple_threads(fl: FuncLowering, env: EntryEnv, start: ir.Block) -> None:
 
 def _scheduler(fl: FuncLowering, env: EntryEnv, scratch: ir.Value, local_base: ir.Value, meta: KernelMeta,
                start: ir.Block) -> None:
-    from jit.emit.cpu_warp import resolve
+    from jit.emit.cpu_resolve import resolve
     b = fl.b
     rec_bytes = _i64(env.rec_bytes)
     init = _Loop(fl, env.nt32, "init")
     rec = b.gep(scratch, [b.mul(b.zext(init.i, I64), rec_bytes)], source_etype=I8)
     b.store(_i64(0), rec)  # pc = 0, park = 0
+    b.store(_i32(0), b.gep(rec, [_i64(R_DONE)], source_etype=I8))
     init.end()
     rnd = fl.block("round")
     b.branch(rnd)
@@ -217,6 +230,9 @@ class FuncEnv:
 
     def param_base(self, fl: FuncLowering) -> ir.Value:
         raise not_supported("kernel parameters referenced from a .func")
+
+    def globals_base(self, fl: FuncLowering) -> ir.Value:
+        return fl.b.inttoptr(_ld(fl.b, self.launch_ctx(fl), L_GLOBALS), PTR)
 
     def launch_ctx(self, fl: FuncLowering) -> ir.Value:
         return fl.b.inttoptr(self._slot(fl, T_LCTX), PTR)

@@ -38,12 +38,26 @@ def _dest(ins: A.Instr) -> tuple[A.Operand | None, A.Operand | None]:
     return d, None
 
 
+def member_mask_operand(ins: A.Instr) -> A.Operand | None:
+    """The membermask operand of a .sync warp collective (None: all lanes)."""
+    o = ins.operands
+    if ins.opcode in ("vote", "match", "redux") and len(o) >= 3:
+        return o[2]
+    if ins.opcode == "bar" and ins.has("warp") and o:
+        return o[0]
+    return None
+
+
 def collect_inputs(env: EntryEnv, fl: FuncLowering, sp: A.SyncPoint) -> None:
     ins = sp.instr
     b = fl.b
     o = ins.operands
     f = lambda off: env.rec_field(fl, off)  # noqa: E731
-    if ins.opcode == "shfl":
+    mm = member_mask_operand(ins)
+    b.store(fl.get(mm, "b32") if mm is not None else _i32(-1), f(R_XMASK))
+    if ins.opcode in ("bar", "barrier") and ins.has("red"):
+        b.store(b.zext(fl.get(o[-1], "pred"), I32), f(R_XPRED))
+    elif ins.opcode == "shfl":
         b.store(b.zext(fl.get(o[1], "b32"), I64), f(R_XA))
         b.store(fl.get(o[2], "b32"), f(R_XB))
         b.store(fl.get(o[3], "b32"), f(R_XC))
@@ -64,6 +78,14 @@ def write_outputs(env: EntryEnv, fl: FuncLowering, sp: A.SyncPoint) -> None:
     ins = sp.instr
     b = fl.b
     if ins.opcode in ("bar", "barrier"):
+        if ins.has("red"):  # release wrote popc to RVAL, and/or bits to RPRED
+            rv = b.load(env.rec_field(fl, R_RVAL), typ=I64)
+            rp = b.load(env.rec_field(fl, R_RPRED), typ=I32)
+            if ins.has("popc"):
+                fl.put(ins.operands[0], b.trunc(rv, I32), "u32")
+            else:
+                bit = 0 if ins.has("and") else 1
+                fl.put(ins.operands[0], b.trunc(b.lshr(rp, _i32(bit)), I1))
         return
     d, p = _dest(ins)
     rval = b.load(env.rec_field(fl, R_RVAL), typ=I64)
@@ -99,7 +121,8 @@ class _Peer:
         b.store(v, b.gep(self.rec(t), [_i64(off)], source_etype=I8))
 
 
-def _arrived(fl: FuncLowering, env: EntryEnv, peer: _Peer, w0: ir.Value, k: int, reduce=None):  # type: ignore[no-untyped-def]
+def _arrived(fl: FuncLowering, env: EntryEnv, peer: _Peer, w0: ir.Value, k: ir.Value, reduce=None,  # type: ignore[no-untyped-def]
+             mm: ir.Value | None = None):
     """Mask of lanes of the warp starting at w0 parked at sync k; optional per-lane reduction callback."""
     b = fl.b
     mask = fl.ab.alloca(I32)
@@ -111,7 +134,9 @@ def _arrived(fl: FuncLowering, env: EntryEnv, peer: _Peer, w0: ir.Value, k: int,
     b.cbranch(inb, yes, lp.latch)
     b.position_at_end(yes)
     jj = b.select(inb, j, _i32(0))
-    here = b.icmp_unsigned("==", peer.field(jj, R_PARK, I32), _i32(k))
+    here = b.icmp_unsigned("==", peer.field(jj, R_PARK, I32), k)
+    if mm is not None:
+        here = b.and_(here, b.trunc(b.lshr(mm, lp.i), I1))
     add = fl.block("lane_add")
     b.cbranch(here, add, lp.latch)
     b.position_at_end(add)
@@ -122,13 +147,21 @@ def _arrived(fl: FuncLowering, env: EntryEnv, peer: _Peer, w0: ir.Value, k: int,
     return b.load(mask)
 
 
-def _resolve_one(fl: FuncLowering, env: EntryEnv, peer: _Peer, t: ir.Value, sp: A.SyncPoint) -> None:
+def _signature(ins: A.Instr) -> tuple[str, ...]:
+    """Sync points whose instructions share this signature share one resolution block (compile time)."""
+    keep = ("up", "down", "bfly", "idx", "all", "any", "uni", "ballot", "add", "min", "max", "and", "or", "xor",
+            "s32", "u32", "b32", "b64", "u64", "s64", "warp")
+    return (ins.opcode, *[m for m in ins.mods if m in keep])
+
+
+def _resolve_one(fl: FuncLowering, env: EntryEnv, peer: _Peer, t: ir.Value, sp: A.SyncPoint,
+                 k: ir.Value) -> None:
     b = fl.b
     ins = sp.instr
-    k = sp.id
     lane = b.and_(t, _i32(31))
     w0 = b.sub(t, lane)
     own = peer.field(t, R_XA, I64)
+    mm = peer.field(t, R_XMASK, I32)
     if ins.opcode == "shfl":
         bv = b.and_(peer.field(t, R_XB, I32), _i32(31))
         c = peer.field(t, R_XC, I32)
@@ -152,13 +185,13 @@ def _resolve_one(fl: FuncLowering, env: EntryEnv, peer: _Peer, t: ir.Value, sp: 
         src = b.add(w0, j)
         ok = b.icmp_unsigned("<", src, env.nt32)
         src = b.select(ok, src, t)
-        ok = b.and_(ok, b.icmp_unsigned("==", peer.field(src, R_PARK, I32), _i32(k)))
+        ok = b.and_(ok, b.icmp_unsigned("==", peer.field(src, R_PARK, I32), k))
         val = b.select(ok, peer.field(src, R_XA, I64), own)
         peer.store(t, R_RVAL, val)
         peer.store(t, R_RPRED, b.zext(pval, I32))
         return
     if ins.opcode in ("bar", "activemask"):
-        m = _arrived(fl, env, peer, w0, k)
+        m = _arrived(fl, env, peer, w0, k, mm=mm)
         peer.store(t, R_RVAL, b.zext(m, I64))
         return
     if ins.opcode == "vote":
@@ -169,7 +202,7 @@ def _resolve_one(fl: FuncLowering, env: EntryEnv, peer: _Peer, t: ir.Value, sp: 
             pv = peer.field(jj, R_XPRED, I32)
             b.store(b.or_(b.load(ballot), b.shl(b.and_(pv, _i32(1)), ln)), ballot)
 
-        m = _arrived(fl, env, peer, w0, k, red)
+        m = _arrived(fl, env, peer, w0, k, red, mm=mm)
         bal = b.load(ballot)
         if ins.has("ballot"):
             peer.store(t, R_RVAL, b.zext(bal, I64))
@@ -190,7 +223,7 @@ def _resolve_one(fl: FuncLowering, env: EntryEnv, peer: _Peer, t: ir.Value, sp: 
             eq = b.icmp_unsigned("==", peer.field(jj, R_XA, I64), own)
             b.store(b.or_(b.load(same), b.shl(b.zext(eq, I32), ln)), same)
 
-        m = _arrived(fl, env, peer, w0, k, red)
+        m = _arrived(fl, env, peer, w0, k, red, mm=mm)
         s = b.load(same)
         if ins.has("all"):
             allsame = b.icmp_unsigned("==", s, m)
@@ -219,63 +252,10 @@ def _resolve_one(fl: FuncLowering, env: EntryEnv, peer: _Peer, t: ir.Value, sp: 
                 r = b.select(cmp("<" if kind == "min" else ">", v, a), v, a)
             b.store(r, acc)
 
-        _arrived(fl, env, peer, w0, k, red)
+        _arrived(fl, env, peer, w0, k, red, mm=mm)
         peer.store(t, R_RVAL, b.load(acc))
         return
     raise not_supported(f"warp collective {ins.opcode}", ins.line)
 
 
-def resolve(fl: FuncLowering, env: EntryEnv, scratch: ir.Value) -> ir.Value:
-    """Emit the post-round resolution; returns an i1 'run another round'."""
-    b = fl.b
-    peer = _Peer(fl, env, scratch)
-    flag = fl.ab.alloca(I1, name="again")
-    b.store(ir.Constant(I1, 0), flag)
-    warp = [sp for sp in env.fn.sync_points.values() if sp.kind == "warp"]
-    end = fl.block("resolve_end")
-    release = fl.block("bar_release")
-    if warp:
-        lp = _Loop(fl, env.nt32, "wres")
-        park = peer.field(lp.i, R_PARK, I32)
-        sw = b.switch(park, lp.latch)
-        for sp in warp:
-            blk = fl.block(f"wres{sp.id}")
-            sw.add_case(_i32(sp.id), blk)
-            b.position_at_end(blk)
-            _resolve_one(fl, env, peer, lp.i, sp)
-            b.store(ir.Constant(I1, 1), flag)
-            b.branch(lp.latch)
-        b.position_at_end(lp.body)  # (switch already terminates body)
-        lp.end()
-        unpark = fl.block("wunpark")
-        b.cbranch(b.load(flag), unpark, release)
-        b.position_at_end(unpark)
-        lu = _Loop(fl, env.nt32, "wun")
-        park = peer.field(lu.i, R_PARK, I32)
-        sw2 = b.switch(park, lu.latch)
-        clear = fl.block("wclear")
-        for sp in warp:
-            sw2.add_case(_i32(sp.id), clear)
-        b.position_at_end(clear)
-        peer.store(lu.i, R_PARK, _i32(0))
-        b.branch(lu.latch)
-        b.position_at_end(lu.body)
-        lu.end()
-        b.branch(end)
-    else:
-        b.branch(release)
-    b.position_at_end(release)
-    lb = _Loop(fl, env.nt32, "rel")
-    park = peer.field(lb.i, R_PARK, I32)
-    yes = fl.block("rel_yes")
-    b.cbranch(b.icmp_signed(">", park, _i32(0)), yes, lb.latch)
-    b.position_at_end(yes)
-    peer.store(lb.i, R_PARK, _i32(0))
-    b.store(ir.Constant(I1, 1), flag)
-    lb.end()
-    b.branch(end)
-    b.position_at_end(end)
-    return b.load(flag)
-
-
-__all__ = ["collect_inputs", "write_outputs", "resolve", "R_XMASK"]
+__all__ = ["collect_inputs", "write_outputs", "R_XMASK", "_Peer", "_signature", "_resolve_one"]

@@ -37,6 +37,19 @@ from jit.ptx import ast as A
 if TYPE_CHECKING:
     from jit.lower.module import ModuleCodegen
 
+# Every instruction name of the PTX ISA (up to 9.x): an opcode outside this set is malformed PTX (218), one inside
+# it without a handler is a valid instruction we do not implement (801).
+PTX_OPCODES = frozenset("""
+abs activemask add addc alloca and applypriority atom bar barrier bfe bfi bfind bmsk bra brev brkpt brx call clz
+clusterlaunchcontrol cnot copysign cos cp createpolicy cvt cvta discard div dp2a dp4a elect ex2 exit fence fma fns
+getctarank griddepcontrol isspacep istypep ld ldmatrix ldu lg2 lop3 mad mad24 madc mapa match max mbarrier membar
+min mma mov movmatrix multimem mul mul24 nanosleep neg not or pmevent popc prefetch prefetchu prmt rcp red redux rem
+ret rsqrt sad selp set setmaxnreg setp shf shfl shl shr sin slct sqrt st stackrestore stacksave stmatrix sub subc
+suld suq sured sust szext tanh tcgen05 tensormap testp tex tld4 trap txq vabsdiff vabsdiff2 vabsdiff4 vadd vadd2
+vadd4 vavrg2 vavrg4 vmad vmax vmax2 vmax4 vmin vmin2 vmin4 vote vset vset2 vset4 vshl vshr vsub vsub2 vsub4
+wgmma wmma xor
+""".split())
+
 Handler = Callable[["FuncLowering", A.Instr], None]
 HANDLERS: dict[str, Handler] = {}
 
@@ -56,6 +69,7 @@ class Env(Protocol):
     def shared_base(self, fl: FuncLowering) -> ir.Value: ...
     def local_ptr(self, fl: FuncLowering, var: A.VarDecl) -> ir.Value: ...
     def param_base(self, fl: FuncLowering) -> ir.Value: ...
+    def globals_base(self, fl: FuncLowering) -> ir.Value: ...
     def exit_thread(self, fl: FuncLowering) -> None: ...
     def trap(self, fl: FuncLowering, code: int) -> None: ...
     def sync(self, fl: FuncLowering, ins: A.Instr) -> None: ...
@@ -66,7 +80,7 @@ class Env(Protocol):
 
 @dataclass
 class Storage:
-    kind: str  # 'ptr' (host pointer value), 'shared' (offset into the shared window)
+    kind: str  # 'ptr' (host pointer value), 'shared' (offset into the shared window), 'global' (data block)
     value: ir.Value | int
 
 
@@ -113,7 +127,10 @@ class FuncLowering:
             self.cur = st
             h = HANDLERS.get(st.opcode)
             if h is None:
-                raise not_supported(f"PTX instruction '{'.'.join([st.opcode, *st.mods])}'", st.line)
+                full = '.'.join([st.opcode, *st.mods])
+                if st.opcode not in PTX_OPCODES:
+                    raise invalid_ptx(f"unknown instruction '{full}'", st.line, st.col)
+                raise not_supported(f"PTX instruction '{full}'", st.line)
             try:
                 h(self, st)
             except (KeyError, IndexError, ValueError, TypeError, AttributeError) as e:
@@ -215,6 +232,8 @@ class FuncLowering:
         return self.b.add(v, ir.Constant(I64, off)) if off else v
 
     def resolve_ptr(self, s: Storage) -> ir.Value:
+        if s.kind == "global":  # see NOTE [module globals live in a data block]
+            return self.b.gep(self.env.globals_base(self), [ir.Constant(I64, s.value)], source_etype=I8)
         v = s.value
         v = v() if callable(v) else v  # type: ignore[operator]
         return to_opaque(self.b, v)  # type: ignore[arg-type]

@@ -9,7 +9,7 @@ from math import prod
 from llvmlite import ir
 
 from jit.errors import invalid_ptx
-from jit.lower import ops_ctrl, ops_cvt, ops_float, ops_int, ops_mem  # noqa: F401  (register handlers)
+from jit.lower import ops_bits, ops_cmp, ops_ctrl, ops_cvt, ops_float, ops_int, ops_mem  # noqa: F401  (handlers)
 from jit.lower.core import FuncLowering, Storage
 from jit.lower.types import I8, I64, PTR, VOID, opaque_alloca
 from jit.ptx import ast as A
@@ -52,12 +52,15 @@ class KernelMeta:
 
 
 class ModuleCodegen:
-    def __init__(self, mod: A.Module, triple: str = "") -> None:
+    def __init__(self, mod: A.Module, triple: str = "", bounds_check: bool = False) -> None:
         self.ast = mod
+        self.bounds_check = bounds_check  # NOTE [bounds checking] in jit/emit/bounds.py
         self.module = ir.Module(name="ptx")
         if triple:
             self.module.triple = triple
-        self.globals: dict[str, tuple[ir.GlobalVariable, int]] = {}
+        self.globals: dict[str, tuple[int, int]] = {}  # name -> (offset in the data block, size)
+        self.gdata = bytearray()
+        self.grelocs: list[tuple[int, int, int]] = []  # (where, target offset, bytes): pointer initializers
         self.shared: dict[str, int] = {}
         self.funcs: dict[str, ir.Function] = {}
         self.kernels: list[KernelMeta] = []
@@ -118,46 +121,38 @@ class ModuleCodegen:
         for name in extern:
             self.shared[name] = self.dyn_offset
 
+    # NOTE [module globals live in a data block]: .global/.const variables are not LLVM globals but offsets into
+    # one data block per loaded module instance (its address reaches kernels through the launch context). The
+    # compiled code is then pure, so one loaded engine serves every instance of the same PTX (a cache hit only
+    # copies the initial image), while each cuModuleLoad still gets its own globals, as on a GPU.
     def _define_global(self, v: A.VarDecl) -> None:
         size = max(var_size(v), 1)
-        init = self._initializer(v, size)
-        gv = ir.GlobalVariable(self.module, init.type, v.name)
-        gv.initializer = init
-        gv.align = max(var_align(v), 8)
-        gv.global_constant = False
-        self.globals[v.name] = (gv, size)
+        off = align_up(len(self.gdata), max(var_align(v), 8))
+        self.gdata += bytes(off - len(self.gdata))
+        self.gdata += self._initializer(v, size, off)
+        self.globals[v.name] = (off, size)
 
-    def _initializer(self, v: A.VarDecl, size: int) -> ir.Constant:
+    def _initializer(self, v: A.VarDecl, size: int, base: int) -> bytes:
         if not v.init:
-            return ir.Constant(ir.ArrayType(I8, size), None)
+            return bytes(size)
         esz = type_bytes(v.type)
-        if any(isinstance(x, (A.Sym, A.SymOff)) for x in v.init):
-            ety = ir.IntType(8 * esz)
-            elems: list[ir.Constant] = []
-            for x in v.init:
-                if isinstance(x, (A.Sym, A.SymOff)):
-                    tgt = self.globals.get(x.name)
-                    if tgt is None:
-                        raise invalid_ptx(f"initializer refers to unknown symbol {x.name}", v.line)
-                    c = tgt[0].ptrtoint(I64)
-                    if isinstance(x, A.SymOff) and x.offset:
-                        c = c.add(ir.Constant(I64, x.offset))  # type: ignore[attr-defined]
-                    elems.append(c if ety == I64 else c.trunc(ety))  # type: ignore[attr-defined]
-                else:
-                    elems.append(ir.Constant(ety, int(x.value) & ((1 << (8 * esz)) - 1)))
-            n = size // esz
-            elems += [ir.Constant(ety, 0)] * (n - len(elems))
-            return ir.Constant(ir.LiteralStructType([e.type for e in elems]), elems)
         data = bytearray()
         for x in v.init:
-            data += _encode(v.type, x)
-        data = data[:size] + bytes(max(0, size - len(data)))
-        return ir.Constant(ir.ArrayType(I8, size), bytearray(data))
+            if isinstance(x, (A.Sym, A.SymOff)):
+                tgt = self.globals.get(x.name)
+                if tgt is None:
+                    raise invalid_ptx(f"initializer refers to unknown symbol {x.name}", v.line)
+                add = x.offset if isinstance(x, A.SymOff) else 0
+                self.grelocs.append((base + len(data), tgt[0] + add, esz))
+                data += bytes(esz)
+            else:
+                data += _encode(v.type, x)
+        return bytes(data[:size] + bytes(max(0, size - len(data))))
 
     # -- symbol lookup -------------------------------------------------------------------------
     def storage(self, name: str) -> Storage | None:
         if name in self.globals:
-            return Storage("ptr", self.globals[name][0])
+            return Storage("global", self.globals[name][0])
         if name in self.shared:
             return Storage("shared", self.shared[name])
         return None

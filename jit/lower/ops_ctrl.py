@@ -29,11 +29,6 @@ def bra(fl: FuncLowering, ins: A.Instr) -> None:
         b.branch(dest)
 
 
-@op("brx")
-def brx(fl: FuncLowering, ins: A.Instr) -> None:
-    raise not_supported("brx.idx (indirect branch)", ins.line)
-
-
 @op("ret")
 def ret(fl: FuncLowering, ins: A.Instr) -> None:
     if fl.fn.is_entry:
@@ -56,8 +51,6 @@ def trap(fl: FuncLowering, ins: A.Instr) -> None:
 def sync(fl: FuncLowering, ins: A.Instr) -> None:
     if ins.opcode in ("bar", "barrier") and ins.has("arrive"):
         return
-    if ins.opcode in ("bar", "barrier") and ins.has("red"):
-        raise not_supported("bar.red (barrier with reduction)", ins.line)
     fl.env.sync(fl, ins)
 
 

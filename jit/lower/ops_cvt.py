@@ -6,7 +6,7 @@ from llvmlite import ir
 
 from jit.lower.core import FuncLowering, op
 from jit.lower.ops_float import bf16_to_f32, directed, f32_to_bf16, ftz, sat
-from jit.lower.types import F16, F32, F64, I16, I32, I128, compute_type, is_float, is_signed, suffix
+from jit.lower.types import F16, F32, F64, I16, I32, I64, compute_type, is_float, is_signed, suffix
 from jit.ptx import ast as A
 
 _IROUND = {"rni": "roundeven", "rzi": "trunc", "rmi": "floor", "rpi": "ceil"}
@@ -24,12 +24,9 @@ def _narrow(fl: FuncLowering, x: ir.Value, to: ir.Type, mode: str) -> ir.Value:
     """Round float x (f32/f64) to a narrower float type with mode."""
     b = fl.b
     y = b.fptrunc(x, to)
-    if mode in ("rz", "rm", "rp") and to in (F32, F64):
+    if mode in ("rz", "rm", "rp"):  # y is correctly rounded to nearest; step it when the exact x lies the other way
         back = b.fpext(y, x.type)
         y = directed(fl, y, b.fcmp_ordered(">", x, back), b.fcmp_ordered("<", x, back), mode)
-    elif mode in ("rz", "rm", "rp") and to == F16:
-        # go through f32 with the directed mode first, then RN is exact enough for halves of f32 values
-        y = b.fptrunc(x, F16)
     return y
 
 
@@ -58,9 +55,10 @@ def cvt(fl: FuncLowering, ins: A.Instr) -> None:
         if mode in _IROUND:
             x = fl.call_intr(f"llvm.{_IROUND[mode]}.{suffix(x.type)}", x.type, [x])
         if dt == "bf16":
-            r = f32_to_bf16(fl, x if x.type == F32 else _narrow(fl, x, F32, mode or "rn"))
+            r = f32_to_bf16(fl, x if x.type == F32 else _narrow(fl, x, F32, "rz" if mode == "rz" else "rn"),
+                            mode if mode in ("rz", "rm", "rp") else "rn")
         elif dt == "f16":
-            r = b.fptrunc(x, F16) if x.type != F16 else x
+            r = _narrow(fl, x, F16, mode or "rn") if x.type != F16 else x
         elif x.type == dty:
             r = x
         elif _fbits(x.type) < _fbits(dty):
@@ -86,13 +84,10 @@ def cvt(fl: FuncLowering, ins: A.Instr) -> None:
         conv = b.sitofp if is_signed(st) else b.uitofp
         y = conv(v, tgt)
         if mode in ("rz", "rm", "rp") and tgt in (F32, F64):
-            ext = b.sext if is_signed(st) else b.zext
-            exact = ext(v, I128)
-            back = b.fptosi(y, I128)  # y is finite and within i128
-            cmp = b.icmp_signed
-            y = directed(fl, y, cmp(">", exact, back), cmp("<", exact, back), mode)
+            above, below = _int_vs_float(fl, v, y, is_signed(st))
+            y = directed(fl, y, above, below, mode)
         if dt == "f16":
-            y = b.fptrunc(conv(v, F64), F16)
+            y = _narrow(fl, conv(v, F64), F16, mode or "rn")
         elif dt == "bf16":
             y = f32_to_bf16(fl, y)
         if ins.has("sat") and dt in ("f32", "f64"):
@@ -119,6 +114,24 @@ def cvt(fl: FuncLowering, ins: A.Instr) -> None:
     else:
         r = v
     fl.put(d, r, dt)
+
+
+def _int_vs_float(fl: FuncLowering, v: ir.Value, y: ir.Value, signed: bool) -> tuple[ir.Value, ir.Value]:
+    """(exact > y, exact < y) for an integer v and its round-to-nearest float y, without i128 conversions
+    (those call compiler-rt helpers that a JIT'd object cannot resolve)."""
+    b = fl.b
+    if v.type.width <= 32:  # exact in f64
+        d = (b.sitofp if signed else b.uitofp)(v, F64)
+        yy = b.fpext(y, F64) if y.type != F64 else y
+        return b.fcmp_ordered(">", d, yy), b.fcmp_ordered("<", d, yy)
+    x = b.sext(v, I64) if signed else b.zext(v, I64)
+    kind = "fptosi" if signed else "fptoui"
+    back = fl.call_intr(f"llvm.{kind}.sat.i64.{suffix(y.type)}", I64, [y])
+    big = b.fcmp_ordered(">=", y, ir.Constant(y.type, 2.0 ** (63 if signed else 64)))  # y rounded past the range
+    cmp = b.icmp_signed if signed else b.icmp_unsigned
+    above = b.and_(b.not_(big), cmp(">", x, back))
+    below = b.or_(big, cmp("<", x, back))
+    return above, below
 
 
 def _fbits(t: ir.Type) -> int:

@@ -19,7 +19,7 @@ def rmode(ins: A.Instr) -> str:
 
 
 def _ity(ty: ir.Type) -> ir.IntType:
-    return I32 if ty == F32 else I64
+    return {F16: I16, F32: I32}.get(ty, I64)
 
 
 def ftz(fl: FuncLowering, x: ir.Value) -> ir.Value:
@@ -105,11 +105,18 @@ def bf16_to_f32(fl: FuncLowering, v: ir.Value) -> ir.Value:
     return b.bitcast(b.shl(b.zext(v, I32), ir.Constant(I32, 16)), F32)
 
 
-def f32_to_bf16(fl: FuncLowering, x: ir.Value) -> ir.Value:
+def f32_to_bf16(fl: FuncLowering, x: ir.Value, mode: str = "rn") -> ir.Value:
     b = fl.b
     bits = b.bitcast(x, I32)
-    lsb = b.and_(b.lshr(bits, ir.Constant(I32, 16)), ir.Constant(I32, 1))
-    r = b.lshr(b.add(b.add(bits, ir.Constant(I32, 0x7FFF)), lsb), ir.Constant(I32, 16))
+    hi = b.lshr(bits, ir.Constant(I32, 16))
+    if mode == "rn":
+        lsb = b.and_(hi, ir.Constant(I32, 1))
+        r = b.lshr(b.add(b.add(bits, ir.Constant(I32, 0x7FFF)), lsb), ir.Constant(I32, 16))
+    else:  # rz truncates; rm/rp move the magnitude up when the dropped bits point away from zero
+        inexact = b.icmp_unsigned("!=", b.and_(bits, ir.Constant(I32, 0xFFFF)), ir.Constant(I32, 0))
+        neg = b.icmp_signed("<", bits, ir.Constant(I32, 0))
+        up = {"rz": ir.Constant(I1, 0), "rm": neg, "rp": b.not_(neg)}.get(mode, ir.Constant(I1, 0))
+        r = b.add(hi, b.zext(b.and_(inexact, up), I32))
     nan = b.fcmp_unordered("uno", x, x)
     qn = b.or_(b.lshr(bits, ir.Constant(I32, 16)), ir.Constant(I32, 0x40))
     return b.trunc(b.select(nan, qn, r), I16)

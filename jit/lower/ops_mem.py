@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
+from jit.emit.bounds import emit_check, needs_check
 from jit.errors import not_supported
 from jit.lower.core import FuncLowering, op
 from jit.lower.ops_float import bf16_to_f32, f32_to_bf16
@@ -40,6 +41,21 @@ def _vec(ins: A.Instr) -> int:
     return 1
 
 
+def store_atomic(b: ir.IRBuilder, v: ir.Value, p: ir.Value, ordering: str, align: int) -> None:
+    """IRBuilder.store_atomic insists on typed pointers; build the instruction for an opaque ``ptr``."""
+    from llvmlite.ir.instructions import StoreAtomicInstr
+    b._insert(StoreAtomicInstr(b.block, v, p, ordering, align))
+
+
+def _is_kernel_param(fl: FuncLowering, o: A.Operand) -> bool:
+    """Only the .entry's own parameters are invariant; call-site .param buffers are written by callees."""
+    if not fl.fn.is_entry:
+        return False
+    base = o.base if isinstance(o, A.Addr) else o
+    name = getattr(base, "name", None)
+    return any(p.name == name for p in fl.fn.params)
+
+
 @op("ld", "ldu")
 def ld(fl: FuncLowering, ins: A.Instr) -> None:
     t = fl.itype(ins)
@@ -49,15 +65,26 @@ def ld(fl: FuncLowering, ins: A.Instr) -> None:
     mt = _mem_type(t)
     n = _vec(ins)
     size = type_bytes(t)
+    if needs_check(fl, ins.operands[1], sp):
+        emit_check(fl, base, n * size)
     order = _ordering(ins)
     dsts = fl.dst_ops(ins.operands[0])
+    src = ins.operands[1]
+    if sp == "param" and _is_kernel_param(fl, src) and isinstance(src, A.Addr) and hasattr(fl.env, "kernel_param"):
+        for k, d in enumerate(dsts[:n]):
+            v = fl.env.kernel_param(fl, src.base.name, src.offset + k * size, mt)  # type: ignore[union-attr]
+            if v is None:
+                break
+            fl.put(d, v, t)
+        else:
+            return
     for k in range(n):
         p = b.gep(base, [ir.Constant(I64, k * size)], source_etype=I8) if k else base
         if (order or ins.has("volatile")) and sp != "shared":
             v = b.load_atomic(p, "monotonic" if order in (None, "release") else order, size, typ=mt)
         else:
             v = b.load(p, typ=mt, align=size)
-            if sp == "param" and fl.fn.is_entry:  # kernel params never change during a launch: let LLVM hoist
+            if sp == "param" and _is_kernel_param(fl, ins.operands[1]):  # never change during a launch: hoistable
                 v.set_metadata("invariant.load", fl.module.add_metadata([]))
         if k < len(dsts):
             fl.put(dsts[k], v, t)
@@ -72,6 +99,8 @@ def st(fl: FuncLowering, ins: A.Instr) -> None:
     mt = _mem_type(t)
     n = _vec(ins)
     size = type_bytes(t)
+    if needs_check(fl, ins.operands[0], sp):
+        emit_check(fl, base, n * size)
     srcs = fl.dst_ops(ins.operands[1])
     order = _ordering(ins)
     for k in range(n):
@@ -79,7 +108,7 @@ def st(fl: FuncLowering, ins: A.Instr) -> None:
         v = fl.get(srcs[k], t)
         v = convert_bits(b, v, mt)
         if (order or ins.has("volatile")) and sp != "shared":
-            b.store_atomic(v, p, "monotonic" if order in (None, "acquire") else order, size)
+            store_atomic(b, v, p, "monotonic" if order in (None, "acquire") else order, size)
         else:
             b.store(v, p, align=size)
 
@@ -128,12 +157,19 @@ def atomic(fl: FuncLowering, ins: A.Instr, addr_op: A.Operand, vals: list[A.Oper
     b = fl.b
     sp = fl.space(ins)
     p = fl.addr(addr_op, sp)
+    if needs_check(fl, addr_op, sp):
+        emit_check(fl, p, type_bytes(t) * _vec(ins))
     opn = next(m for m in ins.mods if m in _RMW or m in ("inc", "dec", "cas"))
-    if t in ("f16", "bf16", "f16x2", "bf16x2") or _vec(ins) > 1:
-        raise not_supported(f"atom/red on {t}{' vector' if _vec(ins) > 1 else ''}", ins.line)
+    if _vec(ins) > 1:
+        raise not_supported(f"atom/red on {t} vectors", ins.line)
+    if t in ("f16", "bf16", "f16x2", "bf16x2"):
+        return _half_atomic(fl, ins, p, fl.get(vals[0], t), t, opn)
     v = fl.get(vals[0], t)
     ty = v.type
-    ordering = "seq_cst" if sp != "shared" else "monotonic"
+    # PTX atom/red default to .relaxed; x86 emits the same lock-prefixed instruction for any ordering, but a
+    # seq_cst RMW would also stop LLVM from moving ordinary loads/stores around it.
+    ordering = {"acquire": "acquire", "release": "release", "acq_rel": "acq_rel"}.get(
+        next((m for m in ins.mods if m in ("acquire", "release", "acq_rel")), ""), "monotonic")
     if opn == "cas":
         new = fl.get(vals[1], t)
         cmp, nv = v, new
@@ -158,6 +194,36 @@ def atomic(fl: FuncLowering, ins: A.Instr, addr_op: A.Operand, vals: list[A.Oper
     if opn in ("min", "max") and not is_signed(t):
         kind = "u" + kind
     return b.atomic_rmw(kind, p, v, ordering)
+
+
+def _half_atomic(fl: FuncLowering, ins: A.Instr, p: ir.Value, v: ir.Value, t: str, opn: str) -> ir.Value:
+    """atom.add.noftz.f16/f16x2/bf16/bf16x2 (and min/max): a compare-and-swap loop on the raw bits."""
+    from jit.lower.ops_float import pack, unpack
+    if opn not in ("add", "min", "max"):
+        raise not_supported(f"atom.{opn}.{t}", ins.line)
+    b = fl.b
+    ity = ir.IntType(32 if t.endswith("x2") else 16)
+    vb = convert_bits(b, v, ity)
+    cur = b.load(p, typ=ity, align=ity.width // 8)
+    pre = b.block
+    loop = fl.block("hatom_loop")
+    done = fl.block("hatom_done")
+    b.branch(loop)
+    b.position_at_end(loop)
+    old = b.phi(ity)
+    old.add_incoming(cur, pre)
+    res = []
+    for x, y in zip(unpack(fl, old, t), unpack(fl, vb, t), strict=True):
+        if opn == "add":
+            res.append(b.fadd(x, y))
+        else:
+            res.append(b.select(b.fcmp_ordered("<" if opn == "min" else ">", y, x), y, x))
+    new = convert_bits(b, pack(fl, res, t), ity)
+    pair = b.cmpxchg(p, old, new, "monotonic", "monotonic")
+    old.add_incoming(b.extract_value(pair, 0), b.block)
+    b.cbranch(b.extract_value(pair, 1), done, loop)
+    b.position_at_end(done)
+    return convert_bits(b, old, compute_type(t))
 
 
 def _inc_dec(fl: FuncLowering, p: ir.Value, lim: ir.Value, opn: str, ordering: str) -> ir.Value:
@@ -206,6 +272,9 @@ def cp_async(fl: FuncLowering, ins: A.Instr) -> None:
         return
     dst = fl.addr(ins.operands[0], "shared")
     src = fl.addr(ins.operands[1], "global")
+    if needs_check(fl, ins.operands[1], "global"):
+        cp = ins.operands[2]
+        emit_check(fl, src, int(cp.value) if isinstance(cp, A.Imm) else 16)
     size = fl.get(ins.operands[2], "u32")
     n = size
     if len(ins.operands) > 3:

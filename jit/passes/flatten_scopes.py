@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from jit.errors import invalid_ptx
 from jit.ptx import ast as A
 
 
@@ -26,6 +25,24 @@ def rename_operand(op: A.Operand, env: dict[str, str]) -> A.Operand:
     return op
 
 
+_RGBA = {"r": "x", "g": "y", "b": "z", "a": "w"}
+
+
+def _expand_vec(op: A.Operand, vecs: dict[str, list[str]]) -> A.Operand:
+    """Vector-register operands: %v -> {%v.x, ...}; %v.r/.g/.b/.a -> %v.x/.y/.z/.w."""
+    if not vecs:
+        return op
+    if isinstance(op, A.Reg):
+        if op.name in vecs:
+            return A.Vec(tuple(A.Reg(c) for c in vecs[op.name]))
+        base, _, comp = op.name.rpartition(".")
+        if base in vecs and comp in _RGBA:
+            return A.Reg(f"{base}.{_RGBA[comp]}")
+    if isinstance(op, A.Vec):
+        return A.Vec(tuple(_expand_vec(x, vecs) for x in op.items))
+    return op
+
+
 def _flatten(fn: A.Function) -> None:
     counter = [0]
     flat: list[A.Stmt] = []
@@ -34,8 +51,13 @@ def _flatten(fn: A.Function) -> None:
         env = dict(env)
         for st in body:
             if isinstance(st, A.RegDecl):
-                if st.vec != 1:
-                    raise invalid_ptx("vector registers (.reg .v2/.v4) are not supported")
+                if st.vec != 1:  # .reg .v4 .f32 %v: four scalars %v.x .. %v.w; %v alone is the vector
+                    for n in st.names:
+                        comps = [f"{n}.{c}" for c in "xyzw"[:st.vec]]
+                        vecs[n] = comps
+                        for c in comps:
+                            fn.regs[c] = st.type
+                    continue
                 for n in st.names:
                     new = n if depth == 0 else f"{n}$s{counter[0]}"
                     counter[0] += depth != 0
@@ -50,13 +72,14 @@ def _flatten(fn: A.Function) -> None:
             elif isinstance(st, A.Scope):
                 walk(st.body, env, depth + 1)
             elif isinstance(st, A.Instr):
-                st.operands = [rename_operand(o, env) for o in st.operands]
+                st.operands = [_expand_vec(rename_operand(o, env), vecs) for o in st.operands]
                 if st.pred:
                     st.pred = env.get(st.pred, st.pred)
                 flat.append(st)
             else:
                 flat.append(st)
 
+    vecs: dict[str, list[str]] = {}
     walk(fn.body or [], {}, 0)
     fn.body = flat
 

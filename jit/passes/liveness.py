@@ -31,6 +31,8 @@ def defs_uses(ins: A.Instr) -> tuple[list[str], list[str]]:
         # old-style register arguments: call (%r_out), f, (%r_in)
         d = regs_in(ops[0]) if ops and isinstance(ops[0], A.Group) else []
         return d, uses + [r for o in ops[1:] for r in regs_in(o)]
+    if ins.opcode in ("bar", "barrier") and ins.has("red") and ops:  # bar.red.popc d, a, {b,} p
+        return regs_in(ops[0]), uses + [r for o in ops[1:] for r in regs_in(o)]
     if ins.opcode in NO_DEST or not ops:
         return [], uses + [r for o in ops for r in regs_in(o)]
     d0 = ops[0]

@@ -15,17 +15,18 @@ class Lowered:
     ast: A.Module
     ir_module: ir.Module
     kernels: list[KernelMeta] = field(default_factory=list)
-    globals: dict[str, int] = field(default_factory=dict)  # name -> size
+    globals: dict[str, tuple[int, int]] = field(default_factory=dict)  # name -> (offset, size) in the data block
     dyn_offset: int = 0
+    gdata: bytes = b""  # initial image of the module's data block
+    grelocs: list[tuple[int, int, int]] = field(default_factory=list)
 
 
-def run(module: A.Module, target: str = "cpu") -> Lowered:
+def run(module: A.Module, target: str = "cpu", bounds_check: bool = False) -> Lowered:
     from jit.emit.cpu import build_kernel
     from jit.emit.cpu_kernel import emit_funcs
-    cg = ModuleCodegen(module)
+    cg = ModuleCodegen(module, bounds_check=bounds_check)
     emit_funcs(cg)
     kernels = []
     for i, f in enumerate(fn for fn in module.functions if fn.is_entry and fn.body is not None):
         kernels.append(build_kernel(cg, f, i))
-    sizes = {name: size for name, (_, size) in cg.globals.items()}
-    return Lowered(module, cg.module, kernels, sizes, cg.dyn_offset)
+    return Lowered(module, cg.module, kernels, dict(cg.globals), cg.dyn_offset, bytes(cg.gdata), list(cg.grelocs))

@@ -145,6 +145,7 @@ class Function:
     regs: dict[str, str] = field(default_factory=dict)  # register name -> type
     vars: list[VarDecl] = field(default_factory=list)  # function-scope .local/.shared/.param variables
     sync_points: dict[int, SyncPoint] = field(default_factory=dict)
+    branch_tables: dict[str, list[str]] = field(default_factory=dict)  # 'ts: .branchtargets L0, L1;'
 
 
 @dataclass

@@ -1,0 +1,164 @@
+"""Client processes of ``benchmarks.sharing`` (a module of their own so ``spawn`` can import them)."""
+
+from __future__ import annotations
+
+import random
+import time
+import zlib
+from typing import Any
+
+import numpy as np
+
+from shim.client import Connection
+from shim.driver import Driver
+
+MiB = 1 << 20
+
+
+def connect(endpoint: str, tenant: str) -> Driver:
+    return Driver(Connection(endpoint, tenant=tenant, timeout_s=30))
+
+
+_UPLOADERS: dict[int, Any] = {}
+
+
+def htod(d: Driver, dst: int, data: Any) -> None:
+    """A host-to-device copy; large ones take the content-addressed path (shim/dedup.py)."""
+    if hasattr(d, "dedup_stats"):  # the driver does it by itself
+        d.memcpy_htod(dst, data)
+        return
+    from shim.dedup import MIN_DEDUP_BYTES, DedupUploader
+
+    up = _UPLOADERS.get(id(d))
+    if up is None:
+        up = _UPLOADERS[id(d)] = DedupUploader.from_capabilities(d.conn.server_capabilities) or False
+    view = memoryview(data).cast("B")
+    if up and view.nbytes >= MIN_DEDUP_BYTES:
+        up.upload(d, dst, view, 0, d.memcpy_htod)
+    else:
+        d.memcpy_htod(dst, view)
+
+
+def dedup_stats(d: Driver) -> dict[str, int]:
+    st = getattr(d, "dedup_stats", None)
+    if st is None:
+        up = _UPLOADERS.get(id(d))
+        st = up.stats if up else None
+    if st is None:
+        return {"bytes_total": 0, "bytes_sent": 0}
+    return {"bytes_total": st.bytes_total, "bytes_sent": st.bytes_sent}
+
+
+def model_layers(total: int, layer: int = 10 * MiB, seed: int = 1234) -> list[bytes]:
+    """The same pseudo-random "model" in every process: ``total`` bytes in ``layer``-byte tensors."""
+    rng = np.random.default_rng(seed)
+    return [rng.integers(0, 256, min(layer, total - o), dtype=np.uint8).tobytes() for o in range(0, total, layer)]
+
+
+def load_model(endpoint: str, tenant: str, total: int, barrier: Any, out: Any) -> None:
+    layers = model_layers(total)
+    d = connect(endpoint, tenant)
+    t0 = time.perf_counter()
+    ptrs = []
+    for data in layers:
+        p = d.mem_alloc(len(data))
+        htod(d, p, data)
+        ptrs.append(p)
+    d.ctx_synchronize()
+    dt = time.perf_counter() - t0
+    ok = all(zlib.crc32(d.memcpy_dtoh(p, len(x))) == zlib.crc32(x) for p, x in zip(ptrs[:3], layers[:3], strict=True))
+    out.put({"tenant": tenant, "seconds": dt, "ok": ok, **dedup_stats(d)})
+    barrier.wait()  # stay loaded until the parent has measured
+    d.conn.close()
+
+
+def saturate(endpoint: str, tenant: str, seconds: float, barrier: Any, out: Any, nbytes: int = 32 * MiB) -> None:
+    """Keep the device busy with memsets, one batch always queued ahead; report ops done."""
+    d = connect(endpoint, tenant)
+    p = d.mem_alloc(nbytes)
+    evs = [d.event_create() for _ in range(4)]  # up to 3 batches queued ahead: stays backlogged
+    d.ctx_synchronize()
+    barrier.wait()
+    deadline = time.monotonic() + seconds
+    n = i = 0
+    while time.monotonic() < deadline:
+        for _ in range(4):
+            d.memset(p, n & 0xFF, 1, nbytes)
+            n += 1
+        d.event_record(evs[i % 4])
+        i += 1
+        if i > 3:
+            d.event_synchronize(evs[i % 4])
+    d.ctx_synchronize()
+    out.put((tenant, n))
+    d.conn.close()
+
+
+def _mismatch(tenant: str, p: int, got: bytes, want: bytes, hist: list[str]) -> str:
+    diff = [i for i in range(0, len(want), 4096) if got[i : i + 4096] != want[i : i + 4096]]
+    return (f"{tenant}: read-back mismatch at 0x{p:x} ({len(want)} bytes, {len(diff)} pages differ, first at "
+            f"{diff[0] if diff else -1}; history {hist[-6:]})")
+
+
+def soak(endpoint: str, tenant: str, seconds: float, seed: int, out: Any, pause_every: int = 0,
+         max_live: int = 24) -> None:
+    """Random mix of allocations, shared and private uploads, writes, copies and read-backs, all verified.
+    ``pause_every``: go idle for a second every that many ops (so an idle timeout puts us to sleep)."""
+    rng = random.Random(seed)
+    shared = model_layers(16 * MiB, layer=4 * MiB, seed=99)  # the same in every client: dedup'd
+    errors: list[str] = []
+    ops = 0
+    d = connect(endpoint, tenant)
+    live: list[tuple[int, bytes]] = []
+    history: dict[int, list[str]] = {}  # what happened to each live allocation (for error reports)
+    deadline = time.monotonic() + seconds
+    try:
+        while time.monotonic() < deadline:
+            r = rng.random()
+            if pause_every and ops and ops % pause_every == 0:
+                time.sleep(1.0)
+            if len(live) >= max_live:
+                r = 0.99  # free one: keeps each client's memory bounded
+            try:
+                if r < 0.25 or not live:
+                    data = shared[rng.randrange(len(shared))] if rng.random() < 0.5 else rng.randbytes(rng.randrange(1, 3 * MiB))
+                    p = d.mem_alloc(len(data))
+                    htod(d, p, data)
+                    live.append((p, data))
+                    history[p] = [f"alloc {len(data)} {'shared' if data in shared else 'own'}"]
+                elif r < 0.45:
+                    i = rng.randrange(len(live))
+                    p, data = live[i]
+                    off = rng.randrange(len(data))
+                    n = rng.randrange(1, len(data) - off + 1)
+                    v = rng.randrange(256)
+                    d.memset(p + off, v, 1, n)
+                    history.setdefault(p, []).append(f"memset {off}+{n}")
+                    live[i] = (p, data[:off] + bytes([v]) * n + data[off + n :])
+                elif r < 0.6:
+                    i, j = rng.randrange(len(live)), rng.randrange(len(live))
+                    (pa, a), (pb, b) = live[i], live[j]
+                    n = min(len(a), len(b))
+                    d.memcpy_dtod(pa, pb, n)
+                    history.setdefault(pa, []).append(f"dtod from 0x{pb:x} {n}")
+                    live[i] = (pa, b[:n] + a[n:])
+                elif r < 0.85:
+                    p, data = live[rng.randrange(len(live))]
+                    got = bytes(d.memcpy_dtoh(p, len(data)))
+                    if got != data:
+                        errors.append(_mismatch(tenant, p, got, data, history.get(p, [])))
+                else:
+                    p, _ = live.pop(rng.randrange(len(live)))
+                    d.mem_free(p)
+                ops += 1
+            except Exception as exc:  # noqa: BLE001 - every error counts, none stops the soak
+                errors.append(f"{tenant}: {type(exc).__name__}: {exc}")
+                if len(errors) > 20:
+                    break
+        for p, data in live:
+            got = bytes(d.memcpy_dtoh(p, len(data)))
+            if got != data:
+                errors.append("final " + _mismatch(tenant, p, got, data, history.get(p, [])))
+    finally:
+        out.put({"tenant": tenant, "ops": ops, "errors": errors})
+        d.conn.close()

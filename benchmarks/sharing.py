@@ -1,0 +1,290 @@
+"""Many tenants on one device: dedup, fair scheduling, wake time, and a soak (docs/hypervisor.md).
+
+    python -m benchmarks.sharing [--quick] [--only dedup,fairness,wake,soak]
+
+(a) dedup: 4 client processes load the same model (raw driver uploads): physical device bytes over
+    one tenant's bytes (target <= 1.05), and bytes sent on the wire over bytes uploaded.
+(b) fairness: two saturating tenants with weights 1:3, observed device-time ratio (target 3 +-10%);
+    a lone tenant's throughput with the scheduler vs without any policy (target >= 0.95).
+(c) wake: restore a slept tenant of >= 512 MiB vs a plain memcpy of the same bytes (target >= 0.8x
+    the bandwidth).
+(d) soak: many clients doing random verified work: zero errors, memory back to baseline.
+Each prints JSON lines (benchmarks.common.emit); the last line is the headline (dedup ratio).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import mmap
+import multiprocessing as mp
+import os
+import tempfile
+import time
+from typing import Any
+
+import numpy as np
+
+from benchmarks import _sharing_workers as W
+from benchmarks.common import emit, median
+from woolyhv.launcher import start_gpud
+
+MiB = 1 << 20
+BENCH = "sharing"
+
+
+def _gpud(config: str = "", *extra: str) -> tuple[str, Any, str]:
+    fd, path = tempfile.mkstemp(suffix=".toml", prefix="wooly-bench-")
+    with os.fdopen(fd, "w") as f:
+        f.write(config)
+    endpoint, proc = start_gpud(backend="cpu", log_level="warning", extra_args=["--config", path, *extra])
+    return endpoint, proc, path
+
+
+def _stop(proc: Any, path: str) -> None:
+    proc.terminate()
+    try:
+        proc.wait(15)
+    except Exception:  # noqa: BLE001
+        proc.kill()
+    os.unlink(path)
+
+
+def _hv(d: Any) -> dict[str, Any]:
+    return d.conn.call({"kind": "list_sessions"})[0]["hypervisor"]
+
+
+def _emit_band(metric: str, value: float, baseline: float, tol: float, unit: str, **extra: Any) -> dict[str, Any]:
+    """A result whose target is "within +-tol of the baseline" (emit's targets are one-sided)."""
+    ratio = value / baseline if baseline else float("nan")
+    line = {"bench": BENCH, "metric": metric, "value": round(value, 4), "baseline": round(baseline, 4),
+            "ratio": round(ratio, 4), "target": 1.0, "tolerance": tol, "unit": unit,
+            "meets_target": abs(ratio - 1.0) <= tol, **extra}
+    print(json.dumps(line), flush=True)
+    return line
+
+
+# ---------------------------------------------------------------------- (a) dedup
+def bench_dedup(quick: bool) -> dict[str, Any]:
+    total = 200 * MiB if not quick else 96 * MiB
+    n = 4
+    endpoint, proc, path = _gpud("[hypervisor]\n", "--cpu-memory", str(4 << 30))
+    ctx = mp.get_context("spawn")
+    try:
+        obs = W.connect(endpoint, "observer")
+        barrier = ctx.Barrier(n + 1)
+        out = ctx.Queue()
+        procs = [ctx.Process(target=W.load_model, args=(endpoint, f"tenant{i}", total, barrier, out)) for i in range(n)]
+        procs[0].start()  # the first tenant loads alone, then three at once
+        first = out.get(timeout=300)
+        for p in procs[1:]:
+            p.start()
+        rest = [out.get(timeout=300) for _ in procs[1:]]
+        obs.ctx_synchronize()
+        time.sleep(0.2)
+        st = _hv(obs)
+        barrier.wait(timeout=60)
+        for p in procs:
+            p.join(60)
+        obs.conn.close()
+    finally:
+        _stop(proc, path)
+    results = [first, *rest]
+    assert all(r["ok"] for r in results), results
+    physical = st["physical"]["0"]
+    one = next(t["memory_used"] for t in st["tenants"] if t["tenant"] == "tenant0")
+    sent = sum(r["bytes_sent"] for r in results)
+    asked = sum(r["bytes_total"] for r in results) or n * total
+    emit(BENCH, "dedup_wire_bytes", sent / MiB, asked / MiB, 0.5, "MiB",
+         note="bytes sent on the wire vs bytes uploaded by the 4 tenants", first_load_s=round(first["seconds"], 3),
+         later_load_s=round(median([r["seconds"] for r in rest]), 3))
+    return emit(BENCH, "dedup_device_bytes", physical / MiB, one / MiB, 1.05, "MiB", tenants=n,
+                model_mib=total // MiB, store_mib=round(st["dedup"]["store_bytes"] / MiB, 1))
+
+
+# ---------------------------------------------------------------------- (b) fairness
+def _run_saturating(
+    endpoint: str, tenants: list[str], seconds: float, key: str = "device_time_s"
+) -> tuple[dict[str, float], dict[str, int]]:
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Barrier(len(tenants) + 1)
+    out = ctx.Queue()
+    procs = [ctx.Process(target=W.saturate, args=(endpoint, t, seconds, barrier, out)) for t in tenants]
+    for p in procs:
+        p.start()
+    obs = W.connect(endpoint, "observer")
+    barrier.wait(timeout=120)
+    time.sleep(0.5)
+    t1 = {t["tenant"]: t for t in _hv(obs)["tenants"]}
+    time.sleep(seconds - 1.0)
+    t2 = {t["tenant"]: t for t in _hv(obs)["tenants"]}
+    ops = dict(out.get(timeout=120) for _ in procs)
+    for p in procs:
+        p.join(30)
+    obs.conn.close()
+    def delta(t: str, k: str) -> float:
+        return t2[t][k] - t1[t][k] if t in t2 and t in t1 else 0.0
+
+    out = {t: delta(t, "device_time_s") for t in tenants}
+    out.update({f"{t}_contended": delta(t, "contended_time_s") for t in tenants})
+    return out, ops
+
+
+def bench_fairness(quick: bool) -> dict[str, Any]:
+    seconds = 4.0 if quick else 10.0
+    endpoint, proc, path = _gpud("[tenants.w1]\nweight = 1\n[tenants.w3]\nweight = 3\n", "--cpu-memory", str(2 << 30))
+    try:
+        dt, ops = _run_saturating(endpoint, ["w1", "w3"], seconds)
+        sched = _hv(W.connect(endpoint, "observer"))["scheduler"]
+    finally:
+        _stop(proc, path)
+    # WFQ shares the device by weight among *backlogged* tenants; on a shared machine a client can
+    # stall and leave the device to the other (work conservation), so the ratio is measured over
+    # the device time used while the other tenant was waiting. The raw ratio is reported beside it.
+    window = seconds - 1.0
+    line = _emit_band("fairness_device_time_ratio", dt["w3_contended"] / dt["w1_contended"], 3.0, 0.10, "x",
+                      measured_over="device time while the other tenant waited",
+                      raw_ratio=round(dt["w3"] / dt["w1"], 4),
+                      device_busy=round((dt["w1"] + dt["w3"]) / window, 3),
+                      device_s={k: round(v, 3) for k, v in dt.items()}, ops=ops,
+                      starvation_max_wait_s=sched["starvation_max_wait_s"],
+                      starvation_p99_wait_s=sched["starvation_p99_wait_s"])
+    # A lone tenant: scheduler on vs no policy at all, rounds interleaved (the machine is shared).
+    rounds = 4 if quick else 8
+    secs = 2.0 if quick else 3.0
+    on_ep, on_proc, on_path = _gpud("", "--cpu-memory", str(1 << 30))
+    off_ep, off_proc, off_path = _gpud("", "--cpu-memory", str(1 << 30), "--no-scheduler")
+    with_policy, without = [], []
+    try:
+        for r in range(rounds):
+            pair = [(on_ep, with_policy), (off_ep, without)]
+            for ep, acc in pair if r % 2 == 0 else pair[::-1]:  # alternate who goes first
+                _, ops = _run_saturating(ep, ["solo"], secs + 1.0)
+                acc.append(ops["solo"] / (secs + 1.0))
+    finally:
+        _stop(on_proc, on_path)
+        _stop(off_proc, off_path)
+    # Best of the interleaved rounds: other processes on the machine only ever slow a round down.
+    emit(BENCH, "lone_tenant_throughput", max(with_policy), max(without), 0.95, "ops/s",
+         higher_is_better=True, rounds=rounds, statistic="best of rounds",
+         median_ratio=round(median(with_policy) / median(without), 3),
+         with_policy=[round(x, 1) for x in with_policy], without=[round(x, 1) for x in without])
+    return line
+
+
+# ---------------------------------------------------------------------- (c) wake
+def _memcpy_gbs(size: int, reps: int = 3) -> tuple[float, float]:
+    """Plain single-threaded memcpy bandwidth of ``size`` bytes: into freshly mapped pages (the state a
+    slept allocation's pages are in: each first touch faults a zeroed page in) and into resident pages."""
+    src = np.frombuffer(np.random.default_rng(5).bytes(size), dtype=np.uint8).copy()
+    fresh, resident = float("inf"), float("inf")
+    for _ in range(reps):
+        dst = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        buf = (ctypes.c_char * size).from_buffer(dst)
+        daddr = ctypes.addressof(buf)
+        t = time.perf_counter()
+        ctypes.memmove(daddr, src.ctypes.data, size)
+        fresh = min(fresh, time.perf_counter() - t)
+        t = time.perf_counter()
+        ctypes.memmove(daddr, src.ctypes.data, size)
+        resident = min(resident, time.perf_counter() - t)
+        del buf
+        dst.close()
+    return size / fresh / 1e9, size / resident / 1e9
+
+
+def bench_wake(quick: bool) -> dict[str, Any]:
+    size = 512 * MiB
+    cfg = ("[hypervisor]\nidle_check_s = 0.1\nhost_budget = \"2GiB\"\n[dedup]\nenabled = false\n"
+           "[tenants.sleeper]\nidle_timeout_s = 0.5\n")
+    endpoint, proc, path = _gpud(cfg, "--cpu-memory", str(2 << 30))
+    walls = []
+    try:
+        d = W.connect(endpoint, "sleeper")
+        obs = W.connect(endpoint, "observer")
+        data = np.random.default_rng(11).bytes(size)
+        p = d.mem_alloc(size)
+        d.memcpy_htod(p, data)
+        d.ctx_synchronize()
+        for _ in range(1 if quick else 3):
+            deadline = time.monotonic() + 30
+            while next(t for t in _hv(obs)["tenants"] if t["tenant"] == "sleeper")["state"] != "asleep":
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the tenant did not fall asleep")
+                time.sleep(0.05)
+            t0 = time.perf_counter()
+            d.ctx_synchronize()  # the next call wakes it
+            walls.append(time.perf_counter() - t0)
+            wake_s = next(t for t in _hv(obs)["tenants"] if t["tenant"] == "sleeper")["last_wake_s"]
+        exact = bytes(d.memcpy_dtoh(p, size)) == data
+        st = _hv(obs)["sleep"]
+        d.conn.close()
+        obs.conn.close()
+    finally:
+        _stop(proc, path)
+    fresh, resident = _memcpy_gbs(size)
+    wake_gbs = size / wake_s / 1e9
+    return emit(BENCH, "wake_bandwidth", wake_gbs, fresh, 0.8, "GB/s", higher_is_better=True, bytes=size,
+                baseline_is="memcpy into freshly mapped pages (what restoring released pages costs)",
+                resident_memcpy_gbs=round(resident, 3), ratio_vs_resident_memcpy=round(wake_gbs / resident, 3),
+                wake_s=round(wake_s, 4), call_with_wake_s=round(min(walls), 4), bit_exact=exact,
+                sleep_s=round(st["last_sleep_s"], 4))
+
+
+# ---------------------------------------------------------------------- (d) soak
+def bench_soak(quick: bool) -> dict[str, Any]:
+    clients, seconds = (6, 10.0) if quick else (16, 60.0)
+    cfg = "".join(f"[tenants.soak{i}]\nweight = {1 + i}\npriority = {i % 5}\n" for i in range(4))
+    cfg += "[tenants.sleepy]\nidle_timeout_s = 0.5\n[hypervisor]\nidle_check_s = 0.1\n"
+    endpoint, proc, path = _gpud(cfg, "--cpu-memory", str(3 << 30))
+    ctx = mp.get_context("spawn")
+    try:
+        obs = W.connect(endpoint, "observer")
+        base = _hv(obs)["physical"]["0"]
+        out = ctx.Queue()
+        procs = [ctx.Process(target=W.soak, args=(endpoint, f"soak{i % 4}", seconds, i, out)) for i in range(clients - 1)]
+        # ... and one that pauses now and then, so its tenant is put to sleep and woken mid-run
+        procs.append(ctx.Process(target=W.soak, args=(endpoint, "sleepy", seconds, 999, out), kwargs={"pause_every": 60}))
+        for p in procs:
+            p.start()
+        results = [out.get(timeout=seconds + 300) for _ in procs]
+        for p in procs:
+            p.join(60)
+        deadline = time.monotonic() + 10
+        while True:
+            st = _hv(obs)
+            if st["physical"]["0"] == base or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        obs.conn.close()
+        alive = proc.poll() is None
+    finally:
+        _stop(proc, path)
+    errors = [e for r in results for e in r["errors"]]
+    leftover = st["physical"]["0"] - base
+    line = emit(BENCH, "soak_errors", float(len(errors)), 1.0, 0.0, "errors", clients=clients, seconds=seconds,
+                ops=sum(r["ops"] for r in results), leftover_bytes=leftover, store_chunks=st["dedup"]["chunks"],
+                sleeps=st["sleep"]["sleeps"], wakes=st["sleep"]["wakes"], cow_breaks=st["dedup"]["cow_breaks"],
+                dedup_hit_mib=round(st["dedup"]["bytes_hit"] / MiB, 1), gpud_alive=alive, first_errors=errors[:3])
+    emit(BENCH, "soak_leftover_bytes", float(leftover), 1.0, 0.0, "bytes")
+    return line
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--only", default="soak,wake,fairness,dedup")
+    args = ap.parse_args()
+    parts = {"dedup": bench_dedup, "fairness": bench_fairness, "wake": bench_wake, "soak": bench_soak}
+    headline = None
+    for name in args.only.split(","):
+        line = parts[name.strip()](args.quick)
+        if name.strip() == "dedup":
+            headline = line
+    if headline is not None:  # the headline goes last
+        print(json.dumps(headline), flush=True)
+
+
+if __name__ == "__main__":
+    main()

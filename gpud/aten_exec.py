@@ -1,0 +1,368 @@
+"""Runs ATen ops for one session on gpud's torch (see NOTE [aten executor] in gpud/aten.py).
+
+Only the worker threads of the session's stream call into an ``Executor``, one op at a time in
+stream order, so its tables need no lock.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from typing import Any
+
+import msgpack
+import numpy as np
+import torch
+
+from gpud.errors import CudaError, codes
+from proto import aten as W
+
+_NAME_RE = re.compile(r"^aten\.([A-Za-z0-9_]+)(?:\.([A-Za-z0-9_]+))?$")
+# Ops that read files or index memory without bounds checks: never run for a client.
+_DENIED = frozenset({"from_file", "_unsafe_index", "_unsafe_index_put", "_unsafe_masked_index",
+                     "_unsafe_masked_index_put_accumulate", "_unsafe_set_version_counter"})
+# Random ops without a generator argument: they draw from the device's default generator, which
+# is swapped with the session's around the call (under a lock: it is shared by all sessions).
+_DEFAULT_GEN_OPS = frozenset({"native_dropout", "_fused_dropout", "dropout", "feature_dropout",
+                              "alpha_dropout", "feature_alpha_dropout"})
+_DEFAULT_GEN_LOCK = threading.Lock()
+_DTYPES = {n: getattr(torch, n) for n in W.DTYPES if hasattr(torch, n)}
+_DTYPE_NAMES = {v: k for k, v in _DTYPES.items()}
+_MEMFMTS = {n: getattr(torch, n) for n in W.MEMORY_FORMATS}
+_LAYOUTS = {n: getattr(torch, n) for n in W.LAYOUTS}
+_OPS: dict[str, tuple[Any, bool, bool]] = {}  # name -> (OpOverload, has generator arg, default-gen op)
+_SERVER_HANDLES = 1 << 62  # handles gpud picks itself (outputs of synchronous ops)
+_MAX_HANDLE = (1 << 63) - 1
+CUDA_DEFAULT_SEED = 67280421310721  # what a fresh torch.cuda generator starts from
+
+
+def resolve(name: str) -> tuple[Any, bool, bool]:
+    hit = _OPS.get(name)
+    if hit is not None:
+        return hit
+    mt = _NAME_RE.match(name) if isinstance(name, str) else None
+    if mt is None:
+        raise CudaError(codes.NOT_SUPPORTED, f"not an ATen operator name: {str(name)[:200]!r}")
+    base, overload = mt.group(1), mt.group(2) or "default"
+    if base in _DENIED:
+        raise CudaError(codes.NOT_PERMITTED, f"aten::{base} is not allowed on gpud")
+    try:
+        packet = getattr(torch.ops.aten, base)
+        op = getattr(packet, overload)
+        if not isinstance(op, torch._ops.OpOverload):
+            raise AttributeError(name)
+    except (AttributeError, RuntimeError):
+        raise CudaError(codes.NOT_SUPPORTED, f"gpud's torch {torch.__version__} has no operator aten::{base}.{overload}") from None
+    has_gen = any(a.name == "generator" for a in op._schema.arguments)
+    if not has_gen:  # randn.default -> randn.generator, randint.low -> randint.low_generator ...
+        for alt in ("generator" if overload == "default" else f"{overload}_generator",):
+            alt_op = getattr(packet, alt, None)
+            if alt_op is not None:
+                op, has_gen = alt_op, True
+    seeded = torch.Tag.nondeterministic_seeded in getattr(op, "tags", ())
+    hit = (op, has_gen, not has_gen and (seeded or base in _DEFAULT_GEN_OPS))
+    _OPS[name] = hit
+    return hit
+
+
+def dtype_of(name: Any) -> torch.dtype:
+    dt = _DTYPES.get(name.decode() if isinstance(name, bytes) else name)
+    if dt is None:
+        raise CudaError(codes.INVALID_VALUE, f"unknown dtype {str(name)[:40]!r}")
+    return dt
+
+
+def _handle(v: Any) -> int:
+    if not isinstance(v, int) or isinstance(v, bool) or not 0 < v <= _MAX_HANDLE:
+        raise CudaError(codes.INVALID_VALUE, f"invalid tensor handle {str(v)[:40]}")
+    return v
+
+
+def _shape(v: Any) -> list[int]:
+    if not isinstance(v, list) or len(v) > 64 or not all(isinstance(d, int) and 0 <= d < (1 << 48) for d in v):
+        raise CudaError(codes.INVALID_VALUE, f"invalid shape {str(v)[:80]}")
+    return v
+
+
+class Executor:
+    def __init__(self, session: Any, device: str) -> None:
+        self.session = session
+        self.device = torch.device(device)
+        self.tensors: dict[int, torch.Tensor] = {}
+        self.owner: dict[int, int] = {}  # handle -> storage key
+        self.storages: dict[int, list[int]] = {}  # storage key -> [nbytes, references]
+        self.allocated = 0
+        self.peak = 0
+        self.next_handle = _SERVER_HANDLES
+        # Outputs of failed ops: ops that use them fail quietly, so one failure is one reported
+        # error (as a CUDA stream reports its first error), not a cascade.
+        self.poisoned: set[int] = set()
+        self.gen = torch.Generator(self.device)
+        self.gen.manual_seed(CUDA_DEFAULT_SEED)
+        self.bulk: list[Any] = []
+        self.base = 0
+        # Host-only kernels the client sends have portable stand-ins on other devices.
+        self.portable: dict[str, Any] | None = None
+        if self.device.type != "cpu":
+            from gpud.aten_portable import PORTABLE
+
+            self.portable = PORTABLE
+
+    # ------------------------------------------------------------------ tensor table
+    def get(self, h: int) -> torch.Tensor:
+        t = self.tensors.get(h)
+        if t is None:
+            if h in self.poisoned:
+                raise _Poisoned(codes.INVALID_VALUE, f"tensor {h} was to be made by an op that failed (reported earlier)")
+            raise CudaError(codes.INVALID_HANDLE, f"tensor handle {h} is not live in this session")
+        return t
+
+    def store(self, h: int, t: Any) -> None:
+        if not isinstance(t, torch.Tensor):
+            raise CudaError(codes.INVALID_VALUE, f"output for handle {h} is not a tensor")
+        _handle(h)
+        if h in self.tensors:
+            raise CudaError(codes.INVALID_HANDLE, f"tensor handle {h} is already in use")
+        st = t.untyped_storage()
+        key = st.data_ptr()
+        nbytes = st.nbytes()
+        if key == 0 or nbytes == 0:
+            key = -h  # empty storages: nothing to charge, a key of their own
+        entry = self.storages.get(key)
+        if entry is None:
+            if nbytes and key > 0:
+                self.session.server.reserve_memory(self.session, nbytes)  # raises OUT_OF_MEMORY
+                self.allocated += nbytes
+                self.peak = max(self.peak, self.allocated)
+            self.storages[key] = [nbytes if key > 0 else 0, 1]
+        else:
+            entry[1] += 1
+        self.tensors[h] = t
+        self.owner[h] = key
+
+    def free(self, h: int) -> None:
+        if self.tensors.pop(h, None) is None:
+            self.poisoned.discard(h)
+            return  # freeing an unknown handle is harmless (its creating op may have failed)
+        key = self.owner.pop(h)
+        entry = self.storages[key]
+        entry[1] -= 1
+        if entry[1] == 0:
+            del self.storages[key]
+            if entry[0]:
+                self.allocated -= entry[0]
+                self.session.server.release_memory(self.session, entry[0])
+
+    def close(self) -> None:
+        for h in list(self.tensors):
+            self.free(h)
+
+    # ------------------------------------------------------------------ decoding
+    def decode(self, v: Any) -> Any:
+        if isinstance(v, list):
+            return [self.decode(x) for x in v]
+        if isinstance(v, msgpack.ExtType):
+            return self._ext(v.code, v.data)
+        if isinstance(v, dict):
+            return {str(k): self.decode(x) for k, x in v.items()}
+        return v
+
+    def _ext(self, code: int, data: bytes) -> Any:
+        if code == W.EXT_TENSOR:
+            if len(data) != 8:
+                raise CudaError(codes.INVALID_VALUE, "tensor handle must be 8 bytes")
+            return self.get(int.from_bytes(data, "little"))
+        if code == W.EXT_DTYPE:
+            return dtype_of(data)
+        if code == W.EXT_DEVICE:
+            return self.device
+        if code == W.EXT_MEMFMT:
+            return _lookup(_MEMFMTS, data, "memory format")
+        if code == W.EXT_LAYOUT:
+            return _lookup(_LAYOUTS, data, "layout")
+        if code == W.EXT_GENERATOR:
+            return self.gen
+        if code == W.EXT_COMPLEX:
+            re_, im = msgpack.unpackb(data)
+            return complex(float(re_), float(im))
+        if code == W.EXT_SCALAR_TENSOR:
+            dt, value = msgpack.unpackb(data)
+            if isinstance(value, list):
+                value = complex(*value)
+            return torch.tensor(value, dtype=dtype_of(dt))
+        if code == W.EXT_HOST_TENSOR:
+            frame, dt, shape = msgpack.unpackb(data)
+            return self.from_frame(frame, dtype_of(dt), _shape(shape), self.device)
+        raise CudaError(codes.INVALID_VALUE, f"unknown value type {code} in an aten op")
+
+    def from_frame(self, frame: Any, dtype: torch.dtype, shape: list[int], device: torch.device) -> torch.Tensor:
+        if not isinstance(frame, int) or not 0 <= frame + self.base < len(self.bulk):
+            raise CudaError(codes.INVALID_VALUE, f"aten upload names bulk frame {frame}, which did not arrive")
+        buf = self.bulk[self.base + frame]
+        nbytes = memoryview(buf).nbytes
+        numel = 1
+        for d in shape:
+            numel *= d
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        if numel * itemsize != nbytes:
+            raise CudaError(codes.INVALID_VALUE, f"upload of {nbytes} bytes does not match {dtype} {shape}")
+        flat = torch.empty(nbytes, dtype=torch.uint8)
+        if nbytes:
+            flat.numpy()[:] = np.frombuffer(buf, dtype=np.uint8)
+        t = flat.view(dtype).reshape(shape) if nbytes else torch.empty(shape, dtype=dtype)
+        return t.to(device) if device.type != "cpu" else t
+
+    # ------------------------------------------------------------------ running
+    def run_batch(self, ops: list[list[Any]], bulk: list[Any], base: int) -> None:
+        self.bulk, self.base = bulk, base
+        with torch.no_grad():
+            for op in ops:
+                try:
+                    self.run(op, sync=False)
+                except CudaError as exc:
+                    outs = op[3] if isinstance(op[3], list) else []
+                    self.poisoned.update(h for h in outs if isinstance(h, int) and h)
+                    if not isinstance(exc, _Poisoned):
+                        self.session.record_error(exc)
+        self.bulk = []
+
+    def run_call(self, op: list[Any], bulk: list[Any], base: int) -> tuple[Any, list[Any]]:
+        self.bulk, self.base = bulk, base
+        try:
+            with torch.no_grad():
+                r = self.run(op, sync=True)
+            return r if r is not None else (None, [])
+        finally:
+            self.bulk = []
+
+    def run(self, op: list[Any], sync: bool) -> Any:
+        name, args, kwargs, outs = op
+        if not isinstance(args, list) or not isinstance(kwargs, dict) or not isinstance(outs, list):
+            raise CudaError(codes.INVALID_VALUE, "malformed aten op")
+        try:
+            if isinstance(name, str) and name.startswith("wooly."):
+                return self.pseudo(name, args, outs)
+            fn, has_gen, default_gen = resolve(name)
+            if self.portable is not None and (alt := self.portable.get(name.split(".")[1])) is not None:
+                fn = alt
+            a = self.decode(args)
+            k = self.decode(kwargs)
+            if has_gen and k.get("generator") is None:
+                k["generator"] = self.gen
+            result = self._with_default_gen(fn, a, k) if default_gen else fn(*a, **k)
+        except CudaError:
+            raise
+        except MemoryError as exc:
+            raise CudaError(codes.OUT_OF_MEMORY, f"{name}: out of memory: {exc}") from None
+        except NotImplementedError as exc:
+            raise CudaError(codes.NOT_SUPPORTED, f"{name}: {_first_line(exc)}") from None
+        except Exception as exc:  # noqa: BLE001 - op errors (shapes, dtypes, ...) go back to the client
+            raise CudaError(codes.INVALID_VALUE, f"{name}: {type(exc).__name__}: {_first_line(exc)}") from None
+        if sync:
+            return self.describe(result), []
+        produced: list[torch.Tensor] = []
+        _flatten(result, produced)
+        if len(produced) != len(outs):
+            raise CudaError(codes.INVALID_VALUE, f"{name}: produced {len(produced)} tensors, client named {len(outs)} handles")
+        for h, t in zip(outs, produced, strict=True):
+            if h:
+                self.store(h, t)
+        return None
+
+    def _with_default_gen(self, fn: Any, a: list[Any], k: dict[str, Any]) -> Any:
+        dev = self.device
+        default = torch.default_generator if dev.type == "cpu" else torch.cuda.default_generators[dev.index or 0]
+        with _DEFAULT_GEN_LOCK:
+            saved = default.get_state()
+            default.set_state(self.gen.get_state())
+            try:
+                return fn(*a, **k)
+            finally:
+                self.gen.set_state(default.get_state())
+                default.set_state(saved)
+
+    def describe(self, v: Any) -> Any:
+        """A synchronous op's result: tensors are stored under new handles and described."""
+        if isinstance(v, torch.Tensor):
+            h = self.next_handle
+            self.next_handle += 1
+            self.store(h, v)
+            return {"t": [h, list(v.shape), list(v.stride()), v.storage_offset(), _DTYPE_NAMES.get(v.dtype, str(v.dtype))]}
+        if isinstance(v, (list, tuple)):
+            return [self.describe(x) for x in v]
+        if isinstance(v, complex):
+            return {"c": [v.real, v.imag]}
+        if v is None or isinstance(v, (bool, int, float, str)):
+            return v
+        if isinstance(v, (torch.dtype,)):
+            return {"d": _DTYPE_NAMES.get(v, str(v))}
+        raise CudaError(codes.NOT_SUPPORTED, f"cannot return a {type(v).__name__} to the client")
+
+    # ------------------------------------------------------------------ pseudo-ops
+    def pseudo(self, name: str, args: list[Any], outs: list[Any]) -> Any:
+        if name == W.OP_FREE:
+            for h in args:
+                if isinstance(h, int):
+                    self.free(h)
+            return None
+        if name == W.OP_UPLOAD:
+            frame, dt, shape = args
+            t = self.from_frame(frame, dtype_of(dt), _shape(shape), self.device)
+            if len(outs) != 1:
+                raise CudaError(codes.INVALID_VALUE, "wooly.upload takes one output handle")
+            self.store(outs[0], t)
+            return None
+        if name == W.OP_SEED:
+            seed = args[0] if args else None
+            if not isinstance(seed, int) or isinstance(seed, bool):
+                raise CudaError(codes.INVALID_VALUE, "wooly.seed takes an integer")
+            self.gen.manual_seed(seed & ((1 << 64) - 1))
+            return None
+        if name == W.OP_FETCH:
+            t = self.decode(args[0]) if args else None
+            if not isinstance(t, torch.Tensor):
+                raise CudaError(codes.INVALID_VALUE, "wooly.fetch takes a tensor")
+            c = t.detach().contiguous().cpu()
+            raw = c.reshape(-1).view(torch.uint8) if c.numel() else torch.empty(0, dtype=torch.uint8)
+            return [_DTYPE_NAMES.get(c.dtype, str(c.dtype)), list(c.shape)], [memoryview(raw.numpy())]
+        if name == W.OP_STATS:
+            return {"allocated": self.allocated, "peak": self.peak, "tensors": len(self.tensors),
+                    "device": str(self.device)}, []
+        if name == W.OP_RESET_PEAK:
+            self.peak = self.allocated
+            return None, []
+        if name == W.OP_GET_RNG:
+            return bytes(self.gen.get_state().numpy().tobytes()), []
+        if name == W.OP_SET_RNG:
+            state = args[0] if args else None
+            if not isinstance(state, bytes):
+                raise CudaError(codes.INVALID_VALUE, "wooly.set_rng_state takes bytes")
+            self.gen.set_state(torch.frombuffer(bytearray(state), dtype=torch.uint8))
+            return None
+        if name == W.OP_SYNC:
+            return None, []
+        raise CudaError(codes.NOT_SUPPORTED, f"unknown pseudo-op {name[:80]!r}")
+
+
+class _Poisoned(CudaError):
+    """An input is the output of an op that failed: this op fails too, without a new report."""
+
+
+def _lookup(table: dict[str, Any], data: bytes, what: str) -> Any:
+    v = table.get(data.decode(errors="replace"))
+    if v is None:
+        raise CudaError(codes.INVALID_VALUE, f"unknown {what} {data[:40]!r}")
+    return v
+
+
+def _flatten(v: Any, out: list[torch.Tensor]) -> None:
+    if isinstance(v, torch.Tensor):
+        out.append(v)
+    elif isinstance(v, (list, tuple)):
+        for x in v:
+            _flatten(x, out)
+
+
+def _first_line(exc: BaseException) -> str:
+    s = str(exc).strip()
+    return s.splitlines()[0][:2000] if s else type(exc).__name__

@@ -1,0 +1,214 @@
+"""Hypervisor configuration: tenant policies and daemon-wide knobs, from a TOML/YAML file and CLI flags.
+
+A config file looks like this (TOML; the same keys work in YAML)::
+
+    [hypervisor]
+    overcommit_ratio = 1.5        # logical memory of all tenants (awake + asleep) <= ratio x device
+    host_budget = "8GiB"          # slept memory kept in host RAM; beyond it, spilled to files
+    spill_dir = "/var/tmp/wooly"  # where spilled memory goes
+    metrics_port = 9400           # Prometheus endpoint (0 = off)
+    require_token = false         # refuse tenants that are not listed (or whose token is wrong)
+
+    [scheduler]
+    enabled = true
+    slots = 16                    # streams of the tenant holding the device that run at once
+    aging_s = 0.25                # a waiting tenant gains one priority level per aging_s
+
+    [dedup]
+    enabled = true
+    hash = "xxh3_128"             # or "sha256" where tenants do not trust each other
+    chunk = "4MiB"
+
+    [tenants.default]             # template for tenants not listed
+    quota = 1.0                   # bytes ("2GiB", 2147483648) or a fraction of the device
+    weight = 1
+    priority = 2                  # 0 (lowest) .. 4 (highest)
+
+    [tenants.alice]
+    quota = "6GiB"
+    weight = 3
+    priority = 3
+    idle_timeout_s = 300          # put to sleep after this much idleness (0 = never)
+    token = "s3cret"
+
+CLI flags (``wooly gpud --tenant alice:quota=6GiB,weight=3 --metrics-port 9400``) override the file.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1 << 10, "m": 1000**2, "mb": 1000**2, "mib": 1 << 20,
+          "g": 1000**3, "gb": 1000**3, "gib": 1 << 30, "t": 1000**4, "tb": 1000**4, "tib": 1 << 40}
+
+
+def parse_size(value: Any) -> int | float:
+    """``"2GiB"`` -> 2147483648; integers are bytes; a float in (0, 1] is a fraction of the device."""
+    if isinstance(value, bool):
+        raise ValueError(f"not a size: {value!r}")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError(f"size must be >= 0, got {value}")
+        return value
+    if isinstance(value, float):
+        if not 0.0 < value <= 1.0:
+            raise ValueError(f"a fractional size must be in (0, 1], got {value}")
+        return value
+    if isinstance(value, str):
+        s = value.strip().lower().replace("_", "")
+        match = re.fullmatch(r"([0-9]*\.?[0-9]+)\s*([a-z]*)", s)
+        if match is None or match.group(2) not in _UNITS:
+            if s.endswith("%"):
+                return parse_size(float(s[:-1]) / 100.0)
+            raise ValueError(f"cannot read {value!r} as a size (examples: 4096, 512MiB, 2GiB, 0.25, 25%)")
+        num, unit = match.groups()
+        if unit == "" and "." in num:
+            return parse_size(float(num))
+        return int(float(num) * _UNITS[unit])
+    raise ValueError(f"not a size: {value!r}")
+
+
+class _Cfg(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TenantPolicy(_Cfg):
+    quota: int | float = 1.0  # bytes, or fraction of the device's memory
+    weight: float = Field(1.0, gt=0, le=1e6)
+    priority: int = Field(2, ge=0, le=4)
+    overcommit: bool = True  # may displace (sleep) lower-priority idle tenants when the device is full
+    idle_timeout_s: float = Field(0.0, ge=0)  # 0 = never sleeps for idleness
+    token: str = ""
+    sleepable: bool = True  # may be put to sleep at all
+
+    @field_validator("quota", mode="before")
+    @classmethod
+    def _quota(cls, v: Any) -> int | float:
+        return parse_size(v)
+
+    def quota_bytes(self, device_total: int) -> int:
+        if isinstance(self.quota, float):
+            return int(self.quota * device_total)
+        return min(int(self.quota), device_total) if self.quota else device_total
+
+
+class SchedulerConfig(_Cfg):
+    enabled: bool = True
+    slots: int = Field(16, ge=1, le=256)
+    aging_s: float = Field(0.25, gt=0)
+
+
+class DedupConfig(_Cfg):
+    enabled: bool = True
+    hash: Literal["xxh3_128", "sha256"] = "xxh3_128"
+    chunk: int = 4 << 20
+
+    @field_validator("chunk", mode="before")
+    @classmethod
+    def _chunk(cls, v: Any) -> int:
+        n = parse_size(v)
+        if not isinstance(n, int) or n < 64 << 10 or n > 256 << 20 or n % 4096:
+            raise ValueError("dedup.chunk must be a multiple of 4 KiB between 64 KiB and 256 MiB")
+        return n
+
+
+class HypervisorConfig(_Cfg):
+    overcommit_ratio: float = Field(1.0, ge=1.0, le=100.0)
+    host_budget: int = 4 << 30
+    spill_dir: str = ""
+    metrics_port: int = Field(0, ge=0, le=65535)
+    metrics_addr: str = "127.0.0.1"
+    require_token: bool = False
+    idle_check_s: float = Field(1.0, gt=0)
+    scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
+    dedup: DedupConfig = Field(default_factory=DedupConfig)
+    tenants: dict[str, TenantPolicy] = Field(default_factory=dict)
+
+    @field_validator("host_budget", mode="before")
+    @classmethod
+    def _budget(cls, v: Any) -> int:
+        n = parse_size(v)
+        if not isinstance(n, int):
+            raise ValueError("host_budget must be a byte count")
+        return n
+
+    def policy(self, tenant: str) -> TenantPolicy:
+        p = self.tenants.get(tenant)
+        if p is not None:
+            return p
+        return self.tenants.get("default") or TenantPolicy()
+
+
+def _read_file(path: str) -> dict[str, Any]:
+    with open(path, "rb") as f:
+        raw = f.read()
+    if path.endswith((".yaml", ".yml")):
+        import yaml
+
+        data = yaml.safe_load(raw.decode()) or {}
+    else:
+        import tomllib
+
+        data = tomllib.loads(raw.decode())
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: the top level must be a table/mapping")
+    return data
+
+
+def _flatten(data: dict[str, Any]) -> dict[str, Any]:
+    """File layout ([hypervisor], [scheduler], [dedup], [tenants.*]) -> HypervisorConfig fields."""
+    out: dict[str, Any] = dict(data.get("hypervisor", {}))
+    for key in ("scheduler", "dedup", "tenants"):
+        if key in data:
+            out[key] = data[key]
+    unknown = set(data) - {"hypervisor", "scheduler", "dedup", "tenants"}
+    if unknown:
+        raise ValueError(f"unknown config section(s): {', '.join(sorted(unknown))}")
+    return out
+
+
+def parse_tenant_spec(spec: str) -> tuple[str, dict[str, Any]]:
+    """``alice:quota=2GiB,weight=3,priority=4`` -> ("alice", {...})."""
+    name, _, rest = spec.partition(":")
+    name = name.strip()
+    if not name:
+        raise ValueError(f"tenant spec {spec!r} has no name (form: name:key=value,...)")
+    fields: dict[str, Any] = {}
+    for part in filter(None, (p.strip() for p in rest.split(","))):
+        key, eq, val = part.partition("=")
+        if not eq:
+            raise ValueError(f"tenant spec {spec!r}: {part!r} is not key=value")
+        key = key.strip().replace("-", "_")
+        if key in ("overcommit", "sleepable"):
+            fields[key] = val.strip().lower() in ("1", "true", "yes", "on")
+        elif key in ("weight", "idle_timeout_s"):
+            fields[key] = float(val)
+        elif key == "priority":
+            fields[key] = int(val)
+        else:
+            fields[key] = val.strip()
+    return name, fields
+
+
+def load(
+    path: str | None = None,
+    *,
+    tenant_specs: list[str] | None = None,
+    metrics_port: int | None = None,
+    overrides: dict[str, Any] | None = None,
+) -> HypervisorConfig:
+    data: dict[str, Any] = _flatten(_read_file(path)) if path else {}
+    for spec in tenant_specs or []:
+        name, fields = parse_tenant_spec(spec)
+        data.setdefault("tenants", {}).setdefault(name, {}).update(fields)
+    if metrics_port is not None:
+        data["metrics_port"] = metrics_port
+    for k, v in (overrides or {}).items():
+        data[k] = v
+    if "spill_dir" not in data or not data["spill_dir"]:
+        data["spill_dir"] = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"wooly-spill-{os.getuid()}")
+    return HypervisorConfig.model_validate(data)

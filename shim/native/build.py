@@ -1,0 +1,112 @@
+"""Finding or building the native library (the process's libcuda.so.1 and libnvidia-ml.so.1).
+
+Order: a library built at install time (``setup.py`` compiles ``src/wooly_native.c`` into the
+package as ``_wooly_native*.so``), else one compiled earlier into the cache, else compile now
+with the C compiler (``$CC`` or cc/gcc/clang) into ``~/.cache/wooly/native/<source hash>/``.
+``ensure_built()`` returns a folder holding ``libcuda.so.1``, ``libcuda.so`` and
+``libnvidia-ml.so.1`` links to it, for LD_LIBRARY_PATH.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.path.join(HERE, "src")
+SONAMES = ("libcuda.so.1", "libcuda.so", "libnvidia-ml.so.1", "libnvidia-ml.so")
+
+
+class NativeBuildError(RuntimeError):
+    """The native library is neither installed nor buildable here."""
+
+
+def _source_hash() -> str:
+    h = hashlib.sha256()
+    for name in sorted(os.listdir(SRC)):
+        if name.endswith((".c", ".h")):
+            with open(os.path.join(SRC, name), "rb") as f:
+                h.update(name.encode() + b"\0" + f.read())
+    return h.hexdigest()[:16]
+
+
+def cache_dir() -> str:
+    base = os.environ.get("WOOLY_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "wooly"
+    )
+    return os.path.join(base, "native", _source_hash())
+
+
+def installed_library() -> str | None:
+    """The library compiled by ``pip install`` into the package, if its source is current."""
+    for path in sorted(glob.glob(os.path.join(HERE, "_wooly_native*.so"))):
+        stamp = path + ".srchash"
+        if not os.path.exists(stamp) or open(stamp).read().strip() == _source_hash():
+            return path
+    return None
+
+
+def find_compiler() -> str | None:
+    for cc in (os.environ.get("CC"), "cc", "gcc", "clang"):
+        if cc and shutil.which(cc):
+            return cc
+    return None
+
+
+def compile_library(out_path: str) -> str:
+    """Compile the library to ``out_path`` (atomically: concurrent builders do not collide)."""
+    cc = find_compiler()
+    if cc is None:
+        raise NativeBuildError(
+            "no C compiler found (set CC or install gcc) and no prebuilt wooly native library; "
+            "`pip install .` on a machine with a compiler builds it into the package"
+        )
+    os.makedirs(os.path.dirname(out_path), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=os.path.dirname(out_path))
+    os.close(fd)
+    cmd = [cc, "-O1", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", tmp,
+           os.path.join(SRC, "wooly_native.c"), "-lpthread", "-ldl"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        os.unlink(tmp)
+        raise NativeBuildError(f"compiling the wooly native library failed ({' '.join(cmd)}):\n{proc.stderr[-2000:]}")
+    os.replace(tmp, out_path)
+    return out_path
+
+
+def _link_dir(lib: str, folder: str) -> str:
+    os.makedirs(folder, exist_ok=True)
+    for name in SONAMES:
+        link = os.path.join(folder, name)
+        if os.path.islink(link) and os.readlink(link) == lib:
+            continue
+        tmp = f"{link}.{os.getpid()}.tmp"
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+        os.symlink(lib, tmp)
+        os.replace(tmp, link)
+    return folder
+
+
+def library_path() -> str:
+    """Path of the native library, building it if needed."""
+    lib = installed_library()
+    if lib is not None:
+        return lib
+    cached = os.path.join(cache_dir(), "libwooly_native.so")
+    if os.path.exists(cached):
+        return cached
+    return compile_library(cached)
+
+
+def ensure_built() -> str:
+    """A folder holding libcuda.so.1 and libnvidia-ml.so.1 (links to the native library)."""
+    lib = library_path()
+    folder = os.path.join(cache_dir(), "lib") if lib.startswith(os.path.dirname(cache_dir())) else None
+    if folder is None:
+        folder = os.path.join(cache_dir(), "installed-lib")
+    return _link_dir(lib, folder)

@@ -1,0 +1,126 @@
+"""Driver API: kernel launches (cuLaunchKernel, cuLaunchKernelEx, cooperative launches).
+
+Launches are validated here as a real driver validates them (block and grid limits, shared
+memory, parameters), then queued: the launch returns at once and its execution errors surface
+at the next synchronizing call, sticky, as on a GPU. ``kernelParams`` is marshalled from the PTX
+``.entry`` parameter layout: parameter *i* is ``size_i`` bytes read from ``kernelParams[i]``,
+placed at ``offset_i`` of the parameter buffer; the ``extra`` form hands the buffer over whole.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import struct
+from ctypes import c_uint, c_void_p
+
+from proto import errors as codes
+from proto.errors import CudaError
+from shim.driver import FunctionInfo
+from shim.native import cu_module
+from shim.native.registry import api
+from shim.native.state import STATE
+
+P = c_void_p
+
+LAUNCH_PARAM_END, LAUNCH_PARAM_BUFFER_POINTER, LAUNCH_PARAM_BUFFER_SIZE = 0, 1, 2
+MAX_BLOCK = (1024, 1024, 64)
+MAX_GRID = (2**31 - 1, 65535, 65535)
+
+
+def marshal(info: FunctionInfo, kernel_params: int | None, extra: int | None) -> bytes:
+    """The parameter buffer of a launch, from ``kernelParams`` or from ``extra``."""
+    if kernel_params and extra:
+        raise CudaError(codes.INVALID_VALUE, f"{info.name}: both kernelParams and extra given")
+    if kernel_params:
+        ptrs = (c_void_p * len(info.params)).from_address(kernel_params)
+        args = []
+        for i, (size, _align, offset) in enumerate(info.params):
+            if not ptrs[i]:
+                raise CudaError(codes.INVALID_VALUE, f"{info.name}: kernelParams[{i}] (offset {offset}) is NULL")
+            args.append(ctypes.string_at(ptrs[i], size))
+        return info.pack_params(args)
+    if extra:
+        buf_ptr, buf_size = None, None
+        i = 0
+        while True:
+            key = c_void_p.from_address(extra + 8 * i).value or 0
+            if key == LAUNCH_PARAM_END:
+                break
+            value = c_void_p.from_address(extra + 8 * (i + 1)).value or 0
+            if key == LAUNCH_PARAM_BUFFER_POINTER:
+                buf_ptr = value
+            elif key == LAUNCH_PARAM_BUFFER_SIZE:
+                buf_size = ctypes.c_size_t.from_address(value).value if value else None
+            else:
+                raise CudaError(codes.INVALID_VALUE, f"{info.name}: unknown extra key {key}")
+            i += 2
+        if buf_ptr is None or buf_size is None:
+            raise CudaError(codes.INVALID_VALUE, f"{info.name}: extra lacks CU_LAUNCH_PARAM_BUFFER_POINTER/SIZE")
+        # A C struct of the parameters may carry trailing padding: at least the layout's size is needed.
+        if buf_size < info.param_buffer_size or buf_size > 32764:
+            raise CudaError(
+                codes.INVALID_VALUE,
+                f"{info.name}: parameter buffer is {buf_size} bytes, the kernel takes {info.param_buffer_size}",
+            )
+        return ctypes.string_at(buf_ptr, info.param_buffer_size)
+    if info.params:
+        raise CudaError(codes.INVALID_VALUE, f"{info.name} takes {len(info.params)} parameters, none given")
+    return b""
+
+
+def validate(info: FunctionInfo, grid: tuple[int, ...], block: tuple[int, ...], shared: int) -> None:
+    for axis, (b, limit) in enumerate(zip(block, MAX_BLOCK, strict=True)):
+        if not 1 <= b <= limit:
+            raise CudaError(codes.INVALID_VALUE, f"{info.name}: blockDim.{'xyz'[axis]}={b} not in [1, {limit}]")
+    for axis, (g, limit) in enumerate(zip(grid, MAX_GRID, strict=True)):
+        if not 1 <= g <= limit:
+            raise CudaError(codes.INVALID_VALUE, f"{info.name}: gridDim.{'xyz'[axis]}={g} not in [1, {limit}]")
+    threads = block[0] * block[1] * block[2]
+    max_threads = cu_module.attribute(info, cu_module.MAX_THREADS)
+    if threads > max_threads:
+        raise CudaError(codes.INVALID_VALUE, f"{info.name}: {threads} threads per block exceed the limit of {max_threads}")
+    max_dyn = cu_module.attribute(info, cu_module.MAX_DYN_SHARED)
+    if shared > max_dyn:
+        static = cu_module.attribute(info, cu_module.SHARED)
+        raise CudaError(
+            codes.INVALID_VALUE,
+            f"{info.name}: {shared} bytes of dynamic shared memory exceed the {max_dyn} available "
+            f"({static} static; raise CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES for more)",
+        )
+
+
+def launch(fn: int | None, grid: tuple[int, ...], block: tuple[int, ...], shared: int, stream: int | None,
+           kernel_params: int | None, extra: int | None) -> None:
+    STATE.require_current()
+    info = cu_module.function(fn)
+    validate(info, grid, block, shared)
+    params = marshal(info, kernel_params, extra)
+    STATE.driver().launch_kernel(info, grid, block, params, shared_mem=shared, stream=int(stream or 0))
+
+
+@api("cuLaunchKernel", 4000, P, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, P, P, P)
+def cuLaunchKernel(fn, gx, gy, gz, bx, by, bz, shared, stream, kernel_params, extra) -> None:  # noqa: ANN001
+    launch(fn, (gx, gy, gz), (bx, by, bz), shared, stream, kernel_params, extra)
+
+
+@api("cuLaunchCooperativeKernel", 9000, P, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, P, P)
+def cuLaunchCooperativeKernel(fn, gx, gy, gz, bx, by, bz, shared, stream, kernel_params) -> None:  # noqa: ANN001
+    launch(fn, (gx, gy, gz), (bx, by, bz), shared, stream, kernel_params, None)
+
+
+_CONFIG = struct.Struct("<7I4xQQI")  # CUlaunchConfig: grid[3], block[3], shared, stream, attrs, numAttrs
+_ATTR_SIZE = 72  # CUlaunchAttribute: id (4) + pad (4) + value union (64)
+_ATTR_CLUSTER_DIMENSION = 4
+
+
+@api("cuLaunchKernelEx", 11060, P, P, P, P)
+def cuLaunchKernelEx(config: int | None, fn: int | None, kernel_params: int | None, extra: int | None) -> None:
+    if not config:
+        raise CudaError(codes.INVALID_VALUE, "cuLaunchKernelEx: config is NULL")
+    gx, gy, gz, bx, by, bz, shared, stream, attrs, nattrs = _CONFIG.unpack(ctypes.string_at(config, _CONFIG.size))
+    for i in range(nattrs if attrs else 0):
+        raw = ctypes.string_at(attrs + i * _ATTR_SIZE, _ATTR_SIZE)
+        ident = struct.unpack_from("<i", raw)[0]
+        if ident == _ATTR_CLUSTER_DIMENSION and struct.unpack_from("<3I", raw, 8) not in ((1, 1, 1), (0, 0, 0)):
+            raise CudaError(codes.NOT_SUPPORTED, "cuLaunchKernelEx: thread block clusters are not supported")
+    launch(fn, (gx, gy, gz), (bx, by, bz), shared, stream, kernel_params, extra)

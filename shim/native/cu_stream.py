@@ -1,0 +1,191 @@
+"""Driver API: streams, events, host callbacks.
+
+Stream and event handles are the client-chosen ids of shim.driver (creates cost no round trip).
+Host callbacks (cuLaunchHostFunc, cuStreamAddCallback) run on the calling thread once the
+stream's earlier work is done: stricter ordering than CUDA's, same results.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from ctypes import c_int, c_uint, c_uint64, c_void_p
+
+from proto import errors as codes
+from proto.errors import CudaError
+from shim.native.registry import api, put_f32, put_i32, put_u32, put_u64
+from shim.native.state import STATE
+
+P = c_void_p
+
+HOST_FN = ctypes.CFUNCTYPE(None, c_void_p)
+STREAM_CALLBACK = ctypes.CFUNCTYPE(None, c_void_p, c_int, c_void_p)
+
+
+def _s(h: int | None) -> int:
+    return int(h or 0)
+
+
+@api("cuStreamCreate", 2000, P, c_uint)
+def cuStreamCreate(out: int, flags: int) -> None:
+    cuStreamCreateWithPriority(out, flags, 0)
+
+
+@api("cuStreamCreateWithPriority", 5050, P, c_uint, c_int)
+def cuStreamCreateWithPriority(out: int, flags: int, priority: int) -> None:
+    STATE.require_current()
+    if flags not in (0, 1):
+        raise CudaError(codes.INVALID_VALUE, f"cuStreamCreate: bad flags {flags}")
+    if not out:
+        raise CudaError(codes.INVALID_VALUE, "cuStreamCreate: phStream is NULL")
+    priority = max(-5, min(0, priority))
+    h = STATE.driver().stream_create(flags, priority)
+    STATE.stream_flags[h] = (flags, priority)
+    put_u64(out, h)
+
+
+@api("cuStreamDestroy", 4000, P)
+def cuStreamDestroy(h: int | None) -> None:
+    STATE.driver().stream_destroy(_s(h))
+    STATE.stream_flags.pop(_s(h), None)
+
+
+@api("cuStreamSynchronize", 2000, P)
+def cuStreamSynchronize(h: int | None) -> None:
+    STATE.driver().stream_synchronize(_s(h))
+
+
+@api("cuStreamQuery", 2000, P)
+def cuStreamQuery(h: int | None) -> int:
+    return 0 if STATE.driver().stream_query(_s(h)) else codes.NOT_READY
+
+
+@api("cuStreamWaitEvent", 3020, P, P, c_uint)
+def cuStreamWaitEvent(h: int | None, event: int | None, flags: int) -> None:
+    STATE.driver().stream_wait_event(_s(h), int(event or 0))
+
+
+def _stream_info(h: int | None) -> tuple[int, int]:
+    s = _s(h)
+    if s in (0, 1, 2):
+        return 0, 0
+    info = STATE.stream_flags.get(s)
+    if info is None:
+        raise CudaError(codes.INVALID_HANDLE, f"invalid stream handle {s}")
+    return info
+
+
+@api("cuStreamGetPriority", 5050, P, P)
+def cuStreamGetPriority(h: int | None, out: int) -> None:
+    put_i32(out, _stream_info(h)[1])
+
+
+@api("cuStreamGetFlags", 5050, P, P)
+def cuStreamGetFlags(h: int | None, out: int) -> None:
+    put_u32(out, _stream_info(h)[0])
+
+
+@api("cuStreamGetId", 12000, P, P)
+def cuStreamGetId(h: int | None, out: int) -> None:
+    _stream_info(h)
+    put_u64(out, _s(h))
+
+
+@api("cuStreamGetCtx", 9020, P, P)
+def cuStreamGetCtx(h: int | None, out: int) -> None:
+    _stream_info(h)
+    put_u64(out, STATE.require_current().handle)
+
+
+@api("cuStreamGetCtx", 12050, P, P, P)
+def cuStreamGetCtx_v2(h: int | None, out: int, green: int) -> None:
+    cuStreamGetCtx(h, out)
+    if green:
+        put_u64(green, 0)
+
+
+@api("cuStreamGetDevice", 12080, P, P)
+def cuStreamGetDevice(h: int | None, out: int) -> None:
+    _stream_info(h)
+    put_i32(out, STATE.current_device())
+
+
+@api("cuStreamIsCapturing", 10000, P, P)
+def cuStreamIsCapturing(h: int | None, out: int) -> None:
+    _stream_info(h)
+    put_i32(out, 0)  # CU_STREAM_CAPTURE_STATUS_NONE: capture is not supported, so never active
+
+
+@api("cuStreamGetCaptureInfo", (10010, 11030), P, P, P)
+def cuStreamGetCaptureInfo(h: int | None, status: int, ident: int) -> None:
+    _stream_info(h)
+    put_i32(status, 0)
+
+
+@api("cuLaunchHostFunc", 10000, P, P, P)
+def cuLaunchHostFunc(h: int | None, fn: int | None, user: int | None) -> None:
+    if not fn:
+        raise CudaError(codes.INVALID_VALUE, "cuLaunchHostFunc: fn is NULL")
+    STATE.driver().stream_synchronize(_s(h))
+    HOST_FN(fn)(user)
+
+
+@api("cuStreamAddCallback", 5000, P, P, P, c_uint)
+def cuStreamAddCallback(h: int | None, cb: int | None, user: int | None, flags: int) -> None:
+    if not cb or flags != 0:
+        raise CudaError(codes.INVALID_VALUE, "cuStreamAddCallback: callback is NULL or flags are not 0")
+    status = 0
+    try:
+        STATE.driver().stream_synchronize(_s(h))
+    except CudaError as exc:
+        status = exc.code
+    STREAM_CALLBACK(cb)(h, status, user)
+
+
+# ---------------------------------------------------------------------------- events
+@api("cuEventCreate", 2000, P, c_uint)
+def cuEventCreate(out: int, flags: int) -> None:
+    STATE.require_current()
+    if flags & ~0xF:
+        raise CudaError(codes.INVALID_VALUE, f"cuEventCreate: bad flags {flags}")
+    if not out:
+        raise CudaError(codes.INVALID_VALUE, "cuEventCreate: phEvent is NULL")
+    h = STATE.driver().event_create(flags)
+    STATE.event_flags[h] = flags
+    put_u64(out, h)
+
+
+@api("cuEventRecord", 2000, P, P)
+def cuEventRecord(event: int | None, h: int | None) -> None:
+    STATE.driver().event_record(int(event or 0), _s(h))
+
+
+@api("cuEventRecordWithFlags", 11010, P, P, c_uint)
+def cuEventRecordWithFlags(event: int | None, h: int | None, flags: int) -> None:
+    cuEventRecord(event, h)
+
+
+@api("cuEventQuery", 2000, P)
+def cuEventQuery(event: int | None) -> int:
+    return 0 if STATE.driver().event_query(int(event or 0)) else codes.NOT_READY
+
+
+@api("cuEventSynchronize", 2000, P)
+def cuEventSynchronize(event: int | None) -> None:
+    STATE.driver().event_synchronize(int(event or 0))
+
+
+@api("cuEventDestroy", 4000, P)
+def cuEventDestroy(event: int | None) -> None:
+    STATE.driver().event_destroy(int(event or 0))
+    STATE.event_flags.pop(int(event or 0), None)
+
+
+@api("cuEventElapsedTime", (2000, 12080), P, P, P)
+def cuEventElapsedTime(out: int, start: int | None, end: int | None) -> None:
+    for e in (start, end):
+        if STATE.event_flags.get(int(e or 0), 0) & 2:  # CU_EVENT_DISABLE_TIMING
+            raise CudaError(codes.INVALID_HANDLE, "cuEventElapsedTime: event created with CU_EVENT_DISABLE_TIMING")
+    put_f32(out, STATE.driver().event_elapsed_time(int(start or 0), int(end or 0)))
+
+
+_ = c_uint64

@@ -1,0 +1,238 @@
+/*
+ * wooly native face: the process's libcuda.so.1 (and libnvidia-ml.so.1).
+ *
+ * Every entry point is a trampoline into a Python implementation registered by
+ * shim.native.face.activate() through wooly_register(). See NOTE [trampolines] in
+ * shim/native/registry.py for the design; in short:
+ *  - cuGetProcAddress(_v2) asks the Python resolver for (symbol, version, flags) and hands out
+ *    one of a fixed pool of C trampolines bound to that answer;
+ *  - the symbols programs call directly (cuInit, nvmlInit_v2, ...) are exported here and bind
+ *    themselves to a trampoline slot on first call, resolved by their exact symbol name;
+ *  - a trampoline forwards 16 integer-class arguments (x86-64 SysV / AArch64: every driver API
+ *    argument is an integer, a pointer or a struct of <= 8 bytes), so one C type fits all;
+ *  - once the interpreter is finalizing, trampolines return CUDA_ERROR_DEINITIALIZED instead of
+ *    entering Python (calling a ctypes callback then can crash the process);
+ *  - entry points with no implementation return CUDA_ERROR_NOT_SUPPORTED (NVML_ERROR_NOT_SUPPORTED
+ *    for nvml*) and report their name once.
+ * If nothing registered yet and the host process is a Python interpreter, the first call imports
+ * shim.native.face and activates it (a subprocess that inherited LD_LIBRARY_PATH, say).
+ */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int CUresult;
+typedef uint64_t A;
+#define ARGS A a0, A a1, A a2, A a3, A a4, A a5, A a6, A a7, A a8, A a9, A a10, A a11, A a12, A a13, A a14, A a15
+#define PASS a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15
+typedef CUresult (*impl_fn)(ARGS);
+/* resolver(name, version, flags, &impl) -> 1 implemented, 0 known but unsupported, -1 unknown.
+ * version -1 means "name is an exact exported symbol name". */
+typedef int (*resolver_fn)(const char *, int, uint64_t, void **);
+typedef void (*report_fn)(const char *);
+
+#define NSLOTS 4096
+#define CUDA_ERROR_DEINITIALIZED 4
+#define CUDA_ERROR_NOT_INITIALIZED 3
+#define CUDA_ERROR_INVALID_VALUE 1
+#define CUDA_ERROR_NOT_FOUND 500
+#define CUDA_ERROR_NOT_SUPPORTED 801
+#define NVML_ERROR_UNINITIALIZED 1
+#define NVML_ERROR_NOT_SUPPORTED 3
+#define NVML_ERROR_LIBRARY_NOT_FOUND 12
+
+struct slot {
+    char name[112];
+    int version;
+    uint64_t flags;
+    impl_fn impl;
+    int nvml;
+    int warned;
+};
+
+static struct slot slots[NSLOTS];
+static int nslots;
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static resolver_fn resolver;
+static report_fn report;
+static volatile int shutting_down;
+static int (*py_finalizing)(void);
+static int (*py_initialized)(void);
+
+static int finalizing(void) {
+    if (shutting_down) return 1;
+    if (py_initialized && !py_initialized()) return 1;
+    return py_finalizing ? py_finalizing() : 0;
+}
+
+static void find_python(void) {
+    if (!py_initialized) *(void **)&py_initialized = dlsym(RTLD_DEFAULT, "Py_IsInitialized");
+    if (!py_finalizing) *(void **)&py_finalizing = dlsym(RTLD_DEFAULT, "Py_IsFinalizing");
+    if (!py_finalizing) *(void **)&py_finalizing = dlsym(RTLD_DEFAULT, "_Py_IsFinalizing");
+}
+
+/* First call with no resolver: if we live inside a Python interpreter, activate the face. */
+static void bootstrap(void) {
+    static int tried;
+    if (resolver || tried) return;
+    tried = 1;
+    find_python();
+    int (*ensure)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "PyGILState_Ensure");
+    void (*release)(int) = (void (*)(int))dlsym(RTLD_DEFAULT, "PyGILState_Release");
+    int (*run)(const char *) = (int (*)(const char *))dlsym(RTLD_DEFAULT, "PyRun_SimpleString");
+    if (!ensure || !release || !run || !py_initialized || !py_initialized() || finalizing()) {
+        fprintf(stderr, "wooly: libcuda shim loaded outside a Python process with the wooly face; "
+                        "run the program with `wooly run`\n");
+        return;
+    }
+    int g = ensure();
+    run("import shim.native.face as _wooly_face\n_wooly_face.activate()\n");
+    release(g);
+}
+
+static CUresult body(int i, ARGS) {
+    struct slot *s = &slots[i];
+    if (finalizing()) return s->nvml ? NVML_ERROR_UNINITIALIZED : CUDA_ERROR_DEINITIALIZED;
+    if (s->impl) return s->impl(PASS);
+    if (!s->warned) {
+        s->warned = 1;
+        if (report && !finalizing()) report(s->name);
+        else fprintf(stderr, "wooly: %s is not supported\n", s->name);
+    }
+    return s->nvml ? NVML_ERROR_NOT_SUPPORTED : CUDA_ERROR_NOT_SUPPORTED;
+}
+
+/* The trampoline pool: t000 ... tfff, each bound to the slot of its own number. */
+#define T(n) static CUresult t##n(ARGS) { return body(0x##n, PASS); }
+#define T16(p) T(p##0) T(p##1) T(p##2) T(p##3) T(p##4) T(p##5) T(p##6) T(p##7) \
+               T(p##8) T(p##9) T(p##a) T(p##b) T(p##c) T(p##d) T(p##e) T(p##f)
+#define T256(p) T16(p##0) T16(p##1) T16(p##2) T16(p##3) T16(p##4) T16(p##5) T16(p##6) T16(p##7) \
+                T16(p##8) T16(p##9) T16(p##a) T16(p##b) T16(p##c) T16(p##d) T16(p##e) T16(p##f)
+T256(0) T256(1) T256(2) T256(3) T256(4) T256(5) T256(6) T256(7)
+T256(8) T256(9) T256(a) T256(b) T256(c) T256(d) T256(e) T256(f)
+#define E(n) (void *)t##n,
+#define E16(p) E(p##0) E(p##1) E(p##2) E(p##3) E(p##4) E(p##5) E(p##6) E(p##7) \
+               E(p##8) E(p##9) E(p##a) E(p##b) E(p##c) E(p##d) E(p##e) E(p##f)
+#define E256(p) E16(p##0) E16(p##1) E16(p##2) E16(p##3) E16(p##4) E16(p##5) E16(p##6) E16(p##7) \
+                E16(p##8) E16(p##9) E16(p##a) E16(p##b) E16(p##c) E16(p##d) E16(p##e) E16(p##f)
+static void *const pool[NSLOTS] = {E256(0) E256(1) E256(2) E256(3) E256(4) E256(5) E256(6) E256(7)
+                                   E256(8) E256(9) E256(a) E256(b) E256(c) E256(d) E256(e) E256(f)};
+
+/* Bind (name, version, flags) to a slot; -2 when the name is unknown, -1 when the pool is full. */
+static int bind_slot(const char *name, int version, uint64_t flags) {
+    void *impl = NULL;
+    int i, known;
+    pthread_mutex_lock(&lock);
+    for (i = 0; i < nslots; i++)
+        if (slots[i].version == version && slots[i].flags == flags && strcmp(slots[i].name, name) == 0) {
+            pthread_mutex_unlock(&lock);
+            return i;
+        }
+    pthread_mutex_unlock(&lock);
+    bootstrap();
+    /* The resolver runs Python: never call it holding the lock (it needs the GIL). */
+    known = resolver && !finalizing() ? resolver(name, version, flags, &impl) : 0;
+    if (known < 0) return -2;
+    pthread_mutex_lock(&lock);
+    for (i = 0; i < nslots; i++)
+        if (slots[i].version == version && slots[i].flags == flags && strcmp(slots[i].name, name) == 0) break;
+    if (i == nslots) {
+        if (nslots == NSLOTS) { pthread_mutex_unlock(&lock); return -1; }
+        nslots++;
+        snprintf(slots[i].name, sizeof slots[i].name, "%s", name);
+        slots[i].version = version;
+        slots[i].flags = flags;
+        slots[i].nvml = strncmp(name, "nvml", 4) == 0;
+        slots[i].impl = (impl_fn)impl;
+    }
+    pthread_mutex_unlock(&lock);
+    return i;
+}
+
+/* ------------------------------------------------------------------ registration (from Python) */
+void wooly_register(resolver_fn r, report_fn rep) {
+    find_python();
+    pthread_mutex_lock(&lock);
+    resolver = r;
+    report = rep;
+    shutting_down = 0;
+    /* Slots bound before registration (calls that raced activation) resolve again. */
+    pthread_mutex_unlock(&lock);
+    for (int i = 0; i < nslots; i++) {
+        void *impl = NULL;
+        if (!slots[i].impl && r && r(slots[i].name, slots[i].version, slots[i].flags, &impl) > 0)
+            slots[i].impl = (impl_fn)impl;
+    }
+}
+
+/* Called at interpreter exit: from now on trampolines never enter Python. */
+void wooly_shutdown(void) { shutting_down = 1; }
+
+int wooly_slot_count(void) { return nslots; }
+
+/* ------------------------------------------------------------------ cuGetProcAddress */
+static CUresult get_proc(const char *symbol, void **pfn, int version, uint64_t flags, int *status) {
+    if (!symbol || !pfn) return CUDA_ERROR_INVALID_VALUE;
+    *pfn = NULL;
+    if (strcmp(symbol, "cuGetProcAddress") == 0) {
+        extern CUresult cuGetProcAddress_v2(const char *, void **, int, uint64_t, int *);
+        extern CUresult cuGetProcAddress(const char *, void **, int, uint64_t);
+        *pfn = version >= 12000 ? (void *)cuGetProcAddress_v2 : (void *)cuGetProcAddress;
+        if (status) *status = 0;
+        return 0;
+    }
+    int i = bind_slot(symbol, version, flags & 3);
+    if (i < 0) {
+        if (status) *status = 1; /* CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND */
+        return i == -2 ? CUDA_ERROR_NOT_FOUND : CUDA_ERROR_NOT_SUPPORTED;
+    }
+    *pfn = pool[i];
+    if (status) *status = 0;
+    return 0;
+}
+
+CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, uint64_t flags, int *status) {
+    return get_proc(symbol, pfn, version, flags, status);
+}
+
+CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, uint64_t flags) {
+    return get_proc(symbol, pfn, version, flags, NULL);
+}
+
+/* ------------------------------------------------------------------ direct exports */
+#define X(sym)                                                          \
+    CUresult sym(ARGS) {                                                \
+        static int s = -1;                                              \
+        if (s < 0) s = bind_slot(#sym, -1, 0);                          \
+        if (s < 0) return strncmp(#sym, "nvml", 4) == 0 ? NVML_ERROR_LIBRARY_NOT_FOUND : CUDA_ERROR_NOT_INITIALIZED; \
+        return body(s, PASS);                                           \
+    }
+#include "exports.h"
+#undef X
+
+/* nvmlErrorString returns a string, so it cannot go through an int trampoline. */
+const char *nvmlErrorString(int result) {
+    switch (result) {
+    case 0: return "Success";
+    case 1: return "Uninitialized";
+    case 2: return "Invalid Argument";
+    case 3: return "Not Supported";
+    case 4: return "Insufficient Permissions";
+    case 5: return "Already Initialized";
+    case 6: return "Not Found";
+    case 7: return "Insufficient Size";
+    case 8: return "Insufficient External Power";
+    case 9: return "Driver Not Loaded";
+    case 10: return "Timeout";
+    case 11: return "Interrupted request for GPU";
+    case 12: return "NVML Shared Library Not Found";
+    case 13: return "Function Not Found";
+    case 15: return "GPU is lost";
+    case 19: return "Argument version mismatch";
+    case 999: return "Unknown Error";
+    default: return "Unknown Error";
+    }
+}

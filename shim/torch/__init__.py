@@ -1,0 +1,91 @@
+"""The PyTorch face: CUDA tensors of an unmodified script live and compute on gpud.
+
+``activate()`` (called by ``wooly run`` before the script runs) installs an import hook, so
+nothing happens, and nothing costs, until the script imports torch; right after torch is
+imported the patches below are applied (before the script can take references to the patched
+functions). See docs/torch.md for the design.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import sys
+from typing import Any
+
+_patched = False
+
+
+def apply() -> None:
+    """Make this process's torch talk to gpud (idempotent)."""
+    global _patched
+    if _patched:
+        return
+    _patched = True
+    import torch  # noqa: F401
+
+    from shim.torch import cuda_api, factories, misc
+
+    factories.patch()
+    cuda_api.patch()
+    misc.patch()
+    _prewarm()
+
+
+def _prewarm() -> None:
+    """Open the session now, in the background: gpud loads its torch while the script sets up."""
+    import os
+    import threading
+
+    if not os.environ.get("WOOLY_SERVER") or os.environ.get("WOOLY_TORCH_PREWARM", "1") == "0":
+        return
+
+    def warm() -> None:
+        try:
+            from proto import aten as W
+            from shim.torch import stream as S
+
+            st = S.stream()
+            st.push([W.OP_SYNC, [], {}, []])
+            st.flush()
+        except Exception:  # noqa: BLE001 - the script's first real op reports any problem
+            pass
+
+    threading.Thread(target=warm, name="wooly-torch-prewarm", daemon=True).start()
+
+
+class _Loader(importlib.abc.Loader):
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def create_module(self, spec: Any) -> Any:
+        return self.inner.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        self.inner.exec_module(module)
+        apply()
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name != "torch":
+            return None
+        sys.meta_path.remove(self)
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            pass
+        if spec is None or spec.loader is None:
+            return spec
+        spec.loader = _Loader(spec.loader)
+        return spec
+
+
+def activate() -> bool:
+    if "torch" in sys.modules:
+        apply()
+        return True
+    if importlib.util.find_spec("torch") is None:
+        return False
+    sys.meta_path.insert(0, _Finder())
+    return True

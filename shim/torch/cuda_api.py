@@ -1,0 +1,393 @@
+"""``torch.cuda`` and ``torch.accelerator`` answered from the gpud session.
+
+On the CPU build these functions raise or report "no CUDA"; they are replaced (module attributes,
+before the script imports anything from them) by versions that ask the session: device facts
+come from the hello reply (cached), memory statistics from gpud's tensor table, synchronisation
+and events go through the same queue as the ops, so they are ordered after them.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import types
+from typing import Any
+
+import torch
+
+from proto import aten as W
+from shim.torch import stream as S
+
+
+def _devices() -> list[dict[str, Any]]:
+    devs = S.stream().driver.devices
+    vis = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if vis is None or vis.strip() == "":
+        return devs if vis is None else []
+    out = []
+    for part in vis.split(","):
+        part = part.strip()
+        if part.isdigit() and int(part) < len(devs):
+            out.append(devs[int(part)])
+        else:
+            break  # CUDA stops at the first invalid entry
+    return out
+
+
+def _dev(device: Any = None) -> dict[str, Any]:
+    idx = _index(device)
+    devs = _devices()
+    if not 0 <= idx < len(devs):
+        raise RuntimeError(f"CUDA error: invalid device ordinal (device {idx}, {len(devs)} visible)")
+    return devs[idx]
+
+
+def _index(device: Any) -> int:
+    if device is None:
+        return 0
+    if isinstance(device, int):
+        return device
+    if isinstance(device, str):
+        device = torch.device(device)
+    if isinstance(device, torch.device):
+        return device.index or 0
+    return int(getattr(device, "idx", 0) or 0)
+
+
+def is_available() -> bool:
+    return bool(os.environ.get("WOOLY_SERVER")) and os.environ.get("CUDA_VISIBLE_DEVICES", "0").strip() != ""
+
+
+def device_count() -> int:
+    try:
+        return len(_devices())
+    except Exception:  # noqa: BLE001 - no gpud: no devices, as CUDA without a driver
+        return 0
+
+
+def get_device_name(device: Any = None) -> str:
+    return str(_dev(device)["name"])
+
+
+def get_device_capability(device: Any = None) -> tuple[int, int]:
+    cc = _dev(device)["compute_capability"]
+    return int(cc[0]), int(cc[1])
+
+
+class DeviceProperties:
+    def __init__(self, d: dict[str, Any]) -> None:
+        self.name = d["name"]
+        self.total_memory = int(d["total_mem"])
+        self.major, self.minor = (int(x) for x in d["compute_capability"])
+        attrs = d.get("attributes") or {}
+        self.multi_processor_count = int(attrs.get(16, 1))
+        self.is_integrated = False
+        self.is_multi_gpu_board = False
+        self.uuid = d.get("uuid", "")
+        self.L2_cache_size = int(attrs.get(38, 0))
+        self.warp_size = 32
+        self.gcnArchName = "NVIDIA"
+        self.max_threads_per_multi_processor = int(attrs.get(39, 2048))
+        self.regs_per_multiprocessor = 65536
+
+    def __repr__(self) -> str:
+        return (f"_CudaDeviceProperties(name='{self.name}', major={self.major}, minor={self.minor}, "
+                f"total_memory={self.total_memory // (1 << 20)}MB, multi_processor_count={self.multi_processor_count}, "
+                f"uuid={self.uuid})")
+
+
+def get_device_properties(device: Any = None) -> DeviceProperties:
+    return DeviceProperties(_dev(device))
+
+
+def synchronize(device: Any = None) -> None:
+    S.stream().call([W.OP_SYNC, [], {}, []], "synchronize")
+
+
+def _stats() -> dict[str, Any]:
+    value, _ = S.stream().call([W.OP_STATS, [], {}, []], "memory stats")
+    return value
+
+
+def memory_allocated(device: Any = None) -> int:
+    return int(_stats()["allocated"])
+
+
+def max_memory_allocated(device: Any = None) -> int:
+    return int(_stats()["peak"])
+
+
+def memory_stats(device: Any = None) -> dict[str, Any]:
+    s = _stats()
+    return {"allocated_bytes.all.current": s["allocated"], "allocated_bytes.all.peak": s["peak"],
+            "reserved_bytes.all.current": s["allocated"], "reserved_bytes.all.peak": s["peak"],
+            "active_bytes.all.current": s["allocated"], "num_alloc_retries": 0, "num_ooms": 0}
+
+
+def reset_peak_memory_stats(device: Any = None) -> None:
+    S.stream().call([W.OP_RESET_PEAK, [], {}, []], "reset_peak_memory_stats")
+
+
+def mem_get_info(device: Any = None) -> tuple[int, int]:
+    st = S.stream()
+    # Ops stream ahead: let the queued ones (allocations, frees) run so the figures include them,
+    # as they would with CUDA's synchronous allocations (the tenant's virtual GPU: docs/hypervisor.md).
+    st.call([W.OP_SYNC, [], {}, []], "mem_get_info")
+    free, total = st.driver_call(st.driver.mem_get_info)
+    return int(free), int(total)
+
+
+def empty_cache() -> None:
+    st = S.current()
+    if st is not None:
+        st.flush()  # frees of dropped tensors reach gpud now
+
+
+def manual_seed(seed: int) -> None:
+    S.seed(int(seed))
+
+
+def seed() -> None:
+    import random
+
+    s = random.getrandbits(63)
+    S.seed(s)
+    _state["initial_seed"] = s
+
+
+_state: dict[str, Any] = {"device": 0, "initial_seed": 67280421310721}
+
+
+def initial_seed() -> int:
+    return int(_state["initial_seed"])
+
+
+def get_rng_state(device: Any = None) -> torch.Tensor:
+    value, _ = S.stream().call([W.OP_GET_RNG, [], {}, []], "get_rng_state")
+    return torch.frombuffer(bytearray(value), dtype=torch.uint8).clone()
+
+
+def set_rng_state(new_state: torch.Tensor, device: Any = None) -> None:
+    data = bytes(new_state.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    S.stream().push([W.OP_SET_RNG, [data], {}, []])
+
+
+def get_rng_state_all() -> list[torch.Tensor]:
+    return [get_rng_state()]
+
+
+def set_rng_state_all(states: list[torch.Tensor]) -> None:
+    if states:
+        set_rng_state(states[0])
+
+
+def current_device() -> int:
+    return int(_state["device"])
+
+
+def set_device(device: Any) -> None:
+    idx = _index(device)
+    if idx < 0:
+        return
+    _state["device"] = idx
+
+
+class device:  # noqa: N801 - torch.cuda.device
+    def __init__(self, device: Any) -> None:
+        self.idx = _index(device)
+        self.prev = 0
+
+    def __enter__(self) -> None:
+        self.prev = _state["device"]
+        _state["device"] = self.idx
+
+    def __exit__(self, *exc: Any) -> None:
+        _state["device"] = self.prev
+
+
+device_of = device
+
+
+class Event:
+    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False,
+                 external: bool = False) -> None:
+        st = S.stream()
+        self._drv = st.driver
+        self.enable_timing = enable_timing
+        # CU_EVENT_DISABLE_TIMING = 2
+        self._h = st.driver_call(self._drv.event_create, 0 if enable_timing else 2)
+        self.recorded = False
+
+    def record(self, stream: Any = None) -> None:
+        S.stream().driver_call(self._drv.event_record, self._h, 0)
+        self.recorded = True
+
+    def wait(self, stream: Any = None) -> None:
+        pass  # one in-order stream on gpud: waiting is implied
+
+    def query(self) -> bool:
+        return bool(S.stream().driver_call(self._drv.event_query, self._h))
+
+    def synchronize(self) -> None:
+        S.stream().driver_call(self._drv.event_synchronize, self._h)
+
+    def elapsed_time(self, end_event: Event) -> float:
+        if not (self.enable_timing and end_event.enable_timing):
+            raise RuntimeError("CUDA error: both events must be created with enable_timing=True")
+        st = S.stream()
+        st.driver_call(self._drv.event_synchronize, end_event._h)
+        return float(st.driver_call(self._drv.event_elapsed_time, self._h, end_event._h))
+
+    def __del__(self) -> None:
+        try:
+            if S.current() is not None and self._drv.conn.alive:
+                self._drv.event_destroy(self._h)
+        except Exception:  # noqa: BLE001
+            pass
+
+
+class Stream:
+    """A stream object; gpud runs a session's ops in order, so every stream is the default one."""
+
+    def __init__(self, device: Any = None, priority: int = 0, **kwargs: Any) -> None:
+        self.device = torch.device("cuda", _index(device))
+        self.priority = priority
+        self.cuda_stream = 0
+        self.stream_id = 0
+        self.device_index = self.device.index
+        self.device_type = 1
+
+    def synchronize(self) -> None:
+        synchronize()
+
+    def is_capturing(self) -> bool:
+        return False
+
+    def query(self) -> bool:
+        synchronize()
+        return True
+
+    def wait_event(self, event: Event) -> None:
+        pass
+
+    def wait_stream(self, stream: Any) -> None:
+        pass
+
+    def record_event(self, event: Event | None = None) -> Event:
+        event = event or Event()
+        event.record(self)
+        return event
+
+    def __enter__(self) -> Stream:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        pass
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Stream)
+
+    def __hash__(self) -> int:
+        return 0
+
+    def __repr__(self) -> str:
+        return f"<torch.cuda.Stream device={self.device} cuda_stream=0x0>"
+
+
+_DEFAULT_STREAM: Stream | None = None
+
+
+def current_stream(device: Any = None) -> Stream:
+    global _DEFAULT_STREAM
+    if _DEFAULT_STREAM is None:
+        _DEFAULT_STREAM = Stream()
+    return _DEFAULT_STREAM
+
+
+default_stream = current_stream
+
+
+class _StreamContext:
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+
+    def __enter__(self) -> Any:
+        return self.stream
+
+    def __exit__(self, *exc: Any) -> None:
+        pass
+
+
+def stream(stream: Any) -> _StreamContext:
+    return _StreamContext(stream)
+
+
+def set_stream(stream: Any) -> None:
+    pass
+
+
+def _noop(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
+_CUDA = {
+    "is_available": is_available, "device_count": device_count, "get_device_name": get_device_name,
+    "get_device_capability": get_device_capability, "get_device_properties": get_device_properties,
+    "synchronize": synchronize, "memory_allocated": memory_allocated, "max_memory_allocated": max_memory_allocated,
+    "memory_reserved": memory_allocated, "max_memory_reserved": max_memory_allocated, "memory_stats": memory_stats,
+    "reset_peak_memory_stats": reset_peak_memory_stats, "reset_max_memory_allocated": reset_peak_memory_stats,
+    "reset_accumulated_memory_stats": _noop, "mem_get_info": mem_get_info, "empty_cache": empty_cache,
+    "manual_seed": manual_seed, "manual_seed_all": manual_seed, "seed": seed, "seed_all": seed,
+    "initial_seed": initial_seed, "get_rng_state": get_rng_state, "set_rng_state": set_rng_state,
+    "get_rng_state_all": get_rng_state_all, "set_rng_state_all": set_rng_state_all,
+    "current_device": current_device, "set_device": set_device, "device": device, "device_of": device_of,
+    "Event": Event, "Stream": Stream, "current_stream": current_stream, "default_stream": default_stream,
+    "stream": stream, "set_stream": set_stream, "is_current_stream_capturing": lambda: False, "is_initialized": lambda: True, "init": _noop,
+    "_lazy_init": _noop, "is_bf16_supported": lambda including_emulation=True: True, "ipc_collect": _noop,
+    "get_arch_list": lambda: ["sm_80", "sm_90"],
+    "get_device_properties_all": None, "_is_in_bad_fork": lambda: False,
+}
+
+
+def patch() -> None:
+    cuda = torch.cuda
+    for name, fn in _CUDA.items():
+        if fn is not None:
+            setattr(cuda, name, fn)
+    for mod_name in ("torch.cuda.random", "torch.cuda.memory"):
+        mod = sys.modules.get(mod_name)
+        if mod is not None:
+            for name, fn in _CUDA.items():
+                if fn is not None and hasattr(mod, name):
+                    setattr(mod, name, fn)
+    _patch_accelerator()
+    _patch_cudnn()
+
+
+def _patch_accelerator() -> None:
+    acc = getattr(torch, "accelerator", None)
+    if acc is None:
+        return
+    table = {
+        "is_available": is_available, "device_count": device_count,
+        "current_accelerator": lambda check_available=False: torch.device("cuda") if is_available() else None,
+        "current_device_index": current_device, "current_device_idx": current_device,
+        "set_device_index": set_device, "set_device_idx": set_device, "synchronize": synchronize,
+        "current_stream": current_stream, "set_stream": set_stream, "device_index": device,
+        "get_device_capability": lambda device=None: {"major": get_device_capability(device)[0]},
+        "empty_cache": empty_cache, "memory_allocated": memory_allocated, "max_memory_allocated": max_memory_allocated,
+        "memory_reserved": memory_allocated, "max_memory_reserved": max_memory_allocated,
+        "memory_stats": memory_stats, "reset_peak_memory_stats": reset_peak_memory_stats,
+        "reset_accumulated_memory_stats": _noop, "get_memory_info": mem_get_info,
+    }
+    mods = [acc] + [m for m in (getattr(acc, "memory", None),) if isinstance(m, types.ModuleType)]
+    for mod in mods:
+        for name, fn in table.items():
+            if hasattr(mod, name) or mod is acc:
+                setattr(mod, name, fn)
+
+
+def _patch_cudnn() -> None:
+    cudnn = torch.backends.cudnn
+    cudnn.is_available = lambda: True
+    cudnn.version = lambda: 90100

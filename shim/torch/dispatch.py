@@ -1,0 +1,303 @@
+"""ATen ops on remote tensors: output metadata on the client, the op itself on gpud.
+
+NOTE [metadata cache]: to return an op's outputs at once (so the script runs ahead of gpud), the
+client must know their shapes, strides and dtypes. Running the op's meta kernel costs ~250 µs, so
+the answer is cached under a key built from the op and its arguments' metadata: tensors by
+(shape, stride, offset, dtype), ints/bools/strings/dtypes by value, floats by type only (their
+value never changes an output's metadata, except for the few ops in ``_FLOAT_SHAPED``). One
+pass over the arguments builds both that key and the wire form of the op. Ops whose outputs
+depend on data (``nonzero``, boolean indexing, ``item()``...) or have no meta kernel are marked
+``SYNC`` in the cache: they run synchronously and gpud describes their outputs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+import torch
+
+from proto import aten as W
+from shim.torch import stream as S
+from shim.torch import tensor as T
+from shim.torch.tensor import RemoteTensor, wrap
+
+SYNC = object()
+_CACHE: dict[Any, Any] = {}
+_INFO: dict[Any, OpInfo] = {}
+_FLOAT_SHAPED = ("arange", "range", "linspace", "logspace", "upsample", "interpolate", "histc")
+# Ops that change a tensor's own metadata in place: the wrapper's metadata is updated too.
+_META_INPLACE = frozenset({"resize_", "resize_as_", "t_", "transpose_", "squeeze_", "unsqueeze_",
+                           "as_strided_", "swapdims_", "swapaxes_"})
+
+_DTYPE_EXT = {dt: msgpack.ExtType(W.EXT_DTYPE, n.encode()) for n in W.DTYPES if isinstance(dt := getattr(torch, n, None), torch.dtype)}
+DTYPE_NAME = {dt: n for n in W.DTYPES if isinstance(dt := getattr(torch, n, None), torch.dtype)}
+NAME_DTYPE = {n: dt for dt, n in DTYPE_NAME.items()}
+_MEMFMT_EXT = {getattr(torch, n): msgpack.ExtType(W.EXT_MEMFMT, n.encode()) for n in W.MEMORY_FORMATS}
+_LAYOUT_EXT = {getattr(torch, n): msgpack.ExtType(W.EXT_LAYOUT, n.encode()) for n in W.LAYOUTS}
+_DEV_CUDA = msgpack.ExtType(W.EXT_DEVICE, b"cuda")
+_GEN = msgpack.ExtType(W.EXT_GENERATOR, b"")
+_CPU = torch.device("cpu")
+
+
+class OpInfo:
+    __slots__ = ("name", "short", "inplace", "inplace_map", "float_by_value", "meta_inplace")
+
+    def __init__(self, func: Any) -> None:
+        self.name = str(func)  # "aten.add.Tensor"
+        schema = func._schema
+        self.short = schema.name.split("::", 1)[-1]
+        self.float_by_value = any(s in self.short for s in _FLOAT_SHAPED)
+        self.meta_inplace = self.short in _META_INPLACE
+        # Returns that are an argument written in place: (return index, arg position, arg name).
+        self.inplace: list[tuple[int, int, str]] = []
+        for i, ret in enumerate(schema.returns):
+            ai = ret.alias_info
+            if ai is None or not ai.is_write:
+                continue
+            for pos, arg in enumerate(schema.arguments):
+                if arg.alias_info is not None and arg.alias_info.is_write and set(arg.alias_info.before_set) & set(ai.before_set):
+                    self.inplace.append((i, -1 if arg.kwarg_only else pos, arg.name))
+                    break
+        self.inplace_map = {i: (pos, name) for i, pos, name in self.inplace} or None
+
+
+def info_of(func: Any) -> OpInfo:
+    info = _INFO.get(func)
+    if info is None:
+        info = _INFO[func] = OpInfo(func)
+    return info
+
+
+class _Enc:
+    """One pass over an op's arguments: the cache key, the wire form, host tensors to upload."""
+
+    __slots__ = ("key", "by_value", "temps")
+
+    def __init__(self, by_value: bool) -> None:
+        self.key: list[Any] = []
+        self.by_value = by_value
+        self.temps: list[int] = []
+
+    def enc(self, v: Any) -> Any:
+        if isinstance(v, RemoteTensor):
+            self.key.append(v._k)
+            return v._x
+        t = type(v)
+        if t is int or t is bool or t is str or v is None:
+            self.key.append(v)
+            return v
+        if t is float:
+            self.key.append(v if self.by_value else float)
+            return v
+        if t is list or t is tuple or isinstance(v, (list, tuple)):
+            self.key.append((len(v),))
+            return [self.enc(x) for x in v]
+        if isinstance(v, torch.Tensor):
+            return self._host(v)
+        if t is torch.dtype:
+            self.key.append(v)
+            return _DTYPE_EXT[v]
+        if t is torch.device:
+            self.key.append(v.type)
+            return _DEV_CUDA if v.type != "cpu" else msgpack.ExtType(W.EXT_DEVICE, b"cpu")
+        if t is torch.memory_format:
+            self.key.append(v)
+            return _MEMFMT_EXT[v]
+        if t is torch.layout:
+            self.key.append(v)
+            return _LAYOUT_EXT[v]
+        if isinstance(v, torch.Generator):
+            self.key.append("gen")
+            return _GEN
+        if t is complex:
+            self.key.append(complex)
+            return msgpack.ExtType(W.EXT_COMPLEX, msgpack.packb([v.real, v.imag]))
+        raise TypeError(f"wooly: cannot send a {t.__name__} argument to gpud")
+
+    def _host(self, v: torch.Tensor) -> Any:
+        if v.device.type == "meta":
+            raise RuntimeError("wooly: a meta tensor was mixed with cuda tensors (an op moved a remote tensor to 'meta')")
+        if v.dim() == 0 and v.device.type == "cpu":
+            self.key.append(("cpu0", v.dtype))
+            value = v.item()
+            if isinstance(value, complex):
+                value = [value.real, value.imag]
+            return msgpack.ExtType(W.EXT_SCALAR_TENSOR, msgpack.packb([DTYPE_NAME[v.dtype], value]))
+        from shim.torch.transfer import upload_handle
+
+        h = upload_handle(v)
+        self.temps.append(h)
+        c = v.contiguous()
+        self.key.append((tuple(c.shape), tuple(c.stride()), 0, c.dtype))
+        return S.tensor_ref(h)
+
+
+def _to_meta(v: Any) -> Any:
+    if isinstance(v, RemoteTensor):
+        shape, stride, off, dtype = v._k
+        need = 1 + off + sum((s - 1) * st for s, st in zip(shape, stride, strict=True) if s > 0) if all(shape) else 0
+        base = torch.empty(need, dtype=dtype, device="meta")
+        return base.as_strided(shape, stride, off)
+    if isinstance(v, torch.Tensor):
+        if v.dim() == 0 and v.device.type == "cpu":
+            return v
+        return torch.empty_strided(v.shape, v.contiguous().stride(), dtype=v.dtype, device="meta")
+    if isinstance(v, (list, tuple)):
+        return type(v)(_to_meta(x) for x in v) if type(v) in (list, tuple) else [_to_meta(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _to_meta(x) for k, x in v.items()}
+    if isinstance(v, torch.device) and v.type != "cpu":
+        return T.META
+    return v
+
+
+def _spec(v: Any, leaves: list[Any]) -> Any:
+    """Structure of a meta result: tensors become leaf indices into ``leaves``."""
+    if isinstance(v, torch.Tensor):
+        leaves.append((tuple(v.shape), tuple(v.stride()), v.storage_offset(), v.dtype))
+        return len(leaves) - 1
+    if v is None:
+        return None
+    if isinstance(v, (list, tuple)):
+        return (type(v) is list, [_spec(x, leaves) for x in v])
+    raise _DataDependent
+
+
+class _DataDependent(Exception):
+    pass
+
+
+def _infer(func: Any, args: Any, kwargs: Any) -> Any:
+    try:
+        out = func(*_to_meta(args), **_to_meta(kwargs))
+        leaves: list[Any] = []
+        tree = _spec(out, leaves)
+        return (tree, leaves)
+    except Exception:  # noqa: BLE001 - no meta kernel, data-dependent shape, ...: run it synchronously
+        return SYNC
+
+
+def _build(tree: Any, outs: list[Any]) -> Any:
+    if type(tree) is int:
+        return outs[tree]
+    if tree is None:
+        return None
+    is_list, items = tree
+    built = [_build(t, outs) for t in items]
+    return built if is_list else tuple(built)
+
+
+def dispatch(func: Any, args: Any, kwargs: Any) -> Any:
+    info = _INFO.get(func) or info_of(func)
+    special = _SPECIAL.get(info.short)
+    if special is not None:
+        r = special(func, info, args, kwargs)
+        if r is not NotImplemented:
+            return r
+    enc = _Enc(info.float_by_value)
+    wargs = [enc.enc(a) for a in args]
+    wkw = {k: enc.enc(v) for k, v in kwargs.items()} if kwargs else {}
+    key = (func, *enc.key)
+    meta = _CACHE.get(key)
+    if meta is None:
+        if len(_CACHE) > 200_000:  # shapes that never repeat (growing sequences): start over
+            _CACHE.clear()
+        meta = _CACHE[key] = _infer(func, args, kwargs)
+    st = S.stream()
+    if meta is SYNC:
+        return _run_sync(func, info, args, kwargs, wargs, wkw, enc, st)
+    tree, leaves = meta
+    outs: list[Any] = []
+    handles: list[int] = []
+    inplace = info.inplace_map
+    for i, (shape, stride, off, dtype) in enumerate(leaves):
+        if inplace is not None and i in inplace:
+            pos, name = inplace[i]
+            obj = args[pos] if 0 <= pos < len(args) else kwargs[name]
+            outs.append(obj)
+            handles.append(0)
+            continue
+        h = S.new_handle()
+        outs.append(wrap(h, shape, stride, off, dtype))
+        handles.append(h)
+    st.push([info.name, wargs, wkw, handles])
+    if enc.temps:
+        st.frees.extend(enc.temps)
+    if info.meta_inplace:
+        _apply_meta_inplace(func, args, kwargs)
+    return _build(tree, outs)
+
+
+def _run_sync(func: Any, info: OpInfo, args: Any, kwargs: Any, wargs: Any, wkw: Any, enc: _Enc, st: S.OpStream) -> Any:
+    value, _ = st.call([info.name, wargs, wkw, []], info.name.replace(".", "::", 1))
+    if enc.temps:
+        st.frees.extend(enc.temps)
+    inplace = {i: (pos, name) for i, pos, name in info.inplace}
+    counter = [0]
+
+    def build(v: Any) -> Any:
+        if isinstance(v, dict) and "t" in v:
+            h, shape, stride, off, dt = v["t"]
+            i = counter[0]
+            counter[0] += 1
+            if i in inplace:
+                st.free(h)
+                pos, name = inplace[i]
+                return args[pos] if 0 <= pos < len(args) else kwargs[name]
+            return wrap(h, shape, stride, off, NAME_DTYPE[dt])
+        if isinstance(v, dict) and "c" in v:
+            return complex(*v["c"])
+        if isinstance(v, list):
+            return [build(x) for x in v]
+        return v
+
+    out = build(value)
+    if isinstance(out, list) and func._schema.returns and len(func._schema.returns) > 1:
+        out = tuple(out)
+    if info.meta_inplace:
+        _apply_meta_inplace(func, args, kwargs)
+    return out
+
+
+def _apply_meta_inplace(func: Any, args: Any, kwargs: Any) -> None:
+    """Apply a metadata-changing in-place op (``unsqueeze_``...) to the wrapper itself."""
+    self = args[0]
+    with torch._C._DisableTorchDispatch():
+        func(self, *_to_meta(args[1:]), **_to_meta(kwargs))
+    self.__dict__["_k"] = (tuple(self.shape), tuple(self.stride()), self.storage_offset(), self.dtype)
+
+
+# ---------------------------------------------------------------------- special cases
+def _to_copy(func: Any, info: OpInfo, args: Any, kwargs: Any) -> Any:
+    dev = kwargs.get("device")
+    if dev is not None and torch.device(dev).type == "cpu":
+        from shim.torch.transfer import download
+
+        out = download(args[0])
+        dt = kwargs.get("dtype")
+        return out.to(dt) if dt is not None and dt != out.dtype else out
+    return NotImplemented
+
+
+def _copy_(func: Any, info: OpInfo, args: Any, kwargs: Any) -> Any:
+    dst, src = args[0], args[1]
+    if not isinstance(dst, RemoteTensor):  # gpud -> host
+        from shim.torch.transfer import download
+
+        with torch.no_grad():
+            dst.copy_(download(src))
+        return dst
+    return NotImplemented
+
+
+def _local_scalar_dense(func: Any, info: OpInfo, args: Any, kwargs: Any) -> Any:
+    value, _ = S.stream().call([info.name, [args[0]._x], {}, []], "aten::_local_scalar_dense")
+    if isinstance(value, dict) and "c" in value:
+        return complex(*value["c"])
+    return value
+
+
+_SPECIAL = {"_to_copy": _to_copy, "copy_": _copy_, "_local_scalar_dense": _local_scalar_dense}
+
+T._dispatch = dispatch

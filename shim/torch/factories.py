@@ -1,0 +1,194 @@
+"""Where tensors become remote: factories with a CUDA device, ``.cuda()``/``.to()``, ``torch.tensor``.
+
+NOTE [factories]: a factory asked for a CUDA device (explicitly, through ``set_default_device``
+or inside ``with torch.device('cuda')``) is run with ``device='meta'`` under ``_FactoryMode``,
+a dispatch mode that hands the resulting ATen op (``aten.randn``, ``aten.full``...) to the
+ordinary remote dispatch, so each factory is one op computed on gpud (random ones from the
+session's generator). ``torch.tensor``/``as_tensor`` build the value on the host and upload it.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from shim.torch.dispatch import dispatch
+from shim.torch.tensor import RemoteTensor
+from shim.torch.transfer import to_host, to_remote
+
+_FACTORIES = (
+    "empty", "zeros", "ones", "full", "rand", "randn", "randint", "randperm", "arange", "range", "linspace",
+    "logspace", "eye", "empty_strided", "normal", "zeros_like", "ones_like", "empty_like", "full_like",
+    "rand_like", "randn_like", "randint_like", "tril_indices", "triu_indices", "scalar_tensor", "bartlett_window",
+    "hann_window", "hamming_window", "blackman_window", "kaiser_window",
+)
+_HOST_BUILT = ("tensor", "as_tensor", "asarray")
+ORIGINAL: dict[str, Any] = {}
+
+
+class _FactoryMode(TorchDispatchMode):
+    pass
+
+
+def _factory_dispatch(self: Any, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+    return dispatch(func, args, kwargs or {})
+
+
+# Set after the class exists: TorchDispatchMode.__init_subclass__ would wrap it in dynamo's
+# "disable", whose first call imports all of dynamo (seconds).
+_FactoryMode.__torch_dispatch__ = _factory_dispatch  # type: ignore[method-assign]
+
+
+def is_cuda(dev: Any) -> bool:
+    if dev is None:
+        return False
+    if isinstance(dev, torch.device):
+        return dev.type == "cuda"
+    if isinstance(dev, str):
+        return dev.startswith("cuda")
+    if isinstance(dev, int) and not isinstance(dev, bool):
+        return True  # a bare ordinal means a CUDA device
+    return False
+
+
+def remote_factory(name: str, orig: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+    if name in _HOST_BUILT:
+        return _host_built(orig, args, kwargs)
+    kwargs = dict(kwargs)
+    kwargs["device"] = "meta"
+    gen = kwargs.get("generator")
+    if gen is not None and getattr(getattr(gen, "device", None), "type", None) != "cuda":
+        raise RuntimeError(f"Expected a 'cuda' device type for generator but found '{gen.device.type}'")
+    kwargs.pop("generator", None)  # a cuda generator is the session's generator on gpud
+    requires_grad = kwargs.pop("requires_grad", False)
+    pin = kwargs.pop("pin_memory", None)
+    del pin
+    with _FactoryMode():
+        out = orig(*args, **kwargs)
+    if requires_grad:
+        out.requires_grad_(True)
+    return out
+
+
+def _host_built(orig: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+    kwargs = dict(kwargs)
+    kwargs.pop("device", None)
+    requires_grad = kwargs.pop("requires_grad", False)
+    data = args[0] if args else kwargs.pop("data", None)
+    if isinstance(data, RemoteTensor):
+        dt = kwargs.get("dtype")
+        out = data if dt is None or dt == data.dtype else data.to(dt)
+        if orig is ORIGINAL.get("tensor"):
+            out = out.detach().clone()
+    else:
+        host = orig(data, *args[1:], **kwargs)
+        out = to_remote(host)
+    if requires_grad:
+        out.requires_grad_(True)
+    return out
+
+
+def _make(name: str, orig: Any) -> Any:
+    @functools.wraps(orig)
+    def factory(*args: Any, **kwargs: Any) -> Any:
+        if is_cuda(kwargs.get("device")):
+            return remote_factory(name, orig, args, kwargs)
+        return orig(*args, **kwargs)
+
+    factory.__wooly_original__ = orig  # type: ignore[attr-defined]
+    return factory
+
+
+def _patch_device_context() -> None:
+    from torch.utils import _device as D
+
+    orig_tf = D.DeviceContext.__torch_function__
+    ctor_names = {getattr(f, "__name__", ""): f for f in D._device_constructors()}
+    del ctor_names
+
+    def __torch_function__(self: Any, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if func in D._device_constructors() and kwargs.get("device") is None and is_cuda(self.device):
+            name = getattr(func, "__name__", "")
+            orig = getattr(func, "__wooly_original__", func)
+            return remote_factory(name, orig, args, kwargs)
+        return orig_tf(self, func, types, args, kwargs)
+
+    D.DeviceContext.__torch_function__ = __torch_function__
+
+
+# ---------------------------------------------------------------------- Tensor methods
+def _patch_tensor_methods() -> None:
+    orig_to = torch.Tensor.to
+    orig_cuda = torch.Tensor.cuda
+    orig_cpu = torch.Tensor.cpu
+    parse_to = torch._C._nn._parse_to
+
+    def to(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        remote = isinstance(self, RemoteTensor)
+        if not remote and not args and "device" not in kwargs:
+            return orig_to(self, *args, **kwargs)
+        kw = dict(kwargs)
+        copy = bool(kw.pop("copy", False))
+        device, dtype, non_blocking, memory_format = parse_to(*args, **kw)
+        if remote:
+            if device is not None and device.type == "cpu":
+                out = to_host(self)
+                return orig_to(out, dtype=dtype) if dtype is not None else out
+            if (dtype is None or dtype == self.dtype) and not copy and memory_format in (None, torch.preserve_format):
+                return self
+            kw: dict[str, Any] = {"copy": copy}
+            if dtype is not None:
+                kw["dtype"] = dtype
+            if memory_format is not None:
+                kw["memory_format"] = memory_format
+            return orig_to(self, **kw)
+        if device is not None and device.type == "cuda":
+            src = self if dtype is None else orig_to(self, dtype=dtype)
+            return to_remote(src)
+        return orig_to(self, *args, **kwargs)
+
+    def cuda(self: torch.Tensor, device: Any = None, non_blocking: bool = False, memory_format: Any = torch.preserve_format) -> Any:
+        if isinstance(self, RemoteTensor):
+            return self
+        return to_remote(self)
+
+    def cpu(self: torch.Tensor, memory_format: Any = torch.preserve_format) -> Any:
+        if isinstance(self, RemoteTensor):
+            return to_host(self)
+        return orig_cpu(self, memory_format=memory_format)
+
+    def pin_memory(self: torch.Tensor, device: Any = None) -> Any:
+        return self
+
+    del orig_cuda
+    torch.Tensor.to = to  # type: ignore[method-assign]
+    torch.Tensor.cuda = cuda  # type: ignore[method-assign]
+    torch.Tensor.cpu = cpu  # type: ignore[method-assign]
+    torch.Tensor.pin_memory = pin_memory  # type: ignore[method-assign]
+    torch.Tensor.is_pinned = lambda self, device=None: True  # type: ignore[method-assign]
+
+    # Storages: torch.load of files written on a GPU calls storage.cuda().
+    orig_storage_cuda = torch.UntypedStorage.cuda
+
+    def storage_cuda(self: Any, device: Any = None, non_blocking: bool = False) -> Any:
+        raise RuntimeError("wooly: storage.cuda() is not supported; load with map_location='cpu' then .cuda()")
+
+    del orig_storage_cuda, storage_cuda
+
+
+def patch() -> None:
+    from torch.utils import _device as D
+
+    D._device_constructors()  # cached: computed now, over torch's own functions, before they are wrapped
+    for name in _FACTORIES + _HOST_BUILT:
+        orig = getattr(torch, name, None)
+        if orig is None or hasattr(orig, "__wooly_original__"):
+            continue
+        ORIGINAL[name] = orig
+        setattr(torch, name, _make(name, orig))
+    _patch_device_context()
+    _patch_tensor_methods()

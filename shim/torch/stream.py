@@ -1,0 +1,214 @@
+"""The client's half of the ATen op stream: queue, flushing, synchronous calls, frees, errors.
+
+NOTE [op streaming]: ops are appended to a queue and sent to gpud as one ``aten_batch`` whenever
+``FLUSH_OPS`` ops are waiting (so gpud starts computing while the script runs ahead), whenever a
+flusher thread finds ops older than ``FLUSH_AGE_S``, and before every synchronous call. Frees of
+tensors the script dropped ride at the end of the next batch (a tensor dies only after every op
+that names it was queued, so that order is safe). Only ``call()`` waits for gpud: ``item()``,
+``cpu()``, printing, data-dependent shapes, synchronize, events and memory statistics.
+"""
+
+from __future__ import annotations
+
+import atexit
+import itertools
+import os
+import threading
+import time
+from typing import Any
+
+import msgpack
+
+from proto import aten as W
+from proto import errors as codes
+from proto.errors import CudaError
+
+FLUSH_OPS = int(os.environ.get("WOOLY_TORCH_FLUSH_OPS", "24"))
+FLUSH_AGE_S = float(os.environ.get("WOOLY_TORCH_FLUSH_AGE_S", "0.002"))
+FLUSH_BYTES = 8 << 20
+
+_handles = itertools.count(1)
+
+
+def new_handle() -> int:
+    return next(_handles)
+
+
+_tuple_new = tuple.__new__
+_Ext = msgpack.ExtType
+
+
+def tensor_ref(h: int) -> msgpack.ExtType:
+    # tuple.__new__ skips ExtType's argument checks (~2 µs per tensor on the hot path).
+    return _tuple_new(_Ext, (W.EXT_TENSOR, h.to_bytes(8, "little")))
+
+
+class OpStream:
+    def __init__(self) -> None:
+        from shim.runtime import driver
+
+        self.driver = driver()
+        self.conn = self.driver.conn
+        self._lock = threading.RLock()
+        self._ops: list[list[Any]] = []
+        self._bulk: list[Any] = []
+        self._bulk_bytes = 0
+        self._first_t = 0.0
+        self.frees: list[int] = []
+        self.closed = False
+        self.ops_sent = 0
+        self.calls = 0
+        self._flusher = threading.Thread(target=self._flush_loop, name="wooly-torch-flush", daemon=True)
+        self._flusher.start()
+
+    # ------------------------------------------------------------------ queueing
+    def push(self, op: list[Any]) -> None:
+        with self._lock:
+            if not self._ops:
+                self._first_t = time.monotonic()
+            self._ops.append(op)
+            if len(self._ops) >= FLUSH_OPS:
+                self._flush_locked()
+
+    def upload(self, h: int, data: Any, dtype: str, shape: list[int]) -> None:
+        """Queue host bytes (a buffer of a contiguous tensor) to become tensor ``h`` on gpud."""
+        from shim import dedup  # large tensors go content-addressed: NOTE [tensor dedup] (gpud/hypervisor)
+
+        up = dedup.uploader_for(self.conn)
+        if up is not None and memoryview(data).nbytes >= dedup.MIN_DEDUP_BYTES:
+            with self._lock:
+                self._flush_locked()  # the tensor is built in order with the ops queued before it
+                try:
+                    dedup.upload_tensor(self.conn, up, h, data, dtype, shape)
+                except CudaError as exc:
+                    raise as_torch_error(exc) from None
+            return
+        with self._lock:
+            if not self._ops:
+                self._first_t = time.monotonic()
+            self._ops.append([W.OP_UPLOAD, [len(self._bulk), dtype, shape], {}, [h]])
+            self._bulk.append(data)
+            self._bulk_bytes += memoryview(data).nbytes
+            if self._bulk_bytes >= FLUSH_BYTES or len(self._bulk) >= 1000:
+                self._flush_locked()
+
+    def free(self, h: int) -> None:
+        self.frees.append(h)  # list.append is atomic: safe from __del__ on any thread
+
+    def flush(self) -> None:
+        with self._lock:
+            self._flush_locked()
+
+    def _flush_locked(self) -> None:
+        if self.frees:
+            frees, self.frees = self.frees, []
+            self._ops.append([W.OP_FREE, frees, {}, []])
+        if not self._ops:
+            return
+        ops, bulk = self._ops, self._bulk
+        self._ops, self._bulk, self._bulk_bytes = [], [], 0
+        self.ops_sent += len(ops)
+        try:
+            self.conn.post({"kind": "aten_batch", "rid": 0, "ops": ops, "frame": 0}, bulk)
+            self.conn.flush()
+        except CudaError as exc:
+            raise as_torch_error(exc) from None
+
+    def _flush_loop(self) -> None:
+        while not self.closed:
+            time.sleep(FLUSH_AGE_S)
+            if self._ops and time.monotonic() - self._first_t >= FLUSH_AGE_S:
+                if self._lock.acquire(blocking=False):
+                    try:
+                        if self._ops and not self.closed and self.conn.alive:
+                            self._flush_locked()
+                    except Exception:  # noqa: BLE001 - the next synchronous call reports it
+                        pass
+                    finally:
+                        self._lock.release()
+
+    # ------------------------------------------------------------------ synchronous calls
+    def call(self, op: list[Any], op_name: str = "") -> tuple[Any, list[Any]]:
+        with self._lock:
+            self._flush_locked()
+            self.calls += 1
+            try:
+                return self.conn.call({"kind": "aten_call", "rid": 0, "op": op, "frame": 0})
+            except CudaError as exc:
+                raise as_torch_error(exc, op_name) from None
+
+    def driver_call(self, fn: Any, *args: Any) -> Any:
+        """Run a driver-API call after the queued ops (events, synchronize)."""
+        with self._lock:
+            self._flush_locked()
+            try:
+                return fn(*args)
+            except CudaError as exc:
+                raise as_torch_error(exc) from None
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        try:
+            if self.conn.alive:
+                self.flush()
+        except Exception:  # noqa: BLE001 - never fail interpreter exit
+            pass
+        self.closed = True
+
+
+def as_torch_error(exc: CudaError, op_name: str = "") -> Exception:
+    """The exception PyTorch raises for the same failure on a real GPU."""
+    import torch
+
+    msg = exc.message
+    if exc.code == codes.OUT_OF_MEMORY:
+        return torch.OutOfMemoryError(f"CUDA out of memory. {msg}")
+    if exc.code == codes.NOT_SUPPORTED:
+        head = msg.split(":", 1)[0]
+        name = "aten::" + head.split(".")[1] if head.startswith("aten.") and head.count(".") >= 1 else op_name or head
+        return NotImplementedError(
+            f"Could not run '{name}' with arguments from the 'CUDA' backend: gpud cannot run it ({msg})"
+        )
+    return RuntimeError(f"CUDA error: {msg}" if exc.code == codes.DEVICE_UNAVAILABLE else f"CUDA error: {exc.name}: {msg}")
+
+
+_stream: OpStream | None = None
+_stream_lock = threading.Lock()
+_pending_seed: list[int] = []
+
+
+def stream() -> OpStream:
+    global _stream
+    s = _stream
+    if s is not None:
+        return s
+    with _stream_lock:
+        if _stream is None:
+            try:
+                s = OpStream()
+            except CudaError as exc:
+                raise as_torch_error(exc) from None
+            if _pending_seed:
+                s.push([W.OP_SEED, [_pending_seed[-1]], {}, []])
+            _stream = s
+        return _stream
+
+
+def current() -> OpStream | None:
+    return _stream
+
+
+def seed(value: int) -> None:
+    """Seed gpud's generator for this session (now, or when the session starts)."""
+    value = int(value) & ((1 << 64) - 1)
+    if _stream is None:
+        _pending_seed.append(value)
+    else:
+        _stream.push([W.OP_SEED, [value], {}, []])
+
+
+@atexit.register
+def _close() -> None:
+    if _stream is not None:
+        _stream.close()

@@ -1,0 +1,185 @@
+"""``RemoteTensor``: a tensor whose data lives on gpud and which reports ``device='cuda:0'``.
+
+NOTE [remote tensor]: the Python object is a wrapper subclass whose C++ TensorImpl is on the
+``meta`` device (pure Python, no compiler: FACTS "option C"), so autograd runs on the calling
+thread, and every ATen op on it reaches ``__torch_dispatch__`` (``shim.torch.dispatch``). It
+overrides ``device``/``is_cuda``/``is_meta`` so the script sees a CUDA tensor. ``_h`` is its
+handle in the session's tensor table on gpud; ``_x`` its wire form; ``_k`` its metadata key
+(shape, stride, offset, dtype) for the output-metadata cache.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from shim.torch import stream as S
+
+META = torch.device("meta")
+CUDA0 = torch.device("cuda", 0)
+
+
+class RemoteTensor(torch.Tensor):
+    __torch_function__ = torch._C._disabled_torch_function_impl  # autocast swaps this in (see autocast.py)
+    _h: int
+    _x: Any
+    _k: tuple[Any, ...]
+
+    @staticmethod
+    def __new__(cls, *args: Any, **kwargs: Any) -> RemoteTensor:  # noqa: PYI034
+        raise TypeError("RemoteTensor is created by wooly, not directly: use tensor.cuda() or device='cuda'")
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        return _dispatch(func, args, kwargs or {})
+
+    # -------------------------------------------------------------- what the script sees
+    @property
+    def device(self) -> torch.device:  # type: ignore[override]
+        return CUDA0
+
+    @property
+    def is_cuda(self) -> bool:  # type: ignore[override]
+        return True
+
+    @property
+    def is_meta(self) -> bool:  # type: ignore[override]
+        return False
+
+    @property
+    def is_cpu(self) -> bool:  # type: ignore[override]
+        return False
+
+    def get_device(self) -> int:  # type: ignore[override]
+        return 0
+
+    def data_ptr(self) -> int:  # type: ignore[override]
+        return (self._h << 20) + self.storage_offset() * self.element_size()
+
+    def __del__(self) -> None:
+        h = self.__dict__.get("_h")
+        if h:
+            s = S._stream
+            if s is not None:
+                s.frees.append(h)
+
+    def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]
+        import torch._tensor_str as ts
+
+        from shim.torch.transfer import download
+
+        cpu = download(self)
+        with torch.no_grad():
+            body = ts._tensor_str(cpu, len("tensor("))
+        s = ts._str_intern(self, tensor_contents=body)
+        prefix = type(self).__name__ + "("
+        if s.startswith(prefix):
+            s = "tensor(" + s[len(prefix):]
+        if getattr(self, "_is_param", False):
+            s = "Parameter containing:\n" + s
+        return s
+
+    def __format__(self, spec: str) -> str:
+        if self.dim() == 0:
+            return self.item().__format__(spec)
+        return object.__format__(self, spec) if spec else repr(self)
+
+    @property
+    def data(self) -> Any:  # type: ignore[override]
+        return _DATA.__get__(self)
+
+    @data.setter
+    def data(self, new: Any) -> None:
+        # ``p.data = t`` swaps the C++ metadata only; the wrapper must also name t's data on gpud.
+        from shim.torch.transfer import upload
+
+        if not isinstance(new, RemoteTensor):
+            new = upload(new)
+        alias = torch.ops.aten.alias.default(new)  # a handle of our own for the same data
+        _DATA.__set__(self, new)
+        d, a = self.__dict__, alias.__dict__
+        old = d.get("_h")
+        d["_h"], d["_x"], d["_k"] = a["_h"], a["_x"], a["_k"]
+        a["_h"] = 0  # the alias object dies now; its handle lives on as ours
+        if old and S._stream is not None:
+            S._stream.frees.append(old)
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        # C++ indexing turns a Python number into a tensor on the wrapper's (meta) device, which
+        # holds no value: make it a host scalar tensor, which travels with the op.
+        if isinstance(value, (int, float, bool, complex)):
+            value = torch.tensor(value, dtype=self.dtype)
+        torch.Tensor.__setitem__(self, index, value)
+
+    def numpy(self, *, force: bool = False) -> Any:  # type: ignore[override]
+        if force:
+            return self.detach().cpu().numpy()
+        raise TypeError(
+            "can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu() to copy the tensor to host memory first."
+        )
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
+        return self.numpy()
+
+    def tolist(self) -> Any:  # type: ignore[override]
+        from shim.torch.transfer import download
+
+        return download(self).tolist()
+
+    def __reduce_ex__(self, proto: Any) -> Any:
+        # NOTE [saving]: torch.save writes the standard format (a plain tensor, as if saved from
+        # the CPU), so a PyTorch without wooly loads the file; torch.load(map_location='cuda')
+        # under wooly moves it back to gpud.
+        from shim.torch.transfer import download
+
+        cpu = download(self)
+        if getattr(self, "_is_param", False):
+            return torch.nn.Parameter(cpu, self.requires_grad).__reduce_ex__(proto)
+        if self.requires_grad:
+            cpu.requires_grad_(True)
+        return cpu.__reduce_ex__(proto)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        if id(self) in memo:
+            return memo[id(self)]
+        with torch.no_grad():
+            new = self.clone()
+        if self.requires_grad:
+            new.requires_grad_(True)
+        if getattr(self, "_is_param", False):
+            new = torch.nn.Parameter(new, self.requires_grad)
+        memo[id(self)] = new
+        return new
+
+    def pin_memory(self, device: Any = None) -> Any:  # type: ignore[override]
+        return self
+
+    # -------------------------------------------------------------- traceable-subclass protocol
+    # Having these makes nn.Module.cuda()/.to() swap parameters in place, so they stay
+    # nn.Parameter (FACTS). There are no inner tensors: the data is on gpud.
+    def __tensor_flatten__(self) -> tuple[list[str], Any]:
+        return [], (self._h,)
+
+    @staticmethod
+    def __tensor_unflatten__(inner: Any, ctx: Any, size: Any, stride: Any) -> Any:
+        raise NotImplementedError("wooly remote tensors cannot be rebuilt from a flattened form")
+
+
+_make = torch.Tensor._make_wrapper_subclass
+_DATA = torch._C.TensorBase.data
+
+
+def wrap(h: int, shape: Any, stride: Any, offset: int, dtype: torch.dtype) -> RemoteTensor:
+    r = _make(RemoteTensor, shape, strides=stride, storage_offset=offset, dtype=dtype, device=META)
+    d = r.__dict__
+    d["_h"] = h
+    d["_x"] = S.tensor_ref(h)
+    d["_k"] = (tuple(shape), tuple(stride), offset, dtype)
+    return r
+
+
+def _dispatch(func: Any, args: Any, kwargs: Any) -> Any:
+    from shim.torch.dispatch import dispatch
+
+    return dispatch(func, args, kwargs)

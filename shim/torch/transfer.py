@@ -1,0 +1,98 @@
+"""Moving tensor data between the script's host memory and gpud."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from proto import aten as W
+from shim.torch import stream as S
+from shim.torch.tensor import RemoteTensor, wrap
+
+
+def _dtype_name(dt: torch.dtype) -> str:
+    from shim.torch.dispatch import DTYPE_NAME
+
+    name = DTYPE_NAME.get(dt)
+    if name is None:
+        raise TypeError(f"wooly: dtype {dt} cannot be sent to gpud")
+    return name
+
+
+def upload_handle(t: torch.Tensor) -> int:
+    """Queue a host tensor's bytes for gpud; returns the new tensor's handle."""
+    c = t.detach()
+    if c.device.type != "cpu":
+        c = c.cpu()
+    c = c.contiguous()
+    h = S.new_handle()
+    raw = c.reshape(-1).view(torch.uint8) if c.numel() else torch.empty(0, dtype=torch.uint8)
+    buf = raw.numpy()  # a view: the queue keeps it (and so ``c``) alive until it is sent
+    S.stream().upload(h, memoryview(buf), _dtype_name(c.dtype), list(c.shape))
+    return h
+
+
+def upload(t: torch.Tensor) -> RemoteTensor:
+    h = upload_handle(t)
+    shape = tuple(t.shape)
+    return wrap(h, shape, _contiguous_strides(shape), 0, t.dtype)
+
+
+def download(t: RemoteTensor) -> torch.Tensor:
+    """The tensor's value as a new host tensor (one round trip)."""
+    from shim.torch.dispatch import NAME_DTYPE
+
+    value, bulk = S.stream().call([W.OP_FETCH, [t._x], {}, []], "copy to host")
+    dt_name, shape = value
+    dtype = NAME_DTYPE[dt_name]
+    data = bulk[0] if bulk else b""
+    n = memoryview(data).nbytes
+    flat = torch.empty(n, dtype=torch.uint8)
+    if n:
+        flat.numpy()[:] = np.frombuffer(data, dtype=np.uint8)
+    return flat.view(dtype).reshape(shape) if n else torch.empty(shape, dtype=dtype)
+
+
+def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides = []
+    acc = 1
+    for d in reversed(shape):
+        strides.append(acc)
+        acc *= max(d, 1)
+    return tuple(reversed(strides))
+
+
+class ToRemote(torch.autograd.Function):
+    """Upload that autograd sees: the gradient flows back to the host tensor."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> Any:  # type: ignore[override]
+        return upload(x)
+
+    @staticmethod
+    def backward(ctx: Any, g: Any) -> Any:  # type: ignore[override]
+        return download(g) if isinstance(g, RemoteTensor) else g
+
+
+class ToHost(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: RemoteTensor) -> Any:  # type: ignore[override]
+        return download(x)
+
+    @staticmethod
+    def backward(ctx: Any, g: Any) -> Any:  # type: ignore[override]
+        return upload(g)
+
+
+def to_remote(t: torch.Tensor) -> RemoteTensor:
+    if t.requires_grad and torch.is_grad_enabled():
+        return ToRemote.apply(t)
+    return upload(t)
+
+
+def to_host(t: RemoteTensor) -> torch.Tensor:
+    if t.requires_grad and torch.is_grad_enabled():
+        return ToHost.apply(t)
+    return download(t)

@@ -1,0 +1,45 @@
+"""The shipped examples pass under ``wooly run`` with no GPU: embedded daemon and separate ``wooly gpud``."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.integration.native.conftest import EXAMPLES, PROGS, wooly_run
+
+pytestmark = pytest.mark.timeout(600)
+
+
+def _check(proc, marker: str) -> None:  # noqa: ANN001
+    assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-4000:]}"
+    assert marker in proc.stdout
+
+
+@pytest.mark.parametrize("example", ["numba_kernels.py", "nvrtc_saxpy.py"])
+def test_example_embedded(native_lib: str, example: str) -> None:
+    _check(wooly_run([os.path.join(EXAMPLES, example)]), "OK")
+
+
+@pytest.mark.parametrize("example", ["numba_kernels.py", "nvrtc_saxpy.py"])
+def test_example_separate_gpud(wooly_gpud: str, example: str) -> None:
+    _check(wooly_run([os.path.join(EXAMPLES, example)], server=wooly_gpud), "OK")
+
+
+def test_cuda_core_program(wooly_gpud: str) -> None:
+    _check(wooly_run([os.path.join(PROGS, "cuda_core_prog.py")], server=wooly_gpud), "cuda.core OK")
+
+
+def test_numba_mismatch_exits_nonzero(native_lib: str, tmp_path) -> None:  # noqa: ANN001
+    """A wrong result must fail the example: run it with a kernel that computes the wrong thing."""
+    src = open(os.path.join(EXAMPLES, "numba_kernels.py")).read().replace("out[i] = a * x[i] + y[i]", "out[i] = x[i]")
+    prog = tmp_path / "broken.py"
+    prog.write_text(src)
+    proc = wooly_run([str(prog)])
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "MISMATCH: saxpy" in proc.stderr
+
+
+def test_mapped_and_managed_memory(wooly_gpud: str) -> None:
+    """gpud on this host: numba's mapped_array / managed_array are reachable from kernels."""
+    _check(wooly_run([os.path.join(PROGS, "mapped_memory.py")], server=wooly_gpud), "mapped/managed OK")

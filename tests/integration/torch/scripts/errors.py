@@ -1,0 +1,32 @@
+"""Error behaviour. ``ops``: an unsupported op, a failing op, then exit with work queued."""
+
+import os
+import signal
+import sys
+import time
+
+import torch
+
+mode = sys.argv[1]
+x = torch.randn(8, device="cuda")
+if mode == "ops":
+    try:
+        torch.ops.aten._fused_dropout(x, 0.5)[0].sum().item()
+    except NotImplementedError as exc:
+        print("NotImplementedError:", exc)
+    try:
+        (x.view(2, 4) @ torch.randn(3, 3, device="cuda")).sum().item()
+    except RuntimeError as exc:
+        print("RuntimeError:", exc)
+    print("after", torch.ones(2, device="cuda").sum().item())
+    for _ in range(500):
+        x = x * 1.0001 + 1
+    print("exiting with queued work", flush=True)
+elif mode == "daemon-gone":
+    print(x.sum().item(), flush=True)
+    os.kill(int(os.environ["GPUD_PID"]), signal.SIGKILL)
+    t0 = time.monotonic()
+    try:
+        (x * 2).sum().item()
+    except RuntimeError as exc:
+        print(f"RuntimeError after {time.monotonic() - t0:.1f}s:", exc)

@@ -1,0 +1,76 @@
+"""torch.cuda API answers, tensor semantics and errors under ``wooly run``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.integration.torch.conftest import check, json_lines, run_wooly
+
+SCRIPTS = Path(__file__).parent / "scripts"
+
+
+@pytest.fixture(scope="module")
+def probe(gpud: str) -> dict[str, object]:
+    return json_lines(check(run_wooly(gpud, SCRIPTS / "probe_api.py")))
+
+
+def test_cuda_api(probe: dict[str, object]) -> None:
+    assert probe["is_available"] is True and probe["device_count"] == 1 and probe["current"] == 0
+    assert "wooly" in str(probe["name"]) and len(probe["capability"]) == 2  # type: ignore[arg-type]
+    assert probe["total_memory"] > 0 and probe["bf16"] is True  # type: ignore[operator]
+    assert probe["accel"] == "cuda" and probe["accel_available"] is True
+
+
+def test_memory_accounting(probe: dict[str, object]) -> None:
+    assert probe["mem_delta"] == 4 << 20
+    assert probe["view_delta"] == 0
+    assert probe["freed"] is True and probe["peak_ge"] is True and probe["mem_info_ok"] is True
+
+
+def test_views_and_inplace_aliasing(probe: dict[str, object]) -> None:
+    assert probe["aliasing"] == [[0.0, 1.0, 3.0, 3.0], [0.0, 50.0, 61.0, 70.0], [0.0, 9.0, 11.0, 11.0]]
+    assert probe["unsqueeze_shape"] == [1, 3, 4]
+
+
+def test_devices_and_factories(probe: dict[str, object]) -> None:
+    assert probe["tensor_dev"] == "cuda:0" and probe["half"] == "torch.float16" and probe["half_dev"] == "cuda:0"
+    assert probe["default_dev"] == "cuda:0" and probe["ctx_dev"] == "cuda:0" and probe["ctx_val"] == [7.0, 7.0]
+    assert probe["item"] == 4.0 and probe["to_cpu"] == "cpu" and probe["is_cuda"] is True
+    assert probe["bool_index"] == [2.5] and probe["nonzero"] == [0, 1]
+    assert "can't convert cuda:0 device type tensor to numpy" in str(probe["numpy_error"])
+
+
+def test_rng(probe: dict[str, object]) -> None:
+    assert probe["rng_repro"] is True and probe["rng_like_cpu"] is True
+
+
+def test_events_printing_modules(probe: dict[str, object]) -> None:
+    assert probe["elapsed_ok"] is True
+    assert probe["printed"] == "tensor([1., 1.], device='cuda:0')"
+    assert probe["param_type"] is True and probe["grad_dev"] == "cuda:0" and probe["param_dev"] == "cuda:0"
+    assert probe["inference_ok"] is True and probe["compile_ok"] is True
+
+
+def test_optimizer_flags(probe: dict[str, object]) -> None:
+    assert probe["sgd_foreach"] is True and probe["adam_foreach"] is True and probe["adamw_fused"] is True
+
+
+def test_mnist_shaped_script(gpud: str) -> None:
+    """A script shaped like pytorch/examples mnist: DataLoader workers + pin_memory, dropout, Adadelta."""
+    out = check(run_wooly(gpud, SCRIPTS / "mnist_like.py"))
+    assert "Test set: Average loss" in out and "saved Tensor" in out
+
+
+def test_autocast_casts(probe: dict[str, object]) -> None:
+    assert probe["autocast"] == ["torch.bfloat16", "torch.float32", "torch.float32", "torch.float32"]
+    assert probe["scaler_scale"] == 65536.0
+
+
+def test_semantics_match_local(gpud: str) -> None:
+    from tests.integration.torch.conftest import run_local
+
+    local = check(run_local(SCRIPTS / "semantics.py"))
+    remote = check(run_wooly(gpud, SCRIPTS / "semantics.py"))
+    assert remote.splitlines() == local.splitlines()

@@ -1,0 +1,126 @@
+"""gpud's ATen executor on hostile input: every bad op is a CUDA error, never a crash."""
+
+from __future__ import annotations
+
+import msgpack
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from gpud.aten_exec import Executor  # noqa: E402
+from gpud.errors import CudaError  # noqa: E402
+from proto import aten as W  # noqa: E402
+
+
+class _Server:
+    def __init__(self, limit: int) -> None:
+        self.limit, self.used = limit, 0
+
+    def reserve_memory(self, session: object, n: int) -> None:
+        if self.used + n > self.limit:
+            raise CudaError(2, "quota")
+        self.used += n
+
+    def release_memory(self, session: object, n: int) -> None:
+        self.used -= n
+
+
+class _Session:
+    def __init__(self, limit: int = 1 << 30) -> None:
+        self.server = _Server(limit)
+        self.errors: list[CudaError] = []
+
+    def record_error(self, e: CudaError) -> None:
+        self.errors.append(e)
+
+
+def ref(h: int) -> msgpack.ExtType:
+    return msgpack.ExtType(W.EXT_TENSOR, h.to_bytes(8, "little"))
+
+
+def make(limit: int = 1 << 30) -> tuple[Executor, _Session]:
+    s = _Session(limit)
+    return Executor(s, "cpu"), s
+
+
+def test_runs_ops_and_accounts_storage() -> None:
+    ex, s = make()
+    f32 = msgpack.ExtType(W.EXT_DTYPE, b"float32")
+    ex.run_batch([["aten.ones.default", [[4, 4]], {"dtype": f32}, [1]],
+                  ["aten.view.default", [ref(1), [16]], {}, [2]],
+                  ["aten.add.Tensor", [ref(1), ref(1)], {}, [3]]], [], 0)
+    assert not s.errors
+    assert s.server.used == 2 * 64  # the view shares its base's storage
+    ex.run_batch([[W.OP_FREE, [1, 2, 3], {}, []]], [], 0)
+    assert s.server.used == 0
+
+
+@pytest.mark.parametrize("op", [
+    ["os.system", ["ls"], {}, []],
+    ["aten.from_file", ["/etc/passwd"], {}, [1]],
+    ["aten._unsafe_index.Tensor", [], {}, [1]],
+    ["aten.no_such_op", [], {}, [1]],
+    ["aten.__dict__.keys", [], {}, [1]],
+    ["aten.__class__", [], {}, [1]],
+    ["aten.add.Tensor", [ref(99), ref(98)], {}, [1]],
+    ["aten.add.Tensor", [msgpack.ExtType(77, b"x")], {}, [1]],
+    ["aten.add.Tensor", [], {}, [1]],
+    ["aten.ones.default", [[2]], {}, [0xFFFFFFFFFFFFFFFF]],
+    ["aten.ones.default", [[2]], {}, []],
+    [W.OP_UPLOAD, [5, "float32", [2]], {}, [1]],
+    [W.OP_UPLOAD, [0, "float32", [3]], {}, [1]],
+    [W.OP_SEED, ["x"], {}, []],
+    ["wooly.nope", [], {}, []],
+    [["nested"], "args", 3, None],
+])
+def test_bad_ops_become_errors(op: list[object]) -> None:
+    ex, s = make()
+    ex.run_batch([op], [b"\x00" * 4], 0)
+    assert len(s.errors) == 1 and isinstance(s.errors[0], CudaError)
+    ex.run_batch([["aten.ones.default", [[2]], {}, [7]]], [], 0)  # the executor still works
+    assert len(s.errors) == 1 and 7 in ex.tensors
+
+
+def test_quota_exceeded_is_out_of_memory() -> None:
+    ex, s = make(limit=1024)
+    ex.run_batch([["aten.ones.default", [[1024]], {}, [1]]], [], 0)  # 4 KiB of float32
+    assert s.errors and s.errors[0].code == 2 and 1 not in ex.tensors
+
+
+def test_sync_call_describes_outputs() -> None:
+    ex, _ = make()
+    ex.run_batch([["aten.arange.default", [5], {}, [1]]], [], 0)
+    value, _ = ex.run_call(["aten.nonzero.default", [ref(1)], {}, []], [], 0)
+    h, shape, stride, off, dt = value["t"]
+    assert shape == [4, 1] and dt == "int64" and h in ex.tensors
+    value, bulk = ex.run_call([W.OP_FETCH, [ref(1)], {}, []], [], 0)
+    assert value == ["int64", [5]] and bytes(bulk[0])[:8] == (0).to_bytes(8, "little")
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_portable_sdpa_matches_the_cpu_kernel(causal: bool) -> None:
+    from gpud.aten_portable import sdpa_backward, sdpa_forward
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 5, 8, generator=g, dtype=torch.float64) for _ in range(3))
+    aten = torch.ops.aten
+    out, lse = aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal)
+    out2, lse2 = sdpa_forward(q, k, v, 0.0, causal)
+    assert torch.allclose(out, out2, atol=1e-10) and torch.allclose(lse.double(), lse2.double(), atol=1e-10)
+    grad = torch.randn(out.shape, generator=g, dtype=torch.float64)
+    ref = aten._scaled_dot_product_flash_attention_for_cpu_backward(grad, q, k, v, out, lse, 0.0, causal)
+    got = sdpa_backward(grad, q, k, v, out, lse, 0.0, causal)
+    for a, b in zip(ref, got, strict=True):
+        assert torch.allclose(a, b, atol=1e-10)
+
+
+def test_failure_does_not_cascade() -> None:
+    ex, s = make()
+    ex.run_batch([["aten.no_such_op", [], {}, [1]],
+                  ["aten.neg.default", [ref(1)], {}, [2]],
+                  ["aten.neg.default", [ref(2)], {}, [3]]], [], 0)
+    assert len(s.errors) == 1 and "no_such_op" in s.errors[0].message
+    with pytest.raises(CudaError, match="failed"):
+        ex.run_call(["aten._local_scalar_dense.default", [ref(3)], {}, []], [], 0)
+    ex.run_batch([[W.OP_FREE, [1, 2, 3], {}, []]], [], 0)
+    assert not ex.poisoned
