@@ -407,9 +407,11 @@ class Session:
                 f"cuLaunchKernel({fn.name}): parameter buffer of {len(msg.params)} bytes, the kernel takes {expected}",
             )
         grid, block, params = tuple(msg.grid), tuple(msg.block), msg.params
+        # What the kernel may touch: this session's regions at launch time (NOTE [bounds check]).
+        allowed = [(r.start, r.size) for r in self.regions.values()]
 
         def run() -> None:
-            res = self.backend.launch(fn, grid, block, msg.shared_mem, params)  # type: ignore[arg-type]
+            res = self.backend.launch(fn, grid, block, msg.shared_mem, params, allowed)  # type: ignore[arg-type]
             if res.printf:
                 self.add_output(res.printf)
 

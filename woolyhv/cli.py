@@ -20,7 +20,7 @@ def _human(n: float) -> str:
     return str(n)
 
 
-def _make_backends(kind: str, cpu_memory: int):
+def _make_backends(kind: str, cpu_memory: int, bounds_check: bool = True):
     from gpud.backends.cpu import CpuBackend
 
     if kind in ("auto", "cpu"):
@@ -33,7 +33,7 @@ def _make_backends(kind: str, cpu_memory: int):
                     return devs
             except ImportError:
                 pass
-        return [CpuBackend(0, memory_bytes=cpu_memory or None)]
+        return [CpuBackend(0, memory_bytes=cpu_memory or None, bounds_check=bounds_check)]
     if kind == "nvidia":
         from gpud.backends import nvidia
 
@@ -56,6 +56,7 @@ def gpud(
     metrics_port: Annotated[int | None, typer.Option(help="serve Prometheus metrics on this port (0 = off)")] = None,
     scheduler: Annotated[bool | None, typer.Option("--scheduler/--no-scheduler", help="weighted fair device scheduling")] = None,
     overcommit_ratio: Annotated[float | None, typer.Option(help="tenants' memory may total this times the device")] = None,
+    bounds_check: Annotated[bool, typer.Option("--bounds-check/--no-bounds-check", help="CPU backend: check every global access of a kernel against the launching session's memory (CUDA_ERROR_ILLEGAL_ADDRESS instead of touching another tenant's data)")] = True,
 ) -> None:
     """Run the gpud daemon."""
     from gpud import log
@@ -72,7 +73,7 @@ def gpud(
         raise typer.BadParameter(f"hypervisor config: {exc}") from None
     if scheduler is not None:
         hv_config.scheduler.enabled = scheduler
-    server = Server(listen, _make_backends(backend, cpu_memory), hypervisor=hv_config)
+    server = Server(listen, _make_backends(backend, cpu_memory, bounds_check), hypervisor=hv_config)
     server.install_signal_handlers()
     server.serve_forever(owner_pid=owner_pid)
 

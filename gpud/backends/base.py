@@ -145,7 +145,10 @@ class Backend(ABC):
         block: tuple[int, int, int],
         shared_mem: int,
         params: bytes,
+        allowed_ranges: list[tuple[int, int]] | None = None,
     ) -> LaunchResult:
+        """Run a kernel to completion. ``allowed_ranges``: the (start, size) regions the launching
+        session may touch, for backends that check kernel memory accesses (NOTE [bounds check])."""
         attrs = function.attributes
         threads = block[0] * block[1] * block[2]
         limit = attrs.get("max_threads_per_block", 1024)
@@ -165,7 +168,7 @@ class Backend(ABC):
                 codes.INVALID_VALUE,
                 f"launch of {function.name}: {shared_mem} bytes of dynamic shared memory exceed the limit of {smem_limit}",
             )
-        return self._launch(function, grid, block, shared_mem, params)
+        return self._launch(function, grid, block, shared_mem, params, allowed_ranges)
 
     def synchronize(self) -> None:
         """Wait for work the vendor runtime still runs asynchronously (none on the CPU)."""
@@ -214,5 +217,6 @@ class Backend(ABC):
         block: tuple[int, int, int],
         shared_mem: int,
         params: bytes,
+        allowed_ranges: list[tuple[int, int]] | None = None,
     ) -> LaunchResult:
         raise CudaError(codes.NOT_SUPPORTED, f"cuLaunchKernel is not supported by the {self.kind} backend")

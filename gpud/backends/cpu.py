@@ -69,8 +69,15 @@ def sm80_attributes(sm_count: int, shared_per_block: int = 49152) -> dict[int, i
 class CpuBackend(Backend):
     kind = "cpu"
 
-    def __init__(self, ordinal: int = 0, memory_bytes: int | None = None, workers: int | None = None) -> None:
+    def __init__(
+        self, ordinal: int = 0, memory_bytes: int | None = None, workers: int | None = None, bounds_check: bool = True
+    ) -> None:
         super().__init__(ordinal)
+        # NOTE [bounds check]: with checks on, every global/generic access of a kernel is tested
+        # against the launching session's regions, so a wild pointer becomes
+        # CUDA_ERROR_ILLEGAL_ADDRESS (sticky for that session) instead of reading or corrupting
+        # another tenant's memory or crashing gpud. Costs ~2-3x on memory-bound kernels.
+        self.bounds_check = bounds_check
         self.workers = workers or os.cpu_count() or 1
         self._total = memory_bytes or _host_memory_bytes()
         host = platform.node().encode()
@@ -164,7 +171,7 @@ class CpuBackend(Backend):
             )
         jit = self._jit()
         try:
-            mod = jit.compile_module(bytes(image))
+            mod = jit.compile_module(bytes(image), bounds_check=self.bounds_check)
         except jit.JitError as exc:
             raise CudaError(exc.code, exc.message) from None
         globals_ = {name: (g.address, g.size) for name, g in getattr(mod, "globals", {}).items()}
@@ -190,10 +197,13 @@ class CpuBackend(Backend):
         }
         return Function(name=name, params=params, attributes=attrs, native=k)
 
-    def _launch(self, function, grid, block, shared_mem, params) -> LaunchResult:
+    def _launch(self, function, grid, block, shared_mem, params, allowed_ranges=None) -> LaunchResult:
         jit = self._jit()
+        ranges = allowed_ranges if self.bounds_check else None
         try:
-            res = function.native.launch(grid=tuple(grid), block=tuple(block), shared_mem=shared_mem, params=params)
+            res = function.native.launch(
+                grid=tuple(grid), block=tuple(block), shared_mem=shared_mem, params=params, allowed_ranges=ranges
+            )
         except jit.JitError as exc:
             raise CudaError(exc.code, f"{function.name}: {exc.message}") from None
         return LaunchResult(printf=getattr(res, "printf", "") or "")

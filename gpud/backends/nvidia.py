@@ -170,7 +170,7 @@ class NvidiaBackend(Backend):
         }
         return Function(name=name, params=params, attributes=attrs, native=fn)
 
-    def _launch(self, function, grid, block, shared_mem, params) -> LaunchResult:
+    def _launch(self, function, grid, block, shared_mem, params, allowed_ranges=None) -> LaunchResult:
         cu = self._bind()
         size = ctypes.c_size_t(len(params))
         buf = ctypes.create_string_buffer(bytes(params), max(1, len(params)))

@@ -317,7 +317,7 @@ def case_bits():
 
         s24 = lambda q: ((q & 0xFFFFFF) ^ 0x800000) - 0x800000  # noqa: E731
         e[i] = [bin(x).count("1"), _clz(x, 32), _brev(x, 32), _ffs(x),
-                _prmt(x, y, y & 0x7777), _prmt(x, y, (0x3210 ^ (y >> 16)) & 0xFFFF),
+                _prmt(x, y, y & 0x7777), _prmt(x, y, (0x3210 ^ (y >> 16)) & 0x7777),  # __byte_perm uses 3-bit selectors
                 fsl(x, y, y & 63, False), fsr(x, y, y & 63), fsl(x, y, y & 63, True),
                 u32((sx * sy) >> 32), (x * y) >> 32, u32(abs(sx - sy) + 7), u32(abs(x - y) + 1),
                 u32(s24(x) * s24(y)), u32((x & 0xFFFFFF) * (y & 0xFFFFFF)), u32((sx + sy) >> 1), (x + y + 1) >> 1,
