@@ -165,10 +165,11 @@ def bench_fairness(quick: bool) -> dict[str, Any]:
     finally:
         _stop(on_proc, on_path)
         _stop(off_proc, off_path)
-    # Best of the interleaved rounds: other processes on the machine only ever slow a round down.
-    emit(BENCH, "lone_tenant_throughput", max(with_policy), max(without), 0.95, "ops/s",
-         higher_is_better=True, rounds=rounds, statistic="best of rounds",
-         median_ratio=round(median(with_policy) / median(without), 3),
+    # Medians of interleaved rounds: the machine is shared, single rounds swing by 2x either way.
+    paired = [w / o for w, o in zip(with_policy, without, strict=True) if o]
+    emit(BENCH, "lone_tenant_throughput", median(with_policy), median(without), 0.95, "ops/s",
+         higher_is_better=True, rounds=rounds, statistic="median of interleaved rounds",
+         median_paired_ratio=round(median(paired), 3), best_ratio=round(max(with_policy) / max(without), 3),
          with_policy=[round(x, 1) for x in with_policy], without=[round(x, 1) for x in without])
     return line
 
@@ -199,7 +200,7 @@ def bench_wake(quick: bool) -> dict[str, Any]:
     cfg = ("[hypervisor]\nidle_check_s = 0.1\nhost_budget = \"2GiB\"\n[dedup]\nenabled = false\n"
            "[tenants.sleeper]\nidle_timeout_s = 0.5\n")
     endpoint, proc, path = _gpud(cfg, "--cpu-memory", str(2 << 30))
-    walls = []
+    walls, wakes = [], []
     try:
         d = W.connect(endpoint, "sleeper")
         obs = W.connect(endpoint, "observer")
@@ -207,7 +208,7 @@ def bench_wake(quick: bool) -> dict[str, Any]:
         p = d.mem_alloc(size)
         d.memcpy_htod(p, data)
         d.ctx_synchronize()
-        for _ in range(1 if quick else 3):
+        for _ in range(2 if quick else 4):
             deadline = time.monotonic() + 30
             while next(t for t in _hv(obs)["tenants"] if t["tenant"] == "sleeper")["state"] != "asleep":
                 if time.monotonic() > deadline:
@@ -216,7 +217,7 @@ def bench_wake(quick: bool) -> dict[str, Any]:
             t0 = time.perf_counter()
             d.ctx_synchronize()  # the next call wakes it
             walls.append(time.perf_counter() - t0)
-            wake_s = next(t for t in _hv(obs)["tenants"] if t["tenant"] == "sleeper")["last_wake_s"]
+            wakes.append(next(t for t in _hv(obs)["tenants"] if t["tenant"] == "sleeper")["last_wake_s"])
         exact = bytes(d.memcpy_dtoh(p, size)) == data
         st = _hv(obs)["sleep"]
         d.conn.close()
@@ -224,6 +225,7 @@ def bench_wake(quick: bool) -> dict[str, Any]:
     finally:
         _stop(proc, path)
     fresh, resident = _memcpy_gbs(size)
+    wake_s = min(wakes)  # best of the wakes, against the best of the memcpys
     wake_gbs = size / wake_s / 1e9
     return emit(BENCH, "wake_bandwidth", wake_gbs, fresh, 0.8, "GB/s", higher_is_better=True, bytes=size,
                 baseline_is="memcpy into freshly mapped pages (what restoring released pages costs)",
