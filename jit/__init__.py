@@ -38,7 +38,7 @@ def compile_module(ptx: str | bytes, target: str = "cpu", bounds_check: bool = F
     else:
         raise JitError(CUDA_ERROR_INVALID_PTX, f"PTX must be str or bytes, not {type(ptx).__name__}")
     data = data.split(b"\0", 1)[0]
-    from jit.emit.amdgpu import ARCHS
+    from jit.emit import ARCHS
     if target != "cpu" and target not in ARCHS:
         raise JitError(CUDA_ERROR_NOT_SUPPORTED, f"JIT target '{target}' (supported: cpu, {', '.join(ARCHS)})")
     obj, meta, key = compile_object(data, target, bool(bounds_check))

@@ -128,10 +128,15 @@ def _worker() -> Worker:
 
 
 def warm_up() -> None:
-    """Start the compile workers now so the first compile does not pay for a Python start."""
+    """Start the compile workers now so the first compile does not pay for a Python start, and warm the loader
+    (shared MCJIT engine) so the first disk cache hit does not pay LLVM's one-time set-up."""
     w = _worker()
     with w.lock:
         w.ensure()
+    if cache_enabled():
+        cache_key(b"", "cpu")  # computes the host id (translator source digest) once
+    from jit.runtime import warm_loader
+    warm_loader()
 
 
 def shutdown() -> None:

@@ -32,7 +32,7 @@ def front_end(ptx: str | bytes) -> A.Module:
     return mod
 
 
-def translate(ptx: str | bytes, target: str = "cpu", bounds_check: bool = False) -> to_llvm.Lowered:
+def translate(ptx: str | bytes, target: str = "cpu", bounds_check: bool = False, tag: str = "") -> to_llvm.Lowered:
     """PTX text -> LLVM IR module (plus kernel metadata). Registers become allocas; LLVM's mem2reg/SROA (in
     the optimise pass) turns them into SSA values."""
-    return to_llvm.run(front_end(ptx), target, bounds_check)
+    return to_llvm.run(front_end(ptx), target, bounds_check, tag)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import hashlib
 import os
 import re
 import struct
@@ -14,7 +15,7 @@ from typing import Any
 
 import llvmlite.binding as llvm
 
-from jit.emit.cpu import (
+from jit.emit import (
     L_ASSERT,
     L_BADADDR,
     L_BLOCK,
@@ -153,11 +154,15 @@ def _bind_host_symbols() -> None:
         llvm.add_symbol("wooly_rt_assert", ctypes.cast(_rt_assert, ctypes.c_void_p).value)
         # compiler-rt style helpers the x86 backend may call (__fixsfti, __udivti3, ...): MCJIT only searches
         # libraries loaded "permanently", and an unresolved one becomes a null call at run time.
+        # The soname first: ctypes.util.find_library runs ldconfig/gcc in a subprocess (~40 ms), only a fallback.
         for lib in ("libgcc_s.so.1", "libm.so.6"):
             try:
-                llvm.load_library_permanently(ctypes.util.find_library(lib.split(".so")[0][3:]) or lib)
+                llvm.load_library_permanently(lib)
             except RuntimeError:
-                pass
+                try:
+                    llvm.load_library_permanently(ctypes.util.find_library(lib.split(".so")[0][3:]) or lib)
+                except RuntimeError:
+                    pass
         _SYMBOLS_DONE = True
 
 
@@ -301,15 +306,78 @@ def _dims(d: tuple[int, ...] | int, what: str) -> tuple[int, int, int]:
     return t  # type: ignore[return-value]
 
 
+# NOTE [one shared engine]
+# Creating an MCJIT engine and finalising its first object costs ~1.5 ms (target machine, memory manager, process
+# symbol lookup); adding another object to a live engine costs ~0.1 ms. So every compiled object whose exported
+# symbols are unique (kernels are named wooly_run_<hash of PTX+target>_<i>; everything else in the object is
+# internal, see jit/passes/to_llvm.py) goes into one process-wide engine and stays there: a disk cache hit in a
+# restarted daemon pays only the object load. An object whose symbols are already in the shared engine (the same PTX
+# compiled again with the cache off, or reloaded after eviction), an old-style object (wooly_run_<i>), or any object
+# once the shared engine holds _SHARED_MAX of them, gets a private engine as before (freed with its modules).
+_SHARED: Any = None
+_SHARED_SYMS: set[str] = set()
+_SHARED_OBJS: dict[bytes, dict[str, int]] = {}  # sha256 of an object already in the shared engine -> symbol addrs
+_SHARED_LOCK = threading.Lock()
+_SHARED_MAX = int(os.environ.get("WOOLY_JIT_SHARED_OBJECTS", "256"))
+
+
+def _shared_addrs(obj: bytes, syms: list[str]) -> dict[str, int] | None:
+    """Symbol addresses of ``obj`` loaded into the shared engine, or None when it must get a private engine."""
+    global _SHARED
+    if not all(s.startswith("wooly_run_") and s.count("_") >= 3 for s in syms):
+        return None  # an object from before unique symbols
+    digest = hashlib.sha256(obj).digest()
+    with _SHARED_LOCK:
+        hit = _SHARED_OBJS.get(digest)
+        if hit is not None:  # the very same code is loaded already (e.g. after _ENGINES eviction)
+            return hit
+        if len(_SHARED_OBJS) >= _SHARED_MAX or _SHARED_SYMS & set(syms):
+            return None
+        if _SHARED is None:
+            _SHARED = llvm.create_mcjit_compiler(llvm.parse_assembly(""), host_target_machine())
+        _SHARED.add_object_file(llvm.ObjectFileRef.from_data(obj))
+        _SHARED.finalize_object()
+        addrs = {s: _SHARED.get_function_address(s) for s in syms}
+        _SHARED_SYMS.update(syms)
+        _SHARED_OBJS[digest] = addrs
+        return addrs
+
+
+def warm_loader() -> None:
+    """Pay the loader's one-time costs now (~20 ms in a fresh process, mostly LLVM's first object load: target
+    machine, memory manager, host symbols) instead of in the first kernel load: creates the shared engine and
+    loads a trivial object into it. Called by jit.warm_up()."""
+    global _SHARED
+    _bind_host_symbols()
+    with _SHARED_LOCK:
+        if _SHARED is not None:
+            return
+        tm = host_target_machine()
+        m = llvm.parse_assembly("define void @wooly_warm() {\n  ret void\n}\n")
+        m.triple = tm.triple
+        m.data_layout = str(tm.target_data)
+        obj = tm.emit_object(m)
+        _SHARED = llvm.create_mcjit_compiler(llvm.parse_assembly(""), host_target_machine())
+        _SHARED.add_object_file(llvm.ObjectFileRef.from_data(obj))
+        _SHARED.finalize_object()
+        _SHARED.get_function_address("wooly_warm")
+
+
 class _Loaded:
-    """One MCJIT engine holding a compiled object; shared by every CpuModule instance of the same PTX."""
+    """A compiled object's kernels, loaded with MCJIT; shared by every CpuModule instance of the same PTX."""
 
     def __init__(self, obj: bytes, meta: dict) -> None:
         _bind_host_symbols()
-        self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), host_target_machine())
-        self.engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
-        self.engine.finalize_object()
-        self.fns = {k["name"]: _RUN(self.engine.get_function_address(k["symbol"])) for k in meta["kernels"]}
+        syms = [k["symbol"] for k in meta["kernels"]]
+        addrs = _shared_addrs(obj, syms)
+        if addrs is not None:
+            self.engine = _SHARED
+        else:
+            self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), host_target_machine())
+            self.engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+            self.engine.finalize_object()
+            addrs = {s: self.engine.get_function_address(s) for s in syms}
+        self.fns = {k["name"]: _RUN(addrs[k["symbol"]]) for k in meta["kernels"]}
 
 
 _ENGINES: dict[str, _Loaded] = {}

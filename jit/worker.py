@@ -12,7 +12,7 @@ import struct
 import sys
 import traceback
 from dataclasses import asdict
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 
 def read_frame(f: BinaryIO) -> bytes | None:
@@ -31,8 +31,11 @@ def write_frame(f: BinaryIO, data: bytes) -> None:
     f.write(data)
 
 
+_TMS: dict[int, Any] = {}
+
+
 def compile_ptx(ptx: bytes, target: str, opt: int = 2, bounds_check: bool = False) -> tuple[bytes, dict]:
-    from jit.emit.amdgpu import ARCHS
+    from jit.emit import ARCHS
     from jit.errors import JitError, not_supported
     from jit.passes import optimize
     from jit.pipeline import translate
@@ -44,11 +47,16 @@ def compile_ptx(ptx: bytes, target: str, opt: int = 2, bounds_check: bool = Fals
         return compile_amdgpu(front_end(ptx), target, opt)
     if target != "cpu":
         raise not_supported(f"JIT target '{target}'")
+    import hashlib
+    raw = ptx if isinstance(ptx, bytes) else ptx.encode()
+    tag = hashlib.sha256(raw + f"|{target}|{int(bounds_check)}".encode()).hexdigest()[:16]
     try:
-        low = translate(ptx, target, bounds_check)
+        low = translate(ptx, target, bounds_check, tag)
     except RecursionError as e:
         raise JitError(218, "PTX too deeply nested") from e
-    tm = optimize.host_target_machine(opt)
+    tm = _TMS.get(opt)
+    if tm is None:  # one per worker process and level (creating one costs ~1 ms: host CPU name and features)
+        tm = _TMS[opt] = optimize.host_target_machine(opt)
     mod = optimize.run(str(low.ir_module), tm, opt)
     obj = tm.emit_object(mod)
     meta = {"kernels": [asdict(k) for k in low.kernels], "globals": low.globals, "dyn_offset": low.dyn_offset,

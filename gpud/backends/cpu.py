@@ -12,6 +12,7 @@ import ctypes
 import mmap
 import os
 import platform
+import threading
 import uuid
 
 import numpy as np
@@ -66,6 +67,15 @@ def sm80_attributes(sm_count: int, shared_per_block: int = 49152) -> dict[int, i
     return a
 
 
+def _warm_jit() -> None:
+    try:
+        import jit
+
+        jit.warm_up()
+    except Exception:  # noqa: BLE001 - warming is an optimisation; a real load reports real errors
+        pass
+
+
 class CpuBackend(Backend):
     kind = "cpu"
 
@@ -78,6 +88,9 @@ class CpuBackend(Backend):
         # CUDA_ERROR_ILLEGAL_ADDRESS (sticky for that session) instead of reading or corrupting
         # another tenant's memory or crashing gpud. Costs ~2-3x on memory-bound kernels.
         self.bounds_check = bounds_check
+        # Start the JIT's compile worker and loader in the background, so the first module load
+        # of a (re)started daemon does not pay for them; gpud answers clients meanwhile.
+        threading.Thread(target=_warm_jit, name="gpud-jit-warmup", daemon=True).start()
         self.workers = workers or os.cpu_count() or 1
         self._total = memory_bytes or _host_memory_bytes()
         host = platform.node().encode()

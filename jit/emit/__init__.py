@@ -1,0 +1,22 @@
+"""Code emitters per target. This package module holds the binary interface constants shared by the CPU code
+generator and the loader (jit/runtime.py).
+
+Kept free of heavy imports: the loader (a disk cache hit in a restarted daemon) imports these, not the lowering.
+"""
+
+from __future__ import annotations
+
+# launch context (i64 slots)
+L_PARAMS, L_GRID, L_BLOCK, L_NBLOCKS, L_NEXT, L_ERROR, L_PRINTF, L_DYN, L_NTHREADS, L_ASSERT = 0, 1, 4, 7, 8, 9, 10, 11, 12, 13
+L_GLOBALS, L_RANGES, L_NRANGES, L_BADADDR = 14, 15, 16, 17  # data block; bounds-check table (jit/emit/bounds.py)
+L_SLOTS = 24
+# worker context
+W_SHARED, W_LOCAL, W_SCRATCH = 0, 1, 2
+# thread context passed to .func code (i64 slots)
+T_TID, T_NTID, T_CTAID, T_NCTAID, T_SHARED, T_LCTX, T_LINEAR, T_EXITED = 0, 3, 6, 9, 12, 13, 14, 15
+T_SLOTS = 16
+# per-thread scheduler record (bytes)
+R_PC, R_PARK, R_XA, R_XB, R_XC, R_XMASK, R_XPRED, R_RVAL, R_RPRED, R_DONE, R_SLOTS = 0, 4, 8, 16, 20, 24, 28, 32, 40, 44, 48
+
+# AMDGPU architectures (wavefront size); the code generator is jit/emit/amdgpu.py
+ARCHS = {"gfx90a": 64, "gfx942": 64, "gfx1100": 32}

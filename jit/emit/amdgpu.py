@@ -28,13 +28,13 @@ from dataclasses import asdict
 
 from llvmlite import ir
 
+from jit.emit import ARCHS
 from jit.errors import CUDA_ERROR_INVALID_PTX, JitError, not_supported
 from jit.lower.core import FuncLowering, Storage
 from jit.lower.module import KernelMeta, ModuleCodegen, ParamLayout, align_up, var_align, var_size
 from jit.lower.types import I1, I8, I16, I32, I64, PTR, VOID
 from jit.ptx import ast as A
 
-ARCHS = {"gfx90a": 64, "gfx942": 64, "gfx1100": 32}
 TRIPLE = "amdgcn-amd-amdhsa"
 CODE_OBJECT_VERSION = 400  # v4: understood by the ld.lld of older distributions as well as by the HIP runtime
 

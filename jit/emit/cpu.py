@@ -1,8 +1,9 @@
 """CPU target: kernels become native functions that run whole thread blocks.
 
 # NOTE [CPU work-group execution]
-# A kernel is compiled to ``void wooly_run_<i>(i64* launch_ctx, i64* worker_ctx)``. Each OS worker thread calls it;
-# it claims block ids from an atomic counter in the launch context and runs each block completely.
+# A kernel is compiled to ``void wooly_run_<tag>_<i>(i64* launch_ctx, i64* worker_ctx)`` (tag: a hash of the PTX,
+# NOTE [one shared engine] in jit/runtime.py). Each OS worker thread calls it; it claims block ids from an atomic
+# counter in the launch context and runs each block completely.
 #
 # Kernels without sync points (no barrier, no warp collective) run a block as three nested loops over tid.z/y/x
 # with the kernel body inside; registers are allocas that mem2reg turns into SSA values, so LLVM can optimise
@@ -22,23 +23,51 @@ from __future__ import annotations
 
 from llvmlite import ir
 
+from jit.emit import (  # noqa: F401 (re-exported: jit/emit/cpu_*.py use them from here)
+    L_ASSERT,
+    L_BADADDR,
+    L_BLOCK,
+    L_DYN,
+    L_ERROR,
+    L_GLOBALS,
+    L_GRID,
+    L_NBLOCKS,
+    L_NEXT,
+    L_NRANGES,
+    L_NTHREADS,
+    L_PARAMS,
+    L_PRINTF,
+    L_RANGES,
+    L_SLOTS,
+    R_DONE,
+    R_PARK,
+    R_PC,
+    R_RPRED,
+    R_RVAL,
+    R_SLOTS,
+    R_XA,
+    R_XB,
+    R_XC,
+    R_XMASK,
+    R_XPRED,
+    T_CTAID,
+    T_EXITED,
+    T_LCTX,
+    T_LINEAR,
+    T_NCTAID,
+    T_NTID,
+    T_SHARED,
+    T_SLOTS,
+    T_TID,
+    W_LOCAL,
+    W_SCRATCH,
+    W_SHARED,
+)
 from jit.errors import CUDA_ERROR_ASSERT, not_supported
 from jit.lower.core import FuncLowering
 from jit.lower.module import KernelMeta, ModuleCodegen, ParamLayout, align_up, var_align, var_size
 from jit.lower.types import I1, I32, I64, PTR, VOID, convert_bits, reg_type
 from jit.ptx import ast as A
-
-# launch context (i64 slots)
-L_PARAMS, L_GRID, L_BLOCK, L_NBLOCKS, L_NEXT, L_ERROR, L_PRINTF, L_DYN, L_NTHREADS, L_ASSERT = 0, 1, 4, 7, 8, 9, 10, 11, 12, 13
-L_GLOBALS, L_RANGES, L_NRANGES, L_BADADDR = 14, 15, 16, 17  # data block; bounds-check table (jit/emit/bounds.py)
-L_SLOTS = 24
-# worker context
-W_SHARED, W_LOCAL, W_SCRATCH = 0, 1, 2
-# thread context passed to .func code (i64 slots)
-T_TID, T_NTID, T_CTAID, T_NCTAID, T_SHARED, T_LCTX, T_LINEAR, T_EXITED = 0, 3, 6, 9, 12, 13, 14, 15
-T_SLOTS = 16
-# per-thread scheduler record (bytes)
-R_PC, R_PARK, R_XA, R_XB, R_XC, R_XMASK, R_XPRED, R_RVAL, R_RPRED, R_DONE, R_SLOTS = 0, 4, 8, 16, 20, 24, 28, 32, 40, 44, 48
 
 _XYZ = {"x": 0, "y": 1, "z": 2}
 
@@ -253,9 +282,11 @@ def call_assert(fl: FuncLowering, L: ir.Value, msg: ir.Value, file: ir.Value, li
     fl.b.call(fn, [L, msg, file, line])
 
 
-def build_kernel(cg: ModuleCodegen, fn: A.Function, index: int) -> KernelMeta:
+def build_kernel(cg: ModuleCodegen, fn: A.Function, index: int, tag: str = "") -> KernelMeta:
+    """``tag`` makes the symbol unique per module (wooly_run_<tag>_<i>), so that many objects can share one MCJIT
+    engine in the loader (NOTE [one shared engine] in jit/runtime.py)."""
     from jit.emit.cpu_kernel import emit_kernel
-    meta = KernelMeta(fn.name, f"wooly_run_{index}")
+    meta = KernelMeta(fn.name, f"wooly_run_{tag}_{index}" if tag else f"wooly_run_{index}")
     off = 0
     for p in fn.params:
         a = var_align(p)

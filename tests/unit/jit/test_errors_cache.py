@@ -84,3 +84,31 @@ def test_worker_restarts_after_death() -> None:
             w.proc.wait()
     m = compile_module(HEADER + f".visible .entry k2() {{ ret; }} // {time.time_ns()}")
     assert m.kernel_names == ["k2"]
+
+
+def test_shared_engine_keeps_modules_apart(monkeypatch: pytest.MonkeyPatch) -> None:
+    """NOTE [one shared engine] (jit/runtime.py): modules with the same kernel name share one MCJIT engine, each
+    runs its own code; the same PTX compiled twice with the cache off (identical object) reuses the loaded code."""
+    import struct
+
+    import jit.runtime as rt
+
+    def src(v: int) -> str:
+        return HEADER + (".visible .entry k(.param .u64 p) { .reg .b64 %rd<2>; .reg .b32 %r<2>;\n"
+                         f"  ld.param.u64 %rd1, [p]; mov.u32 %r1, {v}; st.global.u32 [%rd1], %r1; ret; }}"
+                         f" // shared-engine {time.time_ns()}")
+    out = np.zeros(1, np.uint32)
+    prm = struct.pack("<Q", out.ctypes.data)
+    mods = [compile_module(src(v)) for v in (11, 22)]
+    for v, m in zip((11, 22), mods, strict=True):
+        assert m._code.engine is rt._SHARED
+        m.get_kernel("k").launch((1,), (1,), 0, prm)
+        assert out[0] == v
+    monkeypatch.setenv("WOOLY_JIT_CACHE", "0")
+    s = src(33)
+    a, b = compile_module(s), compile_module(s)
+    assert a._code is not b._code and a._code.engine is rt._SHARED and b._code.engine is rt._SHARED
+    for m in (a, b):
+        out[0] = 0
+        m.get_kernel("k").launch((1,), (1,), 0, prm)
+        assert out[0] == 33
