@@ -14,8 +14,8 @@ from gpud.errors import CudaError, codes
 from gpud.session import CLOSE_HOOKS, INLINE_BYTES, Session, extension
 from proto import messages as m
 
-SLOTS = 8
-SLOT_SIZE = 8 << 20
+SLOTS = 16
+SLOT_SIZE = 2 << 20
 HEADER = 4096
 ERROR_BIT = 1 << 63
 
