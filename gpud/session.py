@@ -355,7 +355,7 @@ class Session:
                 self.backend.unload_module(mod)
                 raise CudaError(codes.INVALID_CONTEXT, "session closed")
             self.modules[msg.module] = mod
-            for name, (addr, size) in mod.globals.items():
+            for addr, size in mod.globals.values():
                 if size and addr not in self.regions:
                     self._add_region(Region(addr, size, None))
             return {"kernels": mod.kernel_names, "globals": {k: list(v) for k, v in mod.globals.items()}}, []
@@ -366,7 +366,7 @@ class Session:
         mod = self.modules.pop(msg.module, None)
         if mod is None:
             raise CudaError(codes.INVALID_HANDLE, f"invalid module handle {msg.module}")
-        for addr, size in mod.globals.values():
+        for addr, _size in mod.globals.values():
             r = self.regions.get(addr)
             if r is not None and r.allocation is None:
                 self._remove_region(addr)

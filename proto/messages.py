@@ -11,7 +11,7 @@ zero-copy frame (see ``proto.codec``).
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
@@ -401,26 +401,7 @@ class Error(_Req):
 
 
 QueuedCall = Annotated[
-    Union[
-        MemFree,
-        MemcpyHtoD,
-        MemcpyDtoD,
-        Memset,
-        StreamCreate,
-        StreamDestroy,
-        StreamWaitEvent,
-        EventCreate,
-        EventRecord,
-        EventDestroy,
-        ModuleUnload,
-        Launch,
-        ShmHtoD,
-        ShmDtoH,
-        AtenBatch,
-        DedupPublish,
-        DedupTensor,
-        HostUnmap,
-    ],
+    MemFree | MemcpyHtoD | MemcpyDtoD | Memset | StreamCreate | StreamDestroy | StreamWaitEvent | EventCreate | EventRecord | EventDestroy | ModuleUnload | Launch | ShmHtoD | ShmDtoH | AtenBatch | DedupPublish | DedupTensor | HostUnmap,
     Field(discriminator="kind"),
 ]
 
@@ -431,53 +412,7 @@ class Batch(_Req):
 
 
 Message = Annotated[
-    Union[
-        Hello,
-        HelloReply,
-        Bye,
-        Ping,
-        Pong,
-        Sync,
-        ListSessions,
-        MemAlloc,
-        MemFree,
-        MemGetInfo,
-        MemcpyHtoD,
-        MemcpyDtoH,
-        MemcpyDtoD,
-        Memset,
-        StreamCreate,
-        StreamDestroy,
-        StreamSynchronize,
-        StreamQuery,
-        StreamWaitEvent,
-        EventCreate,
-        EventRecord,
-        EventQuery,
-        EventSynchronize,
-        EventElapsed,
-        EventDestroy,
-        CtxSynchronize,
-        ModuleLoad,
-        ModuleUnload,
-        ModuleGetFunction,
-        ModuleGetGlobal,
-        Launch,
-        AtenBatch,
-        AtenCall,
-        DedupUpload,
-        DedupPublish,
-        DedupQuery,
-        DedupTensor,
-        Batch,
-        ShmOpen,
-        ShmHtoD,
-        ShmDtoH,
-        HostMap,
-        HostUnmap,
-        Result,
-        Error,
-    ],
+    Hello | HelloReply | Bye | Ping | Pong | Sync | ListSessions | MemAlloc | MemFree | MemGetInfo | MemcpyHtoD | MemcpyDtoH | MemcpyDtoD | Memset | StreamCreate | StreamDestroy | StreamSynchronize | StreamQuery | StreamWaitEvent | EventCreate | EventRecord | EventQuery | EventSynchronize | EventElapsed | EventDestroy | CtxSynchronize | ModuleLoad | ModuleUnload | ModuleGetFunction | ModuleGetGlobal | Launch | AtenBatch | AtenCall | DedupUpload | DedupPublish | DedupQuery | DedupTensor | Batch | ShmOpen | ShmHtoD | ShmDtoH | HostMap | HostUnmap | Result | Error,
     Field(discriminator="kind"),
 ]
 

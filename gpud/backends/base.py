@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import functools
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from gpud.errors import CudaError, codes
 from proto.messages import DeviceInfo
@@ -170,10 +171,10 @@ class Backend(ABC):
             )
         return self._launch(function, grid, block, shared_mem, params, allowed_ranges)
 
-    def synchronize(self) -> None:
+    def synchronize(self) -> None:  # noqa: B027 - optional hook
         """Wait for work the vendor runtime still runs asynchronously (none on the CPU)."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook
         """Release the device."""
 
     # ------------------------------------------------------------- vendor hooks

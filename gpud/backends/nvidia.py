@@ -17,7 +17,7 @@ import threading
 from typing import Any
 
 from gpud.backends.base import Allocation, Backend, Function, LaunchResult, Module, ParamInfo
-from gpud.errors import CudaError, codes
+from gpud.errors import CudaError
 from proto.messages import DeviceInfo
 
 _ATTR_MAX = 144
