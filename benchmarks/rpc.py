@@ -122,6 +122,7 @@ def main() -> None:
             ep_raw = f"ipc:///tmp/wooly-bench-raw-{os.getpid()}.sock"
             ep_gpud = f"ipc:///tmp/wooly-bench-gpud-{os.getpid()}.sock"
         endpoint, proc = start_gpud(ep_gpud, backend="cpu", log_level="warning")
+        time.sleep(2.0)  # steady state: let gpud's background JIT warm-up finish before timing
         try:
             driver = Driver(Connection(endpoint))
             raw = _raw_rtt(ep_raw, n)
