@@ -179,9 +179,10 @@ def _pool() -> ThreadPoolExecutor:
 
 
 def _buffer(n: int) -> tuple[Any, int]:
-    buf = ctypes.create_string_buffer(max(n, 16) + 64)
+    # page-aligned: .shared/.local variables may declare any .align up to that (offsets inside are aligned)
+    buf = ctypes.create_string_buffer(max(n, 16) + 4096)
     addr = ctypes.addressof(buf)
-    return buf, (addr + 63) // 64 * 64
+    return buf, (addr + 4095) // 4096 * 4096
 
 
 @dataclass

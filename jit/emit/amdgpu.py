@@ -111,7 +111,7 @@ class AmdEnv:
     def local_ptr(self, fl: FuncLowering, offset: int) -> ir.Value:
         if self.local is None:
             a = fl.ab.alloca(ir.ArrayType(I8, max(self.local_bytes, 16)), name="local")
-            a.align = 16
+            a.align = self.cg.local_align(self.fn)
             self.local = a
         return fl.b.gep(self.local, [ir.Constant(I64, 0), ir.Constant(I64, offset)])
 

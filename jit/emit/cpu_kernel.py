@@ -68,7 +68,7 @@ def emit_kernel(cg: ModuleCodegen, fn: A.Function, env: EntryEnv, meta: KernelMe
     env.nt32 = b.mul(b.mul(env.ntid[0], env.ntid[1]), env.ntid[2])
     env.tc = opaque_alloca(ab, ir.ArrayType(I64, T_SLOTS), "tctx")
     if not env.sched and meta.local_bytes and not cg.bounds_check:
-        env.local = opaque_alloca(ab, ir.ArrayType(I8, meta.local_bytes), "local")
+        env.local = opaque_alloca(ab, ir.ArrayType(I8, meta.local_bytes), "local", cg.local_align(fn))
     meta.scheduler = env.sched
     meta.rec_bytes = env.rec_bytes if env.sched else 0
     cg.bind_locals_and_params(fl, fn)
@@ -191,6 +191,7 @@ class FuncEnv:
 
     def __init__(self, cg: ModuleCodegen, llfn: ir.Function, local_bytes: int) -> None:
         self.cg, self.llfn, self.local_bytes = cg, llfn, local_bytes
+        self.local_align = 16
         self.tc = llfn.args[0]
         self.local: ir.Value | None = None
 
@@ -225,7 +226,7 @@ class FuncEnv:
 
     def local_ptr(self, fl: FuncLowering, offset: int) -> ir.Value:
         if self.local is None:
-            self.local = opaque_alloca(fl.ab, ir.ArrayType(I8, max(self.local_bytes, 16)), "local")
+            self.local = opaque_alloca(fl.ab, ir.ArrayType(I8, max(self.local_bytes, 16)), "local", self.local_align)
         return fl.b.gep(self.local, [_i64(offset)], source_etype=I8)
 
     def param_base(self, fl: FuncLowering) -> ir.Value:
@@ -282,6 +283,7 @@ def emit_funcs(cg: ModuleCodegen) -> None:
         body = llfn.append_basic_block("body")
         b = ir.IRBuilder(body)
         env = FuncEnv(cg, llfn, cg.local_layout(f)[1])
+        env.local_align = cg.local_align(f)
         fl = FuncLowering(cg, f, llfn, env, ab, b)  # type: ignore[arg-type]
         cg.bind_locals_and_params(fl, f)
         for i, p in enumerate(list(f.rets) + list(f.params)):

@@ -224,6 +224,10 @@ class FuncLowering:
 
     def sym_value(self, name: str, off: int = 0) -> ir.Value:
         """The value of a symbol used as an operand: its address in its own state space."""
+        fn = self.cg.funcs.get(name) if not self.sym.get(name) and not self.cg.storage(name) else None
+        if fn is not None:  # mov.u64 %rd, func: a function address, for call through a register (.callprototype)
+            v = self.b.ptrtoint(fn, I64)
+            return self.b.add(v, ir.Constant(I64, off)) if off else v
         s = self.storage(name)
         if s.kind == "shared":
             return ir.Constant(I64, int(s.value) + off)  # type: ignore[arg-type]

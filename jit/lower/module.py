@@ -117,7 +117,10 @@ class ModuleCodegen:
             biggest = max(biggest, o)
         # NOTE [dynamic shared offset]: every kernel of the module sees dynamic shared memory at the same offset,
         # after the largest static area, so .func code that touches `extern .shared` needs no per-kernel fix-up.
-        self.dyn_offset = align_up(biggest, 16)
+        ext_align = [var_align(v) for v in module_vars if v.name in extern]
+        ext_align += [var_align(v) for f in self.ast.functions if f.is_entry for v in f.vars
+                      if v.space == "shared" and v.name in extern]
+        self.dyn_offset = align_up(biggest, max([16] + ext_align))
         for name in extern:
             self.shared[name] = self.dyn_offset
 
@@ -164,6 +167,10 @@ class ModuleCodegen:
             fn = ir.Function(self.module, ty, name)
         return fn  # type: ignore[return-value]
 
+    def local_align(self, f: A.Function) -> int:
+        """Alignment of a thread's .local area: the largest .align its variables declare (at least 16)."""
+        return max([16] + [var_align(v) for v in f.vars if v.space == "local"])
+
     def local_layout(self, f: A.Function) -> tuple[dict[str, int], int]:
         off = 0
         out: dict[str, int] = {}
@@ -172,7 +179,8 @@ class ModuleCodegen:
                 off = align_up(off, var_align(v))
                 out[v.name] = off
                 off += var_size(v)
-        return out, align_up(off, 16)
+        # the per-thread stride keeps every thread's area aligned like the first (the base is page-aligned)
+        return out, align_up(off, self.local_align(f))
 
     def bind_locals_and_params(self, fl: FuncLowering, f: A.Function) -> None:
         """Storage for function-scope .local/.shared/.param variables (call-site buffers)."""

@@ -71,6 +71,10 @@ def _load_u64(fl: FuncLowering, o: A.Operand) -> ir.Value:
 @op("call")
 def call(fl: FuncLowering, ins: A.Instr) -> None:
     ops = list(ins.operands)
+    k = next((i for i, o in enumerate(ops) if not isinstance(o, A.Group)), None)
+    if k is not None and isinstance(ops[k], A.Reg):
+        _indirect_call(fl, ins, ops, k)
+        return
     k = next((i for i, o in enumerate(ops) if isinstance(o, A.Sym)), None)
     if k is None:
         raise not_supported("indirect call through a register", ins.line)
@@ -103,4 +107,18 @@ def call(fl: FuncLowering, ins: A.Instr) -> None:
         raise invalid_ptx(f"call to '{name}' with {len(actual) - 1} arguments, expected {len(callee.args) - 1}",
                           ins.line, ins.col)
     fl.b.call(callee, actual)
+    env.after_call(fl)
+
+
+def _indirect_call(fl: FuncLowering, ins: A.Instr, ops: list[A.Operand], k: int) -> None:
+    """call (rets), %rd, (args), proto; -- %rd holds a .func address taken with mov (see FuncLowering.sym_value).
+    Every lowered .func has the same shape (thread context, then one pointer per return/argument), so the call
+    goes through a pointer of that type; the prototype's own parameter list only fixes the count."""
+    rets = [x for g in ops[:k] if isinstance(g, A.Group) for x in g.items]
+    args = [x for g in ops[k + 1:] if isinstance(g, A.Group) for x in g.items]
+    env = fl.env
+    actual = [env.tctx(fl)] + [_param_ptr(fl, r) for r in rets] + [_param_ptr(fl, a) for a in args]
+    # a pointer typed with the function type: llvmlite's call() reads it (the IR text says plain 'ptr')
+    fty = ir.FunctionType(ir.VoidType(), [PTR] * len(actual))
+    fl.b.call(fl.b.inttoptr(fl.get(ops[k], "b64"), fty.as_pointer()), actual)
     env.after_call(fl)

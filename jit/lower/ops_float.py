@@ -7,7 +7,7 @@ from collections.abc import Callable
 from llvmlite import ir
 
 from jit.lower.core import FuncLowering, op
-from jit.lower.types import F16, F32, F64, I1, I16, I32, I64, suffix
+from jit.lower.types import F16, F32, F64, I1, I16, I32, I64, float_bits_const, suffix
 from jit.ptx import ast as A
 
 ROUND = ("rn", "rz", "rm", "rp")
@@ -37,6 +37,15 @@ def sat(fl: FuncLowering, x: ir.Value) -> ir.Value:
     b = fl.b
     lo = b.select(b.fcmp_ordered(">", x, ir.Constant(x.type, 0.0)), x, ir.Constant(x.type, 0.0))
     return b.select(b.fcmp_ordered(">", lo, ir.Constant(x.type, 1.0)), ir.Constant(x.type, 1.0), lo)
+
+
+def relu(fl: FuncLowering, x: ir.Value) -> ir.Value:
+    """.relu (fma/min/max on f16/bf16): negative results (and -0) become +0; NaN becomes the canonical NaN (all-ones
+    mantissa, which pack() narrows to 0x7FFF for f16 and bf16)."""
+    b = fl.b
+    zero = ir.Constant(x.type, 0.0)
+    y = b.select(b.fcmp_ordered("<=", x, zero), zero, x)
+    return b.select(b.fcmp_unordered("uno", x, x), float_bits_const(x.type, (1 << (63 if x.type == F64 else 31)) - 1), y)
 
 
 def step(fl: FuncLowering, y: ir.Value, up: bool) -> ir.Value:
@@ -161,6 +170,8 @@ def lanes(fl: FuncLowering, ins: A.Instr, t: str, n: int, f: Callable[..., ir.Va
         r = f(*[s[k] for s in srcs])
         if ins.has("sat"):
             r = sat(fl, r)
+        if ins.has("relu"):
+            r = relu(fl, r)
         res.append(r)
     fl.put(ins.operands[0], pack(fl, res, t), t)
 

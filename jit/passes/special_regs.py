@@ -20,6 +20,8 @@ def _fix(op: A.Operand, regs: dict[str, str], line: int) -> A.Operand:
     # registers may be declared without a '%' prefix (inline asm in libdevice does this)
     if isinstance(op, A.Sym) and op.name in regs:
         return A.Reg(op.name)
+    if isinstance(op, A.Sym) and op.name == "WARP_SZ":  # PTX's predefined constant (a plain immediate)
+        return A.Imm(32)
     if isinstance(op, A.Addr) and isinstance(op.base, A.Sym) and op.base.name in regs:
         return A.Addr(A.Reg(op.base.name), op.offset)
     if isinstance(op, A.Reg) and op.name not in regs:

@@ -261,6 +261,11 @@ class Parser(OperandParser):
                     self.expect(";")
                     self.tables[t.text] = labels
                     continue
+                if self.accept(".callprototype"):  # proto: .callprototype (.param ...) _ (.param ...); for call via %r
+                    while self.peek().kind != "eof" and self.peek().text != ";":
+                        self.next()
+                    self.expect(";")
+                    continue
                 body.append(A.Label(t.text, t.line))
             elif t.kind == "dir":
                 raise self.error("unknown directive in function body", t)

@@ -1,0 +1,153 @@
+"""JIT bugs found by numba-cuda's own test suite (tests/numba_suite/FAILURES.md)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.unit.jit.helpers import HEADER, launch
+
+STORE_R = """
+  ld.param.u64 %rd1, [out]; mul.wide.u32 %rd2, %r0, 4; add.s64 %rd1, %rd1, %rd2; st.global.u32 [%rd1], %r9;
+  ret;
+}
+"""
+
+
+def test_warp_sz_constant() -> None:
+    ptx = HEADER + """
+.visible .entry k(.param .u64 out)
+{
+  .reg .b32 %r<12>; .reg .b64 %rd<4>;
+  mov.u32 %r0, %tid.x;
+  mov.u32 %r1, WARP_SZ;
+  add.u32 %r9, %r1, %r0;
+""" + STORE_R
+    out = np.zeros(4, np.uint32)
+    launch(ptx, "k", 1, 4, out)
+    assert [int(x) for x in out] == [32, 33, 34, 35]
+
+
+@pytest.mark.parametrize("barrier", ["", "bar.sync 0;"])
+def test_shared_and_local_alignment(barrier: str) -> None:
+    ptx = HEADER + f"""
+.visible .entry k(.param .u64 out)
+{{
+  .reg .b32 %r<12>; .reg .b64 %rd<12>;
+  .local .align 4 .b8 small[4];
+  .local .align 64 .b8 dep[200];
+  .shared .align 4 .b8 s1[12];
+  .shared .align 256 .b8 s2[100];
+  mov.u32 %r0, %tid.x;
+  mov.u64 %rd7, small; cvta.local.u64 %rd8, %rd7; st.u32 [%rd8], %r0;
+  {barrier}
+  mov.u64 %rd3, dep; cvta.local.u64 %rd4, %rd3;
+  mov.u64 %rd5, s2; cvta.shared.u64 %rd6, %rd5;
+  ld.param.u64 %rd1, [out]; mul.wide.u32 %rd2, %r0, 16; add.s64 %rd1, %rd1, %rd2;
+  st.global.u64 [%rd1], %rd4; st.global.u64 [%rd1+8], %rd6;
+  ret;
+}}
+"""
+    out = np.zeros(2 * 5, np.uint64)
+    launch(ptx, "k", 1, 5, out)
+    assert [int(x) % 64 for x in out[0::2]] == [0] * 5
+    assert [int(x) % 256 for x in out[1::2]] == [0] * 5
+    if barrier:  # threads interleave: each has its own .local area (sequential threads may reuse one)
+        assert len({int(x) for x in out[0::2]}) == 5
+
+
+def test_alignment_with_bounds_check() -> None:
+    from jit import compile_module
+    from tests.unit.jit.helpers import pack
+    ptx = HEADER + """
+.visible .entry k(.param .u64 out)
+{
+  .reg .b32 %r<12>; .reg .b64 %rd<12>;
+  .local .align 4 .b8 small[4];
+  .local .align 128 .b8 dep[200];
+  mov.u32 %r0, %tid.x;
+  mov.u64 %rd7, small; cvta.local.u64 %rd8, %rd7; st.u32 [%rd8], %r0;
+  mov.u64 %rd3, dep; cvta.local.u64 %rd4, %rd3;
+  ld.param.u64 %rd1, [out]; mul.wide.u32 %rd2, %r0, 8; add.s64 %rd1, %rd1, %rd2;
+  st.global.u64 [%rd1], %rd4;
+  ret;
+}
+"""
+    out = np.zeros(3, np.uint64)
+    k = compile_module(ptx, bounds_check=True).get_kernel("k")
+    k.launch(1, 3, 0, pack(k, out), allowed_ranges=[(out.ctypes.data, out.nbytes)])
+    assert [int(x) % 128 for x in out] == [0] * 3
+
+
+def _bf16(x: np.ndarray) -> np.ndarray:
+    return (np.asarray(x, np.float32).view(np.uint32) >> 16).astype(np.uint16)
+
+
+@pytest.mark.parametrize("t", ["f16", "bf16", "f16x2", "bf16x2"])
+def test_fma_relu_half(t: str) -> None:
+    x2 = t.endswith("x2")
+    reg, w = ("b32", 4) if x2 else ("b16", 2)
+    ptx = HEADER + f"""
+.visible .entry k(.param .u64 out, .param .u64 a, .param .u64 b, .param .u64 c)
+{{
+  .reg .b32 %r<4>; .reg .b64 %rd<12>; .reg .{reg} %h<5>;
+  mov.u32 %r0, %tid.x; mul.wide.u32 %rd9, %r0, {w};
+  ld.param.u64 %rd1, [a]; add.s64 %rd1, %rd1, %rd9; ld.global.{reg} %h1, [%rd1];
+  ld.param.u64 %rd2, [b]; add.s64 %rd2, %rd2, %rd9; ld.global.{reg} %h2, [%rd2];
+  ld.param.u64 %rd3, [c]; add.s64 %rd3, %rd3, %rd9; ld.global.{reg} %h3, [%rd3];
+  fma.rn.relu.{t} %h4, %h1, %h2, %h3;
+  ld.param.u64 %rd4, [out]; add.s64 %rd4, %rd4, %rd9; st.global.{reg} [%rd4], %h4;
+  ret;
+}}
+"""
+    a = np.array([1.5, -2.0, 3.0, 0.5, np.nan, 2.0, -1.0, 0.0], np.float32)
+    b = np.array([2.0, 3.0, -1.0, 0.5, 1.0, 2.0, 1.0, -1.0], np.float32)
+    c = np.array([0.25, 1.0, 2.5, -1.0, 0.0, -4.0, 0.0, 0.0], np.float32)
+    want = np.maximum(a * b + c, 0).astype(np.float32)
+    conv = (lambda v: v.astype(np.float16).view(np.uint16)) if t.startswith("f16") else _bf16
+    out = np.zeros(8, np.uint16)
+    launch(ptx, "k", 1, 4 if x2 else 8, out, conv(a), conv(b), conv(c))
+    exp = conv(want)
+    exp[4] = 0x7FFF  # relu(NaN) is the canonical NaN
+    assert [hex(x) for x in out] == [hex(x) for x in exp]
+
+
+@pytest.mark.parametrize("barrier", ["", "bar.sync 0;"])
+def test_indirect_call_through_callprototype(barrier: str) -> None:
+    ptx = HEADER + f"""
+.func (.param .b32 r) twice(.param .b32 x)
+{{
+  .reg .b32 %r<3>;
+  ld.param.b32 %r1, [x]; shl.b32 %r2, %r1, 1; st.param.b32 [r], %r2;
+  ret;
+}}
+.func (.param .b32 r) plus7(.param .b32 x)
+{{
+  .reg .b32 %r<3>;
+  ld.param.b32 %r1, [x]; add.s32 %r2, %r1, 7; st.param.b32 [r], %r2;
+  ret;
+}}
+.visible .entry k(.param .u64 out)
+{{
+  .reg .b32 %r<12>; .reg .b64 %rd<8>; .reg .pred %p<2>;
+  mov.u32 %r0, %tid.x;
+  {barrier}
+  and.b32 %r1, %r0, 1; setp.eq.u32 %p1, %r1, 0;
+  mov.u64 %rd3, twice; mov.u64 %rd4, plus7;
+  selp.b64 %rd5, %rd3, %rd4, %p1;
+  {{
+  .reg .b32 temp_param_reg;
+  .param .b32 param0;
+  st.param.b32 [param0], %r0;
+  .param .b32 retval0;
+  prototype_0 : .callprototype (.param .b32 _) _ (.param .b32 _);
+  call (retval0), %rd5, (param0), prototype_0;
+  ld.param.b32 %r9, [retval0];
+  }}
+  ld.param.u64 %rd1, [out]; mul.wide.u32 %rd2, %r0, 4; add.s64 %rd1, %rd1, %rd2; st.global.u32 [%rd1], %r9;
+  ret;
+}}
+"""
+    out = np.zeros(6, np.uint32)
+    launch(ptx, "k", 1, 6, out)
+    assert [int(x) for x in out] == [t * 2 if t % 2 == 0 else t + 7 for t in range(6)]
