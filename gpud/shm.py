@@ -70,55 +70,39 @@ def shm_open(session: Session, msg: m.ShmOpen, bulk: list[Any]) -> dict[str, Any
     return {"path": st.path, "slots": SLOTS, "slot_size": SLOT_SIZE, "header": HEADER}
 
 
-def _check(st: Staging, slot: int, size: int, seq: int) -> None:
-    if slot >= SLOTS or size > SLOT_SIZE:
-        if slot < SLOTS:
-            st.flags[slot] = seq | ERROR_BIT
-        raise CudaError(codes.INVALID_VALUE, f"staging slot {slot} / size {size} out of range ({SLOTS} x {SLOT_SIZE})")
+def _enqueue_staged(session: Session, msg: m.ShmHtoD | m.ShmDtoH, device_addr: int, what: str, copy) -> None:
+    """Validate a staged copy and queue it; the slot's flag word reports completion or failure."""
+    st = _staging(session)
+    if msg.slot >= SLOTS:
+        raise CudaError(codes.INVALID_VALUE, f"staging slot {msg.slot} out of range ({SLOTS} slots)")
+    try:
+        if msg.size > SLOT_SIZE:
+            raise CudaError(codes.INVALID_VALUE, f"staged copy of {msg.size} bytes exceeds the {SLOT_SIZE}-byte slot")
+        session.find(device_addr, msg.size, what)
+    except CudaError:
+        st.flags[msg.slot] = msg.seq | ERROR_BIT  # the client waits on this word: never leave it hanging
+        raise
+    slot_addr = st.slot_addr(msg.slot)
+
+    def run() -> None:
+        ok = False
+        try:
+            copy(device_addr, msg.size, slot_addr)
+            ok = True
+        finally:
+            st.flags[msg.slot] = msg.seq if ok else msg.seq | ERROR_BIT
+
+    session.engine.enqueue(msg.stream, run, inline=msg.size <= INLINE_BYTES)
 
 
 @extension("shm_htod")
 def shm_htod(session: Session, msg: m.ShmHtoD, bulk: list[Any]) -> None:
-    st = _staging(session)
-    _check(st, msg.slot, msg.size, msg.seq)
-    try:
-        session.find(msg.dst, msg.size, "cuMemcpyHtoD")
-    except CudaError:
-        st.flags[msg.slot] = msg.seq | ERROR_BIT
-        raise
-    src = st.slot_addr(msg.slot)
-
-    def run() -> None:
-        ok = False
-        try:
-            session.backend.copyin_from(msg.dst, msg.size, src)
-            ok = True
-        finally:
-            st.flags[msg.slot] = msg.seq if ok else msg.seq | ERROR_BIT
-
-    session.engine.enqueue(msg.stream, run, inline=msg.size <= INLINE_BYTES)
+    _enqueue_staged(session, msg, msg.dst, "cuMemcpyHtoD", session.backend.copyin_from)
 
 
 @extension("shm_dtoh")
 def shm_dtoh(session: Session, msg: m.ShmDtoH, bulk: list[Any]) -> None:
-    st = _staging(session)
-    _check(st, msg.slot, msg.size, msg.seq)
-    try:
-        session.find(msg.src, msg.size, "cuMemcpyDtoH")
-    except CudaError:
-        st.flags[msg.slot] = msg.seq | ERROR_BIT
-        raise
-    dst = st.slot_addr(msg.slot)
-
-    def run() -> None:
-        ok = False
-        try:
-            session.backend.copyout_into(msg.src, msg.size, dst)
-            ok = True
-        finally:
-            st.flags[msg.slot] = msg.seq if ok else msg.seq | ERROR_BIT
-
-    session.engine.enqueue(msg.stream, run, inline=msg.size <= INLINE_BYTES)
+    _enqueue_staged(session, msg, msg.src, "cuMemcpyDtoH", session.backend.copyout_into)
 
 
 def _close(session: Session) -> None:

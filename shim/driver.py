@@ -219,10 +219,12 @@ class Driver:
         return out
 
     def _check_range(self, ptr: int, size: int, what: str) -> None:
-        """Fail fast on ranges outside this context's allocations (gpud checks again)."""
-        base, n = self.mem_get_address_range(ptr) if self.is_device_pointer(ptr) else (None, 0)
-        if base is None:
-            return  # module globals and the like: gpud is the judge
+        """Fail fast on ranges that overrun one of this context's allocations (gpud checks again;
+        addresses outside every allocation, such as module globals, are left to gpud)."""
+        try:
+            base, n = self.mem_get_address_range(ptr)
+        except CudaError:
+            return
         if ptr + size > base + n:
             raise CudaError(codes.INVALID_VALUE, f"{what}: range 0x{ptr:x}+{size} overruns the allocation 0x{base:x}+{n}")
 

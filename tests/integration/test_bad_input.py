@@ -142,3 +142,22 @@ def test_launch_without_module_support_names_the_call(driver):
     driver.launch_kernel(fn, (1, 1, 1), (32, 1, 1), b"")
     driver.ctx_synchronize()
     _expect(lambda: driver.launch_kernel(fn, (1, 1, 1), (2048, 1, 1), b""), "CUDA_ERROR_INVALID_VALUE")
+
+
+def test_staged_copies_reject_bad_slots_and_ranges(driver):
+    if not driver.conn.same_host:
+        pytest.skip("staging ring is same-host only")
+    ptr = driver.mem_alloc(4096)
+    info, _ = driver.conn.call({"kind": "shm_open"})
+    driver.conn.post({"kind": "shm_htod", "dst": ptr, "slot": info["slots"], "size": 16, "seq": 1})
+    _expect(driver.synchronize_errors, "CUDA_ERROR_INVALID_VALUE")
+    driver.conn.post({"kind": "shm_htod", "dst": ptr + 4000, "slot": 0, "size": 200, "seq": 2})
+    _expect(driver.synchronize_errors, "CUDA_ERROR_INVALID_VALUE")
+    driver.conn.post({"kind": "shm_dtoh", "src": ptr, "slot": 1, "size": info["slot_size"] + 1, "seq": 3})
+    _expect(driver.synchronize_errors, "CUDA_ERROR_INVALID_VALUE")
+    # a big copy through the ring still works afterwards, and an overrun is caught on the client
+    data = bytes(range(256)) * 4096
+    big = driver.mem_alloc(len(data))
+    driver.memcpy_htod(big, data)
+    assert bytes(driver.memcpy_dtoh(big, len(data))) == data
+    _expect(lambda: driver.memcpy_dtoh(big + 1, len(data)), "CUDA_ERROR_INVALID_VALUE")
