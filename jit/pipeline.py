@@ -6,6 +6,7 @@ from jit.passes import (
     branch_tables,
     flatten_scopes,
     inline_sync,
+    pointer_roots,
     predication,
     special_regs,
     sync_points,
@@ -21,6 +22,7 @@ AST_PASSES = [
     special_regs,    # %tid.x, %laneid, %clock64 ... -> Special operands
     predication,     # @p instr -> @!p bra skip; instr; skip:
     branch_tables,   # brx.idx i, ts -> compare-and-branch chain over the .branchtargets labels
+    pointer_roots,   # 64-bit registers derived from a kernel pointer parameter (NOTE [pointer roots])
     sync_points,     # number barriers and warp collectives; registers live across each
 ]
 

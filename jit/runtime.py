@@ -19,6 +19,7 @@ from jit.emit import (
     L_ASSERT,
     L_BADADDR,
     L_BLOCK,
+    L_CHUNK,
     L_DYN,
     L_ERROR,
     L_GLOBALS,
@@ -196,6 +197,7 @@ class CpuKernel:
     num_regs: int
     _fn: Any = field(repr=False, default=None)
     _rec_bytes: int = 0
+    _red_bytes: int = 0
     _dyn_offset: int = 0
     _module: Any = field(repr=False, default=None)
 
@@ -228,8 +230,9 @@ class CpuKernel:
         for k in range(3):
             lctx[L_GRID + k], lctx[L_BLOCK + k] = g[k], bl[k]
         lctx[L_NBLOCKS], lctx[L_NEXT], lctx[L_ERROR] = nblocks, 0, 0
-        lctx[L_DYN], lctx[L_NTHREADS], lctx[L_ASSERT] = shared_mem, nt, 0
         nw = max(1, min(workers or _POOL_SIZE, nblocks, _POOL_SIZE))
+        lctx[L_CHUNK] = max(1, min(64, nblocks // (nw * 16)))  # ~16 claims per worker keeps the load balanced
+        lctx[L_DYN], lctx[L_NTHREADS], lctx[L_ASSERT] = shared_mem, nt, 0
         keep: list[Any] = [pbuf]
         wctxs = []
         extra_ranges: list[tuple[int, int]] = []
@@ -238,7 +241,13 @@ class CpuKernel:
             lb, la = _buffer(nt * self.local_bytes_per_thread)
             rb, ra = _buffer(nt * self._rec_bytes)
             extra_ranges += [(sa, self._dyn_offset + shared_mem), (la, nt * self.local_bytes_per_thread)]
-            w = (ctypes.c_int64 * 4)(sa, la, ra, 0)
+            red = 0
+            if self._red_bytes:  # NOTE [combined global reductions]: empty slots, lo = UINT64_MAX, hi = 0
+                rbuf = (ctypes.c_int64 * (self._red_bytes // 8))()
+                rbuf[1] = -1
+                red = ctypes.addressof(rbuf)
+                keep.append(rbuf)
+            w = (ctypes.c_int64 * 4)(sa, la, ra, red)
             keep += [sb, lb, rb, w]
             wctxs.append(w)
         if checked:
@@ -421,7 +430,7 @@ class CpuModule:
                 name=k["name"], params=[ParamInfo(**p) for p in k["params"]], param_buffer_size=k["param_size"],
                 static_shared_bytes=k["static_shared"], local_bytes_per_thread=k["local_bytes"],
                 max_threads_per_block=k["max_threads"], num_regs=k["num_regs"], _fn=self._code.fns[k["name"]],
-                _rec_bytes=k["rec_bytes"], _dyn_offset=int(meta["dyn_offset"]), _module=self)
+                _rec_bytes=k["rec_bytes"], _red_bytes=k.get("red_bytes", 0), _dyn_offset=int(meta["dyn_offset"]), _module=self)
             self._kernels[k["name"]] = kern
 
     @property

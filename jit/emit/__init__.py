@@ -7,11 +7,13 @@ Kept free of heavy imports: the loader (a disk cache hit in a restarted daemon) 
 from __future__ import annotations
 
 # launch context (i64 slots)
-L_PARAMS, L_GRID, L_BLOCK, L_NBLOCKS, L_NEXT, L_ERROR, L_PRINTF, L_DYN, L_NTHREADS, L_ASSERT = 0, 1, 4, 7, 8, 9, 10, 11, 12, 13
+L_PARAMS, L_GRID, L_BLOCK, L_NBLOCKS, L_ERROR, L_PRINTF, L_DYN, L_NTHREADS, L_ASSERT = 0, 1, 4, 7, 9, 10, 11, 12, 13
 L_GLOBALS, L_RANGES, L_NRANGES, L_BADADDR = 14, 15, 16, 17  # data block; bounds-check table (jit/emit/bounds.py)
-L_SLOTS = 24
+L_CHUNK = 18  # blocks a worker claims at once
+L_NEXT = 32   # the shared block counter: >= 64 bytes from every other slot, so claims do not evict them
+L_SLOTS = 40
 # worker context
-W_SHARED, W_LOCAL, W_SCRATCH = 0, 1, 2
+W_SHARED, W_LOCAL, W_SCRATCH, W_RED = 0, 1, 2, 3  # W_RED: NOTE [combined global reductions]
 # thread context passed to .func code (i64 slots)
 T_TID, T_NTID, T_CTAID, T_NCTAID, T_SHARED, T_LCTX, T_LINEAR, T_EXITED = 0, 3, 6, 9, 12, 13, 14, 15
 T_SLOTS = 16

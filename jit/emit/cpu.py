@@ -27,6 +27,7 @@ from jit.emit import (  # noqa: F401 (re-exported: jit/emit/cpu_*.py use them fr
     L_ASSERT,
     L_BADADDR,
     L_BLOCK,
+    L_CHUNK,
     L_DYN,
     L_ERROR,
     L_GLOBALS,
@@ -60,6 +61,7 @@ from jit.emit import (  # noqa: F401 (re-exported: jit/emit/cpu_*.py use them fr
     T_SLOTS,
     T_TID,
     W_LOCAL,
+    W_RED,
     W_SCRATCH,
     W_SHARED,
 )
@@ -126,6 +128,10 @@ class EntryEnv:
         self.resume: dict[int, ir.Block] = {}
         self.param_offsets: dict[str, int] = {}
         self.param_values: dict[tuple[int, str], ir.Value] = {}
+        self.roots: dict[tuple[str, int], tuple[ir.Value, ir.Value]] = {}
+        from jit.emit.cpu_red import plan
+        self.red_sites = plan(fn)  # NOTE [combined global reductions]
+        self.red = None  # RedBuffer, set by emit_kernel when red_sites is not empty
 
     def kernel_param(self, fl: FuncLowering, name: str, off: int, ty: ir.Type) -> ir.Value | None:
         """A kernel parameter loaded once in the entry block: it dominates every use, so LLVM sees a loop
@@ -140,6 +146,16 @@ class EntryEnv:
             p = ab.gep(self.params_entry, [_i64(base + off)], source_etype=ir.IntType(8))
             v = self.param_values[key] = ab.load(p, typ=ty)
         return v
+
+    def root_ptr(self, fl: FuncLowering, name: str, off: int) -> tuple[ir.Value, ir.Value]:
+        """A pointer parameter as (i64, ptr), both made once in the entry block (NOTE [pointer roots])."""
+        key = (name, off)
+        r = self.roots.get(key)
+        if r is None:
+            v = self.kernel_param(fl, name, off, I64)
+            assert v is not None
+            r = self.roots[key] = (v, fl.ab.inttoptr(v, PTR))
+        return r
 
     # -- values set per thread by the loop scaffolding ------------------------------------------
     def special(self, fl: FuncLowering, name: str) -> ir.Value:

@@ -9,6 +9,7 @@ from llvmlite import ir
 
 from jit.emit.cpu import (
     L_BLOCK,
+    L_CHUNK,
     L_ERROR,
     L_GLOBALS,
     L_GRID,
@@ -28,6 +29,7 @@ from jit.emit.cpu import (
     T_SLOTS,
     T_TID,
     W_LOCAL,
+    W_RED,
     W_SCRATCH,
     W_SHARED,
     EntryEnv,
@@ -42,6 +44,9 @@ from jit.lower.core import FuncLowering, Storage
 from jit.lower.module import KernelMeta, ModuleCodegen
 from jit.lower.types import I8, I32, I64, PTR, VOID, opaque_alloca
 from jit.ptx import ast as A
+
+_GRID_MASKS = (0x7FFFFFFF, 0xFFFF, 0xFFFF)
+_BLOCK_MASKS = (0x7FF, 0x7FF, 0x7F)
 
 
 def _ld(b: ir.IRBuilder, base: ir.Value, slot: int) -> ir.Value:
@@ -59,8 +64,11 @@ def emit_kernel(cg: ModuleCodegen, fn: A.Function, env: EntryEnv, meta: KernelMe
     env.L = L
     env.params = b.inttoptr(_ld(b, L, L_PARAMS), PTR)
     env.gbase = b.inttoptr(_ld(b, L, L_GLOBALS), PTR)
-    env.nctaid = [b.trunc(_ld(b, L, L_GRID + k), I32) for k in range(3)]
-    env.ntid = [b.trunc(_ld(b, L, L_BLOCK + k), I32) for k in range(3)]
+    # The masks are the launch limits launch() enforces (grid x < 2^31, y/z < 2^16; block x/y <= 1024, z <= 64): they
+    # cost nothing and tell LLVM that tid/ctaid products are non-negative, so `mul.wide.s32`-style index arithmetic
+    # becomes affine and the thread loop can vectorise.
+    env.nctaid = [b.and_(b.trunc(_ld(b, L, L_GRID + k), I32), _i32(m)) for k, m in enumerate(_GRID_MASKS)]
+    env.ntid = [b.and_(b.trunc(_ld(b, L, L_BLOCK + k), I32), _i32(m)) for k, m in enumerate(_BLOCK_MASKS)]
     nblocks = _ld(b, L, L_NBLOCKS)
     env.shared = b.inttoptr(_ld(b, W, W_SHARED), PTR)
     local_base = b.inttoptr(_ld(b, W, W_LOCAL), PTR)
@@ -77,16 +85,30 @@ def emit_kernel(cg: ModuleCodegen, fn: A.Function, env: EntryEnv, meta: KernelMe
         fl.sym[p.name] = Storage("ptr", _param_ptr(fl, env, lay.offset))
         env.param_offsets[p.name] = lay.offset
     env.abort = llfn.append_basic_block("abort")
+    if env.red_sites:
+        from jit.emit.cpu_red import RED_BYTES, RedBuffer
+        env.red = RedBuffer(cg.module, b.inttoptr(_ld(b, W, W_RED), PTR))
+        meta.red_bytes = RED_BYTES
+        env.red.flush(ir.IRBuilder(env.abort))  # the worker's last block is done (or the launch failed)
     ir.IRBuilder(env.abort).ret_void()
 
-    # block loop
-    head = fl.block("block_head")
+    # block loop: a worker claims L_CHUNK consecutive blocks per atomic add on the launch's block counter (which
+    # sits on a cache line of its own: one claim per block made two workers ping-pong that line, doubling saxpy)
+    chunk = _ld(b, L, L_CHUNK)
+    head = fl.block("chunk_head")
     b.branch(head)
     b.position_at_end(head)
-    bid = b.atomic_rmw("add", b.gep(L, [_i64(L_NEXT)], source_etype=I64), _i64(1), "monotonic")
+    first = b.atomic_rmw("add", b.gep(L, [_i64(L_NEXT)], source_etype=I64), chunk, "monotonic")
+    claimed = fl.block("chunk_claimed")
+    b.cbranch(b.icmp_unsigned(">=", first, nblocks), env.abort, claimed)
+    b.position_at_end(claimed)
+    fin = b.add(first, chunk)
+    last = b.select(b.icmp_unsigned("<", fin, nblocks), fin, nblocks)
     body = fl.block("block_body")
-    b.cbranch(b.icmp_unsigned(">=", bid, nblocks), env.abort, body)
+    b.branch(body)
     b.position_at_end(body)
+    bid = b.phi(I64, "bid")
+    bid.add_incoming(first, claimed)
     gx, gy = (b.zext(v, I64) for v in env.nctaid[:2])
     cx = b.urem(bid, gx)
     rest = b.udiv(bid, gx)
@@ -98,7 +120,12 @@ def emit_kernel(cg: ModuleCodegen, fn: A.Function, env: EntryEnv, meta: KernelMe
     else:
         _simple_threads(fl, env, start, local_base, meta.local_bytes if cg.bounds_check else 0)
     err = _ld(b, L, L_ERROR)
-    b.cbranch(b.icmp_unsigned("!=", err, _i64(0)), env.abort, head)
+    nxt = b.add(bid, _i64(1))
+    more = fl.block("block_next")
+    b.cbranch(b.icmp_unsigned("!=", err, _i64(0)), env.abort, more)
+    b.position_at_end(more)
+    bid.add_incoming(nxt, more)
+    b.cbranch(b.icmp_unsigned("<", nxt, last), body, head)
     ab.branch(setup)
 
 

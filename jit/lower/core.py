@@ -278,6 +278,10 @@ class FuncLowering:
             iv = convert_bits(b, iv, I64) if iv.type != I64 else iv
             if off:
                 iv = b.add(iv, ir.Constant(I64, off))
+            root = self.fn.ptr_roots.get(base.name) if space != "shared" else None
+            if root is not None and hasattr(self.env, "root_ptr"):  # NOTE [pointer roots]
+                pint, pptr = self.env.root_ptr(self, *root)
+                return b.gep(pptr, [b.sub(iv, pint)], source_etype=I8)
         if space == "shared":
             return b.gep(self.env.shared_base(self), [iv], source_etype=I8)
         return b.inttoptr(iv, PTR)

@@ -46,6 +46,7 @@ class KernelMeta:
     static_shared: int = 0
     local_bytes: int = 0
     rec_bytes: int = 0
+    red_bytes: int = 0  # per-worker reduction buffer (NOTE [combined global reductions], jit/emit/cpu_red.py)
     scheduler: bool = False
     max_threads: int = 1024
     num_regs: int = 32
@@ -55,6 +56,9 @@ class ModuleCodegen:
     def __init__(self, mod: A.Module, triple: str = "", bounds_check: bool = False) -> None:
         self.ast = mod
         self.bounds_check = bounds_check  # NOTE [bounds checking] in jit/emit/bounds.py
+        # True where a block's shared memory is only ever touched by the one OS thread running the block (the CPU
+        # target): `atom`/`red` on .shared then need no lock prefix (see ops_mem.atomic)
+        self.private_shared = False
         self.module = ir.Module(name="ptx")
         if triple:
             self.module.triple = triple

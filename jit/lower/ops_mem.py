@@ -41,6 +41,19 @@ def _vec(ins: A.Instr) -> int:
     return 1
 
 
+def _red_guard(fl: FuncLowering, ins: A.Instr, sp: str, p: ir.Value, size: int) -> None:
+    """Keep a kernel's own buffered reductions coherent with its loads and stores (NOTE [combined global
+    reductions], jit/emit/cpu_red.py): a strong access flushes the buffer, an ordinary one flushes if it overlaps."""
+    red = getattr(fl.env, "red", None)
+    if red is None or sp not in ("global", "generic"):
+        return
+    from jit.emit.cpu_red import is_strong
+    if is_strong(ins):
+        red.flush(fl.b)
+    else:
+        red.guard(fl, p, size)
+
+
 def store_atomic(b: ir.IRBuilder, v: ir.Value, p: ir.Value, ordering: str, align: int) -> None:
     """IRBuilder.store_atomic insists on typed pointers; build the instruction for an opaque ``ptr``."""
     from llvmlite.ir.instructions import StoreAtomicInstr
@@ -67,6 +80,7 @@ def ld(fl: FuncLowering, ins: A.Instr) -> None:
     size = type_bytes(t)
     if needs_check(fl, ins.operands[1], sp):
         emit_check(fl, base, n * size)
+    _red_guard(fl, ins, sp, base, n * size)
     order = _ordering(ins)
     dsts = fl.dst_ops(ins.operands[0])
     src = ins.operands[1]
@@ -101,6 +115,7 @@ def st(fl: FuncLowering, ins: A.Instr) -> None:
     size = type_bytes(t)
     if needs_check(fl, ins.operands[0], sp):
         emit_check(fl, base, n * size)
+    _red_guard(fl, ins, sp, base, n * size)
     srcs = fl.dst_ops(ins.operands[1])
     order = _ordering(ins)
     for k in range(n):
@@ -117,6 +132,8 @@ def st(fl: FuncLowering, ins: A.Instr) -> None:
     "pmevent", "createpolicy")
 def nop(fl: FuncLowering, ins: A.Instr) -> None:
     if ins.opcode in ("membar", "fence") and not ins.has("proxy"):
+        if getattr(fl.env, "red", None) is not None:
+            fl.env.red.flush(fl.b)  # type: ignore[attr-defined]
         fl.b.fence("seq_cst")
     if ins.opcode == "createpolicy":
         fl.put(ins.operands[0], ir.Constant(I64, 0), "b64")
@@ -160,6 +177,13 @@ def atomic(fl: FuncLowering, ins: A.Instr, addr_op: A.Operand, vals: list[A.Oper
     if needs_check(fl, addr_op, sp):
         emit_check(fl, p, type_bytes(t) * _vec(ins))
     opn = next(m for m in ins.mods if m in _RMW or m in ("inc", "dec", "cas"))
+    red = getattr(fl.env, "red", None)
+    if red is not None and sp != "shared":
+        if id(ins) in fl.env.red_sites:  # type: ignore[attr-defined]
+            t0 = fl.itype(ins)
+            red.add(fl, p, fl.get(vals[0], t0), t0 in ("u64", "s64"))
+            return ir.Constant(compute_type(t0), 0)  # the result is dead (that made the site eligible)
+        red.flush(b)  # any other atomic may observe or order the pending reductions
     if _vec(ins) > 1:
         raise not_supported(f"atom/red on {t} vectors", ins.line)
     if t in ("f16", "bf16", "f16x2", "bf16x2"):
@@ -170,6 +194,8 @@ def atomic(fl: FuncLowering, ins: A.Instr, addr_op: A.Operand, vals: list[A.Oper
     # seq_cst RMW would also stop LLVM from moving ordinary loads/stores around it.
     ordering = {"acquire": "acquire", "release": "release", "acq_rel": "acq_rel"}.get(
         next((m for m in ins.mods if m in ("acquire", "release", "acq_rel")), ""), "monotonic")
+    if sp == "shared" and fl.cg.private_shared:
+        return _plain_rmw(fl, p, v, opn, t, vals)
     if opn == "cas":
         new = fl.get(vals[1], t)
         cmp, nv = v, new
@@ -194,6 +220,45 @@ def atomic(fl: FuncLowering, ins: A.Instr, addr_op: A.Operand, vals: list[A.Oper
     if opn in ("min", "max") and not is_signed(t):
         kind = "u" + kind
     return b.atomic_rmw(kind, p, v, ordering)
+
+
+def _plain_rmw(fl: FuncLowering, p: ir.Value, v: ir.Value, opn: str, t: str, vals: list[A.Operand]) -> ir.Value:
+    """atom/red on a block's private shared window (CPU target): an ordinary load-modify-store. Only the worker
+    running the block touches that memory, and threads switch only at sync points, so this is atomic."""
+    b = fl.b
+    ty = v.type
+    old = b.load(p, typ=ty, align=width(ty) // 8)
+    if opn == "cas":
+        new = b.select(_eq(b, old, v), fl.get(vals[1], t), old)
+    elif opn == "inc":
+        new = b.select(b.icmp_unsigned(">=", old, v), ir.Constant(ty, 0), b.add(old, ir.Constant(ty, 1)))
+    elif opn == "dec":
+        wrap = b.or_(b.icmp_unsigned("==", old, ir.Constant(ty, 0)), b.icmp_unsigned(">", old, v))
+        new = b.select(wrap, v, b.sub(old, ir.Constant(ty, 1)))
+    elif opn == "exch":
+        new = v
+    elif ty in (F32, F64):
+        if opn == "add":
+            new = b.fadd(old, v)
+        elif opn in ("min", "max"):
+            new = fl.call_intr(f"llvm.{opn}num.f{width(ty)}", ty, [old, v])
+        else:
+            raise not_supported(f"atom.{opn}.{t}", fl.cur.line if fl.cur else 0)
+    elif opn in ("min", "max"):
+        cmp = b.icmp_signed if is_signed(t) else b.icmp_unsigned
+        new = b.select(cmp("<" if opn == "min" else ">", v, old), v, old)
+    else:
+        new = {"add": b.add, "and": b.and_, "or": b.or_, "xor": b.xor}[opn](old, v)
+    b.store(new, p, align=width(ty) // 8)
+    return old
+
+
+def _eq(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
+    """Bitwise equality (cas compares bits, so -0.0 != +0.0 and NaN == the same NaN)."""
+    if x.type in (F32, F64):
+        it = ir.IntType(width(x.type))
+        x, y = b.bitcast(x, it), b.bitcast(y, it)
+    return b.icmp_unsigned("==", x, y)
 
 
 def _half_atomic(fl: FuncLowering, ins: A.Instr, p: ir.Value, v: ir.Value, t: str, opn: str) -> ir.Value:
@@ -275,6 +340,7 @@ def cp_async(fl: FuncLowering, ins: A.Instr) -> None:
     if needs_check(fl, ins.operands[1], "global"):
         cp = ins.operands[2]
         emit_check(fl, src, int(cp.value) if isinstance(cp, A.Imm) else 16)
+    _red_guard(fl, ins, "global", src, 16)
     size = fl.get(ins.operands[2], "u32")
     n = size
     if len(ins.operands) > 3:

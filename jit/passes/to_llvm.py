@@ -25,6 +25,7 @@ def run(module: A.Module, target: str = "cpu", bounds_check: bool = False, tag: 
     from jit.emit.cpu import build_kernel
     from jit.emit.cpu_kernel import emit_funcs
     cg = ModuleCodegen(module, bounds_check=bounds_check)
+    cg.private_shared = True  # each block runs on one worker thread with its own shared window
     emit_funcs(cg)
     kernels = []
     for i, f in enumerate(fn for fn in module.functions if fn.is_entry and fn.body is not None):

@@ -146,6 +146,7 @@ class Function:
     vars: list[VarDecl] = field(default_factory=list)  # function-scope .local/.shared/.param variables
     sync_points: dict[int, SyncPoint] = field(default_factory=dict)
     branch_tables: dict[str, list[str]] = field(default_factory=dict)  # 'ts: .branchtargets L0, L1;'
+    ptr_roots: dict[str, tuple[str, int]] = field(default_factory=dict)  # register -> (kernel param, offset)
 
 
 @dataclass
