@@ -239,7 +239,7 @@ class CpuKernel:
         for _ in range(nw):
             sb, sa = _buffer(self._dyn_offset + shared_mem)
             lb, la = _buffer(nt * self.local_bytes_per_thread)
-            rb, ra = _buffer(nt * self._rec_bytes)
+            rb, ra = _buffer((nt + 15) // 16 * 16 * self._rec_bytes)  # NOTE [thread records] (jit/emit/cpu.py)
             extra_ranges += [(sa, self._dyn_offset + shared_mem), (la, nt * self.local_bytes_per_thread)]
             red = 0
             if self._red_bytes:  # NOTE [combined global reductions]: empty slots, lo = UINT64_MAX, hi = 0

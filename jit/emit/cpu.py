@@ -66,9 +66,9 @@ from jit.emit import (  # noqa: F401 (re-exported: jit/emit/cpu_*.py use them fr
     W_SHARED,
 )
 from jit.errors import CUDA_ERROR_ASSERT, not_supported
-from jit.lower.core import FuncLowering
+from jit.lower.core import HANDLERS, FuncLowering
 from jit.lower.module import KernelMeta, ModuleCodegen, ParamLayout, align_up, var_align, var_size
-from jit.lower.types import I1, I32, I64, PTR, VOID, convert_bits, reg_type
+from jit.lower.types import F64, I1, I32, I64, PTR, VOID, convert_bits, reg_type
 from jit.ptx import ast as A
 
 _XYZ = {"x": 0, "y": 1, "z": 2}
@@ -110,6 +110,16 @@ class _Loop:
         b.position_at_end(self.exit)
 
 
+# NOTE [thread records]
+# A thread parked at a sync point keeps its state in the worker's scratch area: pc, park state, the inputs and the
+# result of a warp collective, and the registers live across the point. The records are laid out field by field
+# (structure of arrays): field `off` of thread t is at scratch + off * ntpad + t * size(field), ntpad being the
+# block's thread count rounded up to 16 (so every array is 64-byte aligned). Consecutive threads' copies of a
+# register are then adjacent, which lets LLVM vectorise a thread loop that restores or saves them.
+_HEADER_SIZES = {R_PC: 4, R_PARK: 4, R_XA: 8, R_XB: 4, R_XC: 4, R_XMASK: 4, R_XPRED: 4, R_RVAL: 8, R_RPRED: 4,
+                 R_DONE: 4}
+
+
 class EntryEnv:
     """Env for a kernel body running inside the block loops of wooly_run_<i>."""
 
@@ -117,11 +127,14 @@ class EntryEnv:
         self.cg, self.fn, self.meta = cg, fn, meta
         self.sched = bool(fn.sync_points)
         self.slots: dict[str, int] = {}
+        self.elem = dict(_HEADER_SIZES)  # record field offset -> element size (NOTE [thread records])
         off = R_SLOTS
         for sp in fn.sync_points.values():
             for r in sp.live:
                 if r not in self.slots:
                     self.slots[r] = off
+                    t = reg_type(fn.regs[r])
+                    self.elem[off] = max(1, t.width // 8) if isinstance(t, ir.IntType) else (8 if t == F64 else 4)
                     off += 16 if fn.regs[r] == "b128" else 8
         self.rec_bytes = align_up(off, 16)
         self.sync_ids = {id(sp.instr): sp for sp in fn.sync_points.values()}
@@ -132,6 +145,8 @@ class EntryEnv:
         from jit.emit.cpu_red import plan
         self.red_sites = plan(fn)  # NOTE [combined global reductions]
         self.red = None  # RedBuffer, set by emit_kernel when red_sites is not empty
+        self.uniform_pc: ir.Value | None = None  # NOTE [uniform barrier regions] (jit/emit/cpu_kernel.py)
+        self.region_copy = False
 
     def kernel_param(self, fl: FuncLowering, name: str, off: int, ty: ir.Type) -> ir.Value | None:
         """A kernel parameter loaded once in the entry block: it dominates every use, so LLVM sees a loop
@@ -261,11 +276,18 @@ class EntryEnv:
         return blk
 
     # -- sync points -------------------------------------------------------------------------
-    def rec_field(self, fl: FuncLowering, off: int, ty: ir.Type = I32) -> ir.Value:
-        return fl.b.gep(self.rec, [_i64(off)], source_etype=ir.IntType(8))
+    def rec_addr(self, b: ir.IRBuilder, t: ir.Value, off: int) -> ir.Value:
+        """Address of field ``off`` of thread ``t``'s record (NOTE [thread records])."""
+        t64 = b.zext(t, I64) if t.type != I64 else t
+        return b.gep(self.scratch, [b.add(b.mul(_i64(off), self.ntpad), b.mul(t64, _i64(self.elem[off])))],
+                     source_etype=ir.IntType(8))
+
+    def rec_field(self, fl: FuncLowering, off: int) -> ir.Value:
+        """Field ``off`` of the running thread's record."""
+        return self.rec_addr(fl.b, self.rec_t, off)
 
     def sync(self, fl: FuncLowering, ins: A.Instr) -> None:
-        from jit.emit.cpu_warp import collect_inputs, write_outputs
+        from jit.emit.cpu_warp import collect_inputs
         sp = self.sync_ids.get(id(ins))
         if sp is None:
             raise not_supported(f"{ins.opcode} outside a kernel body", ins.line)
@@ -276,12 +298,24 @@ class EntryEnv:
         b.store(_i32(sp.id), self.rec_field(fl, R_PARK))
         b.store(_i32(sp.id), self.rec_field(fl, R_PC))
         b.branch(self.thread_end)
+        if self.region_copy:  # a uniform-round copy is only entered at its start (NOTE [uniform barrier regions])
+            b.position_at_end(fl.block("parked"))
+            return
         blk = fl.block(f"resume{sp.id}")
         self.resume[sp.id] = blk
         b.position_at_end(blk)
+        self.restore(fl, sp)
+
+    def restore(self, fl: FuncLowering, sp: A.SyncPoint) -> None:
+        """Resume code of sync point ``sp``: reload the saved registers, recompute the rematerialised ones, take the
+        collective's result."""
+        from jit.emit.cpu_warp import write_outputs
+        b = fl.b
         for r in sp.live:
             ty = reg_type(self.fn.regs[r])
             b.store(b.load(self.rec_field(fl, self.slots[r]), typ=ty), fl.regs[r])
+        for d in sp.remat:  # NOTE [rematerialised registers] (jit/passes/sync_points.py)
+            HANDLERS[d.opcode](fl, d)
         write_outputs(self, fl, sp)
 
 

@@ -144,6 +144,9 @@ def resolve(fl: FuncLowering, env: EntryEnv, scratch: ir.Value) -> ir.Value:
         b.store(b.or_(b.load(acc[2]), pv), acc[2])
         lr.end()
         cnt, andv, orv = (b.load(a) for a in acc)
+    upc = getattr(env, "uniform_pc", None)  # NOTE [uniform barrier regions] in jit/emit/cpu_kernel.py
+    if upc is not None:
+        b.store(_i32(-2), upc)
     if bars:
         lb = _Loop(fl, env.nt32, "rel")
         park = peer.field(lb.i, R_PARK, I32)
@@ -152,6 +155,10 @@ def resolve(fl: FuncLowering, env: EntryEnv, scratch: ir.Value) -> ir.Value:
         for sp in bars:
             swb.add_case(_i32(sp.id), yes)
         b.position_at_end(yes)
+        if upc is not None:
+            u = b.load(upc)
+            b.store(b.select(b.icmp_signed("==", u, _i32(-2)), park,
+                             b.select(b.icmp_signed("==", u, park), u, _i32(-1))), upc)
         peer.store(lb.i, R_PARK, _i32(0))
         if cnt is not None:
             peer.store(lb.i, R_RVAL, b.zext(cnt, I64))
@@ -170,4 +177,7 @@ def resolve(fl: FuncLowering, env: EntryEnv, scratch: ir.Value) -> ir.Value:
     else:
         b.branch(end)
     b.position_at_end(end)
+    if upc is not None:  # -2: nobody was released (the block is done)
+        u = b.load(upc)
+        b.store(b.select(b.icmp_signed("==", u, _i32(-2)), _i32(-1), u), upc)
     return b.load(flag)

@@ -25,7 +25,7 @@ from jit.emit.cpu import (
 )
 from jit.errors import not_supported
 from jit.lower.core import FuncLowering
-from jit.lower.types import I1, I8, I32, I64
+from jit.lower.types import I1, I32, I64
 from jit.ptx import ast as A
 
 
@@ -108,17 +108,11 @@ class _Peer:
     def __init__(self, fl: FuncLowering, env: EntryEnv, scratch: ir.Value) -> None:
         self.fl, self.env, self.scratch = fl, env, scratch
 
-    def rec(self, t: ir.Value) -> ir.Value:
-        b = self.fl.b
-        return b.gep(self.scratch, [b.mul(b.zext(t, I64), _i64(self.env.rec_bytes))], source_etype=I8)
-
     def field(self, t: ir.Value, off: int, ty: ir.Type) -> ir.Value:
-        b = self.fl.b
-        return b.load(b.gep(self.rec(t), [_i64(off)], source_etype=I8), typ=ty)
+        return self.fl.b.load(self.env.rec_addr(self.fl.b, t, off), typ=ty)
 
     def store(self, t: ir.Value, off: int, v: ir.Value) -> None:
-        b = self.fl.b
-        b.store(v, b.gep(self.rec(t), [_i64(off)], source_etype=I8))
+        self.fl.b.store(v, self.env.rec_addr(self.fl.b, t, off))
 
 
 def _arrived(fl: FuncLowering, env: EntryEnv, peer: _Peer, w0: ir.Value, k: ir.Value, reduce=None,  # type: ignore[no-untyped-def]

@@ -155,6 +155,7 @@ class SyncPoint:
     kind: str  # 'bar' or 'warp'
     instr: Instr
     live: list[str]  # registers live across the sync point (saved per thread)
+    remat: list[Instr] = field(default_factory=list)  # recomputed at resume instead (NOTE [rematerialised registers])
 
 
 @dataclass

@@ -158,3 +158,81 @@ def test_2d_grid_and_strides() -> None:
     run(mod, (3, 3), (16, 8), a, out)
     ii, jj = np.indices(a.shape)
     np.testing.assert_allclose(out, a * 2 + ii - jj)
+
+
+# NOTE [uniform barrier regions] / [rematerialised registers] / [thread records]: barrier kernels whose rounds run
+# through the vectorised region copies, with block shapes that are not multiples of a vector width, a barrier
+# skipped by whole blocks (the next round is then generic), and registers recomputed at resume.
+
+def transpose_accumulate(a, out, rounds):  # type: ignore[no-untyped-def]
+    sm = cuda.shared.array((16, 17), float32)
+    tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+    bx = cuda.blockIdx.x
+    acc = float32(0.0)
+    for it in range(rounds):
+        sm[ty, tx] = a[bx, it, ty, tx]
+        cuda.syncthreads()
+        acc += sm[tx, ty] * float32(it + 1)
+        cuda.syncthreads()
+        if bx % 2 == 1:  # uniform per block: odd blocks pass a third barrier
+            sm[ty, tx] = acc
+            cuda.syncthreads()
+            acc = sm[tx, ty] - float32(1.0)
+            cuda.syncthreads()
+    out[bx, ty, tx] = acc
+
+
+@pytest.mark.parametrize("side", [16, 12, 5])
+def test_barrier_regions_square_blocks(side: int) -> None:
+    mod = compile_numba(transpose_accumulate, void(float32[:, :, :, ::1], float32[:, :, ::1], int32))
+    k = mod.get_kernel(mod.kernel_names[0])
+    assert k._rec_bytes > 0  # runs under the scheduler
+    rng = np.random.default_rng(side)
+    blocks, rounds = 6, 4
+    a = rng.integers(-8, 8, (blocks, rounds, side, side)).astype(np.float32)
+    out = np.zeros((blocks, side, side), np.float32)
+    run(mod, (blocks,), (side, side), a, out, rounds)
+    want = np.zeros_like(out)
+    for bx in range(blocks):
+        acc = np.zeros((side, side), np.float32)
+        for it in range(rounds):
+            acc = acc + a[bx, it].T * np.float32(it + 1)
+            if bx % 2 == 1:
+                acc = acc.T - np.float32(1.0)
+        want[bx] = acc
+    np.testing.assert_array_equal(out, want)
+
+
+def rematerialised(a, out):  # type: ignore[no-untyped-def]
+    sm = cuda.shared.array(256, int32)
+    t = cuda.threadIdx.x
+    g = cuda.blockIdx.x * cuda.blockDim.x + t
+    shifted = (t * 7 + 3) % cuda.blockDim.x  # a pure function of the thread: recomputed, not saved
+    mine = a[g]  # a load: saved
+    sm[t] = mine
+    cuda.syncthreads()
+    v = sm[shifted]
+    cuda.syncthreads()
+    sm[t] = v + shifted
+    cuda.syncthreads()
+    out[g] = sm[(t + 1) % cuda.blockDim.x] * 1000 + shifted + mine
+
+
+def test_rematerialised_registers_across_barriers() -> None:
+    from jit.pipeline import front_end
+    ptx, _ = cuda.compile_ptx(rematerialised, void(int32[::1], int32[::1]), cc=(8, 0))
+    sps = front_end(ptx).functions[0].sync_points.values()
+    assert any(sp.remat for sp in sps)  # something is recomputed at resume
+    mod = module(ptx)
+    for nt in (256, 96, 33):
+        nb = 5
+        a = np.arange(nb * nt, dtype=np.int32) * 3
+        out = np.zeros(nb * nt, np.int32)
+        run(mod, (nb,), (nt,), a, out)
+        t = np.arange(nt)
+        sh = (t * 7 + 3) % nt
+        for b in range(nb):
+            blk = a[b * nt:(b + 1) * nt]
+            stage = blk[sh] + sh
+            want = stage[(t + 1) % nt] * 1000 + sh + blk
+            np.testing.assert_array_equal(out[b * nt:(b + 1) * nt], want)
