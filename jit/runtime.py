@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import bisect
 import ctypes
 import ctypes.util
 import hashlib
+import mmap
 import os
 import re
 import struct
@@ -24,6 +26,9 @@ from jit.emit import (
     L_ERROR,
     L_GLOBALS,
     L_GRID,
+    L_HEAP,
+    L_HEAP_ALLOC,
+    L_HEAP_FREE,
     L_NBLOCKS,
     L_NEXT,
     L_NRANGES,
@@ -186,6 +191,57 @@ def _buffer(n: int) -> tuple[Any, int]:
     return buf, (addr + 4095) // 4096 * 4096
 
 
+class _DeviceHeap:
+    """Device-side malloc/free of a bounds-checked module (NOTE [device heap] in jit/emit/bounds.py): first fit over
+    one lazily committed anonymous mapping, 16-byte aligned blocks, neighbours coalesced on free."""
+
+    ALIGN = 16
+
+    def __init__(self, size: int) -> None:
+        self.size = max(size, 4096)
+        self._map = mmap.mmap(-1, self.size)
+        self.base = ctypes.addressof(ctypes.c_char.from_buffer(self._map))
+        self._free: list[list[int]] = [[self.base, self.size]]  # sorted [start, size]
+        self._used: dict[int, int] = {}
+        self._lock = threading.Lock()
+
+    def alloc(self, n: int) -> int:
+        n = max(self.ALIGN, (n + self.ALIGN - 1) // self.ALIGN * self.ALIGN)
+        with self._lock:
+            for i, (start, size) in enumerate(self._free):
+                if size >= n:
+                    if size == n:
+                        del self._free[i]
+                    else:
+                        self._free[i] = [start + n, size - n]
+                    self._used[start] = n
+                    return start
+        return 0
+
+    def free(self, p: int) -> None:
+        with self._lock:
+            n = self._used.pop(p, None)
+            if n is None:
+                return
+            i = bisect.bisect_left(self._free, [p, 0])
+            if i < len(self._free) and p + n == self._free[i][0]:  # merge with the next free block
+                n += self._free.pop(i)[1]
+            if i > 0 and self._free[i - 1][0] + self._free[i - 1][1] == p:  # and the previous one
+                self._free[i - 1][1] += n
+            else:
+                self._free.insert(i, [p, n])
+
+
+_HEAP_SIZE = int(os.environ.get("WOOLY_JIT_MALLOC_HEAP", str(8 << 20)))
+_HEAPS: dict[int, _DeviceHeap] = {}
+_HEAP_ALLOC_T = ctypes.CFUNCTYPE(ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64)
+_HEAP_FREE_T = ctypes.CFUNCTYPE(None, ctypes.c_uint64, ctypes.c_uint64)
+_heap_alloc_cb = _HEAP_ALLOC_T(lambda h, n: _HEAPS[h].alloc(n))
+_heap_free_cb = _HEAP_FREE_T(lambda h, p: _HEAPS[h].free(p))
+_HEAP_ALLOC_ADDR = ctypes.cast(_heap_alloc_cb, ctypes.c_void_p).value
+_HEAP_FREE_ADDR = ctypes.cast(_heap_free_cb, ctypes.c_void_p).value
+
+
 @dataclass
 class CpuKernel:
     name: str
@@ -251,7 +307,9 @@ class CpuKernel:
             keep += [sb, lb, rb, w]
             wctxs.append(w)
         if checked:
-            own = [(self._module._data_addr, max(1, self._module._data_size))]
+            heap = self._module.heap()
+            lctx[L_HEAP_ALLOC], lctx[L_HEAP_FREE], lctx[L_HEAP] = _HEAP_ALLOC_ADDR, _HEAP_FREE_ADDR, id(heap)
+            own = [(self._module._data_addr, max(1, self._module._data_size)), (heap.base, heap.size)]
             own += [(a, n) for a, n in extra_ranges]
             table = _range_table(list(allowed_ranges or []) + own)
             keep.append(table)
@@ -432,6 +490,22 @@ class CpuModule:
                 max_threads_per_block=k["max_threads"], num_regs=k["num_regs"], _fn=self._code.fns[k["name"]],
                 _rec_bytes=k["rec_bytes"], _red_bytes=k.get("red_bytes", 0), _dyn_offset=int(meta["dyn_offset"]), _module=self)
             self._kernels[k["name"]] = kern
+
+    def heap(self) -> _DeviceHeap:
+        """This instance's device-malloc arena (bounds-checked modules), mapped at the first launch."""
+        h = self.__dict__.get("_heap")
+        if h is None:
+            with _ENGINES_LOCK:
+                h = self.__dict__.get("_heap")
+                if h is None:
+                    h = self._heap = _DeviceHeap(_HEAP_SIZE)
+                    _HEAPS[id(h)] = h
+        return h
+
+    def __del__(self) -> None:
+        h = self.__dict__.get("_heap")
+        if h is not None:
+            _HEAPS.pop(id(h), None)
 
     @property
     def kernel_names(self) -> list[str]:

@@ -10,6 +10,13 @@ the launching session's allowed ranges.
 # worker's shared-memory window and .local area (generic pointers to shared/local memory stay legal). Accesses
 # through a symbol ([sym+imm], ld.param/ld.shared/ld.local) are not checked: they cannot leave the module's own
 # memory. The first violating address is reported as CUDA_ERROR_ILLEGAL_ADDRESS (700) naming it.
+#
+# Each access site keeps the range it matched last as a hint ([lo, hi), starting empty) in a stack slot of its own
+# that wooly.bc itself updates on a miss. The slot escapes into that (noinline) call, so mem2reg/SROA leave it in
+# memory: the fast path is two loads and two compares. Hints must not become SSA values: S sites then make 2*S
+# values live across the whole kernel (the thread loop included), i.e. ~2*S phis at every join, and LLVM 22's SLP
+# vectoriser is superlinear in the phis per block (numba's NRT kernels with ~140 sites took ~60 s to optimise
+# instead of ~1 s; tests/unit/jit/test_numba_suite_fixes.py::test_bounds_check_many_sites_compile_time).
 """
 
 from __future__ import annotations
@@ -20,8 +27,8 @@ from jit.errors import CUDA_ERROR_ILLEGAL_ADDRESS
 from jit.lower.types import I64, PTR
 
 L_RANGES, L_NRANGES, L_BADADDR = 15, 16, 17  # launch-context slots (mirrored in jit/emit/cpu.py)
+L_HEAP_ALLOC, L_HEAP_FREE, L_HEAP = 19, 20, 21  # (jit/emit/__init__.py)
 BC_NAME = "wooly.bc"
-_PAIR = ir.LiteralStructType([I64, I64])
 
 
 def _i64(v: int) -> ir.Constant:
@@ -29,15 +36,16 @@ def _i64(v: int) -> ir.Constant:
 
 
 def define_bc(module: ir.Module) -> ir.Function:
-    """{i64, i64} wooly.bc(ptr L, i64 addr, i64 n): the [start, end) range of the launch's table holding
-    [addr, addr+n), or (1, 0) (an empty range) when none does; callers keep it as a hint for the next access."""
+    """i1 wooly.bc(ptr L, i64 addr, i64 n, ptr hint): whether a range of the launch's table holds [addr, addr+n).
+    Writes that range's [start, end) to hint[0], hint[1] (the caller's per-site hint), or (1, 0) -- an empty
+    range -- when none does."""
     fn = module.globals.get(BC_NAME)
     if fn is not None:
         return fn  # type: ignore[return-value]
-    fn = ir.Function(module, ir.FunctionType(_PAIR, [PTR, I64, I64]), BC_NAME)
+    fn = ir.Function(module, ir.FunctionType(ir.IntType(1), [PTR, I64, I64, PTR]), BC_NAME)
     fn.linkage = "internal"
     fn.attributes.add("noinline")
-    L, addr, n = fn.args
+    L, addr, n, hint = fn.args
     entry, head, body, done = (fn.append_basic_block(x) for x in ("entry", "head", "body", "done"))
     b = ir.IRBuilder(entry)
     tab = b.inttoptr(b.load(b.gep(L, [_i64(L_RANGES)], source_etype=I64), typ=I64), PTR)
@@ -67,8 +75,9 @@ def define_bc(module: ir.Module) -> ir.Function:
     inside = b.and_(b.icmp_unsigned("<=", s, addr), b.and_(b.icmp_unsigned("<=", end, e),
                                                             b.icmp_unsigned(">=", end, addr)))
     ok = b.and_(ok_idx, inside)
-    r = b.insert_value(ir.Constant(_PAIR, None), b.select(ok, s, _i64(1)), 0)
-    b.ret(b.insert_value(r, b.select(ok, e, _i64(0)), 1))
+    b.store(b.select(ok, s, _i64(1)), hint)
+    b.store(b.select(ok, e, _i64(0)), b.gep(hint, [_i64(1)], source_etype=I64))
+    b.ret(ok)
     return fn
 
 
@@ -76,13 +85,14 @@ def emit_check(fl, ptr: ir.Value, nbytes: int) -> None:  # type: ignore[no-untyp
     """Guard one access of nbytes at ptr (see NOTE [bounds checking])."""
     b = fl.b
     L = fl.env.launch_ctx(fl)
-    # per access site: [start, end) of the range this site matched last (SSA after mem2reg); starts empty
-    hint = (fl.ab.alloca(I64, name="bc_lo"), fl.ab.alloca(I64, name="bc_hi"))
-    fl.ab.store(_i64(1), hint[0])
-    fl.ab.store(_i64(0), hint[1])
+    # per access site: [start, end) of the range this site matched last, in memory (see the NOTE); starts empty
+    hint = fl.ab.alloca(I64, size=2, name="bc_hint")
+    hint_hi = fl.ab.gep(hint, [_i64(1)], source_etype=I64)
+    fl.ab.store(_i64(1), hint)
+    fl.ab.store(_i64(0), hint_hi)
     addr = b.ptrtoint(ptr, I64)
     end = b.add(addr, _i64(nbytes))
-    lo, hi = b.load(hint[0]), b.load(hint[1])
+    lo, hi = b.load(hint, typ=I64), b.load(hint_hi, typ=I64)
     fast = b.and_(b.icmp_unsigned("<=", lo, addr), b.and_(b.icmp_unsigned("<=", end, hi),
                                                           b.icmp_unsigned(">=", end, addr)))
     slow = fl.block("bc_slow")
@@ -90,15 +100,37 @@ def emit_check(fl, ptr: ir.Value, nbytes: int) -> None:  # type: ignore[no-untyp
     cont = fl.block("inb")
     b.cbranch(fast, cont, slow).set_weights([1000, 1])
     b.position_at_end(slow)
-    r = b.call(define_bc(fl.module), [L, addr, _i64(nbytes)])
-    nlo, nhi = b.extract_value(r, 0), b.extract_value(r, 1)
-    b.store(nlo, hint[0])
-    b.store(nhi, hint[1])
-    b.cbranch(b.icmp_unsigned("<", nlo, nhi), cont, bad).set_weights([1000, 1])
+    ok = b.call(define_bc(fl.module), [L, addr, _i64(nbytes), hint])
+    b.cbranch(ok, cont, bad).set_weights([1000, 1])
     b.position_at_end(bad)
     b.cmpxchg(b.gep(L, [_i64(L_BADADDR)], source_etype=I64), _i64(0), addr, "monotonic", "monotonic")
     fl.env.trap(fl, CUDA_ERROR_ILLEGAL_ADDRESS)
     b.position_at_end(cont)
+
+
+# NOTE [device heap]
+# Device-side malloc/free (numba's NRT allocates every array a kernel creates with them) in a bounds-checked module
+# do not go to libc: a libc block is not in the launch's range table, so its first access was reported as an illegal
+# address (and the context then stayed faulted for every later launch). They call the runtime's allocator through the
+# launch context instead: L[L_HEAP_ALLOC](L[L_HEAP], n) -> address or 0 (exhausted, as CUDA's malloc returns NULL),
+# L[L_HEAP_FREE](L[L_HEAP], p). The heap is one arena per loaded module instance (jit/runtime.py, _DeviceHeap, 8 MiB
+# like CUDA's default cudaLimitMallocHeapSize, WOOLY_JIT_MALLOC_HEAP), and every launch's table holds its range.
+def emit_malloc(fl, n: ir.Value) -> ir.Value:  # type: ignore[no-untyped-def]
+    """malloc(n) of a bounds-checked module: an i64 address in the module's device heap, or 0."""
+    b = fl.b
+    L = fl.env.launch_ctx(fl)
+    fty = ir.FunctionType(I64, [I64, I64])
+    fn = b.inttoptr(b.load(b.gep(L, [_i64(L_HEAP_ALLOC)], source_etype=I64), typ=I64), fty.as_pointer())
+    return b.call(fn, [b.load(b.gep(L, [_i64(L_HEAP)], source_etype=I64), typ=I64), n])
+
+
+def emit_free(fl, p: ir.Value) -> None:  # type: ignore[no-untyped-def]
+    """free(p) of a bounds-checked module (p: i64); blocks not from the heap (NULL included) are ignored."""
+    b = fl.b
+    L = fl.env.launch_ctx(fl)
+    fty = ir.FunctionType(ir.VoidType(), [I64, I64])
+    fn = b.inttoptr(b.load(b.gep(L, [_i64(L_HEAP_FREE)], source_etype=I64), typ=I64), fty.as_pointer())
+    b.call(fn, [b.load(b.gep(L, [_i64(L_HEAP)], source_etype=I64), typ=I64), p])
 
 
 def needs_check(fl, o, space: str) -> bool:  # type: ignore[no-untyped-def]

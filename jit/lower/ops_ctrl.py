@@ -91,6 +91,13 @@ def call(fl: FuncLowering, ins: A.Instr) -> None:
         vals = [_load_u64(fl, a) for a in args[:2]]
         env.assert_fail(fl, vals[0], vals[1], fl.b.load(_param_ptr(fl, args[2]), typ=ir.IntType(32)))  # type: ignore[attr-defined]
         return
+    if name in ("malloc", "free") and getattr(fl.cg, "bounds_check", False):  # NOTE [device heap]
+        from jit.emit.bounds import emit_free, emit_malloc
+        if name == "malloc":
+            fl.b.store(emit_malloc(fl, _load_u64(fl, args[0])), _param_ptr(fl, rets[0]))
+        else:
+            emit_free(fl, _load_u64(fl, args[0]))
+        return
     if name in ("malloc", "free"):
         libc = fl.cg.libc(name)
         if name == "malloc":
