@@ -100,14 +100,25 @@ class _Loop:
         b.position_at_end(self.body)
         self.latch = fl.block(f"{name}_latch")
 
-    def end(self) -> None:
+    def end(self, loop_md: ir.MDValue | None = None) -> None:
         b = self.b
         if not b.block.is_terminated:
             b.branch(self.latch)
         b.position_at_end(self.latch)
         self.i.add_incoming(b.add(self.i, ir.Constant(self.i.type, 1)), self.latch)
-        b.branch(self.head)
+        br = b.branch(self.head)
+        if loop_md is not None:
+            br.set_metadata("llvm.loop", loop_md)
         b.position_at_end(self.exit)
+
+
+def no_interleave(module: ir.Module) -> ir.MDValue:
+    """A fresh llvm.loop ID asking the vectoriser for one vector per iteration (no interleaving): thread loops are
+    short (blockDim.x is often 16 or 32), and an interleaved 16-lane loop needs 48+ iterations before it runs."""
+    ic = module.add_metadata([ir.MetaDataString(module, "llvm.loop.interleave.count"), ir.Constant(I32, 1)])
+    md = module.add_metadata([f"wooly.loop.{len(module.metadata)}", ic])
+    md.operands = (md, ic)  # a loop ID refers to itself
+    return md
 
 
 # NOTE [thread records]
@@ -147,6 +158,7 @@ class EntryEnv:
         self.red = None  # RedBuffer, set by emit_kernel when red_sites is not empty
         self.uniform_pc: ir.Value | None = None  # NOTE [uniform barrier regions] (jit/emit/cpu_kernel.py)
         self.region_copy = False
+        self.rec_ptrs: dict[int, int] = {}  # id(record address) -> field: accesses get per-field alias scopes
 
     def kernel_param(self, fl: FuncLowering, name: str, off: int, ty: ir.Type) -> ir.Value | None:
         """A kernel parameter loaded once in the entry block: it dominates every use, so LLVM sees a loop
@@ -279,8 +291,10 @@ class EntryEnv:
     def rec_addr(self, b: ir.IRBuilder, t: ir.Value, off: int) -> ir.Value:
         """Address of field ``off`` of thread ``t``'s record (NOTE [thread records])."""
         t64 = b.zext(t, I64) if t.type != I64 else t
-        return b.gep(self.scratch, [b.add(b.mul(_i64(off), self.ntpad), b.mul(t64, _i64(self.elem[off])))],
-                     source_etype=ir.IntType(8))
+        p = b.gep(self.scratch, [b.add(b.mul(_i64(off), self.ntpad), b.mul(t64, _i64(self.elem[off])))],
+                  source_etype=ir.IntType(8))
+        self.rec_ptrs[id(p)] = off
+        return p
 
     def rec_field(self, fl: FuncLowering, off: int) -> ir.Value:
         """Field ``off`` of the running thread's record."""

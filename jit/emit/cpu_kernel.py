@@ -38,6 +38,7 @@ from jit.emit.cpu import (
     _Loop,
     call_assert,
     call_printf,
+    no_interleave,
 )
 from jit.errors import CUDA_ERROR_ASSERT, not_supported
 from jit.lower.core import FuncLowering, Storage
@@ -119,6 +120,8 @@ def emit_kernel(cg: ModuleCodegen, fn: A.Function, env: EntryEnv, meta: KernelMe
         _scheduler(fl, env, scratch, local_base, meta, start)
     else:
         _simple_threads(fl, env, start, local_base, meta.local_bytes if cg.bounds_check else 0)
+    if env.rec_ptrs:
+        annotate_record_scopes(cg.module, llfn, env.rec_ptrs)
     err = _ld(b, L, L_ERROR)
     nxt = b.add(bid, _i64(1))
     more = fl.block("block_next")
@@ -127,6 +130,32 @@ def emit_kernel(cg: ModuleCodegen, fn: A.Function, env: EntryEnv, meta: KernelMe
     bid.add_incoming(nxt, more)
     b.cbranch(b.icmp_unsigned("<", nxt, last), body, head)
     ab.branch(setup)
+
+
+def annotate_record_scopes(module: ir.Module, fn: ir.Function, rec_ptrs: dict[int, int]) -> None:
+    """Scoped no-alias metadata: each field of the thread records (worker scratch, touched only through
+    EntryEnv.rec_addr; one array per field, NOTE [thread records]) aliases neither another field nor any memory the
+    kernel itself addresses. Without it LLVM guards a vectorised thread loop with a runtime overlap check between
+    every pair of those arrays and streams, and runs it only for 48+ threads, so a 16-wide tile never took it."""
+    from llvmlite.ir.instructions import LoadInstr, StoreInstr
+    domain = module.add_metadata(["wooly.memory"])
+    kernel = module.add_metadata(["wooly.kernel", domain])
+    fields = {off: module.add_metadata([f"wooly.record.{off}", domain]) for off in sorted(set(rec_ptrs.values()))}
+    own = {off: module.add_metadata([s]) for off, s in fields.items()}
+    others = {off: module.add_metadata([kernel] + [s for o, s in fields.items() if o != off]) for off in fields}
+    kernel_own = module.add_metadata([kernel])
+    kernel_others = module.add_metadata(list(fields.values()))
+    for blk in fn.blocks:
+        for ins in blk.instructions:
+            if isinstance(ins, LoadInstr):
+                ptr = ins.operands[0]
+            elif isinstance(ins, StoreInstr):
+                ptr = ins.operands[1]
+            else:
+                continue
+            off = rec_ptrs.get(id(ptr))
+            ins.set_metadata("alias.scope", kernel_own if off is None else own[off])
+            ins.set_metadata("noalias", kernel_others if off is None else others[off])
 
 
 def _param_ptr(fl: FuncLowering, env: EntryEnv, offset: int):  # type: ignore[no-untyped-def]
@@ -322,7 +351,7 @@ def _uniform_round(fl: FuncLowering, env: EntryEnv, scratch: ir.Value, rec_bytes
     fl.lower_body(only, (first, start))
     env.region_copy = False
     fl.labels = saved
-    lx.end()
+    lx.end(no_interleave(fl.cg.module))
     ly.end()
     lz.end()
 

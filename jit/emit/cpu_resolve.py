@@ -54,6 +54,30 @@ def _all_lanes_at(fl: FuncLowering, env: EntryEnv, peer: _Peer, t: ir.Value, k: 
     return b.load(ok)
 
 
+def _release_all(fl: FuncLowering, env: EntryEnv, peer: _Peer) -> ir.Value:
+    """Resolution for kernels whose only sync points are plain barriers (those with uniform-region copies): after a
+    round every live thread is parked at some barrier (park > 0) or has exited (park = -1), so the release is
+    `park = park > 0 ? 0 : park` for all threads, a loop LLVM vectorises. The same loop finds the smallest and largest
+    barrier id parked at: equal means every released thread resumes at that barrier and the next round can run its
+    uniform copy (NOTE [uniform barrier regions] in jit/emit/cpu_kernel.py). Returns 'run another round'."""
+    b = fl.b
+    lo, hi = fl.ab.alloca(I32, name="park_min"), fl.ab.alloca(I32, name="park_max")
+    b.store(_i32(0x7FFFFFFF), lo)
+    b.store(_i32(0), hi)
+    lp = _Loop(fl, env.nt32, "rel")
+    p = peer.field(lp.i, R_PARK, I32)
+    parked = b.icmp_signed(">", p, _i32(0))
+    peer.store(lp.i, R_PARK, b.select(parked, _i32(0), p))
+    cur_lo, cur_hi = b.load(lo), b.load(hi)
+    b.store(b.select(b.and_(parked, b.icmp_signed("<", p, cur_lo)), p, cur_lo), lo)
+    b.store(b.select(b.icmp_signed(">", p, cur_hi), p, cur_hi), hi)
+    lp.end()
+    mn, mx = b.load(lo), b.load(hi)
+    assert env.uniform_pc is not None
+    b.store(b.select(b.icmp_signed("==", mn, mx), mx, _i32(-1)), env.uniform_pc)
+    return b.icmp_signed(">", mx, _i32(0))
+
+
 def resolve(fl: FuncLowering, env: EntryEnv, scratch: ir.Value) -> ir.Value:
     """Emit the post-round resolution; returns an i1 'run another round'.
 
@@ -62,6 +86,8 @@ def resolve(fl: FuncLowering, env: EntryEnv, scratch: ir.Value) -> ir.Value:
     lanes that did arrive (divergent code that could never converge; on a GPU that is undefined)."""
     b = fl.b
     peer = _Peer(fl, env, scratch)
+    if env.uniform_pc is not None:
+        return _release_all(fl, env, peer)
     flag = fl.ab.alloca(I1, name="again")
     b.store(ir.Constant(I1, 0), flag)
     warp = [sp for sp in env.fn.sync_points.values() if sp.kind == "warp"]
@@ -144,9 +170,6 @@ def resolve(fl: FuncLowering, env: EntryEnv, scratch: ir.Value) -> ir.Value:
         b.store(b.or_(b.load(acc[2]), pv), acc[2])
         lr.end()
         cnt, andv, orv = (b.load(a) for a in acc)
-    upc = getattr(env, "uniform_pc", None)  # NOTE [uniform barrier regions] in jit/emit/cpu_kernel.py
-    if upc is not None:
-        b.store(_i32(-2), upc)
     if bars:
         lb = _Loop(fl, env.nt32, "rel")
         park = peer.field(lb.i, R_PARK, I32)
@@ -155,10 +178,6 @@ def resolve(fl: FuncLowering, env: EntryEnv, scratch: ir.Value) -> ir.Value:
         for sp in bars:
             swb.add_case(_i32(sp.id), yes)
         b.position_at_end(yes)
-        if upc is not None:
-            u = b.load(upc)
-            b.store(b.select(b.icmp_signed("==", u, _i32(-2)), park,
-                             b.select(b.icmp_signed("==", u, park), u, _i32(-1))), upc)
         peer.store(lb.i, R_PARK, _i32(0))
         if cnt is not None:
             peer.store(lb.i, R_RVAL, b.zext(cnt, I64))
@@ -177,7 +196,4 @@ def resolve(fl: FuncLowering, env: EntryEnv, scratch: ir.Value) -> ir.Value:
     else:
         b.branch(end)
     b.position_at_end(end)
-    if upc is not None:  # -2: nobody was released (the block is done)
-        u = b.load(upc)
-        b.store(b.select(b.icmp_signed("==", u, _i32(-2)), _i32(-1), u), upc)
     return b.load(flag)
