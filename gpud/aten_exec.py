@@ -10,7 +10,6 @@ import re
 import threading
 from typing import Any
 
-import msgpack
 import numpy as np
 import torch
 
@@ -26,10 +25,9 @@ _DENIED = frozenset({"from_file", "_unsafe_index", "_unsafe_index_put", "_unsafe
 _DEFAULT_GEN_OPS = frozenset({"native_dropout", "_fused_dropout", "dropout", "feature_dropout",
                               "alpha_dropout", "feature_alpha_dropout"})
 _DEFAULT_GEN_LOCK = threading.Lock()
-_DTYPES = {n: getattr(torch, n) for n in W.DTYPES if hasattr(torch, n)}
-_DTYPE_NAMES = {v: k for k, v in _DTYPES.items()}
-_MEMFMTS = {n: getattr(torch, n) for n in W.MEMORY_FORMATS}
-_LAYOUTS = {n: getattr(torch, n) for n in W.LAYOUTS}
+# The wire decoding is proto's (NOTE [aten values] in proto/aten.py).
+_DEC = W.decoder()
+_DTYPE_NAMES = _DEC.dtype_name
 _OPS: dict[str, tuple[Any, bool, bool]] = {}  # name -> (OpOverload, has generator arg, default-gen op)
 _SERVER_HANDLES = 1 << 62  # handles gpud picks itself (outputs of synchronous ops)
 _MAX_HANDLE = (1 << 63) - 1
@@ -66,10 +64,7 @@ def resolve(name: str) -> tuple[Any, bool, bool]:
 
 
 def dtype_of(name: Any) -> torch.dtype:
-    dt = _DTYPES.get(name.decode() if isinstance(name, bytes) else name)
-    if dt is None:
-        raise CudaError(codes.INVALID_VALUE, f"unknown dtype {str(name)[:40]!r}")
-    return dt
+    return _DEC.dtype(name)
 
 
 def _handle(v: Any) -> int:
@@ -78,10 +73,7 @@ def _handle(v: Any) -> int:
     return v
 
 
-def _shape(v: Any) -> list[int]:
-    if not isinstance(v, list) or len(v) > 64 or not all(isinstance(d, int) and 0 <= d < (1 << 48) for d in v):
-        raise CudaError(codes.INVALID_VALUE, f"invalid shape {str(v)[:80]}")
-    return v
+_shape = W.check_shape
 
 
 class Executor:
@@ -159,41 +151,8 @@ class Executor:
 
     # ------------------------------------------------------------------ decoding
     def decode(self, v: Any) -> Any:
-        if isinstance(v, list):
-            return [self.decode(x) for x in v]
-        if isinstance(v, msgpack.ExtType):
-            return self._ext(v.code, v.data)
-        if isinstance(v, dict):
-            return {str(k): self.decode(x) for k, x in v.items()}
-        return v
-
-    def _ext(self, code: int, data: bytes) -> Any:
-        if code == W.EXT_TENSOR:
-            if len(data) != 8:
-                raise CudaError(codes.INVALID_VALUE, "tensor handle must be 8 bytes")
-            return self.get(int.from_bytes(data, "little"))
-        if code == W.EXT_DTYPE:
-            return dtype_of(data)
-        if code == W.EXT_DEVICE:
-            return self.device
-        if code == W.EXT_MEMFMT:
-            return _lookup(_MEMFMTS, data, "memory format")
-        if code == W.EXT_LAYOUT:
-            return _lookup(_LAYOUTS, data, "layout")
-        if code == W.EXT_GENERATOR:
-            return self.gen
-        if code == W.EXT_COMPLEX:
-            re_, im = msgpack.unpackb(data)
-            return complex(float(re_), float(im))
-        if code == W.EXT_SCALAR_TENSOR:
-            dt, value = msgpack.unpackb(data)
-            if isinstance(value, list):
-                value = complex(*value)
-            return torch.tensor(value, dtype=dtype_of(dt))
-        if code == W.EXT_HOST_TENSOR:
-            frame, dt, shape = msgpack.unpackb(data)
-            return self.from_frame(frame, dtype_of(dt), _shape(shape), self.device)
-        raise CudaError(codes.INVALID_VALUE, f"unknown value type {code} in an aten op")
+        """Op arguments from the wire; this executor is the decoder's ``AtenSession``."""
+        return _DEC.decode(v, self)
 
     def from_frame(self, frame: Any, dtype: torch.dtype, shape: list[int], device: torch.device) -> torch.Tensor:
         if not isinstance(frame, int) or not 0 <= frame + self.base < len(self.bulk):
@@ -346,13 +305,6 @@ class Executor:
 
 class _Poisoned(CudaError):
     """An input is the output of an op that failed: this op fails too, without a new report."""
-
-
-def _lookup(table: dict[str, Any], data: bytes, what: str) -> Any:
-    v = table.get(data.decode(errors="replace"))
-    if v is None:
-        raise CudaError(codes.INVALID_VALUE, f"unknown {what} {data[:40]!r}")
-    return v
 
 
 def _flatten(v: Any, out: list[torch.Tensor]) -> None:

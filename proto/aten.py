@@ -1,10 +1,17 @@
 """The ATen op stream's value encoding (NOTE [aten wire] in proto/messages.py).
 
 Op arguments are msgpack values; what msgpack has no type for travels as an ext type whose code
-is below. Both ends import these constants, so the encoding is defined in one place.
+is below. The encoding itself is here too, as one pair both ends call (NOTE [aten values]):
+``encoder()`` on the client, ``decoder()`` on gpud, so it is defined in one place.
 """
 
 from __future__ import annotations
+
+from typing import Any, Protocol
+
+import msgpack
+
+from proto.errors import INVALID_VALUE, CudaError
 
 EXT_TENSOR = 1  # 8-byte little-endian handle of a tensor in the session's table
 EXT_DTYPE = 2  # ascii dtype name without "torch." ("float32")
@@ -34,3 +41,205 @@ DTYPES = (
 )
 MEMORY_FORMATS = ("contiguous_format", "channels_last", "channels_last_3d", "preserve_format")
 LAYOUTS = ("strided", "sparse_coo", "sparse_csr")
+
+
+# ---------------------------------------------------------------------- the value codec
+# NOTE [aten values]: one encode/decode pair for every op-argument leaf msgpack has no type for.
+# ``encoder()`` (the client) turns torch values into ``msgpack.ExtType``; ``decoder()`` (gpud)
+# turns them back. Both are built once per process, on first use, from the torch they are given
+# (the process's own by default): importing this module never imports torch. The client's hot
+# path (shim/torch/dispatch.py) reads the encoder's precomputed tables directly: a dict lookup
+# per dtype/memory format/layout, a shared ExtType per device kind and for the generator.
+#
+#   value                         ext code           payload
+#   device tensor (handle h)      EXT_TENSOR         h as 8 bytes, little-endian
+#   torch.dtype                   EXT_DTYPE          b"float32"
+#   torch.device                  EXT_DEVICE         b"cpu", or b"cuda" for any other device type
+#   torch.memory_format           EXT_MEMFMT         b"channels_last"
+#   torch.layout                  EXT_LAYOUT         b"strided"
+#   torch.Generator               EXT_GENERATOR      b"" (gpud uses the session's generator)
+#   complex                       EXT_COMPLEX        msgpack [real, imag]
+#   0-dim host tensor             EXT_SCALAR_TENSOR  msgpack [dtype name, value or [real, imag]]
+#   host tensor in bulk frame f   EXT_HOST_TENSOR    msgpack [f, dtype name, shape]
+
+_tuple_new = tuple.__new__
+_Ext = msgpack.ExtType
+_MAX_DIMS = 64
+_MAX_DIM = 1 << 48
+
+
+def tensor_ref(h: int) -> msgpack.ExtType:
+    """A device tensor's wire form: its handle in the session's tensor table."""
+    # tuple.__new__ skips ExtType's argument checks (~2 µs per tensor on the client's hot path).
+    return _tuple_new(_Ext, (EXT_TENSOR, h.to_bytes(8, "little")))
+
+
+def dtype_tables(torch: Any) -> tuple[dict[Any, str], dict[str, Any]]:
+    """``(dtype -> wire name, wire name -> dtype)`` for the ``DTYPES`` this torch has."""
+    to_name = {dt: n for n in DTYPES if isinstance(dt := getattr(torch, n, None), torch.dtype)}
+    return to_name, {n: dt for dt, n in to_name.items()}
+
+
+def check_shape(v: Any) -> list[int]:
+    """A shape from the wire: a list of at most 64 non-negative ints below 2**48."""
+    if not isinstance(v, list) or len(v) > _MAX_DIMS or not all(isinstance(d, int) and 0 <= d < _MAX_DIM for d in v):
+        raise CudaError(INVALID_VALUE, f"invalid shape {str(v)[:80]}")
+    return v
+
+
+class Encoder:
+    """The client half: torch values -> ``msgpack.ExtType`` (see NOTE [aten values]).
+
+    The tables are public so the hot path can index them without a call: ``dtype``,
+    ``memory_format`` and ``layout`` map torch objects to their ExtType; ``dtype_name`` and
+    ``name_dtype`` map dtypes to wire names and back; ``device_cuda``, ``device_cpu`` and
+    ``generator`` are shared ExtTypes.
+    """
+
+    def __init__(self, torch: Any) -> None:
+        self.torch = torch
+        self.dtype_name, self.name_dtype = dtype_tables(torch)
+        self.dtype = {dt: msgpack.ExtType(EXT_DTYPE, n.encode()) for dt, n in self.dtype_name.items()}
+        self.memory_format = {getattr(torch, n): msgpack.ExtType(EXT_MEMFMT, n.encode()) for n in MEMORY_FORMATS}
+        self.layout = {getattr(torch, n): msgpack.ExtType(EXT_LAYOUT, n.encode()) for n in LAYOUTS}
+        self.device_cuda = msgpack.ExtType(EXT_DEVICE, b"cuda")
+        self.device_cpu = msgpack.ExtType(EXT_DEVICE, b"cpu")
+        self.generator = msgpack.ExtType(EXT_GENERATOR, b"")
+
+    tensor = staticmethod(tensor_ref)
+
+    def device(self, dev: Any) -> msgpack.ExtType:
+        return self.device_cpu if dev.type == "cpu" else self.device_cuda
+
+    @staticmethod
+    def complex(v: complex) -> msgpack.ExtType:
+        return msgpack.ExtType(EXT_COMPLEX, msgpack.packb([v.real, v.imag]))
+
+    def scalar_tensor(self, t: Any) -> msgpack.ExtType:
+        """A 0-dim host tensor, sent by value."""
+        value = t.item()
+        if isinstance(value, complex):
+            value = [value.real, value.imag]
+        return msgpack.ExtType(EXT_SCALAR_TENSOR, msgpack.packb([self.dtype_name[t.dtype], value]))
+
+    def host_tensor(self, frame: int, dtype: Any, shape: Any) -> msgpack.ExtType:
+        """A host tensor whose contiguous bytes ride in bulk frame ``frame`` of the same message."""
+        return msgpack.ExtType(EXT_HOST_TENSOR, msgpack.packb([frame, self.dtype_name[dtype], list(shape)]))
+
+    def encode(self, v: Any) -> msgpack.ExtType:
+        """Any one leaf but tensors (whose wire form needs a handle or a frame: ``tensor``,
+        ``scalar_tensor``, ``host_tensor``). The hot path inlines this."""
+        torch = self.torch
+        t = type(v)
+        if t is torch.dtype:
+            return self.dtype[v]
+        if t is torch.device:
+            return self.device(v)
+        if t is torch.memory_format:
+            return self.memory_format[v]
+        if t is torch.layout:
+            return self.layout[v]
+        if isinstance(v, torch.Generator):
+            return self.generator
+        if t is complex:
+            return self.complex(v)
+        raise TypeError(f"wooly: cannot send a {t.__name__} argument to gpud")
+
+
+class AtenSession(Protocol):
+    """What gpud's decoder needs from the session it decodes for (gpud/aten_exec.Executor)."""
+
+    device: Any  # every EXT_DEVICE is this device
+    gen: Any  # every EXT_GENERATOR is this generator
+
+    def get(self, h: int) -> Any: ...  # the live tensor under handle h (raises CudaError if none)
+
+    def from_frame(self, frame: Any, dtype: Any, shape: list[int], device: Any) -> Any: ...
+
+
+class Decoder:
+    """The gpud half: ``msgpack.ExtType`` -> torch values (see NOTE [aten values]).
+
+    Every input is hostile: anything malformed raises ``CudaError(INVALID_VALUE)``.
+    """
+
+    def __init__(self, torch: Any) -> None:
+        self.torch = torch
+        self.dtype_name, self.name_dtype = dtype_tables(torch)
+        self.memory_format = {n: getattr(torch, n) for n in MEMORY_FORMATS}
+        self.layout = {n: getattr(torch, n) for n in LAYOUTS}
+
+    def dtype(self, name: Any) -> Any:
+        dt = self.name_dtype.get(name.decode() if isinstance(name, bytes) else name)
+        if dt is None:
+            raise CudaError(INVALID_VALUE, f"unknown dtype {str(name)[:40]!r}")
+        return dt
+
+    def decode(self, v: Any, sess: AtenSession) -> Any:
+        """An op's arguments (lists, dicts, plain msgpack values and ExtTypes), decoded."""
+        if isinstance(v, list):
+            return [self.decode(x, sess) for x in v]
+        if isinstance(v, msgpack.ExtType):
+            return self.ext(v.code, v.data, sess)
+        if isinstance(v, dict):
+            return {str(k): self.decode(x, sess) for k, x in v.items()}
+        return v
+
+    def ext(self, code: int, data: bytes, sess: AtenSession) -> Any:
+        if code == EXT_TENSOR:
+            if len(data) != 8:
+                raise CudaError(INVALID_VALUE, "tensor handle must be 8 bytes")
+            return sess.get(int.from_bytes(data, "little"))
+        if code == EXT_DTYPE:
+            return self.dtype(data)
+        if code == EXT_DEVICE:
+            return sess.device
+        if code == EXT_MEMFMT:
+            return _lookup(self.memory_format, data, "memory format")
+        if code == EXT_LAYOUT:
+            return _lookup(self.layout, data, "layout")
+        if code == EXT_GENERATOR:
+            return sess.gen
+        if code == EXT_COMPLEX:
+            re_, im = msgpack.unpackb(data)
+            return complex(float(re_), float(im))
+        if code == EXT_SCALAR_TENSOR:
+            dt, value = msgpack.unpackb(data)
+            if isinstance(value, list):
+                value = complex(*value)
+            return self.torch.tensor(value, dtype=self.dtype(dt))
+        if code == EXT_HOST_TENSOR:
+            frame, dt, shape = msgpack.unpackb(data)
+            return sess.from_frame(frame, self.dtype(dt), check_shape(shape), sess.device)
+        raise CudaError(INVALID_VALUE, f"unknown value type {code} in an aten op")
+
+
+def _lookup(table: dict[str, Any], data: bytes, what: str) -> Any:
+    v = table.get(data.decode(errors="replace"))
+    if v is None:
+        raise CudaError(INVALID_VALUE, f"unknown {what} {data[:40]!r}")
+    return v
+
+
+_encoder: Encoder | None = None
+_decoder: Decoder | None = None
+
+
+def encoder() -> Encoder:
+    """The process's encoder, built from its torch on first use."""
+    global _encoder
+    if _encoder is None:
+        import torch
+
+        _encoder = Encoder(torch)
+    return _encoder
+
+
+def decoder() -> Decoder:
+    """The process's decoder, built from its torch on first use."""
+    global _decoder
+    if _decoder is None:
+        import torch
+
+        _decoder = Decoder(torch)
+    return _decoder

@@ -306,7 +306,7 @@ class HostUnmap(_Req):
 # NOTE [aten wire]: one op is a 4-element list ``[name, args, kwargs, outs]``: ``name`` is an ATen
 # overload ("aten.add.Tensor") or a wooly pseudo-op ("wooly.free", "wooly.upload", "wooly.seed"),
 # ``args``/``kwargs`` are msgpack values where tensors, dtypes, devices ... are msgpack ext types
-# (see shim/torch/wire.py and gpud/aten.py), and ``outs`` are the handles, chosen by the client, of
+# (encoded and decoded by proto/aten.py, NOTE [aten values]), and ``outs`` are the handles, chosen by the client, of
 # the op's tensor outputs (0 = "an input mutated in place, do not store"). gpud validates each
 # op when it runs it (names against the aten namespace, handles against the session's table).
 AtenOpWire = Annotated[list[Any], Field(min_length=4, max_length=4)]

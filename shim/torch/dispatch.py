@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import msgpack
 import torch
 
 from proto import aten as W
@@ -30,13 +29,19 @@ _FLOAT_SHAPED = ("arange", "range", "linspace", "logspace", "upsample", "interpo
 _META_INPLACE = frozenset({"resize_", "resize_as_", "t_", "transpose_", "squeeze_", "unsqueeze_",
                            "as_strided_", "swapdims_", "swapaxes_"})
 
-_DTYPE_EXT = {dt: msgpack.ExtType(W.EXT_DTYPE, n.encode()) for n in W.DTYPES if isinstance(dt := getattr(torch, n, None), torch.dtype)}
-DTYPE_NAME = {dt: n for n in W.DTYPES if isinstance(dt := getattr(torch, n, None), torch.dtype)}
-NAME_DTYPE = {n: dt for dt, n in DTYPE_NAME.items()}
-_MEMFMT_EXT = {getattr(torch, n): msgpack.ExtType(W.EXT_MEMFMT, n.encode()) for n in W.MEMORY_FORMATS}
-_LAYOUT_EXT = {getattr(torch, n): msgpack.ExtType(W.EXT_LAYOUT, n.encode()) for n in W.LAYOUTS}
-_DEV_CUDA = msgpack.ExtType(W.EXT_DEVICE, b"cuda")
-_GEN = msgpack.ExtType(W.EXT_GENERATOR, b"")
+# The wire encoding is proto's (NOTE [aten values] in proto/aten.py); its precomputed tables are
+# bound here so the hot path below indexes them without a call.
+_E = W.encoder()
+_DTYPE_EXT = _E.dtype
+DTYPE_NAME = _E.dtype_name
+NAME_DTYPE = _E.name_dtype
+_MEMFMT_EXT = _E.memory_format
+_LAYOUT_EXT = _E.layout
+_DEV_CUDA = _E.device_cuda
+_DEV_CPU = _E.device_cpu
+_GEN = _E.generator
+_complex = _E.complex
+_scalar_tensor = _E.scalar_tensor
 _CPU = torch.device("cpu")
 
 
@@ -100,7 +105,7 @@ class _Enc:
             return _DTYPE_EXT[v]
         if t is torch.device:
             self.key.append(v.type)
-            return _DEV_CUDA if v.type != "cpu" else msgpack.ExtType(W.EXT_DEVICE, b"cpu")
+            return _DEV_CUDA if v.type != "cpu" else _DEV_CPU
         if t is torch.memory_format:
             self.key.append(v)
             return _MEMFMT_EXT[v]
@@ -112,7 +117,7 @@ class _Enc:
             return _GEN
         if t is complex:
             self.key.append(complex)
-            return msgpack.ExtType(W.EXT_COMPLEX, msgpack.packb([v.real, v.imag]))
+            return _complex(v)
         raise TypeError(f"wooly: cannot send a {t.__name__} argument to gpud")
 
     def _host(self, v: torch.Tensor) -> Any:
@@ -120,10 +125,7 @@ class _Enc:
             raise RuntimeError("wooly: a meta tensor was mixed with cuda tensors (an op moved a remote tensor to 'meta')")
         if v.dim() == 0 and v.device.type == "cpu":
             self.key.append(("cpu0", v.dtype))
-            value = v.item()
-            if isinstance(value, complex):
-                value = [value.real, value.imag]
-            return msgpack.ExtType(W.EXT_SCALAR_TENSOR, msgpack.packb([DTYPE_NAME[v.dtype], value]))
+            return _scalar_tensor(v)
         from shim.torch.transfer import upload_handle
 
         h = upload_handle(v)

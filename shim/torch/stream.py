@@ -17,8 +17,6 @@ import threading
 import time
 from typing import Any
 
-import msgpack
-
 from proto import aten as W
 from proto import errors as codes
 from proto.errors import CudaError
@@ -34,13 +32,7 @@ def new_handle() -> int:
     return next(_handles)
 
 
-_tuple_new = tuple.__new__
-_Ext = msgpack.ExtType
-
-
-def tensor_ref(h: int) -> msgpack.ExtType:
-    # tuple.__new__ skips ExtType's argument checks (~2 µs per tensor on the hot path).
-    return _tuple_new(_Ext, (W.EXT_TENSOR, h.to_bytes(8, "little")))
+tensor_ref = W.tensor_ref  # a tensor's wire form (NOTE [aten values] in proto/aten.py)
 
 
 class OpStream:
