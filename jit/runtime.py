@@ -35,6 +35,7 @@ from jit.emit import (
     L_NTHREADS,
     L_PARAMS,
     L_RANGES,
+    L_ROOTS,
     L_SLOTS,
 )
 from jit.errors import (
@@ -254,6 +255,7 @@ class CpuKernel:
     _fn: Any = field(repr=False, default=None)
     _rec_bytes: int = 0
     _red_bytes: int = 0
+    _bc_roots: list[int] = field(default_factory=list)
     _dyn_offset: int = 0
     _module: Any = field(repr=False, default=None)
 
@@ -314,6 +316,10 @@ class CpuKernel:
             table = _range_table(list(allowed_ranges or []) + own)
             keep.append(table)
             lctx[L_RANGES], lctx[L_NRANGES] = ctypes.addressof(table), len(table) // 2
+            if self._bc_roots:
+                roots = _root_table(table, raw, self._bc_roots)
+                keep.append(roots)
+                lctx[L_ROOTS] = ctypes.addressof(roots)
         key = ctypes.addressof(lctx)
         rec: dict[str, Any] = {"printf": [], "assert": None}
         with _LAUNCH_LOCK:
@@ -363,6 +369,21 @@ def _range_table(ranges: list[Any]) -> Any:
             merged.append([a, b])
     flat = [x for ab in merged for x in ab] or [0, 0]
     return (ctypes.c_uint64 * len(flat))(*flat)
+
+
+def _root_table(table: Any, params: bytes, offsets: list[int]) -> Any:
+    """[lo, hi) of the range of ``table`` holding each rooted pointer parameter (read from the launch's parameter
+    bytes at ``offsets``); (1, 0), an empty range, for a pointer in none (NOTE [rooted bounds checks])."""
+    starts = table[0::2]
+    out = []
+    for off in offsets:
+        p = int.from_bytes(params[off:off + 8].ljust(8, b"\0"), "little")
+        i = bisect.bisect_right(starts, p) - 1
+        if i >= 0 and p <= table[2 * i + 1]:  # inside, or one past the end (a base for negative indexing)
+            out += [table[2 * i], table[2 * i + 1]]
+        else:
+            out += [1, 0]
+    return (ctypes.c_uint64 * len(out))(*out)
 
 
 def _dims(d: tuple[int, ...] | int, what: str) -> tuple[int, int, int]:
@@ -488,7 +509,8 @@ class CpuModule:
                 name=k["name"], params=[ParamInfo(**p) for p in k["params"]], param_buffer_size=k["param_size"],
                 static_shared_bytes=k["static_shared"], local_bytes_per_thread=k["local_bytes"],
                 max_threads_per_block=k["max_threads"], num_regs=k["num_regs"], _fn=self._code.fns[k["name"]],
-                _rec_bytes=k["rec_bytes"], _red_bytes=k.get("red_bytes", 0), _dyn_offset=int(meta["dyn_offset"]), _module=self)
+                _rec_bytes=k["rec_bytes"], _red_bytes=k.get("red_bytes", 0),
+                _bc_roots=list(k.get("bc_roots", [])), _dyn_offset=int(meta["dyn_offset"]), _module=self)
             self._kernels[k["name"]] = kern
 
     def heap(self) -> _DeviceHeap:

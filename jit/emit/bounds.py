@@ -27,7 +27,7 @@ from jit.errors import CUDA_ERROR_ILLEGAL_ADDRESS
 from jit.lower.types import I64, PTR
 
 L_RANGES, L_NRANGES, L_BADADDR = 15, 16, 17  # launch-context slots (mirrored in jit/emit/cpu.py)
-L_HEAP_ALLOC, L_HEAP_FREE, L_HEAP = 19, 20, 21  # (jit/emit/__init__.py)
+L_HEAP_ALLOC, L_HEAP_FREE, L_HEAP, L_ROOTS = 19, 20, 21, 22  # (jit/emit/__init__.py)
 BC_NAME = "wooly.bc"
 
 
@@ -81,8 +81,12 @@ def define_bc(module: ir.Module) -> ir.Function:
     return fn
 
 
-def emit_check(fl, ptr: ir.Value, nbytes: int) -> None:  # type: ignore[no-untyped-def]
-    """Guard one access of nbytes at ptr (see NOTE [bounds checking])."""
+def emit_check(fl, ptr: ir.Value, nbytes: int, root: tuple[str, int] | None = None) -> None:  # type: ignore[no-untyped-def]
+    """Guard one access of nbytes at ptr (see NOTE [bounds checking]); ``root``: the kernel pointer parameter the
+    address derives from, if known (NOTE [rooted bounds checks])."""
+    if root is not None and hasattr(fl.env, "root_range"):
+        _rooted_check(fl, ptr, nbytes, root)
+        return
     b = fl.b
     L = fl.env.launch_ctx(fl)
     # per access site: [start, end) of the range this site matched last, in memory (see the NOTE); starts empty
@@ -105,6 +109,36 @@ def emit_check(fl, ptr: ir.Value, nbytes: int) -> None:  # type: ignore[no-untyp
     b.position_at_end(bad)
     b.cmpxchg(b.gep(L, [_i64(L_BADADDR)], source_etype=I64), _i64(0), addr, "monotonic", "monotonic")
     fl.env.trap(fl, CUDA_ERROR_ILLEGAL_ADDRESS)
+    b.position_at_end(cont)
+
+
+# NOTE [rooted bounds checks]
+# An access whose address derives from a kernel pointer parameter p (NOTE [pointer roots]) is checked against the
+# one allowed range that holds p's value, which the runtime looks up once per launch (L[L_ROOTS]: [lo, hi) per
+# rooted parameter; empty when p is in no range): `lo <= addr && addr + n <= hi`, two compares against
+# loop-invariant values and no call. A failing thread records the address in a per-worker maximum (`bc_bad`, an
+# unsigned max: a reduction) and exits; the access is skipped. After each block the worker turns a non-zero
+# `bc_bad` into CUDA_ERROR_ILLEGAL_ADDRESS naming that address and stops. With no call and no atomic in the thread
+# loop, LLVM can still vectorise it (masked loads/stores), which the per-site hints of NOTE [bounds checking] prevent.
+# The rule is stricter than "any allowed range": an address derived from p must stay inside p's allocation, which
+# is what CUDA C++ requires of pointer arithmetic anyway. Accesses through other registers (pointers loaded from
+# memory, returned by malloc, ...) keep the table search.
+def _rooted_check(fl, ptr: ir.Value, nbytes: int, root: tuple[str, int]) -> None:  # type: ignore[no-untyped-def]
+    b = fl.b
+    lo, hi = fl.env.root_range(fl, root)
+    addr = b.ptrtoint(ptr, I64)
+    end = b.add(addr, _i64(nbytes))
+    ok = b.and_(b.icmp_unsigned("<=", lo, addr), b.and_(b.icmp_unsigned("<=", end, hi),
+                                                        b.icmp_unsigned(">=", end, addr)))
+    bad = fl.block("oob_rooted")
+    cont = fl.block("inb")
+    b.cbranch(ok, cont, bad).set_weights([1000, 1])
+    b.position_at_end(bad)
+    acc = fl.env.bc_bad
+    cur = b.load(acc)
+    one_past = b.add(addr, _i64(1))  # stored + 1 so that a null dereference is non-zero too
+    b.store(b.select(b.icmp_unsigned(">", one_past, cur), one_past, cur), acc)
+    fl.env.exit_thread(fl)
     b.position_at_end(cont)
 
 

@@ -39,6 +39,7 @@ from jit.emit import (  # noqa: F401 (re-exported: jit/emit/cpu_*.py use them fr
     L_PARAMS,
     L_PRINTF,
     L_RANGES,
+    L_ROOTS,
     L_SLOTS,
     R_DONE,
     R_PARK,
@@ -158,6 +159,8 @@ class EntryEnv:
         self.red = None  # RedBuffer, set by emit_kernel when red_sites is not empty
         self.uniform_pc: ir.Value | None = None  # NOTE [uniform barrier regions] (jit/emit/cpu_kernel.py)
         self.region_copy = False
+        self.root_ranges: dict[tuple[str, int], tuple[ir.Value, ir.Value]] = {}
+        self.bc_bad: ir.Value | None = None  # max(bad address + 1) of rooted checks (NOTE [rooted bounds checks])
         self.rec_ptrs: dict[int, int] = {}  # id(record address) -> field: accesses get per-field alias scopes
 
     def kernel_param(self, fl: FuncLowering, name: str, off: int, ty: ir.Type) -> ir.Value | None:
@@ -173,6 +176,22 @@ class EntryEnv:
             p = ab.gep(self.params_entry, [_i64(base + off)], source_etype=ir.IntType(8))
             v = self.param_values[key] = ab.load(p, typ=ty)
         return v
+
+    def root_range(self, fl: FuncLowering, root: tuple[str, int]) -> tuple[ir.Value, ir.Value]:
+        """[lo, hi) of the allowed range holding a rooted pointer parameter, loaded once in the entry block from the
+        launch's root table (NOTE [rooted bounds checks] in jit/emit/bounds.py)."""
+        r = self.root_ranges.get(root)
+        if r is None:
+            ab = fl.ab
+            if self.bc_bad is None:
+                self.bc_bad = ab.alloca(I64, name="bc_bad")
+                ab.store(_i64(0), self.bc_bad)
+            i = len(self.meta.bc_roots)
+            self.meta.bc_roots.append(self.param_offsets[root[0]] + root[1])
+            tab = ab.inttoptr(ab.load(ab.gep(self.L, [_i64(L_ROOTS)], source_etype=I64), typ=I64), PTR)
+            r = self.root_ranges[root] = tuple(  # type: ignore[assignment]
+                ab.load(ab.gep(tab, [_i64(2 * i + k)], source_etype=I64), typ=I64) for k in (0, 1))
+        return r  # type: ignore[return-value]
 
     def root_ptr(self, fl: FuncLowering, name: str, off: int) -> tuple[ir.Value, ir.Value]:
         """A pointer parameter as (i64, ptr), both made once in the entry block (NOTE [pointer roots])."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 from llvmlite import ir
 
 from jit.emit.cpu import (
+    L_BADADDR,
     L_BLOCK,
     L_CHUNK,
     L_ERROR,
@@ -40,7 +41,7 @@ from jit.emit.cpu import (
     call_printf,
     no_interleave,
 )
-from jit.errors import CUDA_ERROR_ASSERT, not_supported
+from jit.errors import CUDA_ERROR_ASSERT, CUDA_ERROR_ILLEGAL_ADDRESS, not_supported
 from jit.lower.core import FuncLowering, Storage
 from jit.lower.module import KernelMeta, ModuleCodegen
 from jit.lower.types import I8, I32, I64, PTR, VOID, opaque_alloca
@@ -122,6 +123,16 @@ def emit_kernel(cg: ModuleCodegen, fn: A.Function, env: EntryEnv, meta: KernelMe
         _simple_threads(fl, env, start, local_base, meta.local_bytes if cg.bounds_check else 0)
     if env.rec_ptrs:
         annotate_record_scopes(cg.module, llfn, env.rec_ptrs)
+    if env.bc_bad is not None:  # a rooted bounds check failed in this block (NOTE [rooted bounds checks])
+        badv = b.load(env.bc_bad)
+        fault, fine = fl.block("bc_fault"), fl.block("bc_fine")
+        b.cbranch(b.icmp_unsigned("!=", badv, _i64(0)), fault, fine)
+        b.position_at_end(fault)
+        b.cmpxchg(b.gep(L, [_i64(L_BADADDR)], source_etype=I64), _i64(0), b.sub(badv, _i64(1)), "monotonic",
+                  "monotonic")
+        env.set_error(fl, L, CUDA_ERROR_ILLEGAL_ADDRESS)
+        b.branch(env.abort)
+        b.position_at_end(fine)
     err = _ld(b, L, L_ERROR)
     nxt = b.add(bid, _i64(1))
     more = fl.block("block_next")

@@ -258,6 +258,13 @@ class FuncLowering:
                 return "shared"
         return "generic"
 
+    def root_of(self, o: A.Operand, space: str) -> tuple[str, int] | None:
+        """The kernel pointer parameter an address operand is derived from (NOTE [pointer roots]), if known."""
+        base = o.base if isinstance(o, A.Addr) else o
+        if space == "shared" or not isinstance(base, A.Reg):
+            return None
+        return self.fn.ptr_roots.get(base.name)
+
     def addr(self, o: A.Operand, space: str) -> ir.Value:
         """Pointer for an address operand ``[...]`` in ``space``."""
         b = self.b
@@ -286,7 +293,7 @@ class FuncLowering:
             iv = convert_bits(b, iv, I64) if iv.type != I64 else iv
             if off:
                 iv = b.add(iv, ir.Constant(I64, off))
-            root = self.fn.ptr_roots.get(base.name) if space != "shared" else None
+            root = self.root_of(base, space)
             if root is not None and hasattr(self.env, "root_ptr"):  # NOTE [pointer roots]
                 pint, pptr = self.env.root_ptr(self, *root)
                 return b.gep(pptr, [b.sub(iv, pint)], source_etype=I8)

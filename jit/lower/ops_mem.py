@@ -79,7 +79,7 @@ def ld(fl: FuncLowering, ins: A.Instr) -> None:
     n = _vec(ins)
     size = type_bytes(t)
     if needs_check(fl, ins.operands[1], sp):
-        emit_check(fl, base, n * size)
+        emit_check(fl, base, n * size, fl.root_of(ins.operands[1], sp))
     _red_guard(fl, ins, sp, base, n * size)
     order = _ordering(ins)
     dsts = fl.dst_ops(ins.operands[0])
@@ -114,7 +114,7 @@ def st(fl: FuncLowering, ins: A.Instr) -> None:
     n = _vec(ins)
     size = type_bytes(t)
     if needs_check(fl, ins.operands[0], sp):
-        emit_check(fl, base, n * size)
+        emit_check(fl, base, n * size, fl.root_of(ins.operands[0], sp))
     _red_guard(fl, ins, sp, base, n * size)
     srcs = fl.dst_ops(ins.operands[1])
     order = _ordering(ins)
@@ -175,7 +175,7 @@ def atomic(fl: FuncLowering, ins: A.Instr, addr_op: A.Operand, vals: list[A.Oper
     sp = fl.space(ins)
     p = fl.addr(addr_op, sp)
     if needs_check(fl, addr_op, sp):
-        emit_check(fl, p, type_bytes(t) * _vec(ins))
+        emit_check(fl, p, type_bytes(t) * _vec(ins), fl.root_of(addr_op, sp))
     opn = next(m for m in ins.mods if m in _RMW or m in ("inc", "dec", "cas"))
     red = getattr(fl.env, "red", None)
     if red is not None and sp != "shared":
@@ -339,7 +339,7 @@ def cp_async(fl: FuncLowering, ins: A.Instr) -> None:
     src = fl.addr(ins.operands[1], "global")
     if needs_check(fl, ins.operands[1], "global"):
         cp = ins.operands[2]
-        emit_check(fl, src, int(cp.value) if isinstance(cp, A.Imm) else 16)
+        emit_check(fl, src, int(cp.value) if isinstance(cp, A.Imm) else 16, fl.root_of(ins.operands[1], "global"))
     _red_guard(fl, ins, "global", src, 16)
     size = fl.get(ins.operands[2], "u32")
     n = size

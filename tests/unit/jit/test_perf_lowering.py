@@ -358,3 +358,90 @@ DONE:
     x, flags, out = np.zeros(1, np.uint32), np.zeros(2, np.uint32), np.zeros(2, np.uint32)
     k.launch(2, 1, 0, pack(k, x, flags, out), workers=2)
     assert out[0] == 7 and x[0] == 7
+
+
+# NOTE [rooted bounds checks]: accesses derived from a pointer parameter are checked against that parameter's
+# allocation (looked up once per launch), without a call, so checked thread loops still vectorise.
+ROOTED = HEADER + """
+.visible .entry k(.param .u64 src, .param .u64 dst, .param .u32 n, .param .s32 shift)
+{
+  .reg .b32 %r<8>; .reg .b64 %rd<12>; .reg .f32 %f<4>; .reg .pred %p<2>;
+  ld.param.u64 %rd1, [src]; ld.param.u64 %rd2, [dst]; ld.param.u32 %r1, [n]; ld.param.s32 %r2, [shift];
+  mov.u32 %r3, %tid.x; mov.u32 %r4, %ntid.x; mov.u32 %r5, %ctaid.x; mad.lo.s32 %r6, %r5, %r4, %r3;
+  setp.ge.u32 %p1, %r6, %r1;
+  @%p1 bra DONE;
+  add.s32 %r7, %r6, %r2;
+  mul.wide.s32 %rd3, %r7, 4; add.s64 %rd4, %rd1, %rd3;
+  ld.global.f32 %f1, [%rd4];
+  mul.wide.u32 %rd5, %r6, 4; add.s64 %rd6, %rd2, %rd5;
+  st.global.f32 [%rd6], %f1;
+DONE:
+  ret;
+}
+"""
+
+
+def _rooted_launch(src_ptr: int, dst: np.ndarray, n: int, shift: int, ranges: list) -> None:
+    from jit import compile_module
+    k = compile_module(ROOTED, bounds_check=True).get_kernel("k")
+    assert k._bc_roots  # the accesses use the rooted check
+    params = pack(k, 0, dst, n, shift)
+    params = src_ptr.to_bytes(8, "little") + params[8:]
+    k.launch((n + 63) // 64, 64, 0, params, allowed_ranges=ranges)
+
+
+def test_rooted_bounds_check_allows_in_range_and_names_the_bad_address() -> None:
+    from jit.errors import JitError
+    n = 1000
+    src = np.arange(n + 16, dtype=np.float32)
+    dst = np.zeros(n, np.float32)
+    ranges = [(src.ctypes.data, src.nbytes), (dst.ctypes.data, dst.nbytes)]
+    _rooted_launch(src.ctypes.data, dst, n, 16, ranges)
+    assert (dst == src[16:]).all()
+    with pytest.raises(JitError) as ei:  # src[n + 17 ...]: past the end of src's allocation
+        _rooted_launch(src.ctypes.data, dst, n, 17, ranges)
+    assert ei.value.code == 700
+    bad = int(ei.value.message.split("illegal address 0x")[1].split()[0], 16)
+    assert src.ctypes.data + src.nbytes <= bad < src.ctypes.data + src.nbytes + 64 * 4
+
+
+def test_rooted_bounds_check_one_past_the_end_base_and_null() -> None:
+    from jit.errors import JitError
+    n = 256
+    src = np.arange(n, dtype=np.float32)
+    dst = np.zeros(n, np.float32)
+    ranges = [(src.ctypes.data, src.nbytes), (dst.ctypes.data, dst.nbytes)]
+    _rooted_launch(src.ctypes.data + src.nbytes, dst, n, -n, ranges)  # base one past the end, negative indices
+    assert (dst == src).all()
+    with pytest.raises(JitError) as ei:  # a null parameter that is dereferenced
+        _rooted_launch(0, dst, n, 0, ranges)
+    assert ei.value.code == 700
+    assert int(ei.value.message.split("illegal address 0x")[1].split()[0], 16) < 64 * 4  # in the null page
+
+
+def test_rooted_bounds_check_in_a_barrier_kernel_fails_cleanly() -> None:
+    """A failing thread leaves the block; the others pass the barrier; the launch reports 700 (no hang)."""
+    from jit import compile_module
+    from jit.errors import JitError
+    ptx = HEADER + """
+.visible .entry k(.param .u64 a, .param .u32 limit)
+{
+  .reg .b32 %r<8>; .reg .b64 %rd<8>; .reg .pred %p<2>;
+  .shared .align 4 .b32 s[256];
+  ld.param.u64 %rd1, [a]; ld.param.u32 %r1, [limit];
+  mov.u32 %r2, %tid.x;
+  mul.wide.u32 %rd2, %r2, 4; add.s64 %rd3, %rd1, %rd2;
+  ld.global.u32 %r3, [%rd3];
+  mov.u32 %r5, s; add.u32 %r6, %r5, %r2; mul.lo.u32 %r6, %r2, 4; add.u32 %r6, %r6, %r5;
+  st.shared.u32 [%r6], %r3;
+  bar.sync 0;
+  st.global.u32 [%rd3], %r3;
+  ret;
+}
+"""
+    k = compile_module(ptx, bounds_check=True).get_kernel("k")
+    a = np.arange(256, dtype=np.uint32)
+    k.launch(1, 256, 0, pack(k, a, 0), allowed_ranges=[(a.ctypes.data, a.nbytes)])
+    with pytest.raises(JitError) as ei:
+        k.launch(1, 256, 0, pack(k, a, 0), allowed_ranges=[(a.ctypes.data, 128 * 4)])
+    assert ei.value.code == 700
