@@ -256,6 +256,7 @@ class CpuKernel:
     _rec_bytes: int = 0
     _red_bytes: int = 0
     _bc_roots: list[int] = field(default_factory=list)
+    _func_stack: int = 0
     _dyn_offset: int = 0
     _module: Any = field(repr=False, default=None)
 
@@ -296,9 +297,10 @@ class CpuKernel:
         extra_ranges: list[tuple[int, int]] = []
         for _ in range(nw):
             sb, sa = _buffer(self._dyn_offset + shared_mem)
-            lb, la = _buffer(nt * self.local_bytes_per_thread)
+            area = self.local_bytes_per_thread + self._func_stack  # .local, then .func frames (bounds checks)
+            lb, la = _buffer(nt * area)
             rb, ra = _buffer((nt + 15) // 16 * 16 * self._rec_bytes)  # NOTE [thread records] (jit/emit/cpu.py)
-            extra_ranges += [(sa, self._dyn_offset + shared_mem), (la, nt * self.local_bytes_per_thread)]
+            extra_ranges += [(sa, self._dyn_offset + shared_mem), (la, nt * area)]
             red = 0
             if self._red_bytes:  # NOTE [combined global reductions]: empty slots, lo = UINT64_MAX, hi = 0
                 rbuf = (ctypes.c_int64 * (self._red_bytes // 8))()
@@ -510,7 +512,7 @@ class CpuModule:
                 static_shared_bytes=k["static_shared"], local_bytes_per_thread=k["local_bytes"],
                 max_threads_per_block=k["max_threads"], num_regs=k["num_regs"], _fn=self._code.fns[k["name"]],
                 _rec_bytes=k["rec_bytes"], _red_bytes=k.get("red_bytes", 0),
-                _bc_roots=list(k.get("bc_roots", [])), _dyn_offset=int(meta["dyn_offset"]), _module=self)
+                _bc_roots=list(k.get("bc_roots", [])), _func_stack=k.get("func_stack", 0), _dyn_offset=int(meta["dyn_offset"]), _module=self)
             self._kernels[k["name"]] = kern
 
     def heap(self) -> _DeviceHeap:

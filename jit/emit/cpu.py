@@ -55,7 +55,9 @@ from jit.emit import (  # noqa: F401 (re-exported: jit/emit/cpu_*.py use them fr
     T_CTAID,
     T_EXITED,
     T_LCTX,
+    T_LEND,
     T_LINEAR,
+    T_LSP,
     T_NCTAID,
     T_NTID,
     T_SHARED,
@@ -130,6 +132,9 @@ def no_interleave(module: ir.Module) -> ir.MDValue:
 # register are then adjacent, which lets LLVM vectorise a thread loop that restores or saves them.
 _HEADER_SIZES = {R_PC: 4, R_PARK: 4, R_XA: 8, R_XB: 4, R_XC: 4, R_XMASK: 4, R_XPRED: 4, R_RVAL: 8, R_RPRED: 4,
                  R_DONE: 4}
+
+
+FUNC_STACK_HEADROOM = 4096  # beyond one frame of every .func: room for recursion, as CUDA's default 1 KiB stack
 
 
 class EntryEnv:
@@ -379,6 +384,9 @@ def build_kernel(cg: ModuleCodegen, fn: A.Function, index: int, tag: str = "") -
     meta.param_size = off
     meta.static_shared = cg.entry_static.get(fn.name, cg.module_shared)
     meta.local_bytes = cg.local_layout(fn)[1]
+    if cg.bounds_check and cg.has_calls:  # NOTE [checked .func stack] (jit/emit/cpu_kernel.py)
+        frames = sum(align_up(cg.local_layout(f)[1], 16) for f in cg.ast.functions if not f.is_entry and f.body)
+        meta.func_stack = frames + FUNC_STACK_HEADROOM if frames else 0
     for k in ("maxntid", "reqntid"):
         if fn.attrs.get(k):
             n = 1

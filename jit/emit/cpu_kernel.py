@@ -23,7 +23,9 @@ from jit.emit.cpu import (
     T_CTAID,
     T_EXITED,
     T_LCTX,
+    T_LEND,
     T_LINEAR,
+    T_LSP,
     T_NCTAID,
     T_NTID,
     T_SHARED,
@@ -41,9 +43,9 @@ from jit.emit.cpu import (
     call_printf,
     no_interleave,
 )
-from jit.errors import CUDA_ERROR_ASSERT, CUDA_ERROR_ILLEGAL_ADDRESS, not_supported
+from jit.errors import CUDA_ERROR_ASSERT, CUDA_ERROR_ILLEGAL_ADDRESS, CUDA_ERROR_LAUNCH_FAILED, not_supported
 from jit.lower.core import FuncLowering, Storage
-from jit.lower.module import KernelMeta, ModuleCodegen
+from jit.lower.module import KernelMeta, ModuleCodegen, align_up
 from jit.lower.types import I8, I32, I64, PTR, VOID, opaque_alloca
 from jit.ptx import ast as A
 
@@ -73,10 +75,11 @@ def emit_kernel(cg: ModuleCodegen, fn: A.Function, env: EntryEnv, meta: KernelMe
     env.ntid = [b.and_(b.trunc(_ld(b, L, L_BLOCK + k), I32), _i32(m)) for k, m in enumerate(_BLOCK_MASKS)]
     nblocks = _ld(b, L, L_NBLOCKS)
     env.shared = b.inttoptr(_ld(b, W, W_SHARED), PTR)
-    local_base = b.inttoptr(_ld(b, W, W_LOCAL), PTR)
+    local_base = env.local_base = b.inttoptr(_ld(b, W, W_LOCAL), PTR)
     scratch = b.inttoptr(_ld(b, W, W_SCRATCH), PTR)
     env.nt32 = b.mul(b.mul(env.ntid[0], env.ntid[1]), env.ntid[2])
     env.tc = opaque_alloca(ab, ir.ArrayType(I64, T_SLOTS), "tctx")
+    stride = meta.local_bytes + meta.func_stack  # a thread's area: its .local, then its .func frames
     if not env.sched and meta.local_bytes and not cg.bounds_check:
         env.local = opaque_alloca(ab, ir.ArrayType(I8, meta.local_bytes), "local", cg.local_align(fn))
     meta.scheduler = env.sched
@@ -120,7 +123,7 @@ def emit_kernel(cg: ModuleCodegen, fn: A.Function, env: EntryEnv, meta: KernelMe
     if env.sched:
         _scheduler(fl, env, scratch, local_base, meta, start)
     else:
-        _simple_threads(fl, env, start, local_base, meta.local_bytes if cg.bounds_check else 0)
+        _simple_threads(fl, env, start, local_base, stride if cg.bounds_check else 0)
     if env.rec_ptrs:
         annotate_record_scopes(cg.module, llfn, env.rec_ptrs)
     if env.bc_bad is not None:  # a rooted bounds check failed in this block (NOTE [rooted bounds checks])
@@ -177,6 +180,10 @@ def _thread_prologue(fl: FuncLowering, env: EntryEnv, tz: ir.Value, ty: ir.Value
     b = fl.b
     env.tid = [tx, ty, tz]
     env.t32 = b.add(b.mul(b.add(b.mul(tz, env.ntid[1]), ty), env.ntid[0]), tx)
+    meta = env.meta
+    if meta.func_stack:  # env.local is this thread's area; its .func frames follow its .local
+        env.local = b.gep(env.local_base, [b.mul(b.zext(env.t32, I64), _i64(meta.local_bytes + meta.func_stack))],
+                          source_etype=I8)
     if not env.sched:
         # NOTE [uninitialised registers]: a straight thread loop zeroes registers (cheap, deterministic). Under the
         # scheduler a resumed thread restores exactly the registers live across its sync point; any other register
@@ -194,6 +201,10 @@ def _thread_prologue(fl: FuncLowering, env: EntryEnv, tz: ir.Value, ty: ir.Value
         b.store(b.ptrtoint(env.shared, I64), b.gep(env.tc, [_i64(T_SHARED)], source_etype=I64))
         b.store(b.ptrtoint(env.L, I64), b.gep(env.tc, [_i64(T_LCTX)], source_etype=I64))
         b.store(_i64(0), b.gep(env.tc, [_i64(T_EXITED)], source_etype=I64))
+        if meta.func_stack:
+            sp = b.add(b.ptrtoint(env.local, I64), _i64(meta.local_bytes))
+            b.store(sp, b.gep(env.tc, [_i64(T_LSP)], source_etype=I64))
+            b.store(b.add(sp, _i64(meta.func_stack)), b.gep(env.tc, [_i64(T_LEND)], source_etype=I64))
 
 
 def _simple_threads(fl: FuncLowering, env: EntryEnv, start: ir.Block, local_base: ir.Value, local_bytes: int) -> None:
@@ -202,7 +213,7 @@ def _simple_threads(fl: FuncLowering, env: EntryEnv, start: ir.Block, local_base
     lx = _Loop(fl, env.ntid[0], "tx")
     env.thread_end = lx.latch
     _thread_prologue(fl, env, lz.i, ly.i, lx.i)
-    if local_bytes:  # bounds checking: .local lives in the worker's registered area, not on the native stack
+    if local_bytes and not env.meta.func_stack:  # bounds checking: .local lives in the worker's registered area
         env.local = fl.b.gep(local_base, [fl.b.mul(fl.b.zext(env.t32, I64), _i64(local_bytes))], source_etype=I8)
     fl.b.branch(start)
     fl.b.position_at_end(start)
@@ -340,7 +351,7 @@ def _round_loops(fl: FuncLowering, env: EntryEnv, scratch: ir.Value, rec_bytes: 
     b.cbranch(b.icmp_unsigned("!=", park, _i32(0)), lx.latch, run)
     b.position_at_end(run)
     _thread_prologue(fl, env, lz.i, ly.i, lx.i)
-    if meta.local_bytes:
+    if meta.local_bytes and not meta.func_stack:  # (with a .func stack the prologue set it)
         env.local = b.gep(local_base, [b.mul(b.zext(t, I64), _i64(meta.local_bytes))], source_etype=I8)
     return lz, ly, lx, t
 
@@ -365,6 +376,16 @@ def _uniform_round(fl: FuncLowering, env: EntryEnv, scratch: ir.Value, rec_bytes
     lx.end(no_interleave(fl.cg.module))
     ly.end()
     lz.end()
+
+
+# NOTE [checked .func stack]
+# Without bounds checking a non-inlined .func's .local variables are an alloca on the worker's native stack. With
+# checking, a generic pointer to them (`cvta.local`, numba's debug builds pass such pointers around) must pass the
+# range check, and the native stack cannot be in the allowed table (it holds return addresses of gpud's own
+# frames). So a checked kernel gives every thread a frame stack after its .local area (KernelMeta.func_stack bytes:
+# one frame of every .func plus FUNC_STACK_HEADROOM for recursion), registered with the launch like the rest of the
+# worker's local memory; a .func with locals takes its frame from tc[T_LSP] on entry and gives it back before every
+# return; running past tc[T_LEND] is CUDA_ERROR_LAUNCH_FAILED (a GPU's stack overflow), never a write outside.
 
 
 class FuncEnv:
@@ -409,6 +430,31 @@ class FuncEnv:
         if self.local is None:
             self.local = opaque_alloca(fl.ab, ir.ArrayType(I8, max(self.local_bytes, 16)), "local", self.local_align)
         return fl.b.gep(self.local, [_i64(offset)], source_etype=I8)
+
+    def push_frame(self, fl: FuncLowering) -> None:
+        """NOTE [checked .func stack]: take this call's .local frame from the thread's frame stack."""
+        b = fl.b
+        spp = b.gep(self.tc, [_i64(T_LSP)], source_etype=I64)
+        sp = b.load(spp, typ=I64)
+        top = b.add(sp, _i64(align_up(self.local_bytes, 16)))
+        over, fits = fl.block("frame_overflow"), fl.block("frame_ok")
+        b.cbranch(b.icmp_unsigned(">", top, self._slot(fl, T_LEND)), over, fits)
+        b.position_at_end(over)
+        self.trap(fl, CUDA_ERROR_LAUNCH_FAILED)  # stack overflow, as a GPU reports it
+        b.position_at_end(fits)
+        b.store(top, spp)
+        self.local = b.inttoptr(sp, PTR)
+        self.frame_sp = sp
+
+    def pop_frames(self, fn: ir.Function) -> None:
+        """Before every return: give the frame back."""
+        from llvmlite.ir.instructions import Ret
+        for blk in fn.blocks:
+            term = blk.terminator
+            if isinstance(term, Ret):
+                b = ir.IRBuilder(blk)
+                b.position_before(term)
+                b.store(self.frame_sp, b.gep(self.tc, [_i64(T_LSP)], source_etype=I64))
 
     def param_base(self, fl: FuncLowering) -> ir.Value:
         raise not_supported("kernel parameters referenced from a .func")
@@ -470,6 +516,11 @@ def emit_funcs(cg: ModuleCodegen) -> None:
         for i, p in enumerate(list(f.rets) + list(f.params)):
             fl.sym[p.name] = Storage("ptr", llfn.args[1 + i])
         fl.zero_regs()
+        checked_frame = cg.bounds_check and env.local_bytes > 0
+        if checked_frame:
+            env.push_frame(fl)
         fl.declare_labels()
         fl.lower_body()
         ab.branch(body)
+        if checked_frame:
+            env.pop_frames(llfn)

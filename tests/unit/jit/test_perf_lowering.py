@@ -445,3 +445,81 @@ def test_rooted_bounds_check_in_a_barrier_kernel_fails_cleanly() -> None:
     with pytest.raises(JitError) as ei:
         k.launch(1, 256, 0, pack(k, a, 0), allowed_ranges=[(a.ctypes.data, 128 * 4)])
     assert ei.value.code == 700
+
+
+# NOTE [checked .func stack]: with bounds checking on, a non-inlined .func's .local frame comes from the thread's
+# registered area (generic pointers to it pass the check); overflowing it is a launch failure, not a crash.
+FUNC_LOCAL = HEADER + """
+.func (.param .b32 r) f(.param .b32 x)
+{
+  .local .align 4 .b8 buf[16];
+  .reg .b32 %r<4>; .reg .b64 %rd<4>;
+  ld.param.b32 %r1, [x];
+  mov.u64 %rd1, buf; cvta.local.u64 %rd2, %rd1;
+  st.u32 [%rd2], %r1; st.u32 [%rd2+4], %r1;
+  ld.u32 %r2, [%rd2+4]; add.u32 %r3, %r2, 1;
+  st.param.b32 [r], %r3;
+  ret;
+}
+.func (.param .b32 r) deep(.param .b32 n)
+{
+  .local .align 8 .b8 pad[256];
+  .reg .b32 %r<6>; .reg .b64 %rd<4>; .reg .pred %p<2>;
+  ld.param.b32 %r1, [n];
+  mov.u64 %rd1, pad; cvta.local.u64 %rd2, %rd1; st.u32 [%rd2+252], %r1;
+  setp.eq.u32 %p1, %r1, 0;
+  mov.u32 %r4, 0;
+  @%p1 bra DONE;
+  sub.u32 %r2, %r1, 1;
+  {
+  .param .b32 a0; st.param.b32 [a0], %r2;
+  .param .b32 r0;
+  call.uni (r0), deep, (a0);
+  ld.param.b32 %r3, [r0];
+  }
+  ld.u32 %r5, [%rd2+252]; add.u32 %r4, %r3, %r5;
+DONE:
+  st.param.b32 [r], %r4;
+  ret;
+}
+.visible .entry k(.param .u64 out, .param .u32 depth)
+{
+  .reg .b32 %r<8>; .reg .b64 %rd<4>;
+  mov.u32 %r1, %tid.x;
+  ld.param.u32 %r6, [depth];
+  {
+  .param .b32 a0; st.param.b32 [a0], %r1;
+  .param .b32 r0;
+  call.uni (r0), f, (a0);
+  ld.param.b32 %r2, [r0];
+  }
+  {
+  .param .b32 a1; st.param.b32 [a1], %r6;
+  .param .b32 r1;
+  call.uni (r1), deep, (a1);
+  ld.param.b32 %r3, [r1];
+  }
+  add.u32 %r4, %r2, %r3;
+  ld.param.u64 %rd1, [out]; mul.wide.u32 %rd2, %r1, 4; add.s64 %rd3, %rd1, %rd2;
+  st.global.u32 [%rd3], %r4;
+  ret;
+}
+"""
+
+
+def test_func_locals_under_bounds_check_and_stack_overflow() -> None:
+    from jit import compile_module
+    from jit.errors import JitError
+    k = compile_module(FUNC_LOCAL, bounds_check=True).get_kernel("k")
+    assert k._func_stack > 0
+    out = np.zeros(64, np.uint32)
+    ranges = [(out.ctypes.data, out.nbytes)]
+    k.launch(2, 32, 0, pack(k, out, 5), allowed_ranges=ranges)  # two blocks write the same 32 words
+    assert out[:32].tolist() == [t + 1 + 15 for t in range(32)]  # f: t + 1; deep(5): 5+4+3+2+1
+    with pytest.raises(JitError) as ei:  # 1000 frames of 256 bytes do not fit: a launch failure
+        k.launch(1, 32, 0, pack(k, out, 1000), allowed_ranges=ranges)
+    assert ei.value.code == 719
+    unchecked = compile_module(FUNC_LOCAL).get_kernel("k")  # the native stack, as before
+    out[:] = 0
+    unchecked.launch(1, 32, 0, pack(unchecked, out, 5))
+    assert out[:32].tolist() == [t + 1 + 15 for t in range(32)]
