@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import bisect
 import ctypes
 import ctypes.util
 import hashlib
-import mmap
 import os
 import re
 import struct
@@ -17,6 +15,16 @@ from typing import Any
 
 import llvmlite.binding as llvm
 
+from jit.checked import (  # noqa: F401 (GlobalRange: part of this module's API)
+    HEAP_ALLOC_ADDR,
+    HEAP_FREE_ADDR,
+    HEAP_SIZE,
+    HEAPS,
+    DeviceHeap,
+    GlobalRange,
+    range_table,
+    root_table,
+)
 from jit.emit import (
     L_ASSERT,
     L_BADADDR,
@@ -62,13 +70,6 @@ class GlobalInfo:
     name: str
     size: int
     address: int
-
-
-@dataclass(frozen=True)
-class GlobalRange:
-    """One device allocation a bounds-checked launch may touch: [start, start + size)."""
-    start: int
-    size: int
 
 
 @dataclass
@@ -192,57 +193,6 @@ def _buffer(n: int) -> tuple[Any, int]:
     return buf, (addr + 4095) // 4096 * 4096
 
 
-class _DeviceHeap:
-    """Device-side malloc/free of a bounds-checked module (NOTE [device heap] in jit/emit/bounds.py): first fit over
-    one lazily committed anonymous mapping, 16-byte aligned blocks, neighbours coalesced on free."""
-
-    ALIGN = 16
-
-    def __init__(self, size: int) -> None:
-        self.size = max(size, 4096)
-        self._map = mmap.mmap(-1, self.size)
-        self.base = ctypes.addressof(ctypes.c_char.from_buffer(self._map))
-        self._free: list[list[int]] = [[self.base, self.size]]  # sorted [start, size]
-        self._used: dict[int, int] = {}
-        self._lock = threading.Lock()
-
-    def alloc(self, n: int) -> int:
-        n = max(self.ALIGN, (n + self.ALIGN - 1) // self.ALIGN * self.ALIGN)
-        with self._lock:
-            for i, (start, size) in enumerate(self._free):
-                if size >= n:
-                    if size == n:
-                        del self._free[i]
-                    else:
-                        self._free[i] = [start + n, size - n]
-                    self._used[start] = n
-                    return start
-        return 0
-
-    def free(self, p: int) -> None:
-        with self._lock:
-            n = self._used.pop(p, None)
-            if n is None:
-                return
-            i = bisect.bisect_left(self._free, [p, 0])
-            if i < len(self._free) and p + n == self._free[i][0]:  # merge with the next free block
-                n += self._free.pop(i)[1]
-            if i > 0 and self._free[i - 1][0] + self._free[i - 1][1] == p:  # and the previous one
-                self._free[i - 1][1] += n
-            else:
-                self._free.insert(i, [p, n])
-
-
-_HEAP_SIZE = int(os.environ.get("WOOLY_JIT_MALLOC_HEAP", str(8 << 20)))
-_HEAPS: dict[int, _DeviceHeap] = {}
-_HEAP_ALLOC_T = ctypes.CFUNCTYPE(ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64)
-_HEAP_FREE_T = ctypes.CFUNCTYPE(None, ctypes.c_uint64, ctypes.c_uint64)
-_heap_alloc_cb = _HEAP_ALLOC_T(lambda h, n: _HEAPS[h].alloc(n))
-_heap_free_cb = _HEAP_FREE_T(lambda h, p: _HEAPS[h].free(p))
-_HEAP_ALLOC_ADDR = ctypes.cast(_heap_alloc_cb, ctypes.c_void_p).value
-_HEAP_FREE_ADDR = ctypes.cast(_heap_free_cb, ctypes.c_void_p).value
-
-
 @dataclass
 class CpuKernel:
     name: str
@@ -312,14 +262,14 @@ class CpuKernel:
             wctxs.append(w)
         if checked:
             heap = self._module.heap()
-            lctx[L_HEAP_ALLOC], lctx[L_HEAP_FREE], lctx[L_HEAP] = _HEAP_ALLOC_ADDR, _HEAP_FREE_ADDR, id(heap)
+            lctx[L_HEAP_ALLOC], lctx[L_HEAP_FREE], lctx[L_HEAP] = HEAP_ALLOC_ADDR, HEAP_FREE_ADDR, id(heap)
             own = [(self._module._data_addr, max(1, self._module._data_size)), (heap.base, heap.size)]
             own += [(a, n) for a, n in extra_ranges]
-            table = _range_table(list(allowed_ranges or []) + own)
+            table = range_table(list(allowed_ranges or []) + own)
             keep.append(table)
             lctx[L_RANGES], lctx[L_NRANGES] = ctypes.addressof(table), len(table) // 2
             if self._bc_roots:
-                roots = _root_table(table, raw, self._bc_roots)
+                roots = root_table(table, raw, self._bc_roots)
                 keep.append(roots)
                 lctx[L_ROOTS] = ctypes.addressof(roots)
         key = ctypes.addressof(lctx)
@@ -351,41 +301,6 @@ class CpuKernel:
             e.printf = text  # type: ignore[attr-defined]
             raise e
         return LaunchResult(printf=text)
-
-
-def _range_table(ranges: list[Any]) -> Any:
-    """Sorted, merged [start, end) pairs as an i64 array (NOTE [bounds checking] in jit/emit/bounds.py)."""
-    spans = []
-    for r in ranges:
-        start, size = (r.start, r.size) if isinstance(r, GlobalRange) else (int(r[0]), int(r[1]))
-        if size < 0 or start < 0:
-            raise JitError(CUDA_ERROR_INVALID_VALUE, f"bad allowed range ({start:#x}, {size})")
-        if size:
-            spans.append((start, start + size))
-    spans.sort()
-    merged: list[list[int]] = []
-    for a, b in spans:
-        if merged and a <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], b)
-        else:
-            merged.append([a, b])
-    flat = [x for ab in merged for x in ab] or [0, 0]
-    return (ctypes.c_uint64 * len(flat))(*flat)
-
-
-def _root_table(table: Any, params: bytes, offsets: list[int]) -> Any:
-    """[lo, hi) of the range of ``table`` holding each rooted pointer parameter (read from the launch's parameter
-    bytes at ``offsets``); (1, 0), an empty range, for a pointer in none (NOTE [rooted bounds checks])."""
-    starts = table[0::2]
-    out = []
-    for off in offsets:
-        p = int.from_bytes(params[off:off + 8].ljust(8, b"\0"), "little")
-        i = bisect.bisect_right(starts, p) - 1
-        if i >= 0 and p <= table[2 * i + 1]:  # inside, or one past the end (a base for negative indexing)
-            out += [table[2 * i], table[2 * i + 1]]
-        else:
-            out += [1, 0]
-    return (ctypes.c_uint64 * len(out))(*out)
 
 
 def _dims(d: tuple[int, ...] | int, what: str) -> tuple[int, int, int]:
@@ -515,21 +430,21 @@ class CpuModule:
                 _bc_roots=list(k.get("bc_roots", [])), _func_stack=k.get("func_stack", 0), _dyn_offset=int(meta["dyn_offset"]), _module=self)
             self._kernels[k["name"]] = kern
 
-    def heap(self) -> _DeviceHeap:
+    def heap(self) -> DeviceHeap:
         """This instance's device-malloc arena (bounds-checked modules), mapped at the first launch."""
         h = self.__dict__.get("_heap")
         if h is None:
             with _ENGINES_LOCK:
                 h = self.__dict__.get("_heap")
                 if h is None:
-                    h = self._heap = _DeviceHeap(_HEAP_SIZE)
-                    _HEAPS[id(h)] = h
+                    h = self._heap = DeviceHeap(HEAP_SIZE)
+                    HEAPS[id(h)] = h
         return h
 
     def __del__(self) -> None:
         h = self.__dict__.get("_heap")
         if h is not None:
-            _HEAPS.pop(id(h), None)
+            HEAPS.pop(id(h), None)
 
     @property
     def kernel_names(self) -> list[str]:

@@ -18,7 +18,7 @@ L_SLOTS = 40
 W_SHARED, W_LOCAL, W_SCRATCH, W_RED = 0, 1, 2, 3  # W_RED: NOTE [combined global reductions]
 # thread context passed to .func code (i64 slots)
 T_TID, T_NTID, T_CTAID, T_NCTAID, T_SHARED, T_LCTX, T_LINEAR, T_EXITED = 0, 3, 6, 9, 12, 13, 14, 15
-T_LSP, T_LEND = 16, 17  # .func frame stack of a bounds-checked kernel (NOTE [checked .func stack], jit/emit/cpu_kernel.py)
+T_LSP, T_LEND = 16, 17  # .func frame stack of a bounds-checked kernel (NOTE [checked .func stack], jit/emit/cpu_func.py)
 T_SLOTS = 18
 # per-thread scheduler record (bytes)
 R_PC, R_PARK, R_XA, R_XB, R_XC, R_XMASK, R_XPRED, R_RVAL, R_RPRED, R_DONE, R_SLOTS = 0, 4, 8, 16, 20, 24, 28, 32, 40, 44, 48

@@ -147,7 +147,7 @@ def _rooted_check(fl, ptr: ir.Value, nbytes: int, root: tuple[str, int]) -> None
 # do not go to libc: a libc block is not in the launch's range table, so its first access was reported as an illegal
 # address (and the context then stayed faulted for every later launch). They call the runtime's allocator through the
 # launch context instead: L[L_HEAP_ALLOC](L[L_HEAP], n) -> address or 0 (exhausted, as CUDA's malloc returns NULL),
-# L[L_HEAP_FREE](L[L_HEAP], p). The heap is one arena per loaded module instance (jit/runtime.py, _DeviceHeap, 8 MiB
+# L[L_HEAP_FREE](L[L_HEAP], p). The heap is one arena per loaded module instance (jit/checked.py, DeviceHeap, 8 MiB
 # like CUDA's default cudaLimitMallocHeapSize, WOOLY_JIT_MALLOC_HEAP), and every launch's table holds its range.
 def emit_malloc(fl, n: ir.Value) -> ir.Value:  # type: ignore[no-untyped-def]
     """malloc(n) of a bounds-checked module: an i64 address in the module's device heap, or 0."""

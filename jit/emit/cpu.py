@@ -85,6 +85,11 @@ def _i64(v: int) -> ir.Constant:
     return ir.Constant(I64, v)
 
 
+def ld_slot(b: ir.IRBuilder, base: ir.Value, slot: int) -> ir.Value:
+    """The i64 in slot ``slot`` of a launch/worker/thread context."""
+    return b.load(b.gep(base, [_i64(slot)], source_etype=I64), typ=I64)
+
+
 class _Loop:
     """Counted loop helper: `with`-less, explicit begin/end."""
 
@@ -162,7 +167,7 @@ class EntryEnv:
         from jit.emit.cpu_red import plan
         self.red_sites = plan(fn)  # NOTE [combined global reductions]
         self.red = None  # RedBuffer, set by emit_kernel when red_sites is not empty
-        self.uniform_pc: ir.Value | None = None  # NOTE [uniform barrier regions] (jit/emit/cpu_kernel.py)
+        self.uniform_pc: ir.Value | None = None  # NOTE [uniform barrier regions] (jit/emit/cpu_sched.py)
         self.region_copy = False
         self.root_ranges: dict[tuple[str, int], tuple[ir.Value, ir.Value]] = {}
         self.bc_bad: ir.Value | None = None  # max(bad address + 1) of rooted checks (NOTE [rooted bounds checks])
@@ -384,7 +389,7 @@ def build_kernel(cg: ModuleCodegen, fn: A.Function, index: int, tag: str = "") -
     meta.param_size = off
     meta.static_shared = cg.entry_static.get(fn.name, cg.module_shared)
     meta.local_bytes = cg.local_layout(fn)[1]
-    if cg.bounds_check and cg.has_calls:  # NOTE [checked .func stack] (jit/emit/cpu_kernel.py)
+    if cg.bounds_check and cg.has_calls:  # NOTE [checked .func stack] (jit/emit/cpu_func.py)
         frames = sum(align_up(cg.local_layout(f)[1], 16) for f in cg.ast.functions if not f.is_entry and f.body)
         meta.func_stack = frames + FUNC_STACK_HEADROOM if frames else 0
     for k in ("maxntid", "reqntid"):

@@ -59,7 +59,7 @@ def _release_all(fl: FuncLowering, env: EntryEnv, peer: _Peer) -> ir.Value:
     round every live thread is parked at some barrier (park > 0) or has exited (park = -1), so the release is
     `park = park > 0 ? 0 : park` for all threads, a loop LLVM vectorises. The same loop finds the smallest and largest
     barrier id parked at: equal means every released thread resumes at that barrier and the next round can run its
-    uniform copy (NOTE [uniform barrier regions] in jit/emit/cpu_kernel.py). Returns 'run another round'."""
+    uniform copy (NOTE [uniform barrier regions] in jit/emit/cpu_sched.py). Returns 'run another round'."""
     b = fl.b
     lo, hi = fl.ab.alloca(I32, name="park_min"), fl.ab.alloca(I32, name="park_max")
     b.store(_i32(0x7FFFFFFF), lo)

@@ -1,0 +1,180 @@
+""".func bodies on the CPU: the thread context they get, calls, and their .local frames.
+
+See NOTE [CPU work-group execution] in jit/emit/cpu.py.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from jit.emit.cpu import (
+    L_ERROR,
+    L_GLOBALS,
+    T_CTAID,
+    T_EXITED,
+    T_LCTX,
+    T_LEND,
+    T_LINEAR,
+    T_LSP,
+    T_NCTAID,
+    T_NTID,
+    T_SHARED,
+    T_TID,
+    _i32,
+    _i64,
+    call_assert,
+    call_printf,
+    ld_slot,
+)
+from jit.errors import CUDA_ERROR_ASSERT, CUDA_ERROR_LAUNCH_FAILED, not_supported
+from jit.lower.core import FuncLowering, Storage
+from jit.lower.module import ModuleCodegen, align_up
+from jit.lower.types import I8, I32, I64, PTR, opaque_alloca
+from jit.ptx import ast as A
+
+# NOTE [checked .func stack]
+# Without bounds checking a non-inlined .func's .local variables are an alloca on the worker's native stack. With
+# checking, a generic pointer to them (`cvta.local`, numba's debug builds pass such pointers around) must pass the
+# range check, and the native stack cannot be in the allowed table (it holds return addresses of gpud's own
+# frames). So a checked kernel gives every thread a frame stack after its .local area (KernelMeta.func_stack bytes:
+# one frame of every .func plus FUNC_STACK_HEADROOM for recursion), registered with the launch like the rest of the
+# worker's local memory; a .func with locals takes its frame from tc[T_LSP] on entry and gives it back before every
+# return; running past tc[T_LEND] is CUDA_ERROR_LAUNCH_FAILED (a GPU's stack overflow), never a write outside.
+
+
+class FuncEnv:
+    """Env for .func bodies: everything per-thread comes from the thread context passed as the first argument."""
+
+    def __init__(self, cg: ModuleCodegen, llfn: ir.Function, local_bytes: int) -> None:
+        self.cg, self.llfn, self.local_bytes = cg, llfn, local_bytes
+        self.local_align = 16
+        self.tc = llfn.args[0]
+        self.local: ir.Value | None = None
+
+    def _slot(self, fl: FuncLowering, slot: int) -> ir.Value:
+        return ld_slot(fl.b, self.tc, slot)
+
+    def special(self, fl: FuncLowering, name: str) -> ir.Value:
+        b = fl.b
+        base, _, comp = name.partition(".")
+        slots = {"tid": T_TID, "ntid": T_NTID, "ctaid": T_CTAID, "nctaid": T_NCTAID}
+        if base in slots and comp:
+            return b.trunc(self._slot(fl, slots[base] + "xyz".index(comp)), I32)
+        t = b.trunc(self._slot(fl, T_LINEAR), I32)
+        if name == "laneid":
+            return b.and_(t, _i32(31))
+        if name == "warpid":
+            return b.lshr(t, _i32(5))
+        if name.startswith("clock") or name.startswith("globaltimer"):
+            c = fl.call_intr("llvm.readcyclecounter", I64, [])
+            return c if name in ("clock64", "globaltimer") else b.trunc(c, I32)
+        if name.startswith("lanemask"):
+            lane = b.zext(b.and_(t, _i32(31)), I64)
+            eq = b.shl(_i64(1), lane)
+            lt = b.sub(eq, _i64(1))
+            le = b.sub(b.shl(eq, _i64(1)), _i64(1))
+            return b.trunc({"lanemask_eq": eq, "lanemask_lt": lt, "lanemask_le": le,
+                            "lanemask_gt": b.not_(le), "lanemask_ge": b.not_(lt)}[name], I32)
+        return _i32(0)
+
+    def shared_base(self, fl: FuncLowering) -> ir.Value:
+        return fl.b.inttoptr(self._slot(fl, T_SHARED), PTR)
+
+    def local_ptr(self, fl: FuncLowering, offset: int) -> ir.Value:
+        if self.local is None:
+            self.local = opaque_alloca(fl.ab, ir.ArrayType(I8, max(self.local_bytes, 16)), "local", self.local_align)
+        return fl.b.gep(self.local, [_i64(offset)], source_etype=I8)
+
+    def push_frame(self, fl: FuncLowering) -> None:
+        """NOTE [checked .func stack]: take this call's .local frame from the thread's frame stack."""
+        b = fl.b
+        spp = b.gep(self.tc, [_i64(T_LSP)], source_etype=I64)
+        sp = b.load(spp, typ=I64)
+        top = b.add(sp, _i64(align_up(self.local_bytes, 16)))
+        over, fits = fl.block("frame_overflow"), fl.block("frame_ok")
+        b.cbranch(b.icmp_unsigned(">", top, self._slot(fl, T_LEND)), over, fits)
+        b.position_at_end(over)
+        self.trap(fl, CUDA_ERROR_LAUNCH_FAILED)  # stack overflow, as a GPU reports it
+        b.position_at_end(fits)
+        b.store(top, spp)
+        self.local = b.inttoptr(sp, PTR)
+        self.frame_sp = sp
+
+    def pop_frames(self, fn: ir.Function) -> None:
+        """Before every return: give the frame back."""
+        from llvmlite.ir.instructions import Ret
+        for blk in fn.blocks:
+            term = blk.terminator
+            if isinstance(term, Ret):
+                b = ir.IRBuilder(blk)
+                b.position_before(term)
+                b.store(self.frame_sp, b.gep(self.tc, [_i64(T_LSP)], source_etype=I64))
+
+    def param_base(self, fl: FuncLowering) -> ir.Value:
+        raise not_supported("kernel parameters referenced from a .func")
+
+    def globals_base(self, fl: FuncLowering) -> ir.Value:
+        return fl.b.inttoptr(ld_slot(fl.b, self.launch_ctx(fl), L_GLOBALS), PTR)
+
+    def launch_ctx(self, fl: FuncLowering) -> ir.Value:
+        return fl.b.inttoptr(self._slot(fl, T_LCTX), PTR)
+
+    def exit_thread(self, fl: FuncLowering) -> None:
+        fl.b.store(_i64(1), fl.b.gep(self.tc, [_i64(T_EXITED)], source_etype=I64))
+        fl.b.ret_void()
+
+    def trap(self, fl: FuncLowering, code: int) -> None:
+        p = fl.b.gep(self.launch_ctx(fl), [_i64(L_ERROR)], source_etype=I64)
+        fl.b.cmpxchg(p, _i64(0), _i64(code), "seq_cst", "monotonic")
+        self.exit_thread(fl)
+
+    def printf(self, fl: FuncLowering, fmt: ir.Value, args: ir.Value) -> ir.Value:
+        return call_printf(fl, self.launch_ctx(fl), fmt, args)
+
+    def assert_fail(self, fl: FuncLowering, msg: ir.Value, file: ir.Value, line: ir.Value) -> None:
+        call_assert(fl, self.launch_ctx(fl), msg, file, line)
+        self.trap(fl, CUDA_ERROR_ASSERT)
+
+    def tctx(self, fl: FuncLowering) -> ir.Value:
+        return self.tc
+
+    def after_call(self, fl: FuncLowering) -> None:
+        b = fl.b
+        ex = self._slot(fl, T_EXITED)
+        err = ld_slot(b, self.launch_ctx(fl), L_ERROR)
+        stop = b.icmp_unsigned("!=", b.or_(ex, err), _i64(0))
+        cont = fl.block("after_call")
+        out = fl.block("call_exit")
+        b.cbranch(stop, out, cont)
+        b.position_at_end(out)
+        b.ret_void()
+        b.position_at_end(cont)
+
+    def sync(self, fl: FuncLowering, ins: A.Instr) -> None:
+        raise not_supported(f"'{ins.opcode}' (barrier or warp collective) inside a non-inlined .func", ins.line)
+
+
+def emit_funcs(cg: ModuleCodegen) -> None:
+    for f in cg.ast.functions:
+        if f.is_entry or f.body is None:
+            continue
+        llfn = cg.funcs[f.name]
+        entry = llfn.append_basic_block("entry")
+        ab = ir.IRBuilder(entry)
+        body = llfn.append_basic_block("body")
+        b = ir.IRBuilder(body)
+        env = FuncEnv(cg, llfn, cg.local_layout(f)[1])
+        env.local_align = cg.local_align(f)
+        fl = FuncLowering(cg, f, llfn, env, ab, b)  # type: ignore[arg-type]
+        cg.bind_locals_and_params(fl, f)
+        for i, p in enumerate(list(f.rets) + list(f.params)):
+            fl.sym[p.name] = Storage("ptr", llfn.args[1 + i])
+        fl.zero_regs()
+        checked_frame = cg.bounds_check and env.local_bytes > 0
+        if checked_frame:
+            env.push_frame(fl)
+        fl.declare_labels()
+        fl.lower_body()
+        ab.branch(body)
+        if checked_frame:
+            env.pop_frames(llfn)

@@ -1,0 +1,246 @@
+"""The scheduler side of a CPU kernel: rounds of thread loops between sync points, thread prologue, uniform
+barrier regions and the alias scopes of thread records.
+
+See NOTE [CPU work-group execution] in jit/emit/cpu.py.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from jit.emit.cpu import (
+    R_DONE,
+    R_PARK,
+    R_PC,
+    T_CTAID,
+    T_EXITED,
+    T_LCTX,
+    T_LEND,
+    T_LINEAR,
+    T_LSP,
+    T_NCTAID,
+    T_NTID,
+    T_SHARED,
+    T_TID,
+    EntryEnv,
+    _i32,
+    _i64,
+    _Loop,
+    no_interleave,
+)
+from jit.lower.core import FuncLowering
+from jit.lower.module import KernelMeta
+from jit.lower.types import I8, I32, I64
+from jit.ptx import ast as A
+
+
+def thread_prologue(fl: FuncLowering, env: EntryEnv, tz: ir.Value, ty: ir.Value, tx: ir.Value) -> None:
+    b = fl.b
+    env.tid = [tx, ty, tz]
+    env.t32 = b.add(b.mul(b.add(b.mul(tz, env.ntid[1]), ty), env.ntid[0]), tx)
+    meta = env.meta
+    if meta.func_stack:  # env.local is this thread's area; its .func frames follow its .local
+        env.local = b.gep(env.local_base, [b.mul(b.zext(env.t32, I64), _i64(meta.local_bytes + meta.func_stack))],
+                          source_etype=I8)
+    if not env.sched:
+        # NOTE [uninitialised registers]: a straight thread loop zeroes registers (cheap, deterministic). Under the
+        # scheduler a resumed thread restores exactly the registers live across its sync point; any other register
+        # is dead there, so it is left undefined: zeroing it would put a phi for every register at every merge
+        # of resume paths and double LLVM's work on kernels with many warp collectives.
+        fl.zero_regs()
+    if fl.cg.has_calls:
+        vals = {T_TID + k: env.tid[k] for k in range(3)}
+        vals.update({T_NTID + k: env.ntid[k] for k in range(3)})
+        vals.update({T_CTAID + k: env.ctaid[k] for k in range(3)})
+        vals.update({T_NCTAID + k: env.nctaid[k] for k in range(3)})
+        vals[T_LINEAR] = env.t32
+        for slot, v in vals.items():
+            b.store(b.zext(v, I64), b.gep(env.tc, [_i64(slot)], source_etype=I64))
+        b.store(b.ptrtoint(env.shared, I64), b.gep(env.tc, [_i64(T_SHARED)], source_etype=I64))
+        b.store(b.ptrtoint(env.L, I64), b.gep(env.tc, [_i64(T_LCTX)], source_etype=I64))
+        b.store(_i64(0), b.gep(env.tc, [_i64(T_EXITED)], source_etype=I64))
+        if meta.func_stack:
+            sp = b.add(b.ptrtoint(env.local, I64), _i64(meta.local_bytes))
+            b.store(sp, b.gep(env.tc, [_i64(T_LSP)], source_etype=I64))
+            b.store(b.add(sp, _i64(meta.func_stack)), b.gep(env.tc, [_i64(T_LEND)], source_etype=I64))
+
+
+def scheduler(fl: FuncLowering, env: EntryEnv, scratch: ir.Value, local_base: ir.Value, meta: KernelMeta,
+               start: ir.Block) -> None:
+    from jit.emit.cpu_resolve import resolve
+    b = fl.b
+    rec_bytes = _i64(env.rec_bytes)
+    env.scratch = scratch
+    env.ntpad = b.and_(b.add(b.zext(env.nt32, I64), _i64(15)), _i64(~15))  # NOTE [thread records]
+    init = _Loop(fl, env.nt32, "init")
+    for f in (R_PC, R_PARK, R_DONE):
+        b.store(_i32(0), env.rec_addr(b, init.i, f))
+    init.end()
+    rnd = fl.block("round")
+    special = _uniform_regions(env)
+    if special:  # NOTE [uniform barrier regions]
+        env.uniform_pc = fl.ab.alloca(I32, name="uniform_pc")
+        b.store(_i32(-1), env.uniform_pc)  # the first round is generic
+    b.branch(rnd)
+    b.position_at_end(rnd)
+    generic = fl.block("round_generic")
+    after = fl.block("round_done")
+    if special:
+        dispatch = b.switch(b.load(env.uniform_pc), generic)
+        b.position_at_end(generic)
+    else:
+        b.branch(generic)
+        b.position_at_end(generic)
+    lz, ly, lx, t = _round_loops(fl, env, scratch, rec_bytes, local_base, meta)
+    pc = b.load(env.rec_field(fl, R_PC), typ=I32)
+    sw = b.switch(pc, start)
+    b.position_at_end(start)
+    fl.lower_body()
+    for k, blk in env.resume.items():
+        sw.add_case(_i32(k), blk)
+    lx.end()
+    ly.end()
+    lz.end()
+    b.branch(after)
+    for k, region in special.items():
+        entry = fl.block(f"round_uniform{k}")
+        dispatch.add_case(_i32(k), entry)
+        b.position_at_end(entry)
+        _uniform_round(fl, env, scratch, rec_bytes, local_base, meta, k, region)
+        b.branch(after)
+    b.position_at_end(after)
+    again = resolve(fl, env, scratch)
+    nxt = fl.block("block_done")
+    b.cbranch(again, rnd, nxt)
+    b.position_at_end(nxt)
+
+
+# NOTE [uniform barrier regions]
+# Under the scheduler every round loops over the block's threads and each thread enters the kernel body through a
+# `switch` on its resume point. That dispatch hides the thread loop from LLVM's vectoriser. In a kernel whose only
+# sync points are plain `bar.sync`s, every round normally starts with all runnable threads at the same point (the
+# kernel start or one barrier). For those rounds a second copy of the body is lowered inside its own thread loop and
+# entered directly at that point: code not reachable from it before the next barrier is dead and removed, and what
+# is left (the region up to the next barrier) is an ordinary loop body that LLVM can vectorise across threads. The
+# copy parks threads exactly like the generic path (same records), so the next round may take either path. The
+# release loop of the resolution step records in `uniform_pc` the one barrier every released thread was parked at,
+# or -1 (generic round). A copy holds only the statements reachable from its barrier before the next sync point
+# (`region_statements`), and only kernels with a few barriers get copies. The first round (kernel start) stays
+# generic: it runs once per block, and vectorising the address set-up code before the first barrier cost LLVM 4x
+# the compile time of the whole kernel for no measurable gain.
+MAX_UNIFORM_REGIONS = 16
+
+
+def _uniform_regions(env: EntryEnv) -> dict[int, tuple[int, set[int]]]:
+    """sync point id -> (index of the statement after it, statements of its region), for the barriers that get a
+    uniform-round copy: all of them if the kernel has only plain barriers, as long as the copies together are no
+    bigger than the body (loops unrolled around barriers make many small regions, which is fine)."""
+    sps = list(env.fn.sync_points.values())
+    if not sps or any(sp.kind != "bar" or sp.instr.has("red") for sp in sps):
+        return {}
+    body = env.fn.body or []
+    where = {id(st): i for i, st in enumerate(body)}
+    out: dict[int, tuple[int, set[int]]] = {}
+    budget = len(body)
+    for sp in sps[:MAX_UNIFORM_REGIONS]:
+        first = where[id(sp.instr)] + 1
+        only = region_statements(body, first)
+        budget -= len(only)
+        if budget < 0:
+            break
+        out[sp.id] = (first, only)
+    return out
+
+
+def region_statements(body: list[A.Stmt], first: int) -> set[int]:
+    """Indices of the statements reachable from ``first`` without passing a sync point (the sync points that end
+    the region are included: they park the thread)."""
+    from jit.passes.liveness import TERMINATORS
+    from jit.passes.sync_points import sync_kind
+    labels = {st.name: i for i, st in enumerate(body) if isinstance(st, A.Label)}
+    seen: set[int] = set()
+    todo = [first]
+    while todo:
+        i = todo.pop()
+        while i < len(body) and i not in seen:
+            seen.add(i)
+            st = body[i]
+            if isinstance(st, A.Instr):
+                if sync_kind(st) or st.opcode in TERMINATORS:
+                    break
+                if st.opcode == "bra":
+                    tgt = st.operands[0]
+                    if isinstance(tgt, A.Sym) and tgt.name in labels:
+                        todo.append(labels[tgt.name])
+                    if st.pred is None:
+                        break
+            i += 1
+    return seen
+
+
+def _round_loops(fl: FuncLowering, env: EntryEnv, scratch: ir.Value, rec_bytes: ir.Value, local_base: ir.Value,
+                 meta: KernelMeta) -> tuple[_Loop, _Loop, _Loop, ir.Value]:
+    """Open the three thread loops of a round; positioned where a runnable thread enters the body."""
+    b = fl.b
+    lz = _Loop(fl, env.ntid[2], "tz")
+    ly = _Loop(fl, env.ntid[1], "ty")
+    lx = _Loop(fl, env.ntid[0], "tx")
+    env.thread_end = lx.latch
+    t = b.add(b.mul(b.add(b.mul(lz.i, env.ntid[1]), ly.i), env.ntid[0]), lx.i)
+    env.rec_t = t
+    park = b.load(env.rec_field(fl, R_PARK), typ=I32)
+    run = fl.block("thread_run")
+    b.cbranch(b.icmp_unsigned("!=", park, _i32(0)), lx.latch, run)
+    b.position_at_end(run)
+    thread_prologue(fl, env, lz.i, ly.i, lx.i)
+    if meta.local_bytes and not meta.func_stack:  # (with a .func stack the prologue set it)
+        env.local = b.gep(local_base, [b.mul(b.zext(t, I64), _i64(meta.local_bytes))], source_etype=I8)
+    return lz, ly, lx, t
+
+
+def _uniform_round(fl: FuncLowering, env: EntryEnv, scratch: ir.Value, rec_bytes: ir.Value, local_base: ir.Value,
+                   meta: KernelMeta, k: int, region: tuple[int, set[int]]) -> None:
+    """A round in which every runnable thread resumes at barrier k."""
+    b = fl.b
+    lz, ly, lx, _ = _round_loops(fl, env, scratch, rec_bytes, local_base, meta)
+    first, only = region
+    env.restore(fl, fl.fn.sync_points[k])
+    start = fl.block(f"u{k}_start")
+    b.branch(start)
+    saved = fl.labels
+    fl.labels = {}
+    fl.declare_labels(only)
+    b.position_at_end(fl.block(f"u{k}_unreached"))
+    env.region_copy = True
+    fl.lower_body(only, (first, start))
+    env.region_copy = False
+    fl.labels = saved
+    lx.end(no_interleave(fl.cg.module))
+    ly.end()
+    lz.end()
+
+
+def annotate_record_scopes(module: ir.Module, fn: ir.Function, rec_ptrs: dict[int, int]) -> None:
+    """Scoped no-alias metadata: each field of the thread records (worker scratch, touched only through
+    EntryEnv.rec_addr; one array per field, NOTE [thread records]) aliases neither another field nor any memory the
+    kernel itself addresses. Without it LLVM guards a vectorised thread loop with a runtime overlap check between
+    every pair of those arrays and streams, and runs it only for 48+ threads, so a 16-wide tile never took it."""
+    from llvmlite.ir.instructions import LoadInstr, StoreInstr
+    domain = module.add_metadata(["wooly.memory"])
+    kernel = module.add_metadata(["wooly.kernel", domain])
+    fields = {off: module.add_metadata([f"wooly.record.{off}", domain]) for off in sorted(set(rec_ptrs.values()))}
+    own = {off: module.add_metadata([s]) for off, s in fields.items()}
+    others = {off: module.add_metadata([kernel] + [s for o, s in fields.items() if o != off]) for off in fields}
+    kernel_own = module.add_metadata([kernel])
+    kernel_others = module.add_metadata(list(fields.values()))
+    for blk in fn.blocks:
+        for ins in blk.instructions:
+            if isinstance(ins, LoadInstr):
+                ptr = ins.operands[0]
+            elif isinstance(ins, StoreInstr):
+                ptr = ins.operands[1]
+            else:
+                continue
+            off = rec_ptrs.get(id(ptr))
+            ins.set_metadata("alias.scope", kernel_own if off is None else own[off])
+            ins.set_metadata("noalias", kernel_others if off is None else others[off])
