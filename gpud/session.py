@@ -69,6 +69,17 @@ class Region:
     allocation: Allocation | None  # None for module globals (not freeable)
 
 
+_PAGE = 4096
+
+
+def _mapped_extent(r: Region) -> int:
+    """Bytes of a region a bounds-checked kernel may touch: page-aligned allocations (the CPU backend maps every
+    allocation as whole pages) up to their last page; anything else (module globals, host mappings) exactly."""
+    if r.allocation is not None and r.start % _PAGE == 0:
+        return (r.size + _PAGE - 1) // _PAGE * _PAGE
+    return r.size
+
+
 @dataclass
 class SessionInfo:
     tenant: str
@@ -407,8 +418,11 @@ class Session:
                 f"cuLaunchKernel({fn.name}): parameter buffer of {len(msg.params)} bytes, the kernel takes {expected}",
             )
         grid, block, params = tuple(msg.grid), tuple(msg.block), msg.params
-        # What the kernel may touch: this session's regions at launch time (NOTE [bounds check]).
-        allowed = [(r.start, r.size) for r in self.regions.values()]
+        # What the kernel may touch: this session's regions at launch time (NOTE [bounds check]), each allocation
+        # to the end of its last page: that memory is the allocation's own mapping, and a GPU (whose allocations are
+        # mapped in pages too) does not fault on reads or writes past the requested size inside it; numba's own tests
+        # launch 16 threads over 10-element arrays.
+        allowed = [(r.start, _mapped_extent(r)) for r in self.regions.values()]
 
         def run() -> None:
             res = self.backend.launch(fn, grid, block, msg.shared_mem, params, allowed)  # type: ignore[arg-type]

@@ -78,3 +78,26 @@ def test_out_of_bounds_kernel_is_isolated_between_tenants(gpud):
     finally:
         victim.conn.close()
         attacker.conn.close()
+
+
+def test_bounds_check_allows_an_allocations_own_padding(gpud):
+    """A 40-byte allocation is mapped as a whole page, as on a GPU: a kernel writing past the requested size but
+    inside that page runs (numba's own tests launch 16 threads over 10-element arrays); one page further is an
+    ILLEGAL_ADDRESS."""
+    import struct
+
+    from tests.integration.test_kernels import POKE
+
+    a = connect(gpud.endpoint, tenant="padding")
+    try:
+        p = a.mem_alloc(40)
+        mod = a.module_load_data(POKE)
+        fn = a.module_get_function(mod, "poke")
+        a.launch_kernel(fn, (1, 1, 1), (1, 1, 1), struct.pack("<Q", p + 60))  # past 40 bytes, same page
+        a.ctx_synchronize()
+        a.launch_kernel(fn, (1, 1, 1), (1, 1, 1), struct.pack("<Q", p + 4096))  # the next page
+        with pytest.raises(CudaError) as e:
+            a.ctx_synchronize()
+        assert e.value.name == "CUDA_ERROR_ILLEGAL_ADDRESS"
+    finally:
+        a.conn.close()
