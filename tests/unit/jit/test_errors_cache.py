@@ -112,3 +112,44 @@ def test_shared_engine_keeps_modules_apart(monkeypatch: pytest.MonkeyPatch) -> N
         out[0] = 0
         m.get_kernel("k").launch((1,), (1,), 0, prm)
         assert out[0] == 33
+
+
+def _relocation_types(obj: bytes) -> set[int]:
+    """The x86-64 relocation types used by an ELF64 relocatable object (.rela sections)."""
+    import struct
+    shoff, = struct.unpack_from("<Q", obj, 0x28)
+    shentsize, shnum = struct.unpack_from("<HH", obj, 0x3A)
+    types = set()
+    for i in range(shnum):
+        sh = shoff + i * shentsize
+        sh_type, = struct.unpack_from("<I", obj, sh + 4)
+        if sh_type != 4:  # SHT_RELA
+            continue
+        off, size = struct.unpack_from("<QQ", obj, sh + 0x18)
+        entsize, = struct.unpack_from("<Q", obj, sh + 0x38)
+        for j in range(size // entsize):
+            _, info, _ = struct.unpack_from("<QQq", obj, off + j * entsize)
+            types.add(info & 0xFFFFFFFF)
+    return types
+
+
+def test_objects_need_no_32_bit_relocations() -> None:
+    """Objects are loaded into gpud's own process by MCJIT's RuntimeDyld, which *asserts* (aborting gpud) when a
+    32-bit PC-relative relocation cannot reach its target: sections of a long-running shared engine end up more than
+    2 GiB apart. The code is generated with the large code model, so every relocation is 64-bit."""
+    from jit.worker import compile_ptx
+    from tests.unit.jit.helpers import HEADER
+    ptx = HEADER + """
+.visible .entry k(.param .u64 out, .param .f32 x)
+{
+  .reg .f32 %f<4>; .reg .b64 %rd<2>; .reg .b32 %r<2>;
+  ld.param.u64 %rd1, [out]; ld.param.f32 %f1, [x];
+  sin.approx.f32 %f2, %f1; ex2.approx.f32 %f3, %f2; mov.u32 %r1, %tid.x;
+  st.global.f32 [%rd1], %f3;
+  ret;
+}
+"""
+    for bc in (False, True):
+        obj, _ = compile_ptx(ptx.encode(), "cpu", 2, bc)
+        types = _relocation_types(obj)
+        assert types and types <= {1}, types  # R_X86_64_64 only (2: PC32, 4: PLT32, 9: GOTPCREL, 41/42: GOTPCRELX)
