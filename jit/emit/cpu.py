@@ -108,25 +108,14 @@ class _Loop:
         b.position_at_end(self.body)
         self.latch = fl.block(f"{name}_latch")
 
-    def end(self, loop_md: ir.MDValue | None = None) -> None:
+    def end(self) -> None:
         b = self.b
         if not b.block.is_terminated:
             b.branch(self.latch)
         b.position_at_end(self.latch)
         self.i.add_incoming(b.add(self.i, ir.Constant(self.i.type, 1)), self.latch)
-        br = b.branch(self.head)
-        if loop_md is not None:
-            br.set_metadata("llvm.loop", loop_md)
+        b.branch(self.head)
         b.position_at_end(self.exit)
-
-
-def no_interleave(module: ir.Module) -> ir.MDValue:
-    """A fresh llvm.loop ID asking the vectoriser for one vector per iteration (no interleaving): thread loops are
-    short (blockDim.x is often 16 or 32), and an interleaved 16-lane loop needs 48+ iterations before it runs."""
-    ic = module.add_metadata([ir.MetaDataString(module, "llvm.loop.interleave.count"), ir.Constant(I32, 1)])
-    md = module.add_metadata([f"wooly.loop.{len(module.metadata)}", ic])
-    md.operands = (md, ic)  # a loop ID refers to itself
-    return md
 
 
 # NOTE [thread records]
@@ -167,8 +156,9 @@ class EntryEnv:
         from jit.emit.cpu_red import plan
         self.red_sites = plan(fn)  # NOTE [combined global reductions]
         self.red = None  # RedBuffer, set by emit_kernel when red_sites is not empty
-        self.uniform_pc: ir.Value | None = None  # NOTE [uniform barrier regions] (jit/emit/cpu_sched.py)
-        self.region_copy = False
+        # only plain barriers as sync points: the release step is a vectorisable loop (cpu_resolve._release_all)
+        self.barrier_only = bool(fn.sync_points) and all(
+            sp.kind == "bar" and not sp.instr.has("red") for sp in fn.sync_points.values())
         self.root_ranges: dict[tuple[str, int], tuple[ir.Value, ir.Value]] = {}
         self.bc_bad: ir.Value | None = None  # max(bad address + 1) of rooted checks (NOTE [rooted bounds checks])
         self.rec_ptrs: dict[int, int] = {}  # id(record address) -> field: accesses get per-field alias scopes
@@ -341,9 +331,6 @@ class EntryEnv:
         b.store(_i32(sp.id), self.rec_field(fl, R_PARK))
         b.store(_i32(sp.id), self.rec_field(fl, R_PC))
         b.branch(self.thread_end)
-        if self.region_copy:  # a uniform-round copy is only entered at its start (NOTE [uniform barrier regions])
-            b.position_at_end(fl.block("parked"))
-            return
         blk = fl.block(f"resume{sp.id}")
         self.resume[sp.id] = blk
         b.position_at_end(blk)

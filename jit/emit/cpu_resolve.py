@@ -55,28 +55,20 @@ def _all_lanes_at(fl: FuncLowering, env: EntryEnv, peer: _Peer, t: ir.Value, k: 
 
 
 def _release_all(fl: FuncLowering, env: EntryEnv, peer: _Peer) -> ir.Value:
-    """Resolution for kernels whose only sync points are plain barriers (those with uniform-region copies): after a
-    round every live thread is parked at some barrier (park > 0) or has exited (park = -1), so the release is
-    `park = park > 0 ? 0 : park` for all threads, a loop LLVM vectorises. The same loop finds the smallest and largest
-    barrier id parked at: equal means every released thread resumes at that barrier and the next round can run its
-    uniform copy (NOTE [uniform barrier regions] in jit/emit/cpu_sched.py). Returns 'run another round'."""
+    """Resolution for kernels whose only sync points are plain barriers: after a round every live thread is parked at
+    some barrier (park > 0) or has exited (park = -1), so the release is `park = park > 0 ? 0 : park` for all
+    threads, a loop LLVM vectorises (the records are field arrays, NOTE [thread records]). Returns 'run another
+    round': whether anybody was released."""
     b = fl.b
-    lo, hi = fl.ab.alloca(I32, name="park_min"), fl.ab.alloca(I32, name="park_max")
-    b.store(_i32(0x7FFFFFFF), lo)
+    hi = fl.ab.alloca(I32, name="park_max")
     b.store(_i32(0), hi)
     lp = _Loop(fl, env.nt32, "rel")
     p = peer.field(lp.i, R_PARK, I32)
-    parked = b.icmp_signed(">", p, _i32(0))
-    peer.store(lp.i, R_PARK, b.select(parked, _i32(0), p))
-    cur_lo, cur_hi = b.load(lo), b.load(hi)
-    b.store(b.select(b.and_(parked, b.icmp_signed("<", p, cur_lo)), p, cur_lo), lo)
-    b.store(b.select(b.icmp_signed(">", p, cur_hi), p, cur_hi), hi)
+    peer.store(lp.i, R_PARK, b.select(b.icmp_signed(">", p, _i32(0)), _i32(0), p))
+    cur = b.load(hi)
+    b.store(b.select(b.icmp_signed(">", p, cur), p, cur), hi)
     lp.end()
-    mn, mx = b.load(lo), b.load(hi)
-    assert env.uniform_pc is not None
-    b.store(b.select(b.icmp_signed("==", mn, mx), mx, _i32(-1)), env.uniform_pc)
-    return b.icmp_signed(">", mx, _i32(0))
-
+    return b.icmp_signed(">", b.load(hi), _i32(0))
 
 def resolve(fl: FuncLowering, env: EntryEnv, scratch: ir.Value) -> ir.Value:
     """Emit the post-round resolution; returns an i1 'run another round'.
@@ -86,7 +78,7 @@ def resolve(fl: FuncLowering, env: EntryEnv, scratch: ir.Value) -> ir.Value:
     lanes that did arrive (divergent code that could never converge; on a GPU that is undefined)."""
     b = fl.b
     peer = _Peer(fl, env, scratch)
-    if env.uniform_pc is not None:
+    if env.barrier_only:
         return _release_all(fl, env, peer)
     flag = fl.ab.alloca(I1, name="again")
     b.store(ir.Constant(I1, 0), flag)

@@ -1,5 +1,5 @@
-"""The scheduler side of a CPU kernel: rounds of thread loops between sync points, thread prologue, uniform
-barrier regions and the alias scopes of thread records.
+"""The scheduler side of a CPU kernel: rounds of thread loops between sync points, the thread prologue, and the
+alias scopes of thread records.
 
 See NOTE [CPU work-group execution] in jit/emit/cpu.py.
 """
@@ -26,12 +26,10 @@ from jit.emit.cpu import (
     _i32,
     _i64,
     _Loop,
-    no_interleave,
 )
 from jit.lower.core import FuncLowering
 from jit.lower.module import KernelMeta
 from jit.lower.types import I8, I32, I64
-from jit.ptx import ast as A
 
 
 def thread_prologue(fl: FuncLowering, env: EntryEnv, tz: ir.Value, ty: ir.Value, tx: ir.Value) -> None:
@@ -77,20 +75,9 @@ def scheduler(fl: FuncLowering, env: EntryEnv, scratch: ir.Value, local_base: ir
         b.store(_i32(0), env.rec_addr(b, init.i, f))
     init.end()
     rnd = fl.block("round")
-    special = _uniform_regions(env)
-    if special:  # NOTE [uniform barrier regions]
-        env.uniform_pc = fl.ab.alloca(I32, name="uniform_pc")
-        b.store(_i32(-1), env.uniform_pc)  # the first round is generic
     b.branch(rnd)
     b.position_at_end(rnd)
-    generic = fl.block("round_generic")
     after = fl.block("round_done")
-    if special:
-        dispatch = b.switch(b.load(env.uniform_pc), generic)
-        b.position_at_end(generic)
-    else:
-        b.branch(generic)
-        b.position_at_end(generic)
     lz, ly, lx, t = _round_loops(fl, env, scratch, rec_bytes, local_base, meta)
     pc = b.load(env.rec_field(fl, R_PC), typ=I32)
     sw = b.switch(pc, start)
@@ -102,80 +89,11 @@ def scheduler(fl: FuncLowering, env: EntryEnv, scratch: ir.Value, local_base: ir
     ly.end()
     lz.end()
     b.branch(after)
-    for k, region in special.items():
-        entry = fl.block(f"round_uniform{k}")
-        dispatch.add_case(_i32(k), entry)
-        b.position_at_end(entry)
-        _uniform_round(fl, env, scratch, rec_bytes, local_base, meta, k, region)
-        b.branch(after)
     b.position_at_end(after)
     again = resolve(fl, env, scratch)
     nxt = fl.block("block_done")
     b.cbranch(again, rnd, nxt)
     b.position_at_end(nxt)
-
-
-# NOTE [uniform barrier regions]
-# Under the scheduler every round loops over the block's threads and each thread enters the kernel body through a
-# `switch` on its resume point. That dispatch hides the thread loop from LLVM's vectoriser. In a kernel whose only
-# sync points are plain `bar.sync`s, every round normally starts with all runnable threads at the same point (the
-# kernel start or one barrier). For those rounds a second copy of the body is lowered inside its own thread loop and
-# entered directly at that point: code not reachable from it before the next barrier is dead and removed, and what
-# is left (the region up to the next barrier) is an ordinary loop body that LLVM can vectorise across threads. The
-# copy parks threads exactly like the generic path (same records), so the next round may take either path. The
-# release loop of the resolution step records in `uniform_pc` the one barrier every released thread was parked at,
-# or -1 (generic round). A copy holds only the statements reachable from its barrier before the next sync point
-# (`region_statements`), and only kernels with a few barriers get copies. The first round (kernel start) stays
-# generic: it runs once per block, and vectorising the address set-up code before the first barrier cost LLVM 4x
-# the compile time of the whole kernel for no measurable gain.
-MAX_UNIFORM_REGIONS = 16
-
-
-def _uniform_regions(env: EntryEnv) -> dict[int, tuple[int, set[int]]]:
-    """sync point id -> (index of the statement after it, statements of its region), for the barriers that get a
-    uniform-round copy: all of them if the kernel has only plain barriers, as long as the copies together are no
-    bigger than the body (loops unrolled around barriers make many small regions, which is fine)."""
-    sps = list(env.fn.sync_points.values())
-    if not sps or any(sp.kind != "bar" or sp.instr.has("red") for sp in sps):
-        return {}
-    body = env.fn.body or []
-    where = {id(st): i for i, st in enumerate(body)}
-    out: dict[int, tuple[int, set[int]]] = {}
-    budget = len(body)
-    for sp in sps[:MAX_UNIFORM_REGIONS]:
-        first = where[id(sp.instr)] + 1
-        only = region_statements(body, first)
-        budget -= len(only)
-        if budget < 0:
-            break
-        out[sp.id] = (first, only)
-    return out
-
-
-def region_statements(body: list[A.Stmt], first: int) -> set[int]:
-    """Indices of the statements reachable from ``first`` without passing a sync point (the sync points that end
-    the region are included: they park the thread)."""
-    from jit.passes.liveness import TERMINATORS
-    from jit.passes.sync_points import sync_kind
-    labels = {st.name: i for i, st in enumerate(body) if isinstance(st, A.Label)}
-    seen: set[int] = set()
-    todo = [first]
-    while todo:
-        i = todo.pop()
-        while i < len(body) and i not in seen:
-            seen.add(i)
-            st = body[i]
-            if isinstance(st, A.Instr):
-                if sync_kind(st) or st.opcode in TERMINATORS:
-                    break
-                if st.opcode == "bra":
-                    tgt = st.operands[0]
-                    if isinstance(tgt, A.Sym) and tgt.name in labels:
-                        todo.append(labels[tgt.name])
-                    if st.pred is None:
-                        break
-            i += 1
-    return seen
 
 
 def _round_loops(fl: FuncLowering, env: EntryEnv, scratch: ir.Value, rec_bytes: ir.Value, local_base: ir.Value,
@@ -196,28 +114,6 @@ def _round_loops(fl: FuncLowering, env: EntryEnv, scratch: ir.Value, rec_bytes: 
     if meta.local_bytes and not meta.func_stack:  # (with a .func stack the prologue set it)
         env.local = b.gep(local_base, [b.mul(b.zext(t, I64), _i64(meta.local_bytes))], source_etype=I8)
     return lz, ly, lx, t
-
-
-def _uniform_round(fl: FuncLowering, env: EntryEnv, scratch: ir.Value, rec_bytes: ir.Value, local_base: ir.Value,
-                   meta: KernelMeta, k: int, region: tuple[int, set[int]]) -> None:
-    """A round in which every runnable thread resumes at barrier k."""
-    b = fl.b
-    lz, ly, lx, _ = _round_loops(fl, env, scratch, rec_bytes, local_base, meta)
-    first, only = region
-    env.restore(fl, fl.fn.sync_points[k])
-    start = fl.block(f"u{k}_start")
-    b.branch(start)
-    saved = fl.labels
-    fl.labels = {}
-    fl.declare_labels(only)
-    b.position_at_end(fl.block(f"u{k}_unreached"))
-    env.region_copy = True
-    fl.lower_body(only, (first, start))
-    env.region_copy = False
-    fl.labels = saved
-    lx.end(no_interleave(fl.cg.module))
-    ly.end()
-    lz.end()
 
 
 def annotate_record_scopes(module: ir.Module, fn: ir.Function, rec_ptrs: dict[int, int]) -> None:

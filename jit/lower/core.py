@@ -103,9 +103,9 @@ class FuncLowering:
         for a in self.regs.values():
             self.b.store(ir.Constant(a.allocated_type, 0 if isinstance(a.allocated_type, ir.IntType) else 0.0), a)
 
-    def declare_labels(self, only: set[int] | None = None) -> None:
-        for i, st in enumerate(self.fn.body or []):
-            if isinstance(st, A.Label) and (only is None or i in only):
+    def declare_labels(self) -> None:
+        for st in self.fn.body or []:
+            if isinstance(st, A.Label):
                 if st.name in self.labels:
                     raise invalid_ptx(f"duplicate label {st.name}", st.line)
                 self.labels[st.name] = self.llfn.append_basic_block(_bbname(st.name))
@@ -113,16 +113,8 @@ class FuncLowering:
     def block(self, name: str) -> ir.Block:
         return self.llfn.append_basic_block(name)
 
-    def lower_body(self, only: set[int] | None = None, entry: tuple[int, ir.Block] | None = None) -> None:
-        """Lower the body; ``only``: just these statement indices (a region closed under control flow), and
-        ``entry`` = (index, block): that block is where control enters the statement at index."""
-        for i, st in enumerate(self.fn.body or []):
-            if only is not None and i not in only:
-                continue
-            if entry is not None and i == entry[0]:
-                if not self.b.block.is_terminated:
-                    self.b.branch(entry[1])
-                self.b.position_at_end(entry[1])
+    def lower_body(self) -> None:
+        for st in self.fn.body or []:
             if isinstance(st, A.Label):
                 tgt = self.labels[st.name]
                 if not self.b.block.is_terminated:

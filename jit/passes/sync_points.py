@@ -5,9 +5,10 @@ See NOTE [CPU work-group execution] in jit/emit/cpu.py for how the numbered sync
 NOTE [rematerialised registers]
 A register live across a sync point is saved to the thread's record when it parks and loaded back when it resumes.
 Many such registers are pure functions of the thread's coordinates and the kernel parameters (shared-memory
-addresses like `tile + 4*tid.x`, row offsets, loop bounds). Loaded back from a record, LLVM sees an opaque value and
-cannot tell that consecutive threads access consecutive addresses; recomputed from %tid, it can (and the thread
-loop of a barrier region vectorises, NOTE [uniform barrier regions]). So a live register whose only definition in
+addresses like `tile + 4*tid.x`, row offsets, loop bounds). Recomputing them is a few integer instructions where
+saving and restoring is a store and a load per thread per sync point, and LLVM sees the addresses as affine in the
+thread index again (barrier-tiled matmul: 1.7x faster with this, records and chunked blocks together). So a live
+register whose only definition in
 the kernel is a pure instruction over rematerialisable operands (immediates, symbols, %tid/%ntid/%ctaid/%nctaid,
 kernel parameters, other such registers) is not saved: the resume code re-executes its defining chain, in program
 order. Single definition makes the recomputed value the one the thread had (a definition skipped on some path

@@ -160,9 +160,8 @@ def test_2d_grid_and_strides() -> None:
     np.testing.assert_allclose(out, a * 2 + ii - jj)
 
 
-# NOTE [uniform barrier regions] / [rematerialised registers] / [thread records]: barrier kernels whose rounds run
-# through the vectorised region copies, with block shapes that are not multiples of a vector width, a barrier
-# skipped by whole blocks (the next round is then generic), and registers recomputed at resume.
+# NOTE [rematerialised registers] / [thread records]: barrier kernels under the scheduler with block shapes that
+# are not multiples of a vector width, a barrier pair passed only by some blocks, and registers recomputed at resume.
 
 def transpose_accumulate(a, out, rounds):  # type: ignore[no-untyped-def]
     sm = cuda.shared.array((16, 17), float32)
@@ -183,7 +182,7 @@ def transpose_accumulate(a, out, rounds):  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.parametrize("side", [16, 12, 5])
-def test_barrier_regions_square_blocks(side: int) -> None:
+def test_barriers_square_blocks(side: int) -> None:
     mod = compile_numba(transpose_accumulate, void(float32[:, :, :, ::1], float32[:, :, ::1], int32))
     k = mod.get_kernel(mod.kernel_names[0])
     assert k._rec_bytes > 0  # runs under the scheduler
