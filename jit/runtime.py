@@ -45,6 +45,7 @@ from jit.emit import (
     L_RANGES,
     L_ROOTS,
     L_SLOTS,
+    RB_LO,
 )
 from jit.errors import (
     CUDA_ERROR_ASSERT,
@@ -254,7 +255,7 @@ class CpuKernel:
             red = 0
             if self._red_bytes:  # NOTE [combined global reductions]: empty slots, lo = UINT64_MAX, hi = 0
                 rbuf = (ctypes.c_int64 * (self._red_bytes // 8))()
-                rbuf[1] = -1
+                rbuf[RB_LO // 8] = -1
                 red = ctypes.addressof(rbuf)
                 keep.append(rbuf)
             w = (ctypes.c_int64 * 4)(sa, la, ra, red)

@@ -23,11 +23,10 @@ from __future__ import annotations
 
 from llvmlite import ir
 
+from jit.emit import L_BADADDR, L_HEAP, L_HEAP_ALLOC, L_HEAP_FREE, L_NRANGES, L_RANGES
 from jit.errors import CUDA_ERROR_ILLEGAL_ADDRESS
 from jit.lower.types import I64, PTR
 
-L_RANGES, L_NRANGES, L_BADADDR = 15, 16, 17  # launch-context slots (mirrored in jit/emit/cpu.py)
-L_HEAP_ALLOC, L_HEAP_FREE, L_HEAP, L_ROOTS = 19, 20, 21, 22  # (jit/emit/__init__.py)
 BC_NAME = "wooly.bc"
 
 

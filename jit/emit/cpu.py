@@ -377,7 +377,8 @@ def build_kernel(cg: ModuleCodegen, fn: A.Function, index: int, tag: str = "") -
     meta.static_shared = cg.entry_static.get(fn.name, cg.module_shared)
     meta.local_bytes = cg.local_layout(fn)[1]
     if cg.bounds_check and cg.has_calls:  # NOTE [checked .func stack] (jit/emit/cpu_func.py)
-        frames = sum(align_up(cg.local_layout(f)[1], 16) for f in cg.ast.functions if not f.is_entry and f.body)
+        frames = sum(align_up(cg.local_layout(f)[1], 16) + cg.local_align(f) - 16
+                     for f in cg.ast.functions if not f.is_entry and f.body)
         meta.func_stack = frames + FUNC_STACK_HEADROOM if frames else 0
     for k in ("maxntid", "reqntid"):
         if fn.attrs.get(k):

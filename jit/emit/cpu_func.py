@@ -90,14 +90,16 @@ class FuncEnv:
         b = fl.b
         spp = b.gep(self.tc, [_i64(T_LSP)], source_etype=I64)
         sp = b.load(spp, typ=I64)
-        top = b.add(sp, _i64(align_up(self.local_bytes, 16)))
+        a = self.local_align  # the frame honours the function's largest .local .align
+        base = b.and_(b.add(sp, _i64(a - 1)), _i64(-a))
+        top = b.add(base, _i64(align_up(self.local_bytes, 16)))
         over, fits = fl.block("frame_overflow"), fl.block("frame_ok")
         b.cbranch(b.icmp_unsigned(">", top, self._slot(fl, T_LEND)), over, fits)
         b.position_at_end(over)
         self.trap(fl, CUDA_ERROR_LAUNCH_FAILED)  # stack overflow, as a GPU reports it
         b.position_at_end(fits)
         b.store(top, spp)
-        self.local = b.inttoptr(sp, PTR)
+        self.local = b.inttoptr(base, PTR)
         self.frame_sp = sp
 
     def pop_frames(self, fn: ir.Function) -> None:

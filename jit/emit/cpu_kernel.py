@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
+from jit.emit import RED_BYTES
 from jit.emit.cpu import (
     L_BADADDR,
     L_BLOCK,
@@ -74,7 +75,7 @@ def emit_kernel(cg: ModuleCodegen, fn: A.Function, env: EntryEnv, meta: KernelMe
         env.param_offsets[p.name] = lay.offset
     env.abort = llfn.append_basic_block("abort")
     if env.red_sites:
-        from jit.emit.cpu_red import RED_BYTES, RedBuffer
+        from jit.emit.cpu_red import RedBuffer
         env.red = RedBuffer(cg.module, b.inttoptr(ld_slot(b, W, W_RED), PTR))
         meta.red_bytes = RED_BYTES
         env.red.flush(ir.IRBuilder(env.abort))  # the worker's last block is done (or the launch failed)

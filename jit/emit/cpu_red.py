@@ -21,22 +21,20 @@ a GPU would show it, which is a legal outcome of a relaxed atomic. Only integer 
 associative, so the final value is exactly the GPU's); float adds are not, since combining them would change the
 rounding. A kernel that calls non-inlined `.func`s does not use the buffer (their loads are not guarded).
 
-Layout (bytes): count (slots in use), lo, hi, pad, tags[256] (i64), deltas[256] (i64).
+Layout: RB_* in jit/emit/__init__.py (the loader initialises it).
 """
 
 from __future__ import annotations
 
 from llvmlite import ir
 
+from jit.emit import RB_COUNT, RB_DELTAS, RB_HI, RB_LO, RB_TAGS, RED_SLOTS
 from jit.lower.types import I1, I32, I64, PTR, VOID
 from jit.ptx import ast as A
 
-SLOTS = 256
-B_COUNT, B_LO, B_HI, B_TAGS = 0, 8, 16, 32
-B_DELTAS = B_TAGS + 8 * SLOTS
-RED_BYTES = B_DELTAS + 8 * SLOTS
 INT_TYPES = {"u32": False, "s32": False, "u64": True, "s64": True}
-_STRONG = ("volatile", "relaxed", "acquire", "release", "acq_rel", "sc", "mmio")
+_ORDERED = ("volatile", "acquire", "release", "acq_rel", "sc", "mmio")  # never buffered
+_STRONG = ("relaxed", *_ORDERED)  # accesses that flush the buffer
 _BUILTIN_CALLS = {"vprintf", "__assertfail", "malloc", "free"}
 
 
@@ -48,7 +46,7 @@ def is_buffered(ins: A.Instr, dead: set[str]) -> bool:
     """A relaxed integer add to .global memory whose old value nobody reads."""
     if ins.opcode not in ("red", "atom") or not ins.has("global") or not ins.has("add"):
         return False
-    if ins.has(*_STRONG[1:]) or ins.has("sys") or not any(m in INT_TYPES for m in ins.mods):
+    if ins.has(*_ORDERED) or ins.has("sys") or not any(m in INT_TYPES for m in ins.mods):
         return False
     if ins.opcode == "atom":
         d = ins.operands[0]
@@ -91,14 +89,14 @@ class RedBuffer:
         b = fl.b
         addr = b.ptrtoint(p, I64)
         tag = b.or_(addr, _i64(int(is64)))
-        idx = b.and_(b.lshr(addr, _i64(2)), _i64(SLOTS - 1))
-        tp = self._field(b, b.add(b.shl(idx, _i64(3)), _i64(B_TAGS)))
+        idx = b.and_(b.lshr(addr, _i64(2)), _i64(RED_SLOTS - 1))
+        tp = self._field(b, b.add(b.shl(idx, _i64(3)), _i64(RB_TAGS)))
         dv = b.sext(v, I64) if v.type != I64 else v
         hit = b.icmp_unsigned("==", b.load(tp, typ=I64), tag)
         yes, no, done = fl.block("red_hit"), fl.block("red_miss"), fl.block("red_done")
         b.cbranch(hit, yes, no)
         b.position_at_end(yes)
-        dp = b.gep(tp, [_i64(B_DELTAS - B_TAGS)], source_etype=ir.IntType(8))
+        dp = b.gep(tp, [_i64(RB_DELTAS - RB_TAGS)], source_etype=ir.IntType(8))
         b.store(b.add(b.load(dp, typ=I64), dv), dp)
         b.branch(done)
         b.position_at_end(no)
@@ -110,8 +108,8 @@ class RedBuffer:
         """Flush if [p, p+size) overlaps the buffered range."""
         b = fl.b
         addr = b.ptrtoint(p, I64)
-        lo = b.load(self._field(b, B_LO), typ=I64)
-        hi = b.load(self._field(b, B_HI), typ=I64)
+        lo = b.load(self._field(b, RB_LO), typ=I64)
+        hi = b.load(self._field(b, RB_HI), typ=I64)
         hit = b.and_(b.icmp_unsigned("<", addr, hi), b.icmp_unsigned(">", b.add(addr, _i64(size)), lo))
         yes, done = fl.block("red_guard_flush"), fl.block("red_guard_done")
         b.cbranch(hit, yes, done)
@@ -155,26 +153,26 @@ def _flush_fn(module: ir.Module) -> ir.Function:
     def field(off: ir.Value | int) -> ir.Value:
         return b.gep(buf, [off if isinstance(off, ir.Value) else _i64(off)], source_etype=ir.IntType(8))
 
-    b.cbranch(b.icmp_unsigned("==", b.load(field(B_COUNT), typ=I64), _i64(0)), ret, loop)
+    b.cbranch(b.icmp_unsigned("==", b.load(field(RB_COUNT), typ=I64), _i64(0)), ret, loop)
     b.position_at_end(loop)
     i = b.phi(I64)
     i.add_incoming(_i64(0), entry)
-    tp = field(b.add(b.shl(i, _i64(3)), _i64(B_TAGS)))
+    tp = field(b.add(b.shl(i, _i64(3)), _i64(RB_TAGS)))
     t = b.load(tp, typ=I64)
     b.cbranch(b.icmp_unsigned("!=", t, _i64(0)), body, nxt)
     b.position_at_end(body)
-    d = b.load(b.gep(tp, [_i64(B_DELTAS - B_TAGS)], source_etype=ir.IntType(8)), typ=I64)
+    d = b.load(b.gep(tp, [_i64(RB_DELTAS - RB_TAGS)], source_etype=ir.IntType(8)), typ=I64)
     _atomic_add(b, t, d)
     b.store(_i64(0), tp)
     b.branch(nxt)
     b.position_at_end(nxt)
     i2 = b.add(i, _i64(1))
     i.add_incoming(i2, nxt)
-    b.cbranch(b.icmp_unsigned("<", i2, _i64(SLOTS)), loop, done)
+    b.cbranch(b.icmp_unsigned("<", i2, _i64(RED_SLOTS)), loop, done)
     b.position_at_end(done)
-    b.store(_i64(0), field(B_COUNT))
-    b.store(_i64(-1), field(B_LO))
-    b.store(_i64(0), field(B_HI))
+    b.store(_i64(0), field(RB_COUNT))
+    b.store(_i64(-1), field(RB_LO))
+    b.store(_i64(0), field(RB_HI))
     b.branch(ret)
     b.position_at_end(ret)
     b.ret_void()
@@ -197,22 +195,22 @@ def _insert_fn(module: ir.Module) -> ir.Function:
         return b.gep(buf, [off if isinstance(off, ir.Value) else _i64(off)], source_etype=ir.IntType(8))
 
     addr = b.and_(tag, _i64(~1))
-    idx = b.and_(b.lshr(addr, _i64(2)), _i64(SLOTS - 1))
-    tp = field(b.add(b.shl(idx, _i64(3)), _i64(B_TAGS)))
-    dp = field(b.add(b.shl(idx, _i64(3)), _i64(B_DELTAS)))
+    idx = b.and_(b.lshr(addr, _i64(2)), _i64(RED_SLOTS - 1))
+    tp = field(b.add(b.shl(idx, _i64(3)), _i64(RB_TAGS)))
+    dp = field(b.add(b.shl(idx, _i64(3)), _i64(RB_DELTAS)))
     old = b.load(tp, typ=I64)
     b.cbranch(b.icmp_unsigned("!=", old, _i64(0)), evict, fresh)
     b.position_at_end(evict)
     _atomic_add(b, old, b.load(dp, typ=I64))
     b.branch(take)
     b.position_at_end(fresh)
-    cp = field(B_COUNT)
+    cp = field(RB_COUNT)
     b.store(b.add(b.load(cp, typ=I64), _i64(1)), cp)
     b.branch(take)
     b.position_at_end(take)
     b.store(tag, tp)
     b.store(dv, dp)
-    lop, hip = field(B_LO), field(B_HI)
+    lop, hip = field(RB_LO), field(RB_HI)
     lo, hi = b.load(lop, typ=I64), b.load(hip, typ=I64)
     b.store(b.select(b.icmp_unsigned("<", addr, lo), addr, lo), lop)
     end = b.add(addr, _i64(8))

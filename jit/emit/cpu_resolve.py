@@ -70,14 +70,15 @@ def _release_all(fl: FuncLowering, env: EntryEnv, peer: _Peer) -> ir.Value:
     lp.end()
     return b.icmp_signed(">", b.load(hi), _i32(0))
 
-def resolve(fl: FuncLowering, env: EntryEnv, scratch: ir.Value) -> ir.Value:
+
+def resolve(fl: FuncLowering, env: EntryEnv) -> ir.Value:
     """Emit the post-round resolution; returns an i1 'run another round'.
 
     A warp collective resolves once every live lane of its membermask is parked at it (activemask: at once);
     otherwise barrier waiters are released; if neither makes progress, blocked collectives resolve with the
     lanes that did arrive (divergent code that could never converge; on a GPU that is undefined)."""
     b = fl.b
-    peer = _Peer(fl, env, scratch)
+    peer = _Peer(fl, env)
     if env.barrier_only:
         return _release_all(fl, env, peer)
     flag = fl.ab.alloca(I1, name="again")

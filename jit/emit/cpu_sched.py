@@ -64,10 +64,11 @@ def thread_prologue(fl: FuncLowering, env: EntryEnv, tz: ir.Value, ty: ir.Value,
 
 
 def scheduler(fl: FuncLowering, env: EntryEnv, scratch: ir.Value, local_base: ir.Value, meta: KernelMeta,
-               start: ir.Block) -> None:
+              start: ir.Block) -> None:
+    """Rounds of the block's thread loops: each runnable thread resumes at its pc (a `switch`) and runs to its next
+    sync point or exit; then the resolution step releases whom it can (jit/emit/cpu_resolve.py)."""
     from jit.emit.cpu_resolve import resolve
     b = fl.b
-    rec_bytes = _i64(env.rec_bytes)
     env.scratch = scratch
     env.ntpad = b.and_(b.add(b.zext(env.nt32, I64), _i64(15)), _i64(~15))  # NOTE [thread records]
     init = _Loop(fl, env.nt32, "init")
@@ -77,29 +78,6 @@ def scheduler(fl: FuncLowering, env: EntryEnv, scratch: ir.Value, local_base: ir
     rnd = fl.block("round")
     b.branch(rnd)
     b.position_at_end(rnd)
-    after = fl.block("round_done")
-    lz, ly, lx, t = _round_loops(fl, env, scratch, rec_bytes, local_base, meta)
-    pc = b.load(env.rec_field(fl, R_PC), typ=I32)
-    sw = b.switch(pc, start)
-    b.position_at_end(start)
-    fl.lower_body()
-    for k, blk in env.resume.items():
-        sw.add_case(_i32(k), blk)
-    lx.end()
-    ly.end()
-    lz.end()
-    b.branch(after)
-    b.position_at_end(after)
-    again = resolve(fl, env, scratch)
-    nxt = fl.block("block_done")
-    b.cbranch(again, rnd, nxt)
-    b.position_at_end(nxt)
-
-
-def _round_loops(fl: FuncLowering, env: EntryEnv, scratch: ir.Value, rec_bytes: ir.Value, local_base: ir.Value,
-                 meta: KernelMeta) -> tuple[_Loop, _Loop, _Loop, ir.Value]:
-    """Open the three thread loops of a round; positioned where a runnable thread enters the body."""
-    b = fl.b
     lz = _Loop(fl, env.ntid[2], "tz")
     ly = _Loop(fl, env.ntid[1], "ty")
     lx = _Loop(fl, env.ntid[0], "tx")
@@ -113,14 +91,26 @@ def _round_loops(fl: FuncLowering, env: EntryEnv, scratch: ir.Value, rec_bytes: 
     thread_prologue(fl, env, lz.i, ly.i, lx.i)
     if meta.local_bytes and not meta.func_stack:  # (with a .func stack the prologue set it)
         env.local = b.gep(local_base, [b.mul(b.zext(t, I64), _i64(meta.local_bytes))], source_etype=I8)
-    return lz, ly, lx, t
+    pc = b.load(env.rec_field(fl, R_PC), typ=I32)
+    sw = b.switch(pc, start)
+    b.position_at_end(start)
+    fl.lower_body()
+    for k, blk in env.resume.items():
+        sw.add_case(_i32(k), blk)
+    lx.end()
+    ly.end()
+    lz.end()
+    again = resolve(fl, env)
+    nxt = fl.block("block_done")
+    b.cbranch(again, rnd, nxt)
+    b.position_at_end(nxt)
 
 
 def annotate_record_scopes(module: ir.Module, fn: ir.Function, rec_ptrs: dict[int, int]) -> None:
     """Scoped no-alias metadata: each field of the thread records (worker scratch, touched only through
     EntryEnv.rec_addr; one array per field, NOTE [thread records]) aliases neither another field nor any memory the
-    kernel itself addresses. Without it LLVM guards a vectorised thread loop with a runtime overlap check between
-    every pair of those arrays and streams, and runs it only for 48+ threads, so a 16-wide tile never took it."""
+    kernel itself addresses. Without it LLVM needs a runtime overlap check between every pair of those arrays before
+    it vectorises a loop over threads (the record initialisation, the release loop of _release_all)."""
     from llvmlite.ir.instructions import LoadInstr, StoreInstr
     domain = module.add_metadata(["wooly.memory"])
     kernel = module.add_metadata(["wooly.kernel", domain])

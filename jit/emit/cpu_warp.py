@@ -105,8 +105,10 @@ def write_outputs(env: EntryEnv, fl: FuncLowering, sp: A.SyncPoint) -> None:
 
 
 class _Peer:
-    def __init__(self, fl: FuncLowering, env: EntryEnv, scratch: ir.Value) -> None:
-        self.fl, self.env, self.scratch = fl, env, scratch
+    """Another thread's record (NOTE [thread records])."""
+
+    def __init__(self, fl: FuncLowering, env: EntryEnv) -> None:
+        self.fl, self.env = fl, env
 
     def field(self, t: ir.Value, off: int, ty: ir.Type) -> ir.Value:
         return self.fl.b.load(self.env.rec_addr(self.fl.b, t, off), typ=ty)

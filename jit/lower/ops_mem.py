@@ -230,11 +230,8 @@ def _plain_rmw(fl: FuncLowering, p: ir.Value, v: ir.Value, opn: str, t: str, val
     old = b.load(p, typ=ty, align=width(ty) // 8)
     if opn == "cas":
         new = b.select(_eq(b, old, v), fl.get(vals[1], t), old)
-    elif opn == "inc":
-        new = b.select(b.icmp_unsigned(">=", old, v), ir.Constant(ty, 0), b.add(old, ir.Constant(ty, 1)))
-    elif opn == "dec":
-        wrap = b.or_(b.icmp_unsigned("==", old, ir.Constant(ty, 0)), b.icmp_unsigned(">", old, v))
-        new = b.select(wrap, v, b.sub(old, ir.Constant(ty, 1)))
+    elif opn in ("inc", "dec"):
+        new = _inc_dec_value(b, old, v, opn)
     elif opn == "exch":
         new = v
     elif ty in (F32, F64):
@@ -291,8 +288,17 @@ def _half_atomic(fl: FuncLowering, ins: A.Instr, p: ir.Value, v: ir.Value, t: st
     return convert_bits(b, old, compute_type(t))
 
 
+def _inc_dec_value(b: ir.IRBuilder, old: ir.Value, lim: ir.Value, opn: str) -> ir.Value:
+    """The value atom.inc/atom.dec store: inc: old >= lim ? 0 : old+1; dec: (old == 0 || old > lim) ? lim : old-1."""
+    one, zero = ir.Constant(old.type, 1), ir.Constant(old.type, 0)
+    if opn == "inc":
+        return b.select(b.icmp_unsigned(">=", old, lim), zero, b.add(old, one))
+    wrap = b.or_(b.icmp_unsigned("==", old, zero), b.icmp_unsigned(">", old, lim))
+    return b.select(wrap, lim, b.sub(old, one))
+
+
 def _inc_dec(fl: FuncLowering, p: ir.Value, lim: ir.Value, opn: str, ordering: str) -> ir.Value:
-    """atom.inc: old >= lim ? 0 : old+1; atom.dec: (old == 0 || old > lim) ? lim : old-1, via a CAS loop."""
+    """atom.inc / atom.dec (_inc_dec_value) via a CAS loop."""
     b = fl.b
     ty = lim.type
     cur = b.load(p, typ=ty, align=ty.width // 8)
@@ -303,13 +309,7 @@ def _inc_dec(fl: FuncLowering, p: ir.Value, lim: ir.Value, opn: str, ordering: s
     b.position_at_end(loop)
     old = b.phi(ty)
     old.add_incoming(cur, pre)
-    one, zero = ir.Constant(ty, 1), ir.Constant(ty, 0)
-    if opn == "inc":
-        new = b.select(b.icmp_unsigned(">=", old, lim), zero, b.add(old, one))
-    else:
-        wrap = b.or_(b.icmp_unsigned("==", old, zero), b.icmp_unsigned(">", old, lim))
-        new = b.select(wrap, lim, b.sub(old, one))
-    pair = b.cmpxchg(p, old, new, ordering, "monotonic")
+    pair = b.cmpxchg(p, old, _inc_dec_value(b, old, lim, opn), ordering, "monotonic")
     seen = b.extract_value(pair, 0)
     ok = b.extract_value(pair, 1)
     old.add_incoming(seen, b.block)

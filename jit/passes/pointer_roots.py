@@ -91,7 +91,7 @@ def roots(fn: A.Function) -> dict[str, tuple[str, int]]:
         new: dict[str, Root | None] = {}
         for ins in defs:
             d = ins.operands[0].name  # type: ignore[union-attr]
-            new[d] = _join(new.get(d), transfer(ins)) if d in new else transfer(ins)
+            new[d] = _join(new.get(d), transfer(ins))
         for d, v in new.items():
             v = _join(state.get(d), v)  # never lower a register's value: the iteration is monotone, so it ends
             if v is not None and state.get(d) != v:

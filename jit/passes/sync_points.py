@@ -8,12 +8,11 @@ Many such registers are pure functions of the thread's coordinates and the kerne
 addresses like `tile + 4*tid.x`, row offsets, loop bounds). Recomputing them is a few integer instructions where
 saving and restoring is a store and a load per thread per sync point, and LLVM sees the addresses as affine in the
 thread index again (barrier-tiled matmul: 1.7x faster with this, records and chunked blocks together). So a live
-register whose only definition in
-the kernel is a pure instruction over rematerialisable operands (immediates, symbols, %tid/%ntid/%ctaid/%nctaid,
-kernel parameters, other such registers) is not saved: the resume code re-executes its defining chain, in program
-order. Single definition makes the recomputed value the one the thread had (a definition skipped on some path
-leaves a register that is read uninitialised there, which PTX leaves undefined anyway). Chains are capped at
-REMAT_LIMIT instructions per sync point; anything longer is saved as before.
+register whose only definition in the kernel is a pure instruction over rematerialisable operands (immediates,
+symbols, %tid/%ntid/%ctaid/%nctaid, kernel parameters, other such registers) is not saved: the resume code
+re-executes its defining chain, in program order. Single definition makes the recomputed value the one the thread
+had (a definition skipped on some path leaves a register that is read uninitialised there, which PTX leaves
+undefined anyway). Chains are capped at REMAT_LIMIT instructions per sync point; anything longer is saved as before.
 """
 
 from __future__ import annotations
