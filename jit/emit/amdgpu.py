@@ -145,6 +145,9 @@ class AmdEnv:
         from jit.emit.amdgpu_warp import lower_sync
         lower_sync(self, fl, ins)
 
+    def yield_point(self, fl: FuncLowering, ins: A.Instr) -> None:
+        pass  # the threads of a wavefront run concurrently: nothing to interleave
+
 
 def _fix_allocas(text: str) -> str:
     """Every alloca in addrspace(5), used through a flat pointer (llvmlite cannot spell alloca address spaces)."""

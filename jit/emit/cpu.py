@@ -158,7 +158,8 @@ class EntryEnv:
         self.red = None  # RedBuffer, set by emit_kernel when red_sites is not empty
         # only plain barriers as sync points: the release step is a vectorisable loop (cpu_resolve._release_all)
         self.barrier_only = bool(fn.sync_points) and all(
-            sp.kind == "bar" and not sp.instr.has("red") for sp in fn.sync_points.values())
+            sp.kind in ("bar", "yield") and not sp.instr.has("red") for sp in fn.sync_points.values())
+        self.yields = any(sp.kind == "yield" for sp in fn.sync_points.values())
         self.root_ranges: dict[tuple[str, int], tuple[ir.Value, ir.Value]] = {}
         self.bc_bad: ir.Value | None = None  # max(bad address + 1) of rooted checks (NOTE [rooted bounds checks])
         self.rec_ptrs: dict[int, int] = {}  # id(record address) -> field: accesses get per-field alias scopes
@@ -325,16 +326,22 @@ class EntryEnv:
         if sp is None:
             raise not_supported(f"{ins.opcode} outside a kernel body", ins.line)
         b = fl.b
-        collect_inputs(self, fl, sp)
+        if sp.kind != "yield":
+            collect_inputs(self, fl, sp)
         for r in sp.live:
             b.store(b.load(fl.regs[r]), self.rec_field(fl, self.slots[r]))
-        b.store(_i32(sp.id), self.rec_field(fl, R_PARK))
+        # a yielding thread stays runnable (park 0) and resumes at its pc in the next round
+        b.store(_i32(0 if sp.kind == "yield" else sp.id), self.rec_field(fl, R_PARK))
         b.store(_i32(sp.id), self.rec_field(fl, R_PC))
         b.branch(self.thread_end)
         blk = fl.block(f"resume{sp.id}")
         self.resume[sp.id] = blk
         b.position_at_end(blk)
         self.restore(fl, sp)
+
+    def yield_point(self, fl: FuncLowering, ins: A.Instr) -> None:
+        """NOTE [interleaved strided loops] (jit/passes/stride_yields.py)."""
+        self.sync(fl, ins)
 
     def restore(self, fl: FuncLowering, sp: A.SyncPoint) -> None:
         """Resume code of sync point ``sp``: reload the saved registers, recompute the rematerialised ones, take the
@@ -346,7 +353,8 @@ class EntryEnv:
             b.store(b.load(self.rec_field(fl, self.slots[r]), typ=ty), fl.regs[r])
         for d in sp.remat:  # NOTE [rematerialised registers] (jit/passes/sync_points.py)
             HANDLERS[d.opcode](fl, d)
-        write_outputs(self, fl, sp)
+        if sp.kind != "yield":
+            write_outputs(self, fl, sp)
 
 
 def call_printf(fl: FuncLowering, L: ir.Value, fmt: ir.Value, args: ir.Value) -> ir.Value:

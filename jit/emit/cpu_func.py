@@ -155,6 +155,9 @@ class FuncEnv:
     def sync(self, fl: FuncLowering, ins: A.Instr) -> None:
         raise not_supported(f"'{ins.opcode}' (barrier or warp collective) inside a non-inlined .func", ins.line)
 
+    def yield_point(self, fl: FuncLowering, ins: A.Instr) -> None:
+        pass  # only kernel bodies get yield points (jit/passes/stride_yields.py)
+
 
 def emit_funcs(cg: ModuleCodegen) -> None:
     for f in cg.ast.functions:

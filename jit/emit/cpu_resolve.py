@@ -71,8 +71,42 @@ def _release_all(fl: FuncLowering, env: EntryEnv, peer: _Peer) -> ir.Value:
     return b.icmp_signed(">", b.load(hi), _i32(0))
 
 
+def _any_runnable(fl: FuncLowering, env: EntryEnv, peer: _Peer) -> ir.Value:
+    """Some thread is runnable after the round (park 0: it stopped at a yield point); a vectorisable loop."""
+    b = fl.b
+    acc = fl.ab.alloca(I32, name="runnable")
+    b.store(_i32(0), acc)
+    lp = _Loop(fl, env.nt32, "yld")
+    p = peer.field(lp.i, R_PARK, I32)
+    b.store(b.or_(b.load(acc), b.zext(b.icmp_signed("==", p, _i32(0)), I32)), acc)
+    lp.end()
+    return b.icmp_unsigned("!=", b.load(acc), _i32(0))
+
+
 def resolve(fl: FuncLowering, env: EntryEnv) -> ir.Value:
     """Emit the post-round resolution; returns an i1 'run another round'.
+
+    With yield points (NOTE [interleaved strided loops]) nothing is resolved while any thread is still runnable:
+    barriers and collectives are only looked at once every live thread is parked at one of them, exactly as
+    without yields, so the yields change the order threads run in and nothing else."""
+    if not env.yields:
+        return _resolve(fl, env)
+    b = fl.b
+    again = fl.ab.alloca(I1, name="again_y")
+    b.store(ir.Constant(I1, 1), again)
+    run = _any_runnable(fl, env, _Peer(fl, env))
+    parked = fl.block("resolve_parked")
+    done = fl.block("resolve_done")
+    b.cbranch(run, done, parked)
+    b.position_at_end(parked)
+    b.store(_resolve(fl, env), again)
+    b.branch(done)
+    b.position_at_end(done)
+    return b.load(again)
+
+
+def _resolve(fl: FuncLowering, env: EntryEnv) -> ir.Value:
+    """The resolution proper, when every live thread is parked at a barrier or collective.
 
     A warp collective resolves once every live lane of its membermask is parked at it (activemask: at once);
     otherwise barrier waiters are released; if neither makes progress, blocked collectives resolve with the

@@ -54,6 +54,13 @@ def sync(fl: FuncLowering, ins: A.Instr) -> None:
     fl.env.sync(fl, ins)
 
 
+@op("wooly_yield")
+def yield_point(fl: FuncLowering, ins: A.Instr) -> None:
+    """NOTE [interleaved strided loops] (jit/passes/stride_yields.py): the CPU scheduler may switch threads here;
+    targets whose threads run concurrently ignore it."""
+    fl.env.yield_point(fl, ins)
+
+
 def _param_ptr(fl: FuncLowering, o: A.Operand) -> ir.Value:
     if isinstance(o, A.Sym):
         return fl.resolve_ptr(fl.storage(o.name))

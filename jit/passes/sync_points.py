@@ -21,10 +21,13 @@ from jit.passes.liveness import defs_uses, live_after
 from jit.ptx import ast as A
 
 WARP_OPS = {"shfl", "vote", "match", "redux", "activemask"}
+YIELD = "wooly_yield"  # synthetic: a thread may be switched out here (NOTE [interleaved strided loops])
 
 
 def sync_kind(ins: A.Instr) -> str | None:
     op = ins.opcode
+    if op == YIELD:
+        return "yield"
     if op == "bar" and "warp" in ins.mods:
         return "warp"
     if op in ("bar", "barrier") and not ins.has("arrive"):

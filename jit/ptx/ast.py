@@ -152,7 +152,7 @@ class Function:
 @dataclass
 class SyncPoint:
     id: int
-    kind: str  # 'bar' or 'warp'
+    kind: str  # 'bar', 'warp' or 'yield' (NOTE [interleaved strided loops])
     instr: Instr
     live: list[str]  # registers live across the sync point (saved per thread)
     remat: list[Instr] = field(default_factory=list)  # recomputed at resume instead (NOTE [rematerialised registers])
