@@ -72,7 +72,8 @@ def scheduler(fl: FuncLowering, env: EntryEnv, scratch: ir.Value, local_base: ir
     env.scratch = scratch
     env.ntpad = b.and_(b.add(b.zext(env.nt32, I64), _i64(15)), _i64(~15))  # NOTE [thread records]
     init = _Loop(fl, env.nt32, "init")
-    for f in (R_PC, R_PARK, R_DONE):
+    warp = any(sp.kind == "warp" for sp in env.fn.sync_points.values())
+    for f in (R_PC, R_PARK, R_DONE) if warp else (R_PC, R_PARK):  # R_DONE: only warp resolution uses it
         b.store(_i32(0), env.rec_addr(b, init.i, f))
     init.end()
     rnd = fl.block("round")

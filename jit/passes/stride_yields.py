@@ -78,15 +78,17 @@ def _strided(loop: list[A.Stmt], tc: set[str]) -> bool:
     defs: dict[str, A.Instr] = {}
     first_def: dict[str, int] = {}
     first_use: dict[str, int] = {}
+    multi: set[str] = set()  # defined more than once in the loop: not a simple induction step
     for k, st in enumerate(loop):
         if isinstance(st, A.Instr):
             d, u = defs_uses(st)
             for r in u:
                 first_use.setdefault(r, k)
             for r in d:
+                if r in defs:
+                    multi.add(r)
                 defs[r] = st
                 first_def.setdefault(r, k)
-    multi = {r for r in defs if sum(1 for st in loop if isinstance(st, A.Instr) and r in defs_uses(st)[0]) > 1}
 
     def invariant_step(o: A.Operand) -> bool:
         """A thread-count-derived loop invariant, or an in-loop `selp` of one and 0 (numba's range iterator)."""
