@@ -104,6 +104,7 @@ class Session:
         self._output: list[str] = []
         self.regions: dict[int, Region] = {}
         self._starts: list[int] = []
+        self._allowed: tuple[tuple[int, int], ...] | None = None  # allowed_ranges(), until a region comes or goes
         self.memory_used = 0
         self.modules: dict[int, Module] = {}
         self.functions: dict[int, Function] = {}
@@ -145,12 +146,26 @@ class Session:
     def _add_region(self, r: Region) -> None:
         bisect.insort(self._starts, r.start)
         self.regions[r.start] = r
+        self._allowed = None
 
     def _remove_region(self, start: int) -> Region:
         r = self.regions.pop(start)
         i = bisect.bisect_left(self._starts, start)
         del self._starts[i]
+        self._allowed = None
         return r
+
+    def allowed_ranges(self) -> tuple[tuple[int, int], ...]:
+        """What a kernel of this session may touch: its regions (NOTE [bounds check]), each allocation to the end of
+        its last page (that memory is the allocation's own mapping; a GPU, whose allocations are mapped in pages
+        too, does not fault on reads or writes past the requested size inside it, and numba's own tests launch 16
+        threads over 10-element arrays). One tuple, rebuilt only when a region comes or goes: the JIT keeps the
+        sorted table of a tuple it has seen (jit.checked.for_ranges), so a launch costs O(1) here however many
+        allocations the session holds."""
+        a = self._allowed
+        if a is None:
+            a = self._allowed = tuple((r.start, _mapped_extent(r)) for r in self.regions.values())
+        return a
 
     def find(self, addr: int, size: int, what: str) -> Region:
         i = bisect.bisect_right(self._starts, addr) - 1
@@ -418,11 +433,7 @@ class Session:
                 f"cuLaunchKernel({fn.name}): parameter buffer of {len(msg.params)} bytes, the kernel takes {expected}",
             )
         grid, block, params = tuple(msg.grid), tuple(msg.block), msg.params
-        # What the kernel may touch: this session's regions at launch time (NOTE [bounds check]), each allocation
-        # to the end of its last page: that memory is the allocation's own mapping, and a GPU (whose allocations are
-        # mapped in pages too) does not fault on reads or writes past the requested size inside it; numba's own tests
-        # launch 16 threads over 10-element arrays.
-        allowed = [(r.start, _mapped_extent(r)) for r in self.regions.values()]
+        allowed = self.allowed_ranges()  # this session's regions at launch time
 
         def run() -> None:
             res = self.backend.launch(fn, grid, block, msg.shared_mem, params, allowed)  # type: ignore[arg-type]

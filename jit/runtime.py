@@ -9,6 +9,7 @@ import os
 import re
 import struct
 import threading
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,8 +23,7 @@ from jit.checked import (  # noqa: F401 (GlobalRange: part of this module's API)
     HEAPS,
     DeviceHeap,
     GlobalRange,
-    range_table,
-    root_table,
+    for_ranges,
 )
 from jit.emit import (
     L_ASSERT,
@@ -214,10 +214,11 @@ class CpuKernel:
     def launch(self, grid: tuple[int, ...] | int = (1, 1, 1), block: tuple[int, ...] | int = (1, 1, 1),
                shared_mem: int = 0, params: bytes | bytearray | memoryview | Any = b"",
                workers: int | None = None,
-               allowed_ranges: list[GlobalRange] | list[tuple[int, int]] | None = None) -> LaunchResult:
+               allowed_ranges: Sequence[GlobalRange] | Sequence[tuple[int, int]] | None = None) -> LaunchResult:
         """Run the kernel. ``allowed_ranges`` (modules compiled with bounds_check=True only): the allocations this
         launch may access through global/generic pointers, besides the module's own globals and the block's
-        shared/local memory; an access outside them fails the launch with CUDA_ERROR_ILLEGAL_ADDRESS (700)."""
+        shared/local memory; an access outside them fails the launch with CUDA_ERROR_ILLEGAL_ADDRESS (700). Pass
+        the same tuple to many launches and its sorted table is built once (jit.checked.for_ranges)."""
         checked = self._module is not None and self._module.bounds_check
         if allowed_ranges is not None and not checked:
             raise JitError(CUDA_ERROR_INVALID_VALUE,
@@ -266,11 +267,12 @@ class CpuKernel:
             lctx[L_HEAP_ALLOC], lctx[L_HEAP_FREE], lctx[L_HEAP] = HEAP_ALLOC_ADDR, HEAP_FREE_ADDR, id(heap)
             own = [(self._module._data_addr, max(1, self._module._data_size)), (heap.base, heap.size)]
             own += [(a, n) for a, n in extra_ranges]
-            table = range_table(list(allowed_ranges or []) + own)
-            keep.append(table)
+            rt = for_ranges(allowed_ranges).with_spans(own)
+            table, buf = rt.as_array()
+            keep += [table, buf]
             lctx[L_RANGES], lctx[L_NRANGES] = ctypes.addressof(table), len(table) // 2
             if self._bc_roots:
-                roots = root_table(table, raw, self._bc_roots)
+                roots = rt.root_table(raw, self._bc_roots)
                 keep.append(roots)
                 lctx[L_ROOTS] = ctypes.addressof(roots)
         key = ctypes.addressof(lctx)

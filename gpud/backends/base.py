@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
@@ -146,7 +146,7 @@ class Backend(ABC):
         block: tuple[int, int, int],
         shared_mem: int,
         params: bytes,
-        allowed_ranges: list[tuple[int, int]] | None = None,
+        allowed_ranges: Sequence[tuple[int, int]] | None = None,
     ) -> LaunchResult:
         """Run a kernel to completion. ``allowed_ranges``: the (start, size) regions the launching
         session may touch, for backends that check kernel memory accesses (NOTE [bounds check])."""
@@ -218,6 +218,6 @@ class Backend(ABC):
         block: tuple[int, int, int],
         shared_mem: int,
         params: bytes,
-        allowed_ranges: list[tuple[int, int]] | None = None,
+        allowed_ranges: Sequence[tuple[int, int]] | None = None,
     ) -> LaunchResult:
         raise CudaError(codes.NOT_SUPPORTED, f"cuLaunchKernel is not supported by the {self.kind} backend")

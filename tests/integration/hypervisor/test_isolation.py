@@ -101,3 +101,40 @@ def test_bounds_check_allows_an_allocations_own_padding(gpud):
         assert e.value.name == "CUDA_ERROR_ILLEGAL_ADDRESS"
     finally:
         a.conn.close()
+
+
+def test_freed_memory_is_out_of_bounds_at_the_next_launch(gpud):
+    """The allowed ranges of a session are one cached tuple (and the JIT caches its sorted table); an allocation
+    that comes or goes must be seen by the very next launch: poke p (allowed), free p, poke p again
+    (ILLEGAL_ADDRESS), and in a fresh context a new allocation is pokeable at once."""
+    import struct
+
+    from tests.integration.test_kernels import POKE
+
+    a = connect(gpud.endpoint, tenant="uaf")
+    b = connect(gpud.endpoint, tenant="uaf2")
+    try:
+        keep = [a.mem_alloc(4096) for _ in range(50)]  # a table with more than one entry
+        p = a.mem_alloc(1 << 16)
+        mod = a.module_load_data(POKE)
+        fn = a.module_get_function(mod, "poke")
+        for _ in range(3):
+            a.launch_kernel(fn, (1, 1, 1), (1, 1, 1), struct.pack("<Q", p))
+        a.ctx_synchronize()
+        a.mem_free(p)
+        a.launch_kernel(fn, (1, 1, 1), (1, 1, 1), struct.pack("<Q", p))
+        with pytest.raises(CudaError) as e:
+            a.ctx_synchronize()
+        assert e.value.name == "CUDA_ERROR_ILLEGAL_ADDRESS"
+        assert keep
+        mod = b.module_load_data(POKE)
+        fn = b.module_get_function(mod, "poke")
+        q = b.mem_alloc(4096)
+        b.launch_kernel(fn, (1, 1, 1), (1, 1, 1), struct.pack("<Q", q))
+        b.ctx_synchronize()
+        r = b.mem_alloc(4096)  # comes after the table of the launch above was cached
+        b.launch_kernel(fn, (1, 1, 1), (1, 1, 1), struct.pack("<Q", r))
+        b.ctx_synchronize()
+    finally:
+        a.conn.close()
+        b.conn.close()
