@@ -27,11 +27,12 @@ import zmq
 
 from proto import constants as C
 from proto.codec import ProtocolError, encode_body, unpack_body
-from proto.errors import DEVICE_UNAVAILABLE, CudaError
+from proto.errors import DEVICE_UNAVAILABLE, NOT_INITIALIZED, CudaError
 from shim import __version__
 from woolyhv.hostinfo import host_id
 
 _CONNECTIONS: weakref.WeakSet[Connection] = weakref.WeakSet()
+_ABANDONED: list[Connection] = []
 
 
 class Connection:
@@ -64,6 +65,7 @@ class Connection:
         self._dead: CudaError | None = None
         self._closed = False
         self._last_sent = time.monotonic()
+        self.pid = os.getpid()  # the process this connection belongs to (NOTE [fork] in shim/runtime.py)
         self.round_trips = 0
         self.batches = 0
         hello = {
@@ -189,6 +191,14 @@ class Connection:
     @property
     def alive(self) -> bool:
         return self._dead is None and not self._closed
+
+    def abandon(self) -> None:
+        """In a forked child: forget this (the parent's) connection without touching its socket, which the parent
+        still uses; nothing is sent and the socket is never closed here (NOTE [fork] in shim/runtime.py)."""
+        self._closed = True
+        self._dead = CudaError(NOT_INITIALIZED, "this connection belongs to the parent process")
+        _CONNECTIONS.discard(self)
+        _ABANDONED.append(self)  # never garbage-collected (and so never closed) in this process
 
     def close(self) -> None:
         with self._lock:

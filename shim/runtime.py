@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 
 from proto import errors as codes
@@ -11,6 +12,24 @@ from shim.driver import Driver
 
 _lock = threading.Lock()
 _driver: Driver | None = None
+_forked_from: int | None = None  # set in a child forked after its parent connected
+
+
+def _after_fork_in_child() -> None:
+    """NOTE [fork]: a child forked after its parent connected inherits the parent's ZeroMQ socket and session,
+    but not the threads that serve them; using them would corrupt the parent's session or hang. So the child
+    drops them unused and, like a child of a real CUDA process, gets CUDA_ERROR_NOT_INITIALIZED from every call
+    (numba turns that into "CUDA initialized before forking"). A child forked before any connection connects on
+    its own. Fork-started workers that never call CUDA (PyTorch DataLoader workers) are not affected."""
+    global _driver, _forked_from, _lock
+    _lock = threading.Lock()  # another thread may have held it at fork time
+    if _driver is not None:
+        _forked_from = _driver.conn.pid
+        _driver.conn.abandon()
+        _driver = None
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def driver() -> Driver:
@@ -18,6 +37,12 @@ def driver() -> Driver:
     global _driver
     if _driver is not None and _driver.conn.alive:
         return _driver
+    if _forked_from is not None:
+        raise CudaError(
+            codes.NOT_INITIALIZED,
+            f"CUDA was initialised in process {_forked_from} before it forked this process; a forked child cannot"
+            " use its parent's CUDA session: start child processes with the 'spawn' method",
+        )
     with _lock:
         if _driver is not None and _driver.conn.alive:
             return _driver

@@ -43,3 +43,8 @@ def test_numba_mismatch_exits_nonzero(native_lib: str, tmp_path) -> None:  # noq
 def test_mapped_and_managed_memory(wooly_gpud: str) -> None:
     """gpud on this host: numba's mapped_array / managed_array are reachable from kernels."""
     _check(wooly_run([os.path.join(PROGS, "mapped_memory.py")], server=wooly_gpud), "mapped/managed OK")
+
+
+def test_fork_after_cuda_init(wooly_gpud: str) -> None:
+    """numba's test_fork: a forked child of a CUDA process fails fast; the parent's session lives on."""
+    _check(wooly_run([os.path.join(PROGS, "fork_child.py")], server=wooly_gpud, timeout=120), "fork OK")
