@@ -141,6 +141,7 @@ class Function:
     visible: bool = False
     extern: bool = False
     line: int = 0
+    weak: bool = False  # .weak: another definition of the same name may replace it (linked modules)
     # filled by passes
     regs: dict[str, str] = field(default_factory=dict)  # register name -> type
     vars: list[VarDecl] = field(default_factory=list)  # function-scope .local/.shared/.param variables

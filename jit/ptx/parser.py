@@ -113,14 +113,41 @@ class Parser(OperandParser):
         t = self.peek()
         if t.text in (".entry", ".func"):
             self.next()
-            mod.functions.append(self.parse_function(t.text == ".entry", flags, start))
+            fn = self.parse_function(t.text == ".entry", flags, start)
+            fn.weak = "weak" in flags
+            if fn.body is not None:
+                old = next((f for f in mod.functions if f.name == fn.name and f.body is not None), None)
+                if old is not None and not self._keep_first(old, fn, start):
+                    mod.functions[mod.functions.index(old)] = fn
+                    return
+                if old is not None:
+                    return
+            mod.functions.append(fn)
             return
         if t.kind == "dir" and t.text[1:] in _SPACES:
             for v in self.parse_var_decl(flags):
+                old_v = next((g for g in mod.globals if g.name == v.name and not g.extern), None)
+                if old_v is not None and not v.extern:
+                    if not self._keep_first(old_v, v, start):
+                        mod.globals[mod.globals.index(old_v)] = v
+                    continue
                 mod.globals.append(v)
             self.expect(";")
             return
         raise self.error("unknown directive", t)
+
+    def _keep_first(self, old: A.Function | A.VarDecl, new: A.Function | A.VarDecl, at: Tok) -> bool:
+        """Two definitions of one name, as modules linked into one PTX text have (numba's debug=True kernels
+        define a shared device function in each module, `.weak`): a strong definition wins over weak ones, the
+        first of several weak ones is kept (`.common` variables count as weak); two strong ones are an error, as for
+        a linker."""
+        def weak(d: A.Function | A.VarDecl) -> bool:
+            return d.weak or isinstance(d, A.VarDecl) and d.common
+        if weak(old):
+            return weak(new)
+        if weak(new):
+            return True
+        raise self.error(f"{new.name} is defined twice", at)
 
     # -- variables -----------------------------------------------------------------------------
     def parse_var_decl(self, flags: set[str], multi: bool = True) -> list[A.VarDecl]:

@@ -7,6 +7,7 @@ import re
 import numpy as np
 import pytest
 
+from jit import JitError, compile_module
 from tests.unit.jit.helpers import HEADER, launch
 
 STORE_R = """
@@ -247,3 +248,52 @@ def test_device_malloc_is_legal_under_bounds_check() -> None:
     for _ in range(3):  # freed blocks are reused
         k.launch(1, 40, 0, pack(k, out), allowed_ranges=[(out.ctypes.data, out.nbytes)])
         assert out.tolist() == [t + 100 for t in range(40)]
+
+
+# #6: numba's debug=True kernels link one PTX module per device function, and each module defines the device
+# functions it calls (`.weak`) and numba's environment pointer (`.common`): the same names are defined twice.
+def _linked(first: str, second: str) -> str:
+    def fn(linkage: str, value: int) -> str:
+        return f"""
+{linkage} .func (.param .b32 r) f(.param .b32 a)
+{{
+  .reg .b32 %r<3>;
+  ld.param.b32 %r1, [a]; add.s32 %r2, %r1, {value}; st.param.b32 [r], %r2; ret;
+}}
+"""
+    return HEADER + f"""
+.common .global .align 8 .u64 env;
+{fn(first, 1)}
+.common .global .align 8 .u64 env;
+{fn(second, 100)}
+.visible .entry k(.param .u64 out)
+{{
+  .reg .b32 %r<3>; .reg .b64 %rd<2>;
+  mov.u32 %r1, 5;
+  {{
+    .param .b32 pa; .param .b32 pr;
+    st.param.b32 [pa], %r1;
+    call (pr), f, (pa);
+    ld.param.b32 %r2, [pr];
+  }}
+  ld.param.u64 %rd1, [out]; st.global.u32 [%rd1], %r2;
+  ret;
+}}
+"""
+
+
+@pytest.mark.parametrize("first,second,want", [
+    (".weak", ".weak", 6),        # the first weak definition is kept
+    (".weak", ".visible", 105),   # a strong definition replaces a weak one
+    (".visible", ".weak", 6),     # and is not replaced by a later weak one
+])
+def test_duplicate_weak_definitions(first: str, second: str, want: int) -> None:
+    out = np.zeros(1, np.uint32)
+    launch(_linked(first, second), "k", 1, 1, out)
+    assert out[0] == want
+
+
+def test_duplicate_strong_definitions_are_invalid_ptx() -> None:
+    with pytest.raises(JitError) as ei:
+        compile_module(_linked(".visible", ".visible"))
+    assert ei.value.code == 218 and "f is defined twice" in ei.value.message and ":" in ei.value.message
