@@ -25,6 +25,17 @@ loop's global accesses per iteration, at least 1, so a thread touches about LINE
 few enough to stay in one 8-way cache set (measured: 4 and 16 lines were slower for both the reduction and the
 histogram of benchmarks/jit.py). A loop that runs fewer than K iterations never yields; the kernel still pays for
 running under the scheduler (a full-grid grid-stride saxpy, one iteration per thread: 13% slower).
+
+NOTE [waiting threads yield]
+The same yield point, at every repetition, goes into wait loops: loops whose exit depends on a strong load
+(`.volatile`, `.relaxed`, `.acquire`, `.cv`) or an atomic, or that back off with `nanosleep` (a flag set by another
+warp, a ticket, a CAS lock). The yield sits on the loop's back edge, so a wait that is already over (a CAS that
+succeeds at once, as in CAS-emulated atomics) costs nothing. Without it a thread that waits for a thread of its block that has not run yet spins
+forever: threads run one after another until they park, and the one it waits for never gets its turn (a producer
+warp and a consumer warp synchronising through a shared-memory flag, without a barrier). With it the waiting
+thread parks each time round and the others run. Waiting on another block is only guaranteed to end for blocks
+that started earlier (blocks are claimed in order), as on a GPU, which does not promise that a later block ever
+runs while an earlier one spins.
 """
 
 from __future__ import annotations
@@ -120,6 +131,45 @@ def _strided(loop: list[A.Stmt], tc: set[str]) -> bool:
     return any(step(r, r, 0) for r in carried)
 
 
+_STRONG_LOAD = ("volatile", "relaxed", "acquire", "sc", "cv")
+
+
+def _waits(ins: A.Instr) -> bool:
+    """An instruction whose result can change because another thread acts: a strong load or an atomic."""
+    return ins.opcode in ("ld", "ldu") and ins.has(*_STRONG_LOAD) or ins.opcode == "atom"
+
+
+def _spins(loop: list[A.Stmt], h: int, pos: dict[str, int]) -> bool:
+    """A wait loop: a branch that leaves or repeats the loop depends, through the loop's own instructions, on a
+    strong load or an atomic (`while (*(volatile int *)flag == 0);`, a CAS lock, `cuda::atomic_ref::load`), or
+    the loop backs off with `nanosleep`."""
+    defs: dict[str, list[A.Instr]] = {}
+    preds: list[str] = []
+    last = len(loop) - 1
+    for k, st in enumerate(loop):
+        if not isinstance(st, A.Instr):
+            continue
+        if st.opcode == "nanosleep":
+            return True
+        for d in defs_uses(st)[0]:
+            defs.setdefault(d, []).append(st)
+        if st.opcode == "bra" and st.pred and st.operands and isinstance(st.operands[0], A.Sym):
+            tgt = pos.get(st.operands[0].name)
+            if k == last or tgt is None or not h <= tgt <= h + last:
+                preds.append(st.pred)
+    seen: set[str] = set()
+    while preds:
+        r = preds.pop()
+        if r in seen:
+            continue
+        seen.add(r)
+        for ins in defs.get(r, []):
+            if _waits(ins):
+                return True
+            preds += defs_uses(ins)[1]
+    return False
+
+
 def _loops(body: list[A.Stmt]) -> list[tuple[int, int]]:
     """(header index, back-edge index) of innermost loops: a branch to a label at or before it, with no other
     back edge between."""
@@ -140,9 +190,13 @@ def run(module: A.Module) -> A.Module:
         body = fn.body
         tc: set[str] | None = None
         inserts: list[tuple[int, int]] = []  # (position after the header label, K)
+        pos = {st.name: i for i, st in enumerate(body) if isinstance(st, A.Label)}
         for h, j in _loops(body):
             loop = body[h:j + 1]
             if any(isinstance(st, A.Instr) and sync_kind(st) for st in loop):
+                continue
+            if _spins(loop, h, pos):  # NOTE [waiting threads yield]: at the back edge, only when it loops again
+                inserts.append((j, 0))
                 continue
             m = _global_accesses(loop)
             if not m:
@@ -158,6 +212,19 @@ def run(module: A.Module) -> A.Module:
         c, p = A.Reg(_COUNTER), A.Reg(_PRED)
         for n, (at, k) in enumerate(sorted(set(inserts), reverse=True)):
             skip = f"$wooly_yield_skip{n}"
+            if k == 0:  # before the back edge `[@p] bra head` of a wait loop: yield when it is taken
+                br = body[at]
+                assert isinstance(br, A.Instr)
+                if br.pred is None:
+                    body[at:at] = [A.Instr(YIELD, [], [])]
+                else:
+                    body[at:at + 1] = [
+                        A.Instr("bra", [], [A.Sym(skip)], br.pred, not br.pred_neg, br.line, br.col),
+                        A.Instr(YIELD, [], []),
+                        A.Instr("bra", [], list(br.operands), None, False, br.line, br.col),
+                        A.Label(skip),
+                    ]
+                continue
             body[at:at] = [
                 A.Instr("add", ["u32"], [c, c, A.Imm(1)]),
                 A.Instr("setp", ["lt", "u32"], [p, c, A.Imm(k)]),

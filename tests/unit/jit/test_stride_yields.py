@@ -54,8 +54,12 @@ def yields(ptx: str) -> list[int]:
     for i, st in enumerate(body):
         if isinstance(st, A.Instr) and st.opcode == YIELD:
             setp = body[i - 2]
-            assert isinstance(setp, A.Instr) and setp.opcode == "setp"
-            ks.append(int(setp.operands[2].value))  # type: ignore[union-attr]
+            if isinstance(setp, A.Instr) and setp.opcode == "setp" and "wooly" in str(setp.operands[0]):
+                ks.append(int(setp.operands[2].value))  # type: ignore[union-attr]
+            else:  # a wait loop's yield on its back edge: no counter
+                nxt = body[i + 1]
+                assert isinstance(nxt, A.Instr) and nxt.opcode == "bra" and nxt.pred is None
+                ks.append(0)
     kinds = [sp.kind for sp in fn.sync_points.values()]
     assert kinds.count("yield") == len(ks)
     return ks
@@ -277,3 +281,50 @@ def test_numba_early_return_in_loop() -> None:
 def test_amdgpu_ignores_yields() -> None:
     m = compile_module(strided(), target="gfx90a")
     assert m.kernel_names == ["gs"] and m.code_object[:4] == b"\x7fELF"
+
+
+# ---------------------------------------------------------------- NOTE [waiting threads yield]
+# Threads take turns through a shared counter in reverse order: thread t waits until turn == N-1-t. Run one after
+# another without yielding, thread 0 would wait forever for the last thread.
+TURNS = HEADER + """
+.visible .entry turns(.param .u64 out)
+{
+  .reg .b32 %r<12>; .reg .b64 %rd<6>; .reg .pred %p<4>;
+  .shared .align 4 .u32 turn;
+  .shared .align 4 .u32 order;
+  mov.u32 %r0, %tid.x; mov.u32 %r1, %ntid.x;
+  setp.ne.u32 %p1, %r0, 0; @%p1 bra INIT_DONE;
+  st.shared.u32 [turn], 0; st.shared.u32 [order], 0;
+INIT_DONE:
+  bar.sync 0;
+  sub.u32 %r2, %r1, 1; sub.u32 %r2, %r2, %r0;
+WAIT:
+  LOAD
+  setp.ne.u32 %p2, %r3, %r2; @%p2 bra WAIT;
+  ld.shared.u32 %r4, [order]; add.u32 %r5, %r4, 1; st.shared.u32 [order], %r5;
+  add.u32 %r6, %r3, 1; st.volatile.shared.u32 [turn], %r6;
+  ld.param.u64 %rd1, [out]; mul.wide.u32 %rd2, %r0, 4; add.s64 %rd1, %rd1, %rd2; st.global.u32 [%rd1], %r4;
+  ret;
+}
+"""
+
+
+@pytest.mark.parametrize("load", [
+    "ld.volatile.shared.u32 %r3, [turn];",
+    "ld.acquire.cta.shared.u32 %r3, [turn];",
+    "atom.shared.or.b32 %r3, [turn], 0;",
+])
+def test_waiting_threads_yield(load: str) -> None:
+    ptx = TURNS.replace("LOAD", load)
+    assert yields(ptx) == [0]
+    out = np.zeros(64, np.uint32)
+    launch(ptx, "turns", (2,), (64,), out)
+    assert out.tolist() == list(range(63, -1, -1))  # thread 63 went first, thread 0 last
+
+
+def test_no_yield_in_loops_that_do_not_wait() -> None:
+    """A volatile load inside a counted loop does not make it a wait loop: the exit does not depend on it."""
+    ptx = strided("mov.u32 %r5, 1;", "ld.volatile.global.u32 %r10, [%rd4];")
+    assert yields(ptx) == []
+    backoff = TURNS.replace("LOAD", "ld.shared.u32 %r3, [turn]; nanosleep.u32 100;")
+    assert yields(backoff) == [0]
