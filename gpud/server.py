@@ -34,7 +34,7 @@ from woolyhv.hostinfo import host_id, pid_alive
 
 # gpud modules that register message handlers with ``gpud.session.extension`` (imported at start;
 # each imports its heavy dependencies, such as torch, lazily).
-EXTENSION_MODULES = ("gpud.shm", "gpud.aten", "gpud.hypervisor", "gpud.hostmap")
+EXTENSION_MODULES = ("gpud.shm", "gpud.aten", "gpud.hypervisor", "gpud.hostmap", "gpud.ipc")
 
 WAKE_IDENTITY = b"\x00gpud-wake"
 

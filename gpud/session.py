@@ -34,6 +34,9 @@ CLOSE_HOOKS: list[Callable[[Session], None]] = []
 # raise CudaError to refuse the message. The hypervisor uses it to wake a sleeping tenant and to
 # unshare deduplicated memory before a write (gpud/hypervisor).
 MESSAGE_HOOKS: list[Callable[[Session, Any, list[Any]], None]] = []
+# Asked with (session, allocation) when an allocation is freed (cuMemFree or the session closing): a hook that
+# returns True keeps the memory and frees it itself later (gpud/ipc.py: another session still has it open).
+KEEP_HOOKS: list[Callable[[Session, Any], bool]] = []
 
 
 def extension(kind: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -225,6 +228,8 @@ class Session:
         self.memory_used -= r.size
         self.server.release_memory(self, r.size)
         alloc = r.allocation
+        if any(keep(self, alloc) for keep in KEEP_HOOKS):
+            return
         # cuMemFree waits for work that may still use the memory.
         when_all(self.engine.tails(), lambda: self.backend.free(alloc))
 
@@ -235,7 +240,8 @@ class Session:
                 self.memory_used -= r.size
                 self.server.release_memory(self, r.size)
                 alloc = r.allocation
-                when_all(self.engine.tails(), lambda a=alloc: self.backend.free(a))
+                if not any(keep(self, alloc) for keep in KEEP_HOOKS):
+                    when_all(self.engine.tails(), lambda a=alloc: self.backend.free(a))
         for mod in self.modules.values():
             when_all(self.engine.tails(), lambda mm=mod: self.backend.unload_module(mm))
         self.modules.clear()

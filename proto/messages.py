@@ -302,6 +302,29 @@ class HostUnmap(_Req):
     addr: U64
 
 
+# NOTE [ipc]: CUDA IPC between processes of one tenant. ``ipc_get`` turns an allocation of the session
+# into an opaque 64-byte handle (a capability: random, unguessable); ``ipc_open`` in another session
+# of the same tenant maps that allocation into it and returns its address (gpud's address space is
+# shared, so it is the exporter's address); ``ipc_close`` unmaps it. Returns: handle bytes / [addr,
+# size] / nothing.
+IpcHandle = Annotated[bytes, Field(min_length=64, max_length=64)]
+
+
+class IpcGet(_Req):
+    kind: Literal["ipc_get"] = "ipc_get"
+    addr: U64
+
+
+class IpcOpen(_Req):
+    kind: Literal["ipc_open"] = "ipc_open"
+    handle: IpcHandle
+
+
+class IpcClose(_Req):
+    kind: Literal["ipc_close"] = "ipc_close"
+    addr: U64
+
+
 # ---------------------------------------------------------------- ATen (the PyTorch face)
 # NOTE [aten wire]: one op is a 4-element list ``[name, args, kwargs, outs]``: ``name`` is an ATen
 # overload ("aten.add.Tensor") or a wooly pseudo-op ("wooly.free", "wooly.upload", "wooly.seed"),
@@ -412,7 +435,7 @@ class Batch(_Req):
 
 
 Message = Annotated[
-    Hello | HelloReply | Bye | Ping | Pong | Sync | ListSessions | MemAlloc | MemFree | MemGetInfo | MemcpyHtoD | MemcpyDtoH | MemcpyDtoD | Memset | StreamCreate | StreamDestroy | StreamSynchronize | StreamQuery | StreamWaitEvent | EventCreate | EventRecord | EventQuery | EventSynchronize | EventElapsed | EventDestroy | CtxSynchronize | ModuleLoad | ModuleUnload | ModuleGetFunction | ModuleGetGlobal | Launch | AtenBatch | AtenCall | DedupUpload | DedupPublish | DedupQuery | DedupTensor | Batch | ShmOpen | ShmHtoD | ShmDtoH | HostMap | HostUnmap | Result | Error,
+    Hello | HelloReply | Bye | Ping | Pong | Sync | ListSessions | MemAlloc | MemFree | MemGetInfo | MemcpyHtoD | MemcpyDtoH | MemcpyDtoD | Memset | StreamCreate | StreamDestroy | StreamSynchronize | StreamQuery | StreamWaitEvent | EventCreate | EventRecord | EventQuery | EventSynchronize | EventElapsed | EventDestroy | CtxSynchronize | ModuleLoad | ModuleUnload | ModuleGetFunction | ModuleGetGlobal | Launch | AtenBatch | AtenCall | DedupUpload | DedupPublish | DedupQuery | DedupTensor | Batch | ShmOpen | ShmHtoD | ShmDtoH | HostMap | HostUnmap | IpcGet | IpcOpen | IpcClose | Result | Error,
     Field(discriminator="kind"),
 ]
 

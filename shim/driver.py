@@ -58,6 +58,7 @@ class Driver:
         self._lock = threading.Lock()
         self._alloc_starts: list[int] = []
         self._alloc_size: dict[int, int] = {}
+        self._imported: dict[int, int] = {}  # opened from IPC handles: address -> open count
         self.streams: set[int] = set()
         self.events: set[int] = set()
         self.modules: dict[int, dict[str, Any]] = {}
@@ -112,6 +113,8 @@ class Driver:
 
     def mem_free(self, addr: int) -> None:
         with self._lock:
+            if addr in self._imported:
+                raise CudaError(codes.INVALID_VALUE, f"cuMemFree: 0x{addr:x} was opened from an IPC handle: close it with cuIpcCloseMemHandle")
             if addr not in self._alloc_size:
                 raise CudaError(codes.INVALID_VALUE, f"cuMemFree: 0x{addr:x} is not an allocation of this context")
             size = self._alloc_size.pop(addr)
@@ -119,6 +122,36 @@ class Driver:
             if self._dedup_done:  # the addresses may come back in a new allocation
                 self._dedup_done = {a for a in self._dedup_done if not addr <= a < addr + size}
         self.conn.post({"kind": "mem_free", "addr": int(addr)})
+
+    # ------------------------------------------------------------------ IPC (NOTE [ipc] in proto/messages.py)
+    def ipc_get_mem_handle(self, addr: int) -> bytes:
+        with self._lock:
+            if addr not in self._alloc_size or addr in self._imported:
+                raise CudaError(codes.INVALID_VALUE, f"cuIpcGetMemHandle: 0x{addr:x} is not an allocation of this context")
+        handle, _ = self.conn.call({"kind": "ipc_get", "addr": int(addr)})
+        return bytes(handle)
+
+    def ipc_open_mem_handle(self, handle: bytes) -> int:
+        (addr, size), _ = self.conn.call({"kind": "ipc_open", "handle": bytes(handle)})
+        with self._lock:
+            if addr not in self._alloc_size:
+                bisect.insort(self._alloc_starts, addr)
+                self._alloc_size[addr] = int(size)
+            self._imported[addr] = self._imported.get(addr, 0) + 1
+        return int(addr)
+
+    def ipc_close_mem_handle(self, addr: int) -> None:
+        with self._lock:
+            n = self._imported.get(addr)
+            if n is None:
+                raise CudaError(codes.INVALID_VALUE, f"cuIpcCloseMemHandle: 0x{addr:x} was not opened from an IPC handle")
+            if n > 1:
+                self._imported[addr] = n - 1
+            else:
+                del self._imported[addr]
+                del self._alloc_size[addr]
+                self._alloc_starts.pop(bisect.bisect_left(self._alloc_starts, addr))
+        self.conn.call({"kind": "ipc_close", "addr": int(addr)})
 
     def mem_get_info(self) -> tuple[int, int]:
         free, total = self.conn.call({"kind": "mem_get_info"})[0]

@@ -8,6 +8,7 @@ driver instead of at the next synchronization.
 from __future__ import annotations
 
 import ctypes
+import platform
 from ctypes import c_int, c_size_t, c_ubyte, c_uint, c_uint16, c_uint32, c_uint64, c_void_p
 
 from proto import errors as codes
@@ -353,3 +354,40 @@ for _bits, _ctype in ((8, ctypes.c_ubyte), (16, c_uint16), (32, c_uint32)):
 
 
 _ = (c_int, put_i32)
+
+
+# ---------------------------------------------------------------------------- IPC (NOTE [ipc] in proto/messages.py)
+_IPC_SIZE = 64  # sizeof(CUipcMemHandle)
+
+
+@api("cuIpcGetMemHandle", 4010, P, D)
+def cuIpcGetMemHandle(handle_out: int, ptr: int) -> None:
+    if not handle_out:
+        raise CudaError(codes.INVALID_VALUE, "cuIpcGetMemHandle: handle pointer is NULL")
+    h = STATE.driver().ipc_get_mem_handle(ptr)
+    ctypes.memmove(handle_out, h, _IPC_SIZE)
+
+
+def _open(out: int, handle: bytes, flags: int) -> None:
+    if not out:
+        raise CudaError(codes.INVALID_VALUE, "cuIpcOpenMemHandle: output pointer is NULL")
+    STATE.require_current()
+    put_u64(out, STATE.driver().ipc_open_mem_handle(handle))
+
+
+if platform.machine() in ("x86_64", "AMD64"):
+    # x86-64 SysV passes the 64-byte handle by value on the stack (class MEMORY) and the flags in the next free
+    # register: the trampoline's 16 integer arguments are pdptr, flags, four unused registers, then the handle's
+    # eight stack words (NOTE [trampolines] in registry.py).
+    @api("cuIpcOpenMemHandle", (4010, 11000), P, c_uint, *([c_uint64] * 12))
+    def cuIpcOpenMemHandle(out: int, flags: int, _r2: int, _r3: int, _r4: int, _r5: int, *words: int) -> None:
+        _open(out, b"".join(int(w).to_bytes(8, "little") for w in words), flags)
+else:  # AArch64 (AAPCS64) passes a struct larger than 16 bytes as a pointer to a copy
+    @api("cuIpcOpenMemHandle", (4010, 11000), P, P, c_uint)
+    def cuIpcOpenMemHandle(out: int, handle: int, flags: int) -> None:
+        _open(out, ctypes.string_at(handle, _IPC_SIZE), flags)
+
+
+@api("cuIpcCloseMemHandle", 4010, D)
+def cuIpcCloseMemHandle(ptr: int) -> None:
+    STATE.driver().ipc_close_mem_handle(ptr)

@@ -48,3 +48,8 @@ def test_mapped_and_managed_memory(wooly_gpud: str) -> None:
 def test_fork_after_cuda_init(wooly_gpud: str) -> None:
     """numba's test_fork: a forked child of a CUDA process fails fast; the parent's session lives on."""
     _check(wooly_run([os.path.join(PROGS, "fork_child.py")], server=wooly_gpud, timeout=120), "fork OK")
+
+
+def test_ipc_between_processes(wooly_gpud: str) -> None:
+    """cuIpcGetMemHandle in one process, cuIpcOpenMemHandle (handle by value) in a spawned child."""
+    _check(wooly_run([os.path.join(PROGS, "ipc_prog.py")], server=wooly_gpud, timeout=180), "ipc OK")
