@@ -44,6 +44,7 @@ def define_bc(module: ir.Module) -> ir.Function:
     fn = ir.Function(module, ir.FunctionType(ir.IntType(1), [PTR, I64, I64, PTR]), BC_NAME)
     fn.linkage = "internal"
     fn.attributes.add("noinline")
+    fn.attributes.add("cold")  # only when an access misses its site's hint (NOTE [cold slow paths], cpu_red.py)
     L, addr, n, hint = fn.args
     entry, head, body, done = (fn.append_basic_block(x) for x in ("entry", "head", "body", "done"))
     b = ir.IRBuilder(entry)

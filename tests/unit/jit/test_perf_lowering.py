@@ -383,3 +383,30 @@ def test_which_reductions_are_combined(order: str, buffered: bool) -> None:
     c = np.zeros(1, np.uint32)
     k.launch(40, 128, 0, pack(k, c))
     assert c[0] == 40 * 128
+
+
+def test_slow_paths_are_cold() -> None:
+    """NOTE [cold slow paths]: the combining buffer's evict/flush and the bounds-check table search are `cold`
+    functions, so LLVM keeps a hot loop's registers and puts the spills around those calls on the cold path."""
+    import re
+
+    from jit.pipeline import translate
+    ptx = HEADER + """
+.visible .entry k(.param .u64 data, .param .u64 bins)
+{
+  .reg .b32 %r<4>; .reg .b64 %rd<8>;
+  ld.param.u64 %rd1, [data]; ld.param.u64 %rd2, [bins];
+  mov.u32 %r1, %tid.x; mul.wide.u32 %rd3, %r1, 4; add.s64 %rd4, %rd1, %rd3;
+  ld.global.u32 %r2, [%rd4]; and.b32 %r3, %r2, 255;
+  mul.wide.u32 %rd5, %r3, 4; add.s64 %rd6, %rd2, %rd5;
+  red.global.add.u32 [%rd6], 1;
+  ld.global.u64 %rd7, [%rd1]; ld.global.u32 %r2, [%rd7];  // not rooted: a table-searched check
+  ret;
+}
+"""
+    text = str(translate(ptx, "cpu", bounds_check=True).ir_module)
+    for name in ("wooly_red_flush", "wooly_red_insert"):
+        m = re.search(rf'define internal void @"?{name}"?\([^)]*\)([^{{]*)', text)
+        assert m and "cold" in m.group(1), name
+    bc = re.search(r'define internal i1 @"?wooly\.bc"?\([^)]*\)([^{]*)', text)
+    assert bc and "cold" in bc.group(1)
