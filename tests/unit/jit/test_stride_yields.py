@@ -183,28 +183,16 @@ from numba import float32, int32, uint32, void  # noqa: E402
 from tests.unit.jit.test_numba import compile_numba, run  # noqa: E402
 
 
-def _reduce(x: Any, out: Any) -> None:  # warp shuffles and a barrier after a grid-stride loop
-    sm = cuda.shared.array(8, float32)
+def _reduce(x: Any, out: Any) -> None:  # a warp shuffle tree after a range-style grid-stride loop
     acc = float32(0.0)
     for i in range(cuda.grid(1), x.size, cuda.gridsize(1)):
         acc += x[i]
     off = 16
     while off > 0:
-        acc += cuda.shfl_down_sync(0xFFFFFFFF, acc, off)
+        acc += cuda.shfl_xor_sync(0xFFFFFFFF, acc, off)
         off //= 2
-    lane = cuda.threadIdx.x % 32
-    w = cuda.threadIdx.x // 32
-    if lane == 0:
-        sm[w] = acc
-    cuda.syncthreads()
-    if w == 0:
-        acc = sm[lane] if lane < 8 else float32(0.0)
-        off = 4
-        while off > 0:
-            acc += cuda.shfl_down_sync(0xFFFFFFFF, acc, off)
-            off //= 2
-        if lane == 0:
-            out[cuda.blockIdx.x] = acc
+    if cuda.laneid == 0:
+        cuda.atomic.add(out, cuda.blockIdx.x, acc)
 
 
 def _hist(data: Any, bins: Any) -> None:  # combined global atomics inside the loop
