@@ -225,23 +225,22 @@ class Session:
         if r is None or r.allocation is None:
             raise CudaError(codes.INVALID_VALUE, f"cuMemFree: 0x{msg.addr:x} is not an allocation of this context")
         self._remove_region(msg.addr)
+        self._release_allocation(r)
+
+    def _release_allocation(self, r: Region) -> None:
+        """Uncharge a removed allocation region and give its memory back to the backend once the work that may
+        still use it is done (cuMemFree waits for it), unless a KEEP_HOOKS hook keeps it."""
         self.memory_used -= r.size
         self.server.release_memory(self, r.size)
         alloc = r.allocation
-        if any(keep(self, alloc) for keep in KEEP_HOOKS):
-            return
-        # cuMemFree waits for work that may still use the memory.
-        when_all(self.engine.tails(), lambda: self.backend.free(alloc))
+        if not any(keep(self, alloc) for keep in KEEP_HOOKS):
+            when_all(self.engine.tails(), lambda: self.backend.free(alloc))
 
     def free_all(self) -> None:
         for start in list(self.regions):
             r = self._remove_region(start)
             if r.allocation is not None:
-                self.memory_used -= r.size
-                self.server.release_memory(self, r.size)
-                alloc = r.allocation
-                if not any(keep(self, alloc) for keep in KEEP_HOOKS):
-                    when_all(self.engine.tails(), lambda a=alloc: self.backend.free(a))
+                self._release_allocation(r)
         for mod in self.modules.values():
             when_all(self.engine.tails(), lambda mm=mod: self.backend.unload_module(mm))
         self.modules.clear()

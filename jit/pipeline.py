@@ -9,9 +9,9 @@ from jit.passes import (
     pointer_roots,
     predication,
     special_regs,
-    stride_yields,
     sync_points,
     to_llvm,
+    yield_points,
 )
 from jit.ptx import ast as A
 from jit.ptx.parser import parse
@@ -24,7 +24,7 @@ AST_PASSES = [
     predication,     # @p instr -> @!p bra skip; instr; skip:
     branch_tables,   # brx.idx i, ts -> compare-and-branch chain over the .branchtargets labels
     pointer_roots,   # 64-bit registers derived from a kernel pointer parameter (NOTE [pointer roots])
-    stride_yields,   # yield points in thread-strided loops (NOTE [interleaved strided loops])
+    yield_points,    # where the CPU scheduler may switch threads: grid-stride and wait loops
     sync_points,     # number barriers and warp collectives; registers live across each
 ]
 

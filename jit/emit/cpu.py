@@ -340,7 +340,7 @@ class EntryEnv:
         self.restore(fl, sp)
 
     def yield_point(self, fl: FuncLowering, ins: A.Instr) -> None:
-        """NOTE [interleaved strided loops] (jit/passes/stride_yields.py)."""
+        """NOTE [interleaved strided loops] (jit/passes/yield_points.py)."""
         self.sync(fl, ins)
 
     def restore(self, fl: FuncLowering, sp: A.SyncPoint) -> None:

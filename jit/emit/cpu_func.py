@@ -156,7 +156,7 @@ class FuncEnv:
         raise not_supported(f"'{ins.opcode}' (barrier or warp collective) inside a non-inlined .func", ins.line)
 
     def yield_point(self, fl: FuncLowering, ins: A.Instr) -> None:
-        pass  # only kernel bodies get yield points (jit/passes/stride_yields.py)
+        pass  # only kernel bodies get yield points (jit/passes/yield_points.py)
 
 
 def emit_funcs(cg: ModuleCodegen) -> None:

@@ -92,11 +92,11 @@ def resolve(fl: FuncLowering, env: EntryEnv) -> ir.Value:
     if not env.yields:
         return _resolve(fl, env)
     b = fl.b
-    again = fl.ab.alloca(I1, name="again_y")
-    b.store(ir.Constant(I1, 1), again)
     run = _any_runnable(fl, env, _Peer(fl, env))
     if all(sp.kind == "yield" for sp in env.fn.sync_points.values()):
         return run  # nothing to resolve: another round while anybody is runnable
+    again = fl.ab.alloca(I1, name="again_y")
+    b.store(ir.Constant(I1, 1), again)
     parked = fl.block("resolve_parked")
     done = fl.block("resolve_done")
     b.cbranch(run, done, parked)

@@ -56,7 +56,7 @@ def sync(fl: FuncLowering, ins: A.Instr) -> None:
 
 @op("wooly_yield")
 def yield_point(fl: FuncLowering, ins: A.Instr) -> None:
-    """NOTE [interleaved strided loops] (jit/passes/stride_yields.py): the CPU scheduler may switch threads here;
+    """NOTE [interleaved strided loops] (jit/passes/yield_points.py): the CPU scheduler may switch threads here;
     targets whose threads run concurrently ignore it."""
     fl.env.yield_point(fl, ins)
 

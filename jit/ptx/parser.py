@@ -115,23 +115,19 @@ class Parser(OperandParser):
             self.next()
             fn = self.parse_function(t.text == ".entry", flags, start)
             fn.weak = "weak" in flags
-            if fn.body is not None:
-                old = next((f for f in mod.functions if f.name == fn.name and f.body is not None), None)
-                if old is not None and not self._keep_first(old, fn, start):
-                    mod.functions[mod.functions.index(old)] = fn
-                    return
-                if old is not None:
-                    return
-            mod.functions.append(fn)
+            old = next((f for f in mod.functions if f.name == fn.name and f.body is not None), None)
+            if fn.body is None or old is None:
+                mod.functions.append(fn)
+            elif not self._keep_first(old, fn, start):
+                mod.functions[mod.functions.index(old)] = fn
             return
         if t.kind == "dir" and t.text[1:] in _SPACES:
             for v in self.parse_var_decl(flags):
                 old_v = next((g for g in mod.globals if g.name == v.name and not g.extern), None)
-                if old_v is not None and not v.extern:
-                    if not self._keep_first(old_v, v, start):
-                        mod.globals[mod.globals.index(old_v)] = v
-                    continue
-                mod.globals.append(v)
+                if v.extern or old_v is None:
+                    mod.globals.append(v)
+                elif not self._keep_first(old_v, v, start):
+                    mod.globals[mod.globals.index(old_v)] = v
             self.expect(";")
             return
         raise self.error("unknown directive", t)

@@ -1,6 +1,6 @@
-"""Yield points in grid-stride loops (NOTE [interleaved strided loops], jit/passes/stride_yields.py): which loops get
-them, that threads really interleave there, and that barriers, warp collectives, combined atomics and bounds checks
-still behave exactly as without them."""
+"""Yield points (jit/passes/yield_points.py): which loops get them (NOTE [interleaved strided loops], NOTE [waiting
+threads yield]), that threads really interleave there, and that barriers, warp collectives, combined atomics and
+bounds checks still behave exactly as without them."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from jit import GlobalRange, JitError, compile_module
-from jit.passes.stride_yields import LINES_PER_YIELD
 from jit.passes.sync_points import YIELD
+from jit.passes.yield_points import LINES_PER_YIELD
 from jit.pipeline import front_end
 from jit.ptx import ast as A
 from tests.unit.jit.helpers import HEADER, launch, module, pack

@@ -1,4 +1,6 @@
-"""Yield points in grid-stride loops, so that the threads of a block walk such loops together.
+"""Yield points: places where the CPU scheduler may switch from one thread of a block to the next. Two kinds of
+loops get them: grid-stride loops, so that the threads of a block walk them together (NOTE [interleaved strided
+loops]), and wait loops, so that a waiting thread lets the thread it waits for run (NOTE [waiting threads yield]).
 
 NOTE [interleaved strided loops]
 On the CPU the threads of a block run one after another (NOTE [CPU work-group execution] in jit/emit/cpu.py). For a
@@ -30,10 +32,10 @@ NOTE [waiting threads yield]
 The same yield point, at every repetition, goes into wait loops: loops whose exit depends on a strong load
 (`.volatile`, `.relaxed`, `.acquire`, `.cv`) or an atomic, or that back off with `nanosleep` (a flag set by another
 warp, a ticket, a CAS lock). The yield sits on the loop's back edge, so a wait that is already over (a CAS that
-succeeds at once, as in CAS-emulated atomics) costs nothing. Without it a thread that waits for a thread of its block that has not run yet spins
-forever: threads run one after another until they park, and the one it waits for never gets its turn (a producer
-warp and a consumer warp synchronising through a shared-memory flag, without a barrier). With it the waiting
-thread parks each time round and the others run. Waiting on another block is only guaranteed to end for blocks
+succeeds at once, as in CAS-emulated atomics) costs nothing. Without it a thread that waits for a thread of its
+block that has not run yet spins forever: threads run one after another until they park, and the one it waits for
+never gets its turn (a producer warp and a consumer warp synchronising through a shared-memory flag, without a
+barrier). With it the waiting thread parks each time round and the others run. Waiting on another block is only guaranteed to end for blocks
 that started earlier (blocks are claimed in order), as on a GPU, which does not promise that a later block ever
 runs while an earlier one spins.
 """
@@ -82,8 +84,8 @@ def _global_accesses(body: list[A.Stmt]) -> int:
     return n
 
 
-def _strided(loop: list[A.Stmt], tc: set[str]) -> bool:
-    """Some loop-carried register steps by thread-count-derived loop invariants: `i += s` with s in tc and defined
+def _strided(loop: list[A.Stmt], grid: set[str]) -> bool:
+    """Some loop-carried register steps by grid-size-derived loop invariants: `i += s` with s in ``grid`` and defined
     outside the loop, also through a chain of such adds (`i1 = i + s; i2 = i1 + s; i = i2 + s` of an unrolled
     loop)."""
     defs: dict[str, A.Instr] = {}
@@ -102,14 +104,14 @@ def _strided(loop: list[A.Stmt], tc: set[str]) -> bool:
                 first_def.setdefault(r, k)
 
     def invariant_step(o: A.Operand) -> bool:
-        """A thread-count-derived loop invariant, or an in-loop `selp` of one and 0 (numba's range iterator)."""
+        """A grid-size-derived loop invariant, or an in-loop `selp` of one and 0 (numba's range iterator)."""
         if not isinstance(o, A.Reg):
             return False
         if o.name not in defs:
-            return o.name in tc
+            return o.name in grid
         ins = defs[o.name]
         return (ins.opcode == "selp" and o.name not in multi and len(ins.operands) == 4
-                and any(isinstance(x, A.Reg) and x.name in tc and x.name not in defs for x in ins.operands[1:3]))
+                and any(isinstance(x, A.Reg) and x.name in grid and x.name not in defs for x in ins.operands[1:3]))
 
     def step(reg: str, start: str, depth: int) -> bool:
         ins = defs.get(reg)
@@ -170,10 +172,9 @@ def _spins(loop: list[A.Stmt], h: int, pos: dict[str, int]) -> bool:
     return False
 
 
-def _loops(body: list[A.Stmt]) -> list[tuple[int, int]]:
-    """(header index, back-edge index) of innermost loops: a branch to a label at or before it, with no other
-    back edge between."""
-    pos = {st.name: i for i, st in enumerate(body) if isinstance(st, A.Label)}
+def _loops(body: list[A.Stmt], pos: dict[str, int]) -> list[tuple[int, int]]:
+    """(header index, back-edge index) of innermost loops: a branch to a label (at ``pos``) at or before it, with no
+    other back edge between."""
     edges = []
     for j, st in enumerate(body):
         if isinstance(st, A.Instr) and st.opcode == "bra" and st.operands and isinstance(st.operands[0], A.Sym):
@@ -188,27 +189,30 @@ def run(module: A.Module) -> A.Module:
         if fn.body is None or not fn.is_entry:
             continue
         body = fn.body
-        tc: set[str] | None = None
-        inserts: list[tuple[int, int]] = []  # (position after the header label, K)
+        grid: set[str] | None = None
+        inserts: list[tuple[int, int]] = []  # (position, K): after a loop's header label, every K-th time round;
+        #                                       K = 0: at its back edge, every time round (a wait loop)
         pos = {st.name: i for i, st in enumerate(body) if isinstance(st, A.Label)}
-        for h, j in _loops(body):
+        for h, j in _loops(body, pos):
             loop = body[h:j + 1]
             if any(isinstance(st, A.Instr) and sync_kind(st) for st in loop):
                 continue
-            if _spins(loop, h, pos):  # NOTE [waiting threads yield]: at the back edge, only when it loops again
+            if _spins(loop, h, pos):  # NOTE [waiting threads yield]
                 inserts.append((j, 0))
                 continue
             m = _global_accesses(loop)
             if not m:
                 continue
-            if tc is None:
-                tc = _grid_size_regs(fn)
-            if _strided(loop, tc):
+            if grid is None:
+                grid = _grid_size_regs(fn)
+            if _strided(loop, grid):
                 inserts.append((h + 1, max(1, LINES_PER_YIELD // m)))
         if not inserts:
             continue
-        fn.regs[_COUNTER] = "u32"
-        fn.regs[_PRED] = "pred"
+        counted = any(k for _, k in inserts)
+        if counted:
+            fn.regs[_COUNTER] = "u32"
+            fn.regs[_PRED] = "pred"
         c, p = A.Reg(_COUNTER), A.Reg(_PRED)
         for n, (at, k) in enumerate(sorted(set(inserts), reverse=True)):
             skip = f"$wooly_yield_skip{n}"
@@ -233,5 +237,6 @@ def run(module: A.Module) -> A.Module:
                 A.Instr("mov", ["u32"], [c, A.Imm(0)]),
                 A.Label(skip),
             ]
-        body.insert(0, A.Instr("mov", ["u32"], [c, A.Imm(0)]))
+        if counted:
+            body.insert(0, A.Instr("mov", ["u32"], [c, A.Imm(0)]))
     return module
