@@ -172,5 +172,7 @@ def needs_check(fl, o, space: str) -> bool:  # type: ignore[no-untyped-def]
     from jit.ptx import ast as A
     if not getattr(fl.cg, "bounds_check", False) or space not in ("global", "generic"):
         return False
+    if fl.cur is not None and id(fl.cur) in fl.prechecked:  # NOTE [exit-guard versioning]: checked per block
+        return False
     base = o.base if isinstance(o, A.Addr) else o
     return not isinstance(base, (A.Sym, A.SymOff))

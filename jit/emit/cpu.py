@@ -90,12 +90,39 @@ def ld_slot(b: ir.IRBuilder, base: ir.Value, slot: int) -> ir.Value:
     return b.load(b.gep(base, [_i64(slot)], source_etype=I64), typ=I64)
 
 
+# NOTE [masked vectors]
+# LLVM's loop vectoriser turns a conditional load or store inside a vectorised loop into a masked one. On hosts
+# without AVX-512 that is `vmaskmov`, whose store form is microcoded on AMD Zen 1-3: a thread loop with a guarded
+# store ran 4x slower vectorised than scalar there. Where masked accesses are slow
+# (jit.passes.optimize.fast_masked_memory() is False), a thread loop whose body has conditional memory accesses
+# (any branch in its PTX body, or bounds checks, which make every access conditional) carries
+# `llvm.loop.vectorize.enable = false`; straight-line bodies still vectorise (NOTE [exit-guard versioning] gives
+# most elementwise kernels one).
+def no_vectorize(module: ir.Module, br: ir.Instruction) -> None:
+    """Attach loop metadata to the back-edge branch ``br`` that keeps LLVM from vectorising the loop."""
+    flag = module.add_metadata([ir.MetaDataString(module, "llvm.loop.vectorize.enable"), ir.Constant(I1, 0)])
+    loop_id = module.add_metadata([flag, flag])
+    loop_id.operands = (loop_id, flag)  # a loop id refers to itself (a distinct node per loop)
+    br.set_metadata("llvm.loop", loop_id)
+
+
+def may_mask(body: list, checked: bool) -> bool:
+    """Whether a thread loop around ``body`` would need masked vector accesses (``checked``: its global accesses
+    are bounds-checked): see NOTE [masked vectors]."""
+    from jit.passes.optimize import fast_masked_memory
+    if fast_masked_memory():
+        return False
+    return checked or any(isinstance(st, A.Instr) and (st.pred or st.opcode in ("bra", "brx")) for st in body)
+
+
 class _Loop:
     """Counted loop helper: `with`-less, explicit begin/end."""
 
-    def __init__(self, fl: FuncLowering, n: ir.Value, name: str) -> None:
+    def __init__(self, fl: FuncLowering, n: ir.Value, name: str, vectorize: bool = True) -> None:
         b = fl.b
         self.b = b
+        self.module = fl.module
+        self.vectorize = vectorize
         self.pre = b.block
         self.head = fl.block(f"{name}_head")
         self.body = fl.block(f"{name}_body")
@@ -114,7 +141,9 @@ class _Loop:
             b.branch(self.latch)
         b.position_at_end(self.latch)
         self.i.add_incoming(b.add(self.i, ir.Constant(self.i.type, 1)), self.latch)
-        b.branch(self.head)
+        br = b.branch(self.head)
+        if not self.vectorize:
+            no_vectorize(self.module, br)
         b.position_at_end(self.exit)
 
 

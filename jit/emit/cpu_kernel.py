@@ -29,7 +29,9 @@ from jit.emit.cpu import (
     _i64,
     _Loop,
     ld_slot,
+    may_mask,
 )
+from jit.emit.cpu_guard import find_exit_guards, plan_prechecks, versioned_threads
 from jit.emit.cpu_sched import annotate_record_scopes, scheduler, thread_prologue
 from jit.errors import CUDA_ERROR_ILLEGAL_ADDRESS
 from jit.lower.core import FuncLowering, Storage
@@ -102,12 +104,11 @@ def emit_kernel(cg: ModuleCodegen, fn: A.Function, env: EntryEnv, meta: KernelMe
     cx = b.urem(bid, gx)
     rest = b.udiv(bid, gx)
     env.ctaid = [b.trunc(cx, I32), b.trunc(b.urem(rest, gy), I32), b.trunc(b.udiv(rest, gy), I32)]
-    fl.declare_labels()
-    start = fl.block("kernel_start")
     if env.sched:
-        scheduler(fl, env, scratch, local_base, meta, start)
+        fl.declare_labels()
+        scheduler(fl, env, scratch, local_base, meta, fl.block("kernel_start"))
     else:
-        _simple_threads(fl, env, start, local_base, stride if cg.bounds_check else 0)
+        _simple_threads(fl, env, local_base, stride if cg.bounds_check else 0)
     if env.rec_ptrs:
         annotate_record_scopes(cg.module, llfn, env.rec_ptrs)
     if env.bc_bad is not None:  # a rooted bounds check failed in this block (NOTE [rooted bounds checks])
@@ -134,17 +135,29 @@ def _param_ptr(fl: FuncLowering, env: EntryEnv, offset: int):  # type: ignore[no
     return lambda: fl.b.gep(env.params, [_i64(offset)], source_etype=I8)
 
 
-def _simple_threads(fl: FuncLowering, env: EntryEnv, start: ir.Block, local_base: ir.Value, local_bytes: int) -> None:
-    lz = _Loop(fl, env.ntid[2], "tz")
-    ly = _Loop(fl, env.ntid[1], "ty")
-    lx = _Loop(fl, env.ntid[0], "tx")
-    env.thread_end = lx.latch
-    thread_prologue(fl, env, lz.i, ly.i, lx.i)
-    if local_bytes and not env.meta.func_stack:  # bounds checking: .local lives in the worker's registered area
-        env.local = fl.b.gep(local_base, [fl.b.mul(fl.b.zext(env.t32, I64), _i64(local_bytes))], source_etype=I8)
-    fl.b.branch(start)
-    fl.b.position_at_end(start)
-    fl.lower_body()
-    lx.end()
-    ly.end()
-    lz.end()
+def _simple_threads(fl: FuncLowering, env: EntryEnv, local_base: ir.Value, local_bytes: int) -> None:
+    def threads(body: list[A.Instr | A.Label], checked: bool) -> None:
+        lz = _Loop(fl, env.ntid[2], "tz")
+        ly = _Loop(fl, env.ntid[1], "ty")
+        lx = _Loop(fl, env.ntid[0], "tx", not may_mask(body, checked))
+        env.thread_end = lx.latch
+        thread_prologue(fl, env, lz.i, ly.i, lx.i)
+        if local_bytes and not env.meta.func_stack:  # bounds checking: .local lives in the worker's registered area
+            env.local = fl.b.gep(local_base, [fl.b.mul(fl.b.zext(env.t32, I64), _i64(local_bytes))], source_etype=I8)
+        fl.labels = {}  # every copy of the body has its own blocks
+        fl.declare_labels()
+        start = fl.block("kernel_start")
+        fl.b.branch(start)
+        fl.b.position_at_end(start)
+        fl.lower_body(body)
+        lx.end()
+        ly.end()
+        lz.end()
+
+    plan = find_exit_guards(fl.fn.body or [])  # NOTE [exit-guard versioning] (jit/emit/cpu_guard.py)
+    if plan is None:
+        threads(fl.fn.body or [], fl.cg.bounds_check)
+        return
+    if fl.cg.bounds_check:
+        plan_prechecks(fl, plan)
+    versioned_threads(fl, env, plan, threads)

@@ -96,6 +96,7 @@ class FuncLowering:
         self.labels: dict[str, ir.Block] = {}
         self.sym: dict[str, Storage] = {}  # function-level variables and parameters
         self.cur: A.Instr | None = None
+        self.prechecked: frozenset[int] = frozenset()  # ids of accesses whose bounds check the block already did
         for name, t in fn.regs.items():
             self.regs[name] = self.ab.alloca(reg_type(t), name=name.lstrip("%").replace("$", "_"))
 
@@ -114,8 +115,9 @@ class FuncLowering:
     def block(self, name: str) -> ir.Block:
         return self.llfn.append_basic_block(name)
 
-    def lower_body(self) -> None:
-        for st in self.fn.body or []:
+    def lower_body(self, body: list[A.Instr | A.Label] | None = None) -> None:
+        """Emit ``body`` (default: the function's) at the builder's position, with the labels of self.labels."""
+        for st in self.fn.body or [] if body is None else body:
             if isinstance(st, A.Label):
                 tgt = self.labels[st.name]
                 if not self.b.block.is_terminated:

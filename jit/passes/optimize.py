@@ -28,6 +28,22 @@ def host_target_machine(opt: int = 3) -> llvm.TargetMachine:
                                      opt=opt, reloc="static", codemodel="large")
 
 
+def fast_masked_memory() -> bool:
+    """Whether vector loads and stores under a mask are cheap on this host: with AVX-512 they are (mask registers);
+    with AVX2 only, LLVM still vectorises conditional accesses with `vmaskmov`, whose store form is microcoded on
+    AMD Zen 1-3 (a guarded saxpy ran 4x slower vectorised than scalar on a Zen 3 core). NOTE [masked vectors]
+    (jit/emit/cpu.py) keeps such loops scalar where this is False. The answer depends only on the host, which is
+    part of every cache key (jit/compiler.py)."""
+    global _FAST_MASKS
+    if _FAST_MASKS is None:
+        init_llvm()
+        _FAST_MASKS = "+avx512f" in llvm.get_host_cpu_features().flatten().split(",")
+    return _FAST_MASKS
+
+
+_FAST_MASKS: bool | None = None
+
+
 def run(ir_text: str, tm: llvm.TargetMachine, level: int = 3) -> llvm.ModuleRef:
     try:
         mod = llvm.parse_assembly(ir_text)
