@@ -169,14 +169,13 @@ def _resolve(fl: FuncLowering, env: EntryEnv) -> ir.Value:
         unpark = fl.block("wunpark")
         b.cbranch(b.load(flag), unpark, release)
         b.position_at_end(unpark)
+        # resolved threads become runnable. Stores without a branch: the loop then vectorises without masked
+        # stores (NOTE [masked vectors] in jit/emit/cpu.py)
         lu = _Loop(fl, env.nt32, "wun")
         done = peer.field(lu.i, R_DONE, I32)
-        clear = fl.block("wclear")
-        b.cbranch(b.icmp_unsigned("!=", done, _i32(0)), clear, lu.latch)
-        b.position_at_end(clear)
-        peer.store(lu.i, R_PARK, _i32(0))
+        was = peer.field(lu.i, R_PARK, I32)
+        peer.store(lu.i, R_PARK, b.select(b.icmp_unsigned("!=", done, _i32(0)), _i32(0), was))
         peer.store(lu.i, R_DONE, _i32(0))
-        b.branch(lu.latch)
         lu.end()
         b.branch(end)
     else:
@@ -199,7 +198,16 @@ def _resolve(fl: FuncLowering, env: EntryEnv) -> ir.Value:
         b.store(b.or_(b.load(acc[2]), pv), acc[2])
         lr.end()
         cnt, andv, orv = (b.load(a) for a in acc)
-    if bars:
+    if bars and cnt is None:  # barrier waiters become runnable, without a branch (see "wun" above)
+        lb = _Loop(fl, env.nt32, "rel")
+        park = peer.field(lb.i, R_PARK, I32)
+        waits = b.icmp_unsigned("==", park, _i32(bars[0].id))
+        for sp in bars[1:]:
+            waits = b.or_(waits, b.icmp_unsigned("==", park, _i32(sp.id)))
+        peer.store(lb.i, R_PARK, b.select(waits, _i32(0), park))
+        b.store(b.or_(b.load(flag), waits), flag)
+        lb.end()
+    elif bars:
         lb = _Loop(fl, env.nt32, "rel")
         park = peer.field(lb.i, R_PARK, I32)
         yes = fl.block("rel_yes")
