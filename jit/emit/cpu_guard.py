@@ -25,6 +25,9 @@
 # guard fails its checks too (its index is out of range), which only sends that block down the slow copy, where the
 # checks run per thread as always.
 #
+# A bounds-checked kernel with no guard at all but a straight-line body gets the same treatment (a check loop that
+# only checks accesses).
+#
 # A guard is a predicated `bra` to a label whose first instruction is an unpredicated `ret`/`exit` (the thread exits
 # when the branch is taken), or, as the last guard, a predicated `bra` over an unpredicated `ret`/`exit` to the label
 # right after it (the thread exits when it is not taken; the fast copy drops both).
@@ -37,7 +40,6 @@ from dataclasses import dataclass, field
 from llvmlite import ir
 
 from jit.emit.cpu import _Loop
-from jit.emit.cpu_sched import thread_prologue
 from jit.lower.core import HANDLERS, FuncLowering
 from jit.lower.types import I64
 from jit.passes.liveness import defs_uses
@@ -111,18 +113,16 @@ def _guards(body: list) -> list[Guard]:
 
 
 def find_exit_guards(body: list) -> ExitGuards | None:
-    """The exit guards that open ``body`` (see the NOTE), the body without them, and the check loop's walk over the
-    prefix; None when the body does not open with one."""
+    """The exit guards that open ``body`` (see the NOTE; possibly none), the body without them, and the check
+    loop's walk over the prefix; None when the body is not straight-line after its guards."""
     if len(body) > MAX_BODY:
         return None
     guards = _guards(body)
-    if not guards:
-        return None
     skip = {g.index for g in guards} | {g.index + 1 for g in guards if not g.exit_if_taken}
     fast = [st for i, st in enumerate(body) if i not in skip]
     if any(isinstance(st, A.Instr) and (st.pred or st.opcode in ("bra", "brx", "call")) for st in fast):
         return None  # a thread loop with control flow inside does not vectorise anyway: not worth a second copy
-    last = guards[-1].index
+    last = guards[-1].index if guards else -1
     plan = ExitGuards(guards, fast)
     plan.walk = [("guard" if i in skip else "lower", st) for i, st in enumerate(body[:last + 1])
                  if isinstance(st, A.Instr)]
@@ -140,7 +140,7 @@ def plan_prechecks(fl: FuncLowering, plan: ExitGuards) -> None:
     NOTE); sets plan.walk, plan.prechecked and plan.checked_left."""
     body = fl.fn.body or []
     g = plan.guards
-    last = g[-1].index
+    last = g[-1].index if g else -1
     skip = {x.index for x in g} | {x.index + 1 for x in g if not x.exit_if_taken}
     rest = [st for i, st in enumerate(body) if i > last and i not in skip]  # straight-line (find_exit_guards)
     pure: set[str] = set()
@@ -170,10 +170,11 @@ def plan_prechecks(fl: FuncLowering, plan: ExitGuards) -> None:
     plan.walk, plan.prechecked, plan.checked_left = walk[:end], frozenset(pre), left
 
 
-def versioned_threads(fl: FuncLowering, env, plan: ExitGuards, lower_copy) -> None:  # type: ignore[no-untyped-def]
-    """Emit the check loop, then branch to the fast copy or to the body as written. ``lower_copy(body, checked)``
-    emits one set of thread loops around ``body`` at the builder's position; ``checked``: whether its global
-    accesses still carry bounds checks."""
+def versioned_threads(fl: FuncLowering, env, plan: ExitGuards, start_thread, lower_copy) -> None:  # type: ignore[no-untyped-def]
+    """Emit the check loop, then branch to the fast copy or to the body as written. ``lower_copy(body, checked,
+    fast)`` emits one set of thread loops around ``body`` at the builder's position; ``checked``: whether its global
+    accesses still carry bounds checks; ``fast``: the straight-line copy. ``start_thread(lz, ly, lx)`` sets up a
+    thread inside the three thread loops."""
     b = fl.b
     # counts "leaves at a guard or fails a check" over the block's threads, as an i64 sum: LLVM vectorises that
     # reduction on whole 64-bit lanes (an i1 "or" packs compare results into bytes; an i64 "or" becomes selects
@@ -181,7 +182,7 @@ def versioned_threads(fl: FuncLowering, env, plan: ExitGuards, lower_copy) -> No
     leave = fl.ab.alloca(I64, name="guard_exit")
     b.store(ir.Constant(I64, 0), leave)
     loops = [_Loop(fl, env.ntid[2], "gz"), _Loop(fl, env.ntid[1], "gy"), _Loop(fl, env.ntid[0], "gx")]
-    thread_prologue(fl, env, loops[0].i, loops[1].i, loops[2].i)
+    start_thread(*loops)
     guard_at = {g.index: g for g in plan.guards}
     index = {id(st): i for i, st in enumerate(fl.fn.body or [])}
     for kind, st in plan.walk:
@@ -217,11 +218,11 @@ def versioned_threads(fl: FuncLowering, env, plan: ExitGuards, lower_copy) -> No
     b.cbranch(b.icmp_unsigned("!=", b.load(leave), ir.Constant(I64, 0)), slow, fast)
     b.position_at_end(fast)
     fl.prechecked = plan.prechecked
-    lower_copy(plan.fast_body, plan.checked_left)
+    lower_copy(plan.fast_body, plan.checked_left, True)
     fl.prechecked = frozenset()
     b.branch(done)
     b.position_at_end(slow)
-    lower_copy(fl.fn.body or [], fl.cg.bounds_check)
+    lower_copy(fl.fn.body or [], fl.cg.bounds_check, False)
     b.branch(done)
     b.position_at_end(done)
 

@@ -28,8 +28,8 @@ from jit.emit.cpu import (
     _i32,
     _i64,
     _Loop,
+    keep_checked_copy_scalar,
     ld_slot,
-    may_mask,
 )
 from jit.emit.cpu_guard import find_exit_guards, plan_prechecks, versioned_threads
 from jit.emit.cpu_sched import annotate_record_scopes, scheduler, thread_prologue
@@ -136,14 +136,17 @@ def _param_ptr(fl: FuncLowering, env: EntryEnv, offset: int):  # type: ignore[no
 
 
 def _simple_threads(fl: FuncLowering, env: EntryEnv, local_base: ir.Value, local_bytes: int) -> None:
-    def threads(body: list[A.Instr | A.Label], checked: bool) -> None:
-        lz = _Loop(fl, env.ntid[2], "tz")
-        ly = _Loop(fl, env.ntid[1], "ty")
-        lx = _Loop(fl, env.ntid[0], "tx", not may_mask(body, checked))
-        env.thread_end = lx.latch
+    def start_thread(lz: _Loop, ly: _Loop, lx: _Loop) -> None:
         thread_prologue(fl, env, lz.i, ly.i, lx.i)
         if local_bytes and not env.meta.func_stack:  # bounds checking: .local lives in the worker's registered area
             env.local = fl.b.gep(local_base, [fl.b.mul(fl.b.zext(env.t32, I64), _i64(local_bytes))], source_etype=I8)
+
+    def threads(body: list[A.Instr | A.Label], checked: bool, fast: bool) -> None:
+        lz = _Loop(fl, env.ntid[2], "tz")
+        ly = _Loop(fl, env.ntid[1], "ty")
+        lx = _Loop(fl, env.ntid[0], "tx", not (fast and keep_checked_copy_scalar(checked)))
+        env.thread_end = lx.latch
+        start_thread(lz, ly, lx)
         fl.labels = {}  # every copy of the body has its own blocks
         fl.declare_labels()
         start = fl.block("kernel_start")
@@ -154,10 +157,11 @@ def _simple_threads(fl: FuncLowering, env: EntryEnv, local_base: ir.Value, local
         ly.end()
         lz.end()
 
-    plan = find_exit_guards(fl.fn.body or [])  # NOTE [exit-guard versioning] (jit/emit/cpu_guard.py)
-    if plan is None:
-        threads(fl.fn.body or [], fl.cg.bounds_check)
-        return
-    if fl.cg.bounds_check:
+    body = fl.fn.body or []
+    plan = find_exit_guards(body)  # NOTE [exit-guard versioning] (jit/emit/cpu_guard.py)
+    if plan is not None and fl.cg.bounds_check:
         plan_prechecks(fl, plan)
-    versioned_threads(fl, env, plan, threads)
+    if plan is None or not (plan.guards or plan.prechecked):
+        threads(body, fl.cg.bounds_check, False)
+        return
+    versioned_threads(fl, env, plan, start_thread, threads)

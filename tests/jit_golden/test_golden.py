@@ -97,20 +97,24 @@ def compare(name: str, got: np.ndarray, exp: np.ndarray, tol: dict) -> None:
         raise AssertionError(f"{name}: {int(bad.sum())}/{bad.size} elements differ (tol={tol}); {sample}")
 
 
-def run_case(path: Path) -> None:
+def run_case(path: Path, checked: bool = False) -> None:
+    """``checked``: compiled with bounds checks (gpud's default) and launched with the case's arrays as the only
+    allowed ranges: every case must give the same results."""
     jit = _jit()
     spec, ptx, data = load_case(path)
     err = spec.get("expect_error")
     if err and err.get("at") == "compile":
         with pytest.raises(jit.JitError) as ei:
-            jit.compile_module(ptx)
+            jit.compile_module(ptx, bounds_check=checked)
         assert ei.value.code == err["code"], (ei.value.code, ei.value.name, ei.value.message)
         return
-    mod = jit.compile_module(ptx)
+    mod = jit.compile_module(ptx, bounds_check=checked)
     k = mod.get_kernel(spec["entry"])
     arrays = {n: data["in__" + n].copy() for n in spec["arrays"]}
     buf = pack_params(spec, k, arrays)
     launch = dict(grid=tuple(spec["grid"]), block=tuple(spec["block"]), shared_mem=spec["shared_mem"], params=buf)
+    if checked:
+        launch["allowed_ranges"] = [(a.ctypes.data, max(1, a.nbytes)) for a in arrays.values()]
     if err:
         with pytest.raises(jit.JitError) as ei:
             k.launch(**launch)
@@ -139,21 +143,22 @@ def run_case(path: Path) -> None:
     assert not failures, "\n".join(failures)
 
 
+@pytest.mark.parametrize("checked", [False, True], ids=["plain", "checked"])
 @pytest.mark.parametrize("case", CASE_FILES, ids=[p.stem for p in CASE_FILES])
-def test_golden(case: Path) -> None:
+def test_golden(case: Path, checked: bool) -> None:
     if os.environ.get("JIT_GOLDEN_ISOLATE", "1") != "0":
         _jit()
         timeout = float(os.environ.get("JIT_GOLDEN_TIMEOUT", "120"))
         try:
-            r = subprocess.run([sys.executable, __file__, str(case)], capture_output=True, text=True,
-                               timeout=timeout, cwd=HERE.parents[1])
+            r = subprocess.run([sys.executable, __file__, str(case), *(["--checked"] if checked else [])],
+                               capture_output=True, text=True, timeout=timeout, cwd=HERE.parents[1])
         except subprocess.TimeoutExpired:
             pytest.fail(f"timed out after {timeout}s")
         if r.returncode != 0:
             tail = (r.stdout + r.stderr).strip().splitlines()[-15:]
             pytest.fail(f"rc={r.returncode}\n" + "\n".join(tail))
         return
-    run_case(case)
+    run_case(case, checked)
 
 
 def test_corpus_present() -> None:
@@ -162,7 +167,7 @@ def test_corpus_present() -> None:
 
 if __name__ == "__main__":  # one case, in this process (used by JIT_GOLDEN_ISOLATE)
     sys.path.insert(0, str(HERE.parents[1]))
-    run_case(Path(sys.argv[1]))
+    run_case(Path(sys.argv[1]), "--checked" in sys.argv[2:])
     print("PASS")
 
 
