@@ -114,3 +114,37 @@ def test_importer_closing_its_session_releases_the_memory(gpud) -> None:  # noqa
     a.mem_alloc(4096)
     a.ctx_synchronize()
     a.conn.close()
+
+
+def _rss(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
+
+
+@pytest.mark.skipif(not __import__("os").path.exists("/proc/self/status"), reason="needs /proc")
+def test_memory_kept_for_an_importer_goes_back_when_it_closes(gpud) -> None:  # noqa: ANN001
+    """The CPU backend's allocation is an anonymous mapping: gpud's resident memory shows when it is unmapped.
+    Freed by the exporter while imported, it must stay (the importer reads it); closed by the last importer, it must
+    go back. (On this backend the mapping would also go when its last Python reference does, so this checks the
+    lifetime, not that gpud/ipc.py calls backend.free itself.)"""
+    size = 256 << 20
+    a = connect(gpud.endpoint, tenant="t")
+    b = connect(gpud.endpoint, tenant="t")
+    try:
+        base = _rss(gpud.proc.pid)
+        p = a.mem_alloc(size)
+        a.memset(p, 0x5A, 1, size)  # every page touched: resident
+        a.ctx_synchronize()
+        assert _rss(gpud.proc.pid) - base > size * 3 // 4
+        q = b.ipc_open_mem_handle(a.ipc_get_mem_handle(p))
+        a.mem_free(p)
+        a.ctx_synchronize()
+        assert _rss(gpud.proc.pid) - base > size * 3 // 4  # kept for b
+        assert bytes(b.memcpy_dtoh(q + size - 16, 16)) == b"\x5a" * 16
+        b.ipc_close_mem_handle(q)
+        b.ctx_synchronize()
+        a.ctx_synchronize()
+        assert _rss(gpud.proc.pid) - base < size // 4  # unmapped
+    finally:
+        a.conn.close()
+        b.conn.close()
