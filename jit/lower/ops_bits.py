@@ -1,4 +1,4 @@
-"""Bit manipulation: shf, bfe, bfi, prmt, brev/popc/clz, bfind, lop3, dp4a/dp2a."""
+"""Bit manipulation: shf, bfe, bfi, prmt, brev/popc/clz, bfind, fns, lop3, dp4a/dp2a, SIMD video (vadd4, vabsdiff2 ...)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from jit.errors import not_supported
 from jit.lower.core import FuncLowering, op
 from jit.lower.ops_int import _ops  # noqa: F401
 from jit.lower.types import I1, I8, I32, I64, convert_bits, is_signed
+from jit.passes.special_regs import VIDEO_OPS
 from jit.ptx import ast as A
 
 
@@ -180,3 +181,117 @@ def dp4a(fl: FuncLowering, ins: A.Instr) -> None:
         y = b.sext(y, I32) if is_signed(tb) else b.zext(y, I32)
         acc = b.add(acc, b.mul(x, y))
     fl.put(ins.operands[0], acc, "b32")
+
+
+# SIMD video instructions (PTX ISA "SIMD video instructions"): vop4 works on the four bytes, vop2 on the two
+# half-words of 32-bit registers. nvcc emits `vabsdiff4` (with and without `.add`) for __vabsdiffu4/__vsadu4 and
+# friends; the rest of the family is here too. Operand suffixes select lanes: `d.bXYZ`/`d.hXY` is the mask of
+# result lanes written (the others keep c's), `a.bwxyz`/`a.hxy` picks each lane from the 8 bytes (4 half-words)
+# of the pool {b, a}, default a's own lanes for a and b's for b.
+
+
+def _selector(ins: A.Instr, k: int, lanes: int) -> str | None:
+    """The lane digits of operand k (special_regs moved `%r.b3210` into the modifier `sel1=b3210`): for d (k = 0)
+    the lanes written, for a and b one source lane per result lane, from the pool {b, a} (8 bytes or 4 half-words)."""
+    for m in ins.mods:
+        if m.startswith(f"sel{k}="):
+            sel = m.split("=", 1)[1]
+            digits, top = sel[1:], (lanes if k == 0 else 2 * lanes)
+            if sel[0] != ("b" if lanes == 4 else "h") or (k and len(digits) != lanes) \
+                    or any(int(ch) >= top for ch in digits):
+                raise not_supported(f"lane selector '.{sel}' of {ins.opcode}")
+            return digits
+    return None
+
+
+@op(*(f"{v}{n}" for v in VIDEO_OPS for n in (2, 4)))
+def simd_video(fl: FuncLowering, ins: A.Instr) -> None:
+    b = fl.b
+    kind, lanes = ins.opcode[:-1], int(ins.opcode[-1])
+    w = 32 // lanes
+    types = [m for m in ins.mods if m in ("u32", "s32")]
+    if len(types) != 3 or any(m not in ("u32", "s32", "sat", "add") and not m.startswith("sel") for m in ins.mods):
+        raise not_supported(f"'{'.'.join([ins.opcode, *ins.mods])}'")
+    dt, at, bt = types
+    do, ao, bo = ins.operands[:3]
+    mask, asel, bsel = (_selector(ins, k, lanes) for k in range(3))
+    pool = b.or_(b.zext(fl.get(ao, "b32"), I64), b.shl(b.zext(fl.get(bo, "b32"), I64), ir.Constant(I64, 32)))
+    c = fl.get(ins.operands[3], "b32")
+    written = {int(ch) for ch in mask} if mask is not None else set(range(lanes))
+    lane_ty = ir.IntType(w)
+
+    def pick(sel: str | None, first: int, signed: bool, i: int) -> ir.Value:
+        k = int(sel[lanes - 1 - i]) if sel is not None else first + i  # digits name lanes from the top down
+        v = b.trunc(b.lshr(pool, ir.Constant(I64, k * w)), lane_ty)
+        return b.sext(v, I32) if signed else b.zext(v, I32)
+
+    acc = c
+    merged = ir.Constant(I32, 0)
+    lo, hi = (-(1 << (w - 1)), (1 << (w - 1)) - 1) if dt == "s32" else (0, (1 << w) - 1)
+    for i in range(lanes):
+        x, y = pick(asel, 0, at == "s32", i), pick(bsel, lanes, bt == "s32", i)
+        if kind == "vadd":
+            t = b.add(x, y)
+        elif kind == "vsub":
+            t = b.sub(x, y)
+        elif kind == "vavrg":  # (s + 1) >> 1 for s >= 0, s >> 1 below (arithmetic shift)
+            s = b.add(x, y)
+            t = b.ashr(b.add(s, b.zext(b.icmp_signed(">=", s, ir.Constant(I32, 0)), I32)), ir.Constant(I32, 1))
+        elif kind == "vabsdiff":
+            d = b.sub(x, y)
+            t = b.select(b.icmp_signed("<", d, ir.Constant(I32, 0)), b.neg(d), d)
+        else:
+            lt = b.icmp_signed("<", x, y)
+            t = b.select(lt, x, y) if kind == "vmin" else b.select(lt, y, x)
+        if ins.has("sat") and not ins.has("add"):
+            t = b.select(b.icmp_signed("<", t, ir.Constant(I32, lo)), ir.Constant(I32, lo), t)
+            t = b.select(b.icmp_signed(">", t, ir.Constant(I32, hi)), ir.Constant(I32, hi), t)
+        if i not in written:
+            continue
+        if ins.has("add"):
+            acc = b.add(acc, t)
+        else:
+            merged = b.or_(merged, b.shl(b.and_(t, ir.Constant(I32, (1 << w) - 1)), ir.Constant(I32, i * w)))
+    if not ins.has("add"):
+        keep = sum(((1 << w) - 1) << (i * w) for i in range(lanes) if i not in written)
+        acc = b.or_(merged, b.and_(c, ir.Constant(I32, keep)))
+    fl.put(do, acc, "b32")
+
+
+@op("fns")
+def fns(fl: FuncLowering, ins: A.Instr) -> None:
+    """fns.b32 d, mask, base, offset: the position of the |offset|-th set bit of mask counting from bit base
+    (upwards for offset > 0, downwards for offset < 0, base itself included); for offset 0, base if that bit is set;
+    0xffffffff when there is none."""
+    b = fl.b
+    mask = fl.get(ins.operands[1], "b32")
+    base = fl.get(ins.operands[2], "b32")
+    off = fl.get(ins.operands[3], "s32")
+    none = ir.Constant(I32, 0xFFFFFFFF)
+    zero, one = ir.Constant(I32, 0), ir.Constant(I32, 1)
+    start = b.block
+    head, body, done = fl.block("fns_head"), fl.block("fns_body"), fl.block("fns_done")
+    at_base = b.select(b.icmp_unsigned("!=", b.and_(b.lshr(mask, base), one), zero), base, none)
+    inc = b.select(b.icmp_signed(">", off, zero), one, ir.Constant(I32, -1))
+    need = b.select(b.icmp_signed("<", off, zero), b.neg(off), off)
+    b.cbranch(b.icmp_signed("==", off, zero), done, head)
+    b.position_at_end(head)
+    pos = b.phi(I32)
+    left = b.phi(I32)
+    pos.add_incoming(base, start)
+    left.add_incoming(need, start)
+    inside = b.icmp_unsigned("<", pos, ir.Constant(I32, 32))  # pos is in [0, 32): negative is huge unsigned
+    b.cbranch(inside, body, done)
+    b.position_at_end(body)
+    hit = b.icmp_unsigned("!=", b.and_(b.lshr(mask, pos), one), zero)
+    left2 = b.sub(left, b.zext(hit, I32))
+    found = b.and_(hit, b.icmp_signed("==", left2, zero))
+    pos.add_incoming(b.add(pos, inc), body)
+    left.add_incoming(left2, body)
+    b.cbranch(found, done, head)
+    b.position_at_end(done)
+    d = b.phi(I32)
+    d.add_incoming(at_base, start)
+    d.add_incoming(none, head)
+    d.add_incoming(pos, body)
+    fl.put(ins.operands[0], d, "b32")

@@ -100,6 +100,35 @@ extern "C" __global__ void count_neg(const int* x, int n, unsigned* cnt) {
               category="atomics", grid=7, block=128, seed=302,
               printf={"text": f"n={n} first={int(xi[0])}\n", "compare": "exact"})
 
+    # 4: SIMD-in-a-word intrinsics; nvcc emits the video instruction vabsdiff4 (+ .add) for some of them
+    src = r'''
+extern "C" __global__ void simd_bytes(const unsigned* a, const unsigned* b, unsigned* o, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  unsigned x = a[i], y = b[i];
+  o[7 * i + 0] = __vabsdiffu4(x, y);
+  o[7 * i + 1] = __vsadu4(x, y);
+  o[7 * i + 2] = __vabsdiffs4(x, y);
+  o[7 * i + 3] = __vabs4(x);
+  o[7 * i + 4] = __vadd4(x, y);
+  o[7 * i + 5] = __vmaxu4(x, y);
+  o[7 * i + 6] = __vavgu4(x, y);
+}'''
+    n = 500
+    sa = r.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
+    sb = r.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
+    ua = sa.view(np.uint8).reshape(n, 4).astype(np.int64)
+    ub = sb.view(np.uint8).reshape(n, 4).astype(np.int64)
+    ia, ib = sa.view(np.int8).reshape(n, 4).astype(np.int64), sb.view(np.int8).reshape(n, 4).astype(np.int64)
+
+    def pack4(lanes):  # (n, 4) lane values -> uint32 words (each lane taken mod 256)
+        return ((lanes & 255) << np.array([0, 8, 16, 24])).sum(axis=1).astype(np.uint32)
+    eo = np.stack([pack4(np.abs(ua - ub)), np.abs(ua - ub).sum(axis=1).astype(np.uint32), pack4(np.abs(ia - ib)),
+                   pack4(np.abs(ia)), pack4(ua + ub), pack4(np.maximum(ua, ub)), pack4((ua + ub + 1) >> 1)], axis=1)
+    nvcc_case("simd_video_bytes", src, [Arr("a", sa), Arr("b", sb), out("o", np.zeros(7 * n, np.uint32), eo.ravel()),
+                                        Scalar("n", "int32", n)],
+              category="bits", grid=2, block=256, seed=303, notes="__vabsdiffu4/__vsadu4 compile to vabsdiff4")
+
 
 if __name__ == "__main__":
     main()

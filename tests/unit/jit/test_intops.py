@@ -128,3 +128,76 @@ def test_f16() -> None:
     assert r.tolist() == exp.tolist()
     c = run_elementwise("cvt.f32.f16 %d, %a;", "f16", "f32", a)
     assert c.tolist() == a.astype(np.float32).tolist()
+
+
+def _video_ref(op: str, lanes: int, dt: str, at: str, bt: str, sat: bool, add: bool, a: int, b: int, c: int,
+               mask: str | None = None, asel: str | None = None, bsel: str | None = None) -> int:
+    """PTX ISA model of vop2/vop4 (SIMD video instructions)."""
+    w = 32 // lanes
+    pool = (int(b) << 32) | int(a)
+
+    def lane(sel: str | None, first: int, signed: bool, i: int) -> int:
+        k = int(sel[lanes - 1 - i]) if sel else first + i
+        v = (pool >> (k * w)) & ((1 << w) - 1)
+        return v - (1 << w) if signed and v >> (w - 1) else v
+
+    written = {int(ch) for ch in mask} if mask else set(range(lanes))
+    lo, hi = (-(1 << (w - 1)), (1 << (w - 1)) - 1) if dt == "s32" else (0, (1 << w) - 1)
+    acc, merged = int(c), 0
+    for i in range(lanes):
+        x, y = lane(asel, 0, at == "s32", i), lane(bsel, lanes, bt == "s32", i)
+        s = x + y
+        t = {"vadd": s, "vsub": x - y, "vavrg": (s + 1) >> 1 if s >= 0 else s >> 1, "vabsdiff": abs(x - y),
+             "vmin": min(x, y), "vmax": max(x, y)}[op]
+        if sat and not add:
+            t = min(max(t, lo), hi)
+        if i in written:
+            if add:
+                acc += t
+            else:
+                merged |= (t & ((1 << w) - 1)) << (i * w)
+    if add:
+        return acc & M32
+    keep = sum(((1 << w) - 1) << (i * w) for i in range(lanes) if i not in written)
+    return merged | (int(c) & keep)
+
+
+def test_simd_video_instructions() -> None:
+    """vadd/vsub/vavrg/vabsdiff/vmin/vmax on 4 bytes and 2 half-words: types, .sat, .add, masks, lane selectors
+    (nvcc emits vabsdiff4 for __vabsdiffu4 and __vsadu4)."""
+    a, b, c = rand(), rand(), rand()
+    cases = [("", None, None, None), (".sat", None, None, None), (".add", None, None, None)]
+    for lanes, sels in ((4, [(".b20", "b0123", "b7361"), (".b3", "b4444", "b0000")]), (2, [(".h1", "h32", "h01")])):
+        for op in ("vadd", "vsub", "vavrg", "vabsdiff", "vmin", "vmax"):
+            for dt, at, bt in (("u32", "u32", "u32"), ("s32", "s32", "s32"), ("s32", "u32", "s32")):
+                for mod, mask, asel, bsel in cases + [("", *s) for s in sels]:
+                    d = "%d" + (mask or "")
+                    aa = "%a" + ("." + asel if asel else "")
+                    bb = "%b" + ("." + bsel if bsel else "")
+                    body = f"{op}{lanes}.{dt}.{at}.{bt}{mod} {d}, {aa}, {bb}, %c;"
+                    got = run_elementwise(body, "u32", "u32", a, b, c)
+                    want = [_video_ref(op, lanes, dt, at, bt, mod == ".sat", mod == ".add", x, y, z,
+                                       (mask or "")[2:] or None, (asel or "")[1:] or None, (bsel or "")[1:] or None)
+                            for x, y, z in zip(a, b, c, strict=True)]
+                    assert got.tolist() == want, body
+
+
+def test_fns() -> None:
+    """fns.b32 d, mask, base, offset: the offset-th set bit from base (up for > 0, down for < 0, base included)."""
+    def ref(mask: int, base: int, off: int) -> int:
+        if off == 0:
+            return base if mask >> base & 1 else M32
+        pos, left, inc = base, abs(off), 1 if off > 0 else -1
+        while 0 <= pos < 32:
+            if mask >> pos & 1:
+                left -= 1
+                if left == 0:
+                    return pos
+            pos += inc
+        return M32
+    masks = rand()
+    bases = (rand() % 32).astype(np.uint32)
+    offs = (RNG.integers(-9, 10, len(masks))).astype(np.int32).view(np.uint32)
+    got = run_elementwise("fns.b32 %d, %a, %b, %c;", "u32", "u32", masks, bases, offs)
+    assert got.tolist() == [ref(int(m), int(bs), int(np.int32(o))) for m, bs, o in
+                            zip(masks, bases, offs.view(np.int32), strict=True)]
