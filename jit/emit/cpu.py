@@ -99,11 +99,14 @@ def ld_slot(b: ir.IRBuilder, base: ir.Value, slot: int) -> ir.Value:
 # the thread loop of a fast copy (NOTE [exit-guard versioning]: straight-line, so its only conditionals are the
 # bounds checks the block could not do up front) is kept scalar there, with `llvm.loop.vectorize.enable = false`;
 # every other loop is left to LLVM.
-def no_vectorize(module: ir.Module, br: ir.Instruction) -> None:
-    """Attach loop metadata to the back-edge branch ``br`` that keeps LLVM from vectorising the loop."""
-    flag = module.add_metadata([ir.MetaDataString(module, "llvm.loop.vectorize.enable"), ir.Constant(I1, 0)])
-    loop_id = module.add_metadata([flag, flag])
-    loop_id.operands = (loop_id, flag)  # a loop id refers to itself (a distinct node per loop)
+def no_vectorize(module: ir.Module, br: ir.Instruction, unroll: bool = True) -> None:
+    """Attach loop metadata to the back-edge branch ``br`` that keeps LLVM from vectorising (and, with ``unroll``
+    False, from unrolling) the loop."""
+    flags = [module.add_metadata([ir.MetaDataString(module, "llvm.loop.vectorize.enable"), ir.Constant(I1, 0)])]
+    if not unroll:
+        flags.append(module.add_metadata([ir.MetaDataString(module, "llvm.loop.unroll.disable")]))
+    loop_id = module.add_metadata([*flags, *flags])
+    loop_id.operands = (loop_id, *flags)  # a loop id refers to itself (a distinct node per loop)
     br.set_metadata("llvm.loop", loop_id)
 
 
@@ -117,11 +120,11 @@ def keep_checked_copy_scalar(checked: bool) -> bool:
 class _Loop:
     """Counted loop helper: `with`-less, explicit begin/end."""
 
-    def __init__(self, fl: FuncLowering, n: ir.Value, name: str, vectorize: bool = True) -> None:
+    def __init__(self, fl: FuncLowering, n: ir.Value, name: str, vectorize: bool = True, unroll: bool = True) -> None:
         b = fl.b
         self.b = b
         self.module = fl.module
-        self.vectorize = vectorize
+        self.vectorize, self.unroll = vectorize, unroll
         self.pre = b.block
         self.head = fl.block(f"{name}_head")
         self.body = fl.block(f"{name}_body")
@@ -142,7 +145,7 @@ class _Loop:
         self.i.add_incoming(b.add(self.i, ir.Constant(self.i.type, 1)), self.latch)
         br = b.branch(self.head)
         if not self.vectorize:
-            no_vectorize(self.module, br)
+            no_vectorize(self.module, br, self.unroll)
         b.position_at_end(self.exit)
 
 

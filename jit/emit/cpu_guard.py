@@ -172,8 +172,8 @@ def plan_prechecks(fl: FuncLowering, plan: ExitGuards) -> None:
 
 def versioned_threads(fl: FuncLowering, env, plan: ExitGuards, start_thread, lower_copy) -> None:  # type: ignore[no-untyped-def]
     """Emit the check loop, then branch to the fast copy or to the body as written. ``lower_copy(body, checked,
-    fast)`` emits one set of thread loops around ``body`` at the builder's position; ``checked``: whether its global
-    accesses still carry bounds checks; ``fast``: the straight-line copy. ``start_thread(lz, ly, lx)`` sets up a
+    copy)`` emits one set of thread loops around ``body`` at the builder's position; ``checked``: whether its global
+    accesses still carry bounds checks; ``copy``: "fast" (the straight-line copy) or "slow". ``start_thread(lz, ly, lx)`` sets up a
     thread inside the three thread loops."""
     b = fl.b
     # counts "leaves at a guard or fails a check" over the block's threads, as an i64 sum: LLVM vectorises that
@@ -218,11 +218,11 @@ def versioned_threads(fl: FuncLowering, env, plan: ExitGuards, start_thread, low
     b.cbranch(b.icmp_unsigned("!=", b.load(leave), ir.Constant(I64, 0)), slow, fast)
     b.position_at_end(fast)
     fl.prechecked = plan.prechecked
-    lower_copy(plan.fast_body, plan.checked_left, True)
+    lower_copy(plan.fast_body, plan.checked_left, "fast")
     fl.prechecked = frozenset()
     b.branch(done)
     b.position_at_end(slow)
-    lower_copy(fl.fn.body or [], fl.cg.bounds_check, False)
+    lower_copy(fl.fn.body or [], fl.cg.bounds_check, "slow")
     b.branch(done)
     b.position_at_end(done)
 

@@ -141,10 +141,14 @@ def _simple_threads(fl: FuncLowering, env: EntryEnv, local_base: ir.Value, local
         if local_bytes and not env.meta.func_stack:  # bounds checking: .local lives in the worker's registered area
             env.local = fl.b.gep(local_base, [fl.b.mul(fl.b.zext(env.t32, I64), _i64(local_bytes))], source_etype=I8)
 
-    def threads(body: list[A.Instr | A.Label], checked: bool, fast: bool) -> None:
+    def threads(body: list[A.Instr | A.Label], checked: bool, copy: str = "") -> None:
+        """``copy``: "fast" or "slow" for the two copies of NOTE [exit-guard versioning]. The slow one runs only
+        in blocks where a guard or a check fails (usually the last): it is neither vectorised nor unrolled, which
+        keeps the second copy's compile time down."""
         lz = _Loop(fl, env.ntid[2], "tz")
         ly = _Loop(fl, env.ntid[1], "ty")
-        lx = _Loop(fl, env.ntid[0], "tx", not (fast and keep_checked_copy_scalar(checked)))
+        scalar = copy == "slow" or copy == "fast" and keep_checked_copy_scalar(checked)
+        lx = _Loop(fl, env.ntid[0], "tx", not scalar, copy != "slow")
         env.thread_end = lx.latch
         start_thread(lz, ly, lx)
         fl.labels = {}  # every copy of the body has its own blocks
@@ -162,6 +166,6 @@ def _simple_threads(fl: FuncLowering, env: EntryEnv, local_base: ir.Value, local
     if plan is not None and fl.cg.bounds_check:
         plan_prechecks(fl, plan)
     if plan is None or not (plan.guards or plan.prechecked):
-        threads(body, fl.cg.bounds_check, False)
+        threads(body, fl.cg.bounds_check)
         return
     versioned_threads(fl, env, plan, start_thread, threads)
