@@ -30,9 +30,9 @@ running under the scheduler (a full-grid grid-stride saxpy, one iteration per th
 
 NOTE [waiting threads yield]
 The same yield point, at every repetition, goes into wait loops: loops whose exit depends on a strong load
-(`.volatile`, `.relaxed`, `.acquire`, `.cv`) or an atomic, or that back off with `nanosleep` (a flag set by another
-warp, a ticket, a CAS lock). The yield sits on the loop's back edge, so a wait that is already over (a CAS that
-succeeds at once, as in CAS-emulated atomics) costs nothing. Without it a thread that waits for a thread of its
+(`.volatile`, `.relaxed`, `.acquire`, `.cv`) or an atomic, or that back off with `nanosleep` or poll an mbarrier
+(a flag set by another warp, a ticket, a CAS lock, `cuda::barrier`). The yield sits on the loop's back edge, so a
+wait that is already over (a CAS that succeeds at once, as in CAS-emulated atomics) costs nothing. Without it a thread that waits for a thread of its
 block that has not run yet spins forever: threads run one after another until they park, and the one it waits for
 never gets its turn (a producer warp and a consumer warp synchronising through a shared-memory flag, without a
 barrier). With it the waiting thread parks each time round and the others run. Waiting on another block is only guaranteed to end for blocks
@@ -151,8 +151,8 @@ def _spins(loop: list[A.Stmt], h: int, pos: dict[str, int]) -> bool:
     for k, st in enumerate(loop):
         if not isinstance(st, A.Instr):
             continue
-        if st.opcode == "nanosleep":
-            return True
+        if st.opcode == "nanosleep" or st.opcode == "mbarrier" and st.has("test_wait", "try_wait"):
+            return True  # backs off, or polls an mbarrier (NOTE [mbarrier], jit/lower/ops_mbarrier.py)
         for d in defs_uses(st)[0]:
             defs.setdefault(d, []).append(st)
         if st.opcode == "bra" and st.pred and st.operands and isinstance(st.operands[0], A.Sym):

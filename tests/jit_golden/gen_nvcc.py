@@ -129,6 +129,31 @@ extern "C" __global__ void simd_bytes(const unsigned* a, const unsigned* b, unsi
                                         Scalar("n", "int32", n)],
               category="bits", grid=2, block=256, seed=303, notes="__vabsdiffu4/__vsadu4 compile to vabsdiff4")
 
+    # 5: cuda::barrier + cuda::memcpy_async (mbarrier and cp.async; the wait polls with a globaltimer/nanosleep back-off)
+    src = r'''#include <cuda/barrier>
+#include <cooperative_groups.h>
+namespace cg = cooperative_groups;
+extern "C" __global__ void barrier_copy(const float* in, float* out, int n) {
+  __shared__ float buf[256];
+#pragma nv_diag_suppress static_var_with_dynamic_init
+  __shared__ cuda::barrier<cuda::thread_scope_block> bar;
+  auto block = cg::this_thread_block();
+  if (block.thread_rank() == 0) init(&bar, block.size());
+  block.sync();
+  int base = blockIdx.x * blockDim.x;
+  cuda::memcpy_async(block, buf, in + base, sizeof(float) * blockDim.x, bar);
+  bar.arrive_and_wait();
+  int t = threadIdx.x;
+  if (base + t < n) out[base + t] = buf[blockDim.x - 1 - t] + 1.0f;
+}'''
+    n, nb, bs = 1000, 4, 256
+    xin = r.integers(-50, 50, nb * bs).astype(np.float32)
+    g = np.arange(n)
+    eb = xin[(g // bs) * bs + bs - 1 - g % bs] + 1
+    nvcc_case("barrier_memcpy_async", src, [Arr("in", xin), out("out", np.zeros(n, np.float32), eb),
+                                            Scalar("n", "int32", n)],
+              category="sync", grid=nb, block=bs, seed=304, notes="cuda::barrier: mbarrier.init/arrive/test_wait")
+
 
 if __name__ == "__main__":
     main()
