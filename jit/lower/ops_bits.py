@@ -1,4 +1,4 @@
-"""Bit manipulation: shf, bfe, bfi, prmt, brev/popc/clz, bfind, fns, lop3, dp4a/dp2a, SIMD video (vadd4, vabsdiff2 ...)."""
+"""Bit manipulation: shf, bfe, bfi, prmt, brev/popc/clz, bfind, fns, bmsk, lop3, dp4a/dp2a, SIMD video (vadd4 ...)."""
 
 from __future__ import annotations
 
@@ -271,6 +271,7 @@ def fns(fl: FuncLowering, ins: A.Instr) -> None:
     zero, one = ir.Constant(I32, 0), ir.Constant(I32, 1)
     start = b.block
     head, body, done = fl.block("fns_head"), fl.block("fns_body"), fl.block("fns_done")
+    base = b.and_(base, ir.Constant(I32, 31))  # a base above 31 is undefined in PTX; keep LLVM's shift defined
     at_base = b.select(b.icmp_unsigned("!=", b.and_(b.lshr(mask, base), one), zero), base, none)
     inc = b.select(b.icmp_signed(">", off, zero), one, ir.Constant(I32, -1))
     need = b.select(b.icmp_signed("<", off, zero), b.neg(off), off)
@@ -295,3 +296,23 @@ def fns(fl: FuncLowering, ins: A.Instr) -> None:
     d.add_incoming(none, head)
     d.add_incoming(pos, body)
     fl.put(ins.operands[0], d, "b32")
+
+
+@op("bmsk")
+def bmsk(fl: FuncLowering, ins: A.Instr) -> None:
+    """bmsk.{clamp,wrap}.b32 d, a, b: b one-bits starting at bit a (PTX ISA semantics: with .clamp, a >= 32 gives
+    0 and b >= 32 runs to bit 31; .wrap takes both modulo 32; a width that reaches past bit 31 stops there)."""
+    b = fl.b
+    a, w = fl.get(ins.operands[1], "b32"), fl.get(ins.operands[2], "b32")
+    c31, c32, ones, zero = (ir.Constant(I32, v) for v in (31, 32, 0xFFFFFFFF, 0))
+    a1, b1 = b.and_(a, c31), b.and_(w, c31)
+    mask0 = b.shl(ones, a1)
+    s = b.add(a1, b1)  # at most 62
+    over = b.icmp_unsigned(">=", s, c32)
+    if ins.has("clamp"):
+        pos_over = b.icmp_unsigned(">=", a, c32)
+        mask0 = b.select(pos_over, zero, mask0)
+        over = b.or_(over, b.or_(pos_over, b.icmp_unsigned(">=", w, c32)))
+    mask1 = b.shl(ones, b.and_(s, c31))  # only used when s < 32
+    mask1 = b.select(over, zero, b.select(b.icmp_unsigned("==", b1, zero), ones, mask1))
+    fl.put(ins.operands[0], b.and_(mask0, b.not_(mask1)), "b32")

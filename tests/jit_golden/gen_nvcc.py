@@ -154,6 +154,49 @@ extern "C" __global__ void barrier_copy(const float* in, float* out, int n) {
                                             Scalar("n", "int32", n)],
               category="sync", grid=nb, block=bs, seed=304, notes="cuda::barrier: mbarrier.init/arrive/test_wait")
 
+    # 6: CUB block primitives (header-only CUB of the CUDA toolkit): scan, reduce, radix sort, warp reduce. Heavy
+    # template code: shuffles with predicates, bmsk/bfe/bfi digit extraction, barriers between the primitives
+    src = r'''#include <cub/block/block_scan.cuh>
+#include <cub/block/block_reduce.cuh>
+#include <cub/block/block_radix_sort.cuh>
+#include <cub/warp/warp_reduce.cuh>
+extern "C" __global__ void cub_block(const int* in, int* scan, int* red, int* sorted, int n) {
+  typedef cub::BlockScan<int, 128> Scan;
+  typedef cub::BlockReduce<int, 128> Red;
+  typedef cub::BlockRadixSort<int, 128, 4> Sort;
+  typedef cub::WarpReduce<int> WRed;
+  __shared__ union { typename Scan::TempStorage s; typename Red::TempStorage r; typename Sort::TempStorage so;
+                     typename WRed::TempStorage w[4]; } tmp;
+  int t = threadIdx.x, base = blockIdx.x * 128;
+  int v = base + t < n ? in[base + t] : 0;
+  int out;
+  Scan(tmp.s).ExclusiveSum(v, out);
+  if (base + t < n) scan[base + t] = out;
+  __syncthreads();
+  int total = Red(tmp.r).Sum(v);
+  if (t == 0) red[blockIdx.x] = total;
+  __syncthreads();
+  int keys[4];
+  for (int j = 0; j < 4; ++j) keys[j] = base * 4 + t * 4 + j < 4 * n ? in[(base * 4 + t * 4 + j) % n] : 0x7fffffff;
+  Sort(tmp.so).Sort(keys);
+  for (int j = 0; j < 4; ++j) sorted[blockIdx.x * 512 + t * 4 + j] = keys[j];
+  __syncthreads();
+  int ws = WRed(tmp.w[t / 32]).Sum(v);
+  if ((t & 31) == 0) atomicAdd(red + gridDim.x, ws);
+}'''
+    n, nb = 300, 3
+    xc = r.integers(-1000, 1000, n).astype(np.int32)
+    xp = np.zeros(nb * 128, np.int32)
+    xp[:n] = xc
+    escan = np.concatenate([np.cumsum(xp[b * 128:(b + 1) * 128]) - xp[b * 128:(b + 1) * 128] for b in range(nb)])[:n]
+    ered = np.append(xp.reshape(nb, 128).sum(1), xp.sum()).astype(np.int32)
+    keys = [[xc[(b * 512 + i) % n] if b * 512 + i < 4 * n else 0x7FFFFFFF for i in range(512)] for b in range(nb)]
+    esort = np.concatenate([np.sort(np.array(k, np.int64)) for k in keys]).astype(np.int32)
+    nvcc_case("cub_block_primitives", src, [Arr("in", xc), out("scan", np.zeros(n, np.int32), escan),
+                                            out("red", np.zeros(nb + 1, np.int32), ered),
+                                            out("sorted", np.zeros(nb * 512, np.int32), esort), Scalar("n", "int32", n)],
+              category="scan", grid=nb, block=128, seed=305, notes="cub::BlockScan/BlockReduce/BlockRadixSort/WarpReduce")
+
 
 if __name__ == "__main__":
     main()

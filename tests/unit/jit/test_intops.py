@@ -201,3 +201,25 @@ def test_fns() -> None:
     got = run_elementwise("fns.b32 %d, %a, %b, %c;", "u32", "u32", masks, bases, offs)
     assert got.tolist() == [ref(int(m), int(bs), int(np.int32(o))) for m, bs, o in
                             zip(masks, bases, offs.view(np.int32), strict=True)]
+
+
+def test_bmsk() -> None:
+    def ref(a: int, b: int, clamp: bool) -> int:
+        a1, b1 = a & 31, b & 31
+        mask0, s = (M32 << a1) & M32, a1 + b1
+        mask1 = (M32 << s) & M32 if s < 32 else 0
+        over = s >= 32
+        if clamp:
+            if a >= 32:
+                over, mask0 = True, 0
+            over = over or b >= 32
+        mask1 = 0 if over else (M32 if b1 == 0 else mask1)
+        return mask0 & ~mask1 & M32
+    a = (RNG.integers(0, 40, 64)).astype(np.uint32)
+    b = (RNG.integers(0, 40, 64)).astype(np.uint32)
+    a[:6] = [0, 31, 32, 5, 1, 33]
+    b[:6] = [32, 1, 3, 0, 2, 40]
+    for mode in ("clamp", "wrap"):
+        got = run_elementwise(f"bmsk.{mode}.b32 %d, %a, %b;", "u32", "u32", a, b)
+        assert got.tolist() == [ref(int(x), int(y), mode == "clamp") for x, y in zip(a, b, strict=True)], mode
+    assert run_elementwise("bmsk.wrap.b32 %d, 1, 2;", "u32", "u32", a, b).tolist() == [6] * 64  # the ISA's example
