@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from llvmlite import ir
 
+from jit.errors import not_supported
 from jit.lower.core import FuncLowering, op
+from jit.lower.narrow_floats import FP8, fp8_decode, fp8_encode, tf32_round
 from jit.lower.ops_float import bf16_to_f32, directed, f32_to_bf16, ftz, sat
 from jit.lower.types import F16, F32, F64, I16, I32, I64, compute_type, is_float, is_signed, suffix
 from jit.ptx import ast as A
@@ -30,12 +32,40 @@ def _narrow(fl: FuncLowering, x: ir.Value, to: ir.Type, mode: str) -> ir.Value:
     return y
 
 
+def _cvt_narrow(fl: FuncLowering, ins: A.Instr, dt: str, st: str, mode: str) -> None:
+    b = fl.b
+    ops = ins.operands
+    if dt == "tf32" and st == "f32":
+        fl.put(ops[0], tf32_round(fl, fl.get(ops[1], "f32"), mode), "b32")
+        return
+    if dt in FP8 and mode == "rn" and ins.has("satfinite") and st in ("f32", "f16x2"):
+        if st == "f32":  # a -> upper byte, b -> lower byte
+            hi, lo = fl.get(ops[1], "f32"), fl.get(ops[2], "f32")
+        else:
+            h2 = fl.get(ops[1], "b32")
+            lo, hi = (b.fpext(b.bitcast(b.trunc(b.lshr(h2, ir.Constant(I32, s)), I16), F16), F32) for s in (0, 16))
+        parts = [b.zext(fp8_encode(fl, x, dt, ins.has("relu")), I16) for x in (lo, hi)]
+        fl.put(ops[0], b.or_(parts[0], b.shl(parts[1], ir.Constant(I16, 8))), "b16")
+        return
+    if st in FP8 and dt == "f16x2" and not ins.has("relu"):
+        v = b.zext(fl.get(ops[1], "b16"), I32)
+        halves = [b.zext(b.bitcast(b.fptrunc(fp8_decode(fl, b.and_(b.lshr(v, ir.Constant(I32, s)),
+                                                                      ir.Constant(I32, 0xFF)), st), F16), I16), I32)
+                  for s in (0, 8)]
+        fl.put(ops[0], b.or_(halves[0], b.shl(halves[1], ir.Constant(I32, 16))), "b32")
+        return
+    raise not_supported(f"'cvt.{'.'.join(ins.mods)}'", ins.line)
+
+
 @op("cvt")
 def cvt(fl: FuncLowering, ins: A.Instr) -> None:
     b = fl.b
     dt, st = fl.itype(ins, -2), fl.itype(ins, -1)
     mode = next((m for m in ins.mods if m in ("rn", "rz", "rm", "rp", "rni", "rzi", "rmi", "rpi", "rna", "rs")), "")
     d = ins.operands[0]
+    if dt in FP8 or st in FP8 or dt == "tf32":  # NOTE [fp8 and tf32] (jit/lower/narrow_floats.py)
+        _cvt_narrow(fl, ins, dt, st, mode)
+        return
     if dt in ("f16x2", "bf16x2"):  # cvt.rn.f16x2.f32 d, a, b: a -> upper half, b -> lower half
         hi, lo = fl.get(ins.operands[1], st), fl.get(ins.operands[2], st)
         parts = []
