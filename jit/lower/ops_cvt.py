@@ -8,7 +8,7 @@ from jit.errors import not_supported
 from jit.lower.core import FuncLowering, op
 from jit.lower.narrow_floats import FP8, fp8_decode, fp8_encode, tf32_round
 from jit.lower.ops_float import bf16_to_f32, directed, f32_to_bf16, ftz, sat
-from jit.lower.types import F16, F32, F64, I16, I32, I64, compute_type, is_float, is_signed, suffix
+from jit.lower.types import F16, F32, F64, I16, I32, I64, compute_type, ins_types, is_float, is_signed, suffix
 from jit.ptx import ast as A
 
 _IROUND = {"rni": "roundeven", "rzi": "trunc", "rmi": "floor", "rpi": "ceil"}
@@ -60,6 +60,8 @@ def _cvt_narrow(fl: FuncLowering, ins: A.Instr, dt: str, st: str, mode: str) -> 
 @op("cvt")
 def cvt(fl: FuncLowering, ins: A.Instr) -> None:
     b = fl.b
+    if len(ins_types(ins.mods)) < 2:  # e.g. sm_100's e2m1x2/ue8m0x2: valid PTX, types we do not know
+        raise not_supported(f"'cvt.{'.'.join(ins.mods)}'", ins.line)
     dt, st = fl.itype(ins, -2), fl.itype(ins, -1)
     mode = next((m for m in ins.mods if m in ("rn", "rz", "rm", "rp", "rni", "rzi", "rmi", "rpi", "rna", "rs")), "")
     d = ins.operands[0]

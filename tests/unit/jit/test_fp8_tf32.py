@@ -104,3 +104,20 @@ def test_fp8_model_is_the_formats() -> None:
     assert encode(0.0703125, "e4m3x2") == 0x19  # 1.125 * 2^-4
     assert encode(1.0625, "e4m3x2") == 0x38 and encode(1.1875, "e4m3x2") == 0x3A  # ties go to the even code
     assert encode(500.0, "e4m3x2") == 0x7E and encode(-math.inf, "e5m2x2") == 0xFB  # saturated
+
+
+def test_unknown_narrow_formats_are_not_supported() -> None:
+    """sm_100's FP4/UE8M0 conversions are valid PTX we do not implement: NOT_SUPPORTED naming them."""
+    from jit.errors import JitError
+    ptx = HEADER + """
+.visible .entry k()
+{
+  .reg .b8 %c<2>; .reg .f32 %f<2>;
+  mov.f32 %f0, 0f3F800000;
+  cvt.rn.satfinite.e2m1x2.f32 %c0, %f0, %f0;
+  ret;
+}
+"""
+    with pytest.raises(JitError) as ei:
+        launch(ptx, "k", (1,), (1,))
+    assert ei.value.code == 801 and "e2m1x2" in ei.value.message
