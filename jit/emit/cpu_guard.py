@@ -66,6 +66,7 @@ class Guard:
 @dataclass
 class ExitGuards:
     guards: list[Guard]
+    skip: set[int]  # positions the fast body leaves out: the guards, and the exit a fall-through guard jumps over
     fast_body: list[A.Instr | A.Label]  # the body for a block in which no thread exits at a guard
     # what the check loop runs, in order: ("lower", instr), ("guard", instr) or ("check", instr): an access of the
     # fast body whose bounds the check loop verifies
@@ -123,7 +124,7 @@ def find_exit_guards(body: list) -> ExitGuards | None:
     if any(isinstance(st, A.Instr) and (st.pred or st.opcode in ("bra", "brx", "call")) for st in fast):
         return None  # a thread loop with control flow inside does not vectorise anyway: not worth a second copy
     last = guards[-1].index if guards else -1
-    plan = ExitGuards(guards, fast)
+    plan = ExitGuards(guards, skip, fast)
     plan.walk = [("guard" if i in skip else "lower", st) for i, st in enumerate(body[:last + 1])
                  if isinstance(st, A.Instr)]
     return plan
@@ -139,10 +140,8 @@ def plan_prechecks(fl: FuncLowering, plan: ExitGuards) -> None:
     """Bounds-checked modules: which accesses after the guards the check loop checks for the whole block (see the
     NOTE); sets plan.walk, plan.prechecked and plan.checked_left."""
     body = fl.fn.body or []
-    g = plan.guards
-    last = g[-1].index if g else -1
-    skip = {x.index for x in g} | {x.index + 1 for x in g if not x.exit_if_taken}
-    rest = [st for i, st in enumerate(body) if i > last and i not in skip]  # straight-line (find_exit_guards)
+    last = plan.guards[-1].index if plan.guards else -1
+    rest = [st for i, st in enumerate(body) if i > last and i not in plan.skip]  # straight-line (find_exit_guards)
     pure: set[str] = set()
     for st in body[:last + 1]:
         if isinstance(st, A.Instr):
@@ -183,8 +182,8 @@ def versioned_threads(fl: FuncLowering, env, plan: ExitGuards, start_thread, low
     b.store(ir.Constant(I64, 0), leave)
     loops = [_Loop(fl, env.ntid[2], "gz"), _Loop(fl, env.ntid[1], "gy"), _Loop(fl, env.ntid[0], "gx")]
     start_thread(*loops)
-    guard_at = {g.index: g for g in plan.guards}
-    index = {id(st): i for i, st in enumerate(fl.fn.body or [])}
+    body = fl.fn.body or []
+    guard_at = {id(body[g.index]): g for g in plan.guards}
     for kind, st in plan.walk:
         fl.cur = st
         if kind == "lower":
@@ -194,7 +193,7 @@ def versioned_threads(fl: FuncLowering, env, plan: ExitGuards, start_thread, low
             taken = fl.get(A.Reg(st.pred), "pred")  # type: ignore[arg-type]
             if st.pred_neg:
                 taken = b.not_(taken)
-            out = taken if guard_at[index[id(st)]].exit_if_taken else b.not_(taken)
+            out = taken if guard_at[id(st)].exit_if_taken else b.not_(taken)
         else:
             a = _address(st)
             assert a is not None
@@ -222,7 +221,7 @@ def versioned_threads(fl: FuncLowering, env, plan: ExitGuards, start_thread, low
     fl.prechecked = frozenset()
     b.branch(done)
     b.position_at_end(slow)
-    lower_copy(fl.fn.body or [], fl.cg.bounds_check, "slow")
+    lower_copy(body, fl.cg.bounds_check, "slow")
     b.branch(done)
     b.position_at_end(done)
 

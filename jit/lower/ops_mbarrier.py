@@ -37,8 +37,7 @@ def _word(fl: FuncLowering, ins: A.Instr, o: A.Operand) -> ir.Value:
         raise not_supported("mbarrier on this target", ins.line)
     if ins.has("expect_tx", "complete_tx", "cluster") or any(m.startswith("shared::cluster") for m in ins.mods):
         raise not_supported(f"'{'.'.join([ins.opcode, *ins.mods])}'", ins.line)
-    sp = "shared" if any(m == "shared" or m.startswith("shared::") for m in ins.mods) else "generic"
-    return fl.addr(o, sp)
+    return fl.addr(o, fl.space(ins))
 
 
 def _count(fl: FuncLowering, o: A.Operand | None) -> ir.Value:
@@ -61,6 +60,12 @@ def mbarrier_arrive(fl: FuncLowering, p: ir.Value, k: ir.Value, drop: bool = Fal
     b.store(b.or_(b.or_(new_phase, b.shl(b.and_(expect, ir.Constant(I64, _PENDING)), ir.Constant(I64, 32))),
                   b.and_(new_pending, ir.Constant(I64, _PENDING))), p, align=8)
     return w
+
+
+def async_copies_arrive(fl: FuncLowering, ins: A.Instr) -> None:
+    """cp.async.mbarrier.arrive{.noinc} [a] (see the NOTE): one arrival with .noinc, nothing without."""
+    if ins.has("noinc"):
+        mbarrier_arrive(fl, _word(fl, ins, ins.operands[0]), ir.Constant(I64, 1))
 
 
 @op("mbarrier")
@@ -90,4 +95,4 @@ def mbarrier(fl: FuncLowering, ins: A.Instr) -> None:
         raise not_supported(f"'{'.'.join([ins.opcode, *ins.mods])}'", ins.line)
 
 
-__all__ = ["mbarrier", "mbarrier_arrive"]
+__all__ = ["mbarrier", "mbarrier_arrive", "async_copies_arrive"]

@@ -334,10 +334,8 @@ def cp_async(fl: FuncLowering, ins: A.Instr) -> None:
     if not ins.has("async"):
         raise not_supported("cp." + ".".join(ins.mods), ins.line)
     if ins.has("mbarrier"):  # NOTE [mbarrier] (jit/lower/ops_mbarrier.py): the copies are already done
-        if ins.has("noinc"):
-            from jit.lower.ops_mbarrier import mbarrier_arrive
-            sp = "shared" if any(m == "shared" or m.startswith("shared::") for m in ins.mods) else "generic"
-            mbarrier_arrive(fl, fl.addr(ins.operands[0], sp), ir.Constant(I64, 1))
+        from jit.lower.ops_mbarrier import async_copies_arrive
+        async_copies_arrive(fl, ins)
         return
     if ins.has("commit_group") or ins.has("wait_group") or ins.has("wait_all"):
         return
