@@ -11,6 +11,7 @@ from jit.passes import (
     special_regs,
     sync_points,
     to_llvm,
+    warp_matrix,
     yield_points,
 )
 from jit.ptx import ast as A
@@ -18,6 +19,7 @@ from jit.ptx.parser import parse
 
 # Each pass is run(module) -> module over the PTX AST, in this order.
 AST_PASSES = [
+    warp_matrix,     # mma/wmma/ldmatrix/stmatrix/movmatrix -> plain PTX over a per-warp shared area
     flatten_scopes,  # nested { } scopes -> unique names, function-level declarations
     inline_sync,     # calls of .funcs holding barriers / warp collectives -> inlined bodies
     special_regs,    # %tid.x, %laneid, %clock64 ... -> Special operands

@@ -206,7 +206,7 @@ def translate(mod: A.Module, arch: str) -> tuple[str, list[KernelMeta], ModuleCo
             meta.params.append(ParamLayout(p.name, var_size(p), a, off))
             off += var_size(p)
         meta.param_size = off
-        meta.static_shared = cg.entry_static.get(f.name, cg.module_shared)
+        meta.static_shared = cg.reported_static_shared(f.name)
         meta.local_bytes = cg.local_layout(f)[1]
         nargs = (off + 7) // 8
         llfn = ir.Function(cg.module, ir.FunctionType(VOID, [I64] * nargs), f.name)

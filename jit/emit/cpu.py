@@ -413,7 +413,7 @@ def build_kernel(cg: ModuleCodegen, fn: A.Function, index: int, tag: str = "") -
         meta.params.append(ParamLayout(p.name, var_size(p), a, off))
         off += var_size(p)
     meta.param_size = off
-    meta.static_shared = cg.entry_static.get(fn.name, cg.module_shared)
+    meta.static_shared = cg.reported_static_shared(fn.name)
     meta.local_bytes = cg.local_layout(fn)[1]
     if cg.bounds_check and cg.has_calls:  # NOTE [checked .func stack] (jit/emit/cpu_func.py)
         frames = sum(align_up(cg.local_layout(f)[1], 16) + cg.local_align(f) - 16

@@ -12,6 +12,7 @@ from jit.errors import invalid_ptx
 from jit.lower import ops_bits, ops_cmp, ops_ctrl, ops_cvt, ops_float, ops_int, ops_mbarrier, ops_mem  # noqa: F401  (handlers)
 from jit.lower.core import FuncLowering, Storage
 from jit.lower.types import I8, I64, PTR, VOID, opaque_alloca
+from jit.passes.warp_matrix import SCRATCH as HIDDEN_SHARED
 from jit.ptx import ast as A
 from jit.ptx.ast import type_bytes
 
@@ -102,6 +103,8 @@ class ModuleCodegen:
             off += var_size(v)
         self.module_shared = off
         biggest = off
+        hidden = sum(var_size(v) for v in module_vars if v.name.startswith(HIDDEN_SHARED))
+        self.hidden_shared: dict[str, int] = {}
         self.entry_shared: dict[str, dict[str, int]] = {}
         self.entry_static: dict[str, int] = {}
         for f in self.ast.functions:
@@ -120,6 +123,8 @@ class ModuleCodegen:
                 o += var_size(v)
             self.entry_shared[f.name] = own
             self.entry_static[f.name] = o
+            self.hidden_shared[f.name] = hidden + sum(var_size(v) for v in f.vars if v.space == "shared"
+                                                      and v.name.startswith(HIDDEN_SHARED) and v.name in own)
             biggest = max(biggest, o)
         # NOTE [dynamic shared offset]: every kernel of the module sees dynamic shared memory at the same offset,
         # after the largest static area, so .func code that touches `extern .shared` needs no per-kernel fix-up.
@@ -129,6 +134,11 @@ class ModuleCodegen:
         self.dyn_offset = align_up(biggest, max([16] + ext_align))
         for name in extern:
             self.shared[name] = self.dyn_offset
+
+    def reported_static_shared(self, entry: str) -> int:
+        """The static shared size a kernel reports (CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES): its variables, not our
+        hidden per-warp areas (NOTE [warp matrix ops]), which live below the dynamic area all the same."""
+        return max(0, self.entry_static.get(entry, self.module_shared) - self.hidden_shared.get(entry, 0))
 
     # NOTE [module globals live in a data block]: .global/.const variables are not LLVM globals but offsets into
     # one data block per loaded module instance (its address reaches kernels through the launch context). The

@@ -74,12 +74,12 @@ def compile_nvrtc(src: str, name: str = "k.cu", opts: tuple[str, ...] = (),
     return buf.rstrip(b"\x00").decode(), lowered
 
 
-def compile_nvcc(src: str, opts: tuple[str, ...] = ()) -> tuple[str, str]:
-    """nvcc -ptx -arch=sm_80 (the CUDA 13 toolkit on PATH). Returns (ptx, version line)."""
+def compile_nvcc(src: str, opts: tuple[str, ...] = (), arch: str = "sm_80") -> tuple[str, str]:
+    """nvcc -ptx -arch=<arch> (the CUDA 13 toolkit on PATH). Returns (ptx, version line)."""
     with tempfile.TemporaryDirectory() as td:
         cu = os.path.join(td, "k.cu")
         Path(cu).write_text(src)
         out = os.path.join(td, "k.ptx")
-        subprocess.run(["nvcc", "-ptx", "-arch=sm_80", *opts, cu, "-o", out], check=True)
+        subprocess.run(["nvcc", "-ptx", f"-arch={arch}", *opts, cu, "-o", out], check=True)
         ver = subprocess.run(["nvcc", "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1]
         return Path(out).read_text(), ver
