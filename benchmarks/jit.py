@@ -213,7 +213,7 @@ def main() -> None:
         "hist": (k_hist, void(uint32[::1], uint32[::1])),
     }
     ptxs = {name: cuda.compile_ptx(fn, sig, cc=(8, 0))[0] for name, (fn, sig) in sigs.items()}
-    mods = {name: compile_module(p) for name, p in ptxs.items()}
+    mods = {name: compile_module(p, tier="optimized") for name, p in ptxs.items()}
     kern = {name: m.get_kernel(m.kernel_names[0]) for name, m in mods.items()}
     ratios = []
 
@@ -226,7 +226,12 @@ def main() -> None:
     ratios.append(emit("saxpy_ms", tj * 1e3, tn * 1e3, 1.5, "ms", n=n)["ratio"])
     # bounds-checked global memory (tenant isolation): the same launch with every access checked
     from jit import GlobalRange
-    mb = compile_module(ptxs["saxpy"], bounds_check=True)
+    # the quick tier (NOTE [compile tiers]) runs a new module until its optimised code lands
+    mq = compile_module(ptxs["saxpy"], tier="quick")
+    kq = mq.get_kernel(mq.kernel_names[0])
+    tq = best(lambda: kq.launch(((n + 255) // 256,), (256,), 0, p), reps)
+    emit("saxpy_quick_tier_ms", tq * 1e3, tj * 1e3, 0.0, "ms", n=n, note="baseline = optimised JIT code")
+    mb = compile_module(ptxs["saxpy"], bounds_check=True, tier="optimized")
     kb = mb.get_kernel(mb.kernel_names[0])
     granted = [GlobalRange(a.ctypes.data, a.nbytes) for a in (x, y, out)]
     tb = best(lambda: kb.launch(((n + 255) // 256,), (256,), 0, p, allowed_ranges=granted), reps)
@@ -263,15 +268,43 @@ def main() -> None:
     tn = best(lambda: n_hist(d, 64), reps)
     ratios.append(emit("histogram_ms", tj * 1e3, tn * 1e3, 1.5, "ms", n=n)["ratio"])
 
-    # compile latency: cache disabled (warm worker), then cache hits
+    # compile latency: cache disabled (warm workers), then cache hits. Cold = until the module can run (quick
+    # code, NOTE [compile tiers]); the optimised compile is measured first on its own, then as the background
+    # tier-up that follows every cold compile (time from compile_module's return until the switch).
     import jit.compiler as jc
+    jc.warm_up()
     os.environ["WOOLY_JIT_CACHE"] = "0"
-    cold = [best(lambda s=s: compile_module(s), 1 if q else 2) for s in ptxs.values()]
+    def cold_compiles(tier: str, reps: int) -> list[float]:
+        """Best of ``reps`` per kernel, taken round-robin so that a slow spell of this (virtual, shared) host does
+        not hit every try of one kernel."""
+        ts: list[list[float]] = [[] for _ in ptxs]
+        for _ in range(reps):
+            for i, s in enumerate(ptxs.values()):
+                assert jc.wait_background(300)  # each cold compile starts with an idle background worker
+                t = time.perf_counter()
+                compile_module(s, tier=tier)
+                ts[i].append(time.perf_counter() - t)
+        return [min(x) for x in ts]
+
+    cold_opt = cold_compiles("optimized", 1 if q else 3)
+    cold = cold_compiles("auto", 2 if q else 5)
+    tier_up = []
+    assert jc.wait_background(300)
+    for s in ptxs.values():
+        m = compile_module(s)
+        t1 = time.perf_counter()
+        assert m.tier == "quick" and m.wait_optimized(120)
+        tier_up.append(time.perf_counter() - t1)
     os.environ["WOOLY_JIT_CACHE"] = "1"
     for s in ptxs.values():
-        compile_module(s)
+        compile_module(s, tier="optimized")
     hit = [best(lambda s=s: compile_module(s), 5) for s in ptxs.values()]
-    emit("cold_compile_ms", 1e3 * sum(cold) / len(cold), 100.0, 100.0, "ms", per_kernel=[round(c * 1e3, 1) for c in cold])
+    emit("cold_compile_ms", 1e3 * sum(cold) / len(cold), 100.0, 100.0, "ms", per_kernel=[round(c * 1e3, 1) for c in cold],
+         note="until the module runs: quick tier")
+    emit("cold_compile_optimized_ms", 1e3 * sum(cold_opt) / len(cold_opt), 1e3 * sum(cold) / len(cold), 0.0, "ms",
+         per_kernel=[round(c * 1e3, 1) for c in cold_opt], note="tier='optimized' (waits for O2 code); baseline = cold_compile_ms")
+    emit("tier_up_ms", 1e3 * sum(tier_up) / len(tier_up), 0.0, 0.0, "ms", per_kernel=[round(c * 1e3, 1) for c in tier_up],
+         note="after a cold compile_module returns, until its kernels run optimised code (niced background worker)")
     emit("cache_hit_ms", 1e3 * sum(hit) / len(hit), 1.0, 1.0, "ms", note="in-process: loaded engine reused")
     disk, first, warm = fresh_process_hits(list(ptxs.values()))
     emit("cache_hit_disk_ms", sum(disk) / len(disk), 1.0, 1.0, "ms", per_kernel=[round(d, 3) for d in disk],

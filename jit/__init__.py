@@ -20,15 +20,20 @@ BOUNDS_CHECK = True  # compile_module(..., bounds_check=True) + launch(..., allo
 TARGETS = ("cpu", "gfx90a", "gfx942", "gfx1100")
 
 
-def compile_module(ptx: str | bytes, target: str = "cpu", bounds_check: bool = False):  # -> CpuModule
+def compile_module(ptx: str | bytes, target: str = "cpu", bounds_check: bool = False, tier: str = "auto"):
     """Compile a PTX module for ``target`` and load it. Raises JitError (INVALID_PTX, NOT_SUPPORTED...).
 
     ``target``: 'cpu' (a loaded, launchable CpuModule) or an AMDGPU architecture 'gfx90a' | 'gfx942' | 'gfx1100'
     (an AmdgpuModule holding an HSA code object; launching it is the AMD backend's job).
 
     ``bounds_check=True``: every global/generic access is checked against the ranges given to
-    ``launch(..., allowed_ranges=[GlobalRange(start, size), ...])`` (NOTE [bounds checking], jit/emit/bounds.py)."""
-    from jit.compiler import compile_object
+    ``launch(..., allowed_ranges=[GlobalRange(start, size), ...])`` (NOTE [bounds checking], jit/emit/bounds.py).
+
+    ``tier`` (CPU target; NOTE [compile tiers], jit/compiler.py): 'auto' returns at once with quick code unless
+    optimised code is cached, and switches to optimised code when a background compile lands
+    (``module.tier``, ``module.wait_optimized()``; WOOLY_JIT_TIERS=0 makes 'auto' mean 'optimized');
+    'optimized' waits for optimised code; 'quick' never tiers up."""
+    from jit.compiler import compile_tiered
     from jit.errors import CUDA_ERROR_INVALID_PTX, CUDA_ERROR_NOT_SUPPORTED
     from jit.runtime import CpuModule
     if isinstance(ptx, str):
@@ -41,11 +46,15 @@ def compile_module(ptx: str | bytes, target: str = "cpu", bounds_check: bool = F
     from jit.emit import ARCHS
     if target != "cpu" and target not in ARCHS:
         raise JitError(CUDA_ERROR_NOT_SUPPORTED, f"JIT target '{target}' (supported: cpu, {', '.join(ARCHS)})")
-    obj, meta, key = compile_object(data, target, bool(bounds_check))
+    obj, meta, key, quick, pending = compile_tiered(data, target, bool(bounds_check), tier)
     if target in ARCHS:
         from jit.amdgpu_module import AmdgpuModule
         return AmdgpuModule.from_meta(obj, meta)
-    return CpuModule(obj, meta, key)
+    mod = CpuModule(obj, meta, key, quick=quick)
+    if pending is not None:
+        mod._pending = pending
+        pending.attach(mod)
+    return mod
 
 
 def warm_up() -> None:

@@ -280,10 +280,11 @@ class CpuKernel:
         with _LAUNCH_LOCK:
             _LAUNCHES[key] = rec
         try:
+            fn = self._fn  # once: NOTE [compile tiers] may switch it between launches
             if nw == 1:
-                self._fn(key, ctypes.addressof(wctxs[0]))
+                fn(key, ctypes.addressof(wctxs[0]))
             else:
-                futs = [_pool().submit(self._fn, key, ctypes.addressof(w)) for w in wctxs]
+                futs = [_pool().submit(fn, key, ctypes.addressof(w)) for w in wctxs]
                 for f in futs:
                     f.result()
         finally:
@@ -409,8 +410,12 @@ def _loaded(obj: bytes, meta: dict, key: str | None) -> _Loaded:
 class CpuModule:
     """A loaded PTX module: kernels (code shared per PTX hash) and this instance's own module-scope globals."""
 
-    def __init__(self, obj: bytes, meta: dict, key: str | None = None) -> None:
+    def __init__(self, obj: bytes, meta: dict, key: str | None = None, quick: bool = False) -> None:
         self._code = _loaded(obj, meta, key)
+        self._meta = meta
+        self._pending: Any = None
+        #: "quick" (NOTE [compile tiers], jit/compiler.py: switched to "optimized" when the background compile lands)
+        self.tier = "quick" if quick else "optimized"
         # see NOTE [module globals live in a data block] (jit/lower/module.py)
         self.bounds_check = bool(meta.get("bounds_check", False))
         image = bytes.fromhex(meta.get("gdata", ""))
@@ -432,6 +437,23 @@ class CpuModule:
                 _rec_bytes=k["rec_bytes"], _red_bytes=k.get("red_bytes", 0),
                 _bc_roots=list(k.get("bc_roots", [])), _func_stack=k.get("func_stack", 0), _dyn_offset=int(meta["dyn_offset"]), _module=self)
             self._kernels[k["name"]] = kern
+
+    def tier_up(self, obj: bytes, meta: dict, key: str | None) -> None:
+        """Switch every kernel to the optimised code of the same PTX (called by the background compile)."""
+        from jit.compiler import same_layout
+        if self.tier == "optimized" or not same_layout(self._meta, meta):
+            return  # different metadata would mean a different translation: keep the code we have
+        code = _loaded(obj, meta, key)
+        for name, kern in self._kernels.items():
+            kern._fn = code.fns[name]
+        self._code, self._meta, self.tier = code, meta, "optimized"
+
+    def wait_optimized(self, timeout: float | None = None) -> bool:
+        """Wait until this module runs optimised code (NOTE [compile tiers]). False: still quick after ``timeout``
+        seconds, or for good (tier="quick", or its optimised compile failed)."""
+        if self.tier != "optimized" and self._pending is not None:
+            self._pending.done.wait(timeout)
+        return self.tier == "optimized"
 
     def heap(self) -> DeviceHeap:
         """This instance's device-malloc arena (bounds-checked modules), mapped at the first launch."""

@@ -50,6 +50,8 @@ def compile_ptx(ptx: bytes, target: str, opt: int = 2, bounds_check: bool = Fals
     import hashlib
     raw = ptx if isinstance(ptx, bytes) else ptx.encode()
     tag = hashlib.sha256(raw + f"|{target}|{int(bounds_check)}".encode()).hexdigest()[:16]
+    if opt == 0:  # the quick tier's symbols must not clash with the optimised tier's in the shared engine
+        tag += "q"
     try:
         low = translate(ptx, target, bounds_check, tag)
     except RecursionError as e:
@@ -57,7 +59,7 @@ def compile_ptx(ptx: bytes, target: str, opt: int = 2, bounds_check: bool = Fals
     tm = _TMS.get(opt)
     if tm is None:  # one per worker process and level (creating one costs ~1 ms: host CPU name and features)
         tm = _TMS[opt] = optimize.host_target_machine(opt)
-    mod = optimize.run(str(low.ir_module), tm, opt)
+    mod = optimize.run_quick(str(low.ir_module), tm) if opt == 0 else optimize.run(str(low.ir_module), tm, opt)
     obj = tm.emit_object(mod)
     meta = {"kernels": [asdict(k) for k in low.kernels], "globals": low.globals, "dyn_offset": low.dyn_offset,
             "bounds_check": bounds_check,
@@ -89,6 +91,15 @@ def serve(inp: BinaryIO, out: BinaryIO) -> None:
 
 def main() -> None:
     sys.setrecursionlimit(20000)
+    import os
+    nice = int(os.environ.get("WOOLY_JIT_WORKER_NICE", "0") or 0)
+    if nice and hasattr(os, "nice"):
+        os.nice(nice)  # the background tier-up worker (NOTE [compile tiers])
+    # import the translator and initialise LLVM before the first request: a worker is started ahead of need
+    # (jit.warm_up), so its first compile should not pay ~0.3 s of imports
+    import jit.pipeline  # noqa: F401
+    from jit.passes import optimize
+    optimize.init_llvm()
     serve(sys.stdin.buffer, sys.stdout.buffer)
 
 

@@ -12,6 +12,10 @@ from collections.abc import Iterator
 
 import pytest
 
+# Tests get one code tier per compile, deterministically: optimised unless a test asks for tier="quick" or turns
+# tiering on itself (tests/unit/jit/test_tiers.py). gpud processes started here inherit it.
+os.environ.setdefault("WOOLY_JIT_TIERS", "0")
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)

@@ -45,7 +45,7 @@ def fast_masked_memory() -> bool:
 _FAST_MASKS: bool | None = None
 
 
-def run(ir_text: str, tm: llvm.TargetMachine, level: int = 3) -> llvm.ModuleRef:
+def _parse(ir_text: str, tm: llvm.TargetMachine) -> llvm.ModuleRef:
     try:
         mod = llvm.parse_assembly(ir_text)
         mod.verify()
@@ -53,6 +53,28 @@ def run(ir_text: str, tm: llvm.TargetMachine, level: int = 3) -> llvm.ModuleRef:
         raise invalid_ptx(f"internal IR verification failed: {str(e)[:2000]}") from e
     mod.triple = tm.triple
     mod.data_layout = str(tm.target_data)
+    return mod
+
+
+QUICK_PASSES = ("sroa", "simplify_cfg", "instruction_combine", "dead_code_elimination")
+
+
+def run_quick(ir_text: str, tm: llvm.TargetMachine) -> llvm.ModuleRef:
+    """The quick tier (NOTE [compile tiers], jit/compiler.py): registers out of memory (SROA), one round of
+    simplification, nothing else. With a codegen-O0 target machine this is 5-25x cheaper than `run`."""
+    mod = _parse(ir_text, tm)
+    pb = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(speed_level=0))
+    fpm = llvm.create_new_function_pass_manager()
+    for p in QUICK_PASSES:
+        getattr(fpm, f"add_{p}_pass")()
+    for f in mod.functions:
+        if not f.is_declaration:
+            fpm.run(f, pb)
+    return mod
+
+
+def run(ir_text: str, tm: llvm.TargetMachine, level: int = 3) -> llvm.ModuleRef:
+    mod = _parse(ir_text, tm)
     pto = llvm.create_pipeline_tuning_options(speed_level=level)
     pto.loop_vectorization = True
     pto.slp_vectorization = True

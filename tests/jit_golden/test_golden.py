@@ -97,18 +97,19 @@ def compare(name: str, got: np.ndarray, exp: np.ndarray, tol: dict) -> None:
         raise AssertionError(f"{name}: {int(bad.sum())}/{bad.size} elements differ (tol={tol}); {sample}")
 
 
-def run_case(path: Path, checked: bool = False) -> None:
+def run_case(path: Path, checked: bool = False, tier: str = "optimized") -> None:
     """``checked``: compiled with bounds checks (gpud's default) and launched with the case's arrays as the only
-    allowed ranges: every case must give the same results."""
+    allowed ranges: every case must give the same results. ``tier``: the optimised or the quick code (NOTE
+    [compile tiers], jit/compiler.py), which must agree too."""
     jit = _jit()
     spec, ptx, data = load_case(path)
     err = spec.get("expect_error")
     if err and err.get("at") == "compile":
         with pytest.raises(jit.JitError) as ei:
-            jit.compile_module(ptx, bounds_check=checked)
+            jit.compile_module(ptx, bounds_check=checked, tier=tier)
         assert ei.value.code == err["code"], (ei.value.code, ei.value.name, ei.value.message)
         return
-    mod = jit.compile_module(ptx, bounds_check=checked)
+    mod = jit.compile_module(ptx, bounds_check=checked, tier=tier)
     k = mod.get_kernel(spec["entry"])
     arrays = {n: data["in__" + n].copy() for n in spec["arrays"]}
     buf = pack_params(spec, k, arrays)
@@ -143,14 +144,15 @@ def run_case(path: Path, checked: bool = False) -> None:
     assert not failures, "\n".join(failures)
 
 
+@pytest.mark.parametrize("tier", ["optimized", "quick"])
 @pytest.mark.parametrize("checked", [False, True], ids=["plain", "checked"])
 @pytest.mark.parametrize("case", CASE_FILES, ids=[p.stem for p in CASE_FILES])
-def test_golden(case: Path, checked: bool) -> None:
+def test_golden(case: Path, checked: bool, tier: str) -> None:
     if os.environ.get("JIT_GOLDEN_ISOLATE", "1") != "0":
         _jit()
         timeout = float(os.environ.get("JIT_GOLDEN_TIMEOUT", "120"))
         try:
-            r = subprocess.run([sys.executable, __file__, str(case), *(["--checked"] if checked else [])],
+            r = subprocess.run([sys.executable, __file__, str(case), *(["--checked"] if checked else []), tier],
                                capture_output=True, text=True, timeout=timeout, cwd=HERE.parents[1])
         except subprocess.TimeoutExpired:
             pytest.fail(f"timed out after {timeout}s")
@@ -158,7 +160,7 @@ def test_golden(case: Path, checked: bool) -> None:
             tail = (r.stdout + r.stderr).strip().splitlines()[-15:]
             pytest.fail(f"rc={r.returncode}\n" + "\n".join(tail))
         return
-    run_case(case, checked)
+    run_case(case, checked, tier)
 
 
 def test_corpus_present() -> None:
@@ -167,7 +169,7 @@ def test_corpus_present() -> None:
 
 if __name__ == "__main__":  # one case, in this process (used by JIT_GOLDEN_ISOLATE)
     sys.path.insert(0, str(HERE.parents[1]))
-    run_case(Path(sys.argv[1]), "--checked" in sys.argv[2:])
+    run_case(Path(sys.argv[1]), "--checked" in sys.argv[2:], "quick" if "quick" in sys.argv[2:] else "optimized")
     print("PASS")
 
 

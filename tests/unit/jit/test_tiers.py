@@ -1,0 +1,146 @@
+"""NOTE [compile tiers] (jit/compiler.py): quick code at once, optimised code switched in when a background
+compile lands; the optimised object goes to the caches so the next compile of the same PTX starts optimised."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import jit
+import jit.compiler as jc
+from jit import JitError
+from tests.unit.jit.helpers import HEADER, pack
+
+# out[i] = a[i] * 3 + i (grid-stride): the same values from either tier
+PTX = HEADER + """
+.visible .entry k(.param .u64 out, .param .u64 a, .param .u32 n)
+{
+  .reg .b32 %r<12>; .reg .b64 %rd<8>; .reg .pred %p<2>;
+  ld.param.u64 %rd1, [out]; ld.param.u64 %rd2, [a]; ld.param.u32 %r1, [n];
+  mov.u32 %r2, %tid.x; mov.u32 %r3, %ctaid.x; mov.u32 %r4, %ntid.x; mad.lo.u32 %r5, %r3, %r4, %r2;
+  mov.u32 %r6, %nctaid.x; mul.lo.u32 %r7, %r6, %r4;
+LOOP:
+  setp.ge.u32 %p1, %r5, %r1; @%p1 bra DONE;
+  mul.wide.u32 %rd3, %r5, 4; add.s64 %rd4, %rd2, %rd3; ld.global.u32 %r8, [%rd4];
+  mad.lo.u32 %r9, %r8, 3, %r5; add.s64 %rd5, %rd1, %rd3; st.global.u32 [%rd5], %r9;
+  add.u32 %r5, %r5, %r7; bra LOOP;
+DONE:
+  ret;
+}
+"""
+
+
+@pytest.fixture
+def tiers(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Tiering on (the test suite turns it off by default), a private disk cache, empty in-memory state."""
+    monkeypatch.setenv("WOOLY_JIT_TIERS", "1")
+    monkeypatch.setenv("WOOLY_JIT_CACHE", "1")
+    monkeypatch.setenv("WOOLY_JIT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(jc, "_MEM_CACHE", {})
+    monkeypatch.setattr(jc, "_QUICK", {})
+    monkeypatch.setattr(jc, "_FAILED", set())
+
+
+def _ptx(salt: int) -> str:
+    return PTX + f"// {salt} {np.random.default_rng().integers(1 << 62)}\n"  # a PTX no cache has seen
+
+
+def _run(mod, n: int = 5000) -> None:  # type: ignore[no-untyped-def]
+    k = mod.get_kernel("k")
+    a = np.arange(n, dtype=np.uint32) * 7
+    out = np.zeros(n, np.uint32)
+    k.launch((4,), (128,), 0, pack(k, out, a, n))
+    np.testing.assert_array_equal(out, a * 3 + np.arange(n, dtype=np.uint32))
+
+
+def test_auto_starts_quick_and_switches_to_optimised(tiers) -> None:  # type: ignore[no-untyped-def]
+    ptx = _ptx(1)
+    m = jit.compile_module(ptx)
+    assert m.tier == "quick"
+    quick_fn = m.get_kernel("k")._fn
+    _run(m)
+    assert m.wait_optimized(60)
+    assert m.tier == "optimized" and m.get_kernel("k")._fn is not quick_fn
+    _run(m)
+    # the optimised compile ran in the background worker, at a lower priority than ours
+    bg = jc._BACKGROUND.worker.proc
+    assert bg is not None and os.getpriority(os.PRIO_PROCESS, bg.pid) > os.getpriority(os.PRIO_PROCESS, 0)
+    # the optimised object is cached now: the next module of this PTX starts optimised, in memory and on disk
+    m2 = jit.compile_module(ptx)
+    assert m2.tier == "optimized" and m2.get_kernel("k")._fn is m.get_kernel("k")._fn
+    jc._MEM_CACHE.clear()
+    assert jit.compile_module(ptx).tier == "optimized"
+
+
+def test_modules_compiled_while_pending_share_the_switch(tiers) -> None:  # type: ignore[no-untyped-def]
+    ptx = _ptx(2)
+    a, b = jit.compile_module(ptx), jit.compile_module(ptx)
+    assert a.tier == b.tier == "quick" and a.get_kernel("k")._fn is b.get_kernel("k")._fn
+    assert a.wait_optimized(60) and b.wait_optimized(60)
+    assert a.get_kernel("k")._fn is b.get_kernel("k")._fn
+
+
+def test_launches_during_the_switch_stay_correct(tiers) -> None:  # type: ignore[no-untyped-def]
+    m = jit.compile_module(_ptx(3))
+    errors: list[BaseException] = []
+    seen: set[str] = set()
+
+    def loop() -> None:
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                seen.add(m.tier)
+                _run(m, 3000)
+                if "optimized" in seen:  # launched on both sides of the switch
+                    return
+        except BaseException as e:  # noqa: BLE001 (reported below)
+            errors.append(e)
+
+    t = threading.Thread(target=loop)
+    t.start()
+    t.join(120)
+    assert not errors, errors
+    assert seen == {"quick", "optimized"}
+
+
+def test_quick_and_optimized_tiers_on_request(tiers) -> None:  # type: ignore[no-untyped-def]
+    q = jit.compile_module(_ptx(4), tier="quick")
+    assert q.tier == "quick" and not q.wait_optimized(0.5)
+    _run(q)
+    o = jit.compile_module(_ptx(5), tier="optimized")
+    assert o.tier == "optimized" and o.wait_optimized(0)
+    _run(o)
+    with pytest.raises(JitError) as ei:
+        jit.compile_module(_ptx(6), tier="fastest")
+    assert ei.value.code == 1  # CUDA_ERROR_INVALID_VALUE
+
+
+def test_tiers_off_means_optimised(tiers, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("WOOLY_JIT_TIERS", "0")
+    assert jit.compile_module(_ptx(7)).tier == "optimized"
+
+
+def test_a_failed_optimised_compile_keeps_the_quick_code(tiers, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    # fault injection: the background worker reports what a crashed LLVM would
+    def crash(*a, **k):  # type: ignore[no-untyped-def]
+        raise JitError(218, "PTX compiler worker died (exit status -6); LLVM rejected this module")
+    monkeypatch.setattr(jc._BACKGROUND.worker, "compile", crash)
+    ptx = _ptx(8)
+    m = jit.compile_module(ptx)
+    assert not m.wait_optimized(60) and m.tier == "quick"
+    assert "LLVM rejected" in m._pending.error
+    _run(m)
+    again = jit.compile_module(ptx)  # no retry: quick code, nothing pending
+    assert again.tier == "quick" and again._pending is None
+
+
+def test_tiers_must_agree_on_layout() -> None:
+    meta = {"kernels": [{"name": "k", "symbol": "wooly_run_abc_0", "rec_bytes": 64}], "dyn_offset": 0}
+    other_symbol = {"kernels": [{"name": "k", "symbol": "wooly_run_abcq_0", "rec_bytes": 64}], "dyn_offset": 0}
+    other_layout = {"kernels": [{"name": "k", "symbol": "wooly_run_abcq_0", "rec_bytes": 72}], "dyn_offset": 0}
+    assert jc.same_layout(meta, other_symbol)
+    assert not jc.same_layout(meta, other_layout)
