@@ -197,6 +197,31 @@ def _wmma_mma(g: Snippet, ins: A.Instr) -> int:
     return area
 
 
+def _publish(g: Snippet, lane: str, base: str, bits: int, value: str) -> tuple[str, str]:
+    """Each lane stores ``value`` at slot ``lane`` of the warp's area, then the warp synchronises. Returns
+    (groupID, threadID_in_group) = (lane >> 2, lane & 3) as registers."""
+    w = g.reg("b64")
+    g(f"mul.wide.u32 {w}, {lane}, {bits // 8};")
+    g(f"add.u64 {w}, {w}, {base};")
+    g(f"st.shared.b{bits} [{w}], {value};")
+    g("bar.warp.sync -1;")
+    q, r4 = g.reg("b32"), g.reg("b32")
+    g(f"shr.u32 {q}, {lane}, 2;")
+    g(f"and.b32 {r4}, {lane}, 3;")
+    return q, r4
+
+
+def _element(g: Snippet, base: str, row: str, row_bytes: int, at: int, col: str, col_bytes: int) -> str:
+    """base[row * row_bytes + at] (a row address a lane stored in the warp's area) + col * col_bytes."""
+    ra, w = g.reg("b64"), g.reg("b64")
+    g(f"mul.wide.u32 {w}, {row}, {row_bytes};")
+    g(f"add.u64 {w}, {w}, {base};")
+    g(f"ld.shared.b64 {ra}, [{w}+{at}];")
+    g(f"mul.wide.u32 {w}, {col}, {col_bytes};")
+    g(f"add.u64 {ra}, {ra}, {w};")
+    return ra
+
+
 def _ldst_matrix(g: Snippet, ins: A.Instr, regtypes: dict[str, str]) -> int:
     """ldmatrix / stmatrix .m8n8.x{1,2,4}{.trans}.b16: lanes 8i..8i+7 give the row addresses of matrix i."""
     if not ins.has("m8n8") or not ins.has("b16"):
@@ -209,54 +234,33 @@ def _ldst_matrix(g: Snippet, ins: A.Instr, regtypes: dict[str, str]) -> int:
         raise not_supported(f"{ins.opcode} .x{num} with {len(rs)} registers")
     lane, base = warp_area(g, 256)
     addr = address(g, addr_op, regtypes)
-    off = g.reg("b64")
-    g(f"mul.wide.u32 {off}, {lane}, 8;")
-    g(f"add.u64 {off}, {base}, {off};")
-    g(f"st.shared.b64 [{off}], {addr};")
-    g("bar.warp.sync -1;")
-    q, r4 = g.reg("b32"), g.reg("b32")
-    g(f"shr.u32 {q}, {lane}, 2;")
-    g(f"and.b32 {r4}, {lane}, 3;")
+    q, r4 = _publish(g, lane, base, 64, addr)
     sp = space(ins)
+    trans = ins.has("trans")
     outs = []
     for i, reg in enumerate(rs):
-        if not ins.has("trans"):  # word l % 4 of row l / 4
-            ra, w = g.reg("b64"), g.reg("b64")
-            g(f"mul.wide.u32 {w}, {q}, 8;")
-            g(f"add.u64 {w}, {w}, {base};")
-            g(f"ld.shared.b64 {ra}, [{w}+{64 * i}];")
-            g(f"mul.wide.u32 {w}, {r4}, 4;")
-            g(f"add.u64 {ra}, {ra}, {w};")
-            if load:
-                v = g.reg("b32")
-                g(f"ld{sp}.b32 {v}, [{ra}];")
-                outs.append(v)
-            else:
-                g(f"st{sp}.b32 [{ra}], {txt(reg)};")
-            continue
-        # .trans: element (2 * (l % 4) + h, l / 4) for h = 0, 1
-        halves = []
+        # plain: word l % 4 of row l / 4; .trans: halves at (row 2 * (l % 4) + h, column l / 4), h = 0, 1
+        parts = [(r4, 16, 64 * i + 8 * h, q, 2) for h in range(2)] if trans else [(q, 8, 64 * i, r4, 4)]
+        width = 16 if trans else 32
+        vals: list[str] = []
         if not load:
-            halves = [g.reg("b16"), g.reg("b16")]
-            g(f"mov.b32 {{{halves[0]}, {halves[1]}}}, {txt(reg)};")
+            vals = [txt(reg)]
+            if trans:
+                vals = [g.reg("b16"), g.reg("b16")]
+                g(f"mov.b32 {{{vals[0]}, {vals[1]}}}, {txt(reg)};")
         got = []
-        for h in range(2):
-            ra, w = g.reg("b64"), g.reg("b64")
-            g(f"mul.wide.u32 {w}, {r4}, 16;")
-            g(f"add.u64 {w}, {w}, {base};")
-            g(f"ld.shared.b64 {ra}, [{w}+{64 * i + 8 * h}];")
-            g(f"mul.wide.u32 {w}, {q}, 2;")
-            g(f"add.u64 {ra}, {ra}, {w};")
+        for k, (row, row_bytes, at, col, col_bytes) in enumerate(parts):
+            ra = _element(g, base, row, row_bytes, at, col, col_bytes)
             if load:
-                v = g.reg("b16")
-                g(f"ld{sp}.b16 {v}, [{ra}];")
-                got.append(v)
+                got.append(g.reg(f"b{width}"))
+                g(f"ld{sp}.b{width} {got[-1]}, [{ra}];")
             else:
-                g(f"st{sp}.b16 [{ra}], {halves[h]};")
-        if load:
+                g(f"st{sp}.b{width} [{ra}], {vals[k]};")
+        if load and trans:
             v = g.reg("b32")
             g(f"mov.b32 {v}, {{{got[0]}, {got[1]}}};")
-            outs.append(v)
+            got = [v]
+        outs += got
     g("bar.warp.sync -1;")
     for reg, v in zip(rs, outs, strict=False):
         g(f"mov.b32 {txt(reg)}, {v};")
@@ -268,14 +272,7 @@ def _movmatrix(g: Snippet, ins: A.Instr) -> int:
     if not (ins.has("m8n8") and ins.has("trans") and ins.has("b16")):
         raise not_supported(f"movmatrix.{'.'.join(ins.mods)}")
     lane, base = warp_area(g, 128)
-    w = g.reg("b64")
-    g(f"mul.wide.u32 {w}, {lane}, 4;")
-    g(f"add.u64 {w}, {w}, {base};")
-    g(f"st.shared.b32 [{w}], {txt(ins.operands[1])};")
-    g("bar.warp.sync -1;")
-    q, r4 = g.reg("b32"), g.reg("b32")
-    g(f"shr.u32 {q}, {lane}, 2;")
-    g(f"and.b32 {r4}, {lane}, 3;")
+    q, r4 = _publish(g, lane, base, 32, txt(ins.operands[1]))
     got = []
     for h in range(2):  # element (row 2 * (l % 4) + h, col l / 4) of the source
         t = g.reg("b32")
