@@ -21,6 +21,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from llvmlite import ir
 
 from jit.emit import (  # noqa: F401 (re-exported: jit/emit/cpu_*.py use them from here)
@@ -194,6 +196,11 @@ class EntryEnv:
         self.root_ranges: dict[tuple[str, int], tuple[ir.Value, ir.Value]] = {}
         self.bc_bad: ir.Value | None = None  # max(bad address + 1) of rooted checks (NOTE [rooted bounds checks])
         self.rec_ptrs: dict[int, int] = {}  # id(record address) -> field: accesses get per-field alias scopes
+        # (id(block), id(thread index), field or -element size) -> (block, index, value): record addresses a block
+        # computed already (fewer instructions for Python to build and LLVM to clean up; see rec_addr)
+        self._rec_cache: dict[tuple[int, int, int], tuple[Any, Any, ir.Value]] = {}
+        self._field_bases: dict[int, ir.Value] = {}  # field -> its array (jit/emit/cpu_sched.py sets field_builder)
+        self.field_builder: ir.IRBuilder | None = None
 
     def kernel_param(self, fl: FuncLowering, name: str, off: int, ty: ir.Type) -> ir.Value | None:
         """A kernel parameter loaded once in the entry block: it dominates every use, so LLVM sees a loop
@@ -341,10 +348,27 @@ class EntryEnv:
     # -- sync points -------------------------------------------------------------------------
     def rec_addr(self, b: ir.IRBuilder, t: ir.Value, off: int) -> ir.Value:
         """Address of field ``off`` of thread ``t``'s record (NOTE [thread records])."""
-        t64 = b.zext(t, I64) if t.type != I64 else t
-        p = b.gep(self.scratch, [b.add(b.mul(_i64(off), self.ntpad), b.mul(t64, _i64(self.elem[off])))],
-                  source_etype=ir.IntType(8))
+        blk = b.block
+        appending = b._anchor == len(blk.instructions)  # then what this block already computed dominates here
+        cache = self._rec_cache
+        hit = cache.get((id(blk), id(t), off)) if appending else None
+        if hit is not None and hit[0] is blk and hit[1] is t:
+            return hit[2]
+        row = cache.get((id(blk), id(t), -self.elem[off])) if appending else None
+        if row is None or row[0] is not blk or row[1] is not t:
+            t64 = b.zext(t, I64) if t.type != I64 else t
+            row = (blk, t, b.mul(t64, _i64(self.elem[off])))
+            if appending:
+                cache[(id(blk), id(t), -self.elem[off])] = row
+        base = self._field_bases.get(off)
+        if base is None:  # scratch + off * ntpad, once, right where ntpad is computed (it dominates every access)
+            fb = self.field_builder
+            base = self._field_bases[off] = fb.gep(self.scratch, [fb.mul(_i64(off), self.ntpad)],
+                                                   source_etype=ir.IntType(8))
+        p = b.gep(base, [row[2]], source_etype=ir.IntType(8))
         self.rec_ptrs[id(p)] = off
+        if appending:
+            cache[(id(blk), id(t), off)] = (blk, t, p)
         return p
 
     def rec_field(self, fl: FuncLowering, off: int) -> ir.Value:
