@@ -274,6 +274,7 @@ class _Background:
                 _store(pending.key, obj, meta)
             with _PENDING_LOCK:
                 _PENDING.pop(pending.key, None)
+                _QUICK.pop(pending.key, None)  # new modules of this PTX start optimised (cache) from now on
             pending.finish((obj, meta))
 
     def close(self) -> None:

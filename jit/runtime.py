@@ -328,7 +328,8 @@ _SHARED: Any = None
 _SHARED_SYMS: set[str] = set()
 _SHARED_OBJS: dict[bytes, dict[str, int]] = {}  # sha256 of an object already in the shared engine -> symbol addrs
 _SHARED_LOCK = threading.Lock()
-_SHARED_MAX = int(os.environ.get("WOOLY_JIT_SHARED_OBJECTS", "256"))
+# quick and optimised code of a PTX are two objects (NOTE [compile tiers]); objects are 3-30 KB
+_SHARED_MAX = int(os.environ.get("WOOLY_JIT_SHARED_OBJECTS", "1024"))
 
 
 def _shared_addrs(obj: bytes, syms: list[str]) -> dict[str, int] | None:
