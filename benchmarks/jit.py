@@ -149,12 +149,15 @@ def best(fn: Callable[[], Any], reps: int) -> float:
 
 def best_pair(fa: Callable[[], Any], fb: Callable[[], Any], reps: int) -> tuple[float, float]:
     """Best of ``reps`` for each of two functions, run alternately: the JIT and its numba baseline see the same
-    spells of a noisy (virtual, shared) host instead of one of them catching a slow one alone."""
+    spells of a noisy (virtual, shared) host instead of one of them catching a slow one alone. Each run starts
+    after a pause: numba's OpenMP threads spin for a while after a parallel region, and would otherwise take
+    cores from whatever runs next."""
     fa()
     fb()
     ta, tb = [], []
     for _ in range(reps):
         for f, ts in ((fa, ta), (fb, tb)):
+            time.sleep(0.3)
             t = time.perf_counter()
             f()
             ts.append(time.perf_counter() - t)
