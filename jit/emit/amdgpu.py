@@ -35,6 +35,8 @@ from jit.lower.module import KernelMeta, ModuleCodegen, ParamLayout, align_up, v
 from jit.lower.types import I1, I8, I16, I32, I64, PTR, VOID
 from jit.ptx import ast as A
 
+LDS_BYTES = 65536  # per work-group on gfx90a, gfx942 and gfx1100
+
 TRIPLE = "amdgcn-amd-amdhsa"
 CODE_OBJECT_VERSION = 400  # v4: understood by the ld.lld of older distributions as well as by the HIP runtime
 
@@ -176,6 +178,12 @@ def translate(mod: A.Module, arch: str) -> tuple[str, list[KernelMeta], ModuleCo
         data = ir.GlobalVariable(cg.module, ir.ArrayType(I8, len(cg.gdata)), "wooly.data", addrspace=1)
         data.initializer = ir.Constant(ir.ArrayType(I8, len(cg.gdata)), bytearray(cg.gdata))
         data.align = 16
+    if cg.dyn_offset > LDS_BYTES:  # LLVM would abort the worker with only "local memory exceeds limit"
+        hidden = max(cg.hidden_shared.values(), default=0)
+        raise JitError(CUDA_ERROR_INVALID_PTX, f"{cg.dyn_offset} bytes of static shared memory exceed the "
+                       f"{LDS_BYTES // 1024} KiB LDS of {arch}" + (
+                           f" ({hidden} of them the per-warp area of warp matrix instructions, NOTE [warp matrix "
+                           "ops]; .maxntid on the kernel shrinks it)" if hidden else ""))
     lds = ir.GlobalVariable(cg.module, ir.ArrayType(I8, max(cg.dyn_offset, 16)), "wooly.lds", addrspace=3)
     lds.initializer = ir.Constant(ir.ArrayType(I8, max(cg.dyn_offset, 16)), ir.Undefined)  # LDS: no init
     lds.align = 16

@@ -113,3 +113,12 @@ def test_amdgpu_code_object_with_wmma() -> None:
     m = compile_module(MULTIWARP, target="gfx90a")
     assert m.kernel_names == ["multiwarp"]
     assert m.code_object[:4] == b"\x7fELF"
+
+
+@pytest.mark.skipif(not shutil.which("ld.lld"), reason="ld.lld not installed (Debian package lld)")
+def test_amdgpu_lds_overflow_is_a_clear_error() -> None:
+    # without .maxntid the area is sized for 32 warps: 32 x 2 KiB for the wmma m16n16k16 .func, plus the user's 2 KiB
+    big = MULTIWARP.replace(".maxntid 128, 1, 1", "")
+    with pytest.raises(JitError) as ei:
+        compile_module(big, target="gfx90a")
+    assert ei.value.code == 218 and "64 KiB LDS of gfx90a" in ei.value.message and "warp matrix" in ei.value.message
