@@ -191,7 +191,7 @@ def compile_object(ptx: bytes, target: str = "cpu", bounds_check: bool = False) 
 # A cold CPU compile costs 100-300 ms, three quarters of it in LLVM's O2 pipeline and instruction selection. Like a
 # managed runtime we compile twice: compile_module(tier="auto") returns a module running *quick* code at once (the
 # same translation, then only SROA + one simplification round and codegen at O0: LLVM's share drops 5-25x; the code
-# runs 1.2-4.5x slower) and queues the optimised compile on a background worker process (niced, one at a time).
+# runs 1.2-6x slower) and queues the optimised compile on a background worker process (niced, one at a time).
 # When it lands, every live module of that PTX switches its kernels to the optimised code between launches (a
 # launch reads the kernel's entry point once), and the optimised object goes to the memory and disk caches, so the
 # next compile_module of the same PTX, in this process or a restarted one, starts optimised. Both tiers come from
@@ -262,11 +262,11 @@ class _Background:
                 ptx, target, bounds_check, pending = self.queue.pop(0)
             try:
                 obj, meta = self.worker.compile(ptx, target, bounds_check)
-            except JitError as e:
+            except Exception as e:  # noqa: BLE001 (whatever it was, the waiting modules must not wait forever)
                 with _PENDING_LOCK:
                     _PENDING.pop(pending.key, None)
                     _FAILED.add(pending.key)
-                pending.finish(None, e.message)
+                pending.finish(None, e.message if isinstance(e, JitError) else f"{type(e).__name__}: {e}")
                 continue
             if cache_enabled():
                 with _MEM_LOCK:

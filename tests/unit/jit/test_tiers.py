@@ -124,15 +124,18 @@ def test_tiers_off_means_optimised(tiers, monkeypatch: pytest.MonkeyPatch) -> No
     assert jit.compile_module(_ptx(7)).tier == "optimized"
 
 
-def test_a_failed_optimised_compile_keeps_the_quick_code(tiers, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
-    # fault injection: the background worker reports what a crashed LLVM would
+@pytest.mark.parametrize("fault", [JitError(218, "PTX compiler worker died (exit status -6); LLVM rejected this module"),
+                                   OSError("pipe closed")])
+def test_a_failed_optimised_compile_keeps_the_quick_code(tiers, monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
+                                                         fault: Exception) -> None:
+    # fault injection: the background worker reports what a crashed LLVM would, or fails in an unexpected way
     def crash(*a, **k):  # type: ignore[no-untyped-def]
-        raise JitError(218, "PTX compiler worker died (exit status -6); LLVM rejected this module")
+        raise fault
     monkeypatch.setattr(jc._BACKGROUND.worker, "compile", crash)
     ptx = _ptx(8)
     m = jit.compile_module(ptx)
     assert not m.wait_optimized(60) and m.tier == "quick"
-    assert "LLVM rejected" in m._pending.error
+    assert ("LLVM rejected" if isinstance(fault, JitError) else "OSError: pipe closed") in m._pending.error
     _run(m)
     again = jit.compile_module(ptx)  # no retry: quick code, nothing pending
     assert again.tier == "quick" and again._pending is None
