@@ -143,7 +143,7 @@ def warm_up() -> None:
             _BACKGROUND.worker.ensure()
     if cache_enabled():
         cache_key(b"", "cpu")  # computes the host id (translator source digest) once
-    from jit.runtime import warm_loader
+    from jit.loader import warm_loader
     warm_loader()
 
 

@@ -1,5 +1,5 @@
 """Code emitters per target. This package module holds the binary interface constants shared by the CPU code
-generator and the loader (jit/runtime.py).
+generator and the loader (jit/runtime.py, jit/loader.py).
 
 Kept free of heavy imports: the loader (a disk cache hit in a restarted daemon) imports these, not the lowering.
 """

@@ -2,7 +2,7 @@
 
 # NOTE [CPU work-group execution]
 # A kernel is compiled to ``void wooly_run_<tag>_<i>(i64* launch_ctx, i64* worker_ctx)`` (tag: a hash of the PTX,
-# NOTE [one shared engine] in jit/runtime.py). Each OS worker thread calls it; it claims block ids from an atomic
+# NOTE [one shared engine] in jit/loader.py). Each OS worker thread calls it; it claims block ids from an atomic
 # counter in the launch context and runs each block completely.
 #
 # Kernels without sync points (no barrier, no warp collective) run a block as three nested loops over tid.z/y/x
@@ -413,7 +413,7 @@ class EntryEnv:
 
 
 def call_printf(fl: FuncLowering, L: ir.Value, fmt: ir.Value, args: ir.Value) -> ir.Value:
-    """vprintf is served by the host: wooly_rt_printf is bound by the loader (jit/runtime.py)."""
+    """vprintf is served by the host: wooly_rt_printf is bound by the loader (jit/loader.py)."""
     fn = fl.cg.module.globals.get("wooly_rt_printf") or ir.Function(
         fl.cg.module, ir.FunctionType(I32, [PTR, I64, I64]), "wooly_rt_printf")
     return fl.b.call(fn, [L, fmt, args])
@@ -427,7 +427,7 @@ def call_assert(fl: FuncLowering, L: ir.Value, msg: ir.Value, file: ir.Value, li
 
 def build_kernel(cg: ModuleCodegen, fn: A.Function, index: int, tag: str = "") -> KernelMeta:
     """``tag`` makes the symbol unique per module (wooly_run_<tag>_<i>), so that many objects can share one MCJIT
-    engine in the loader (NOTE [one shared engine] in jit/runtime.py)."""
+    engine in the loader (NOTE [one shared engine] in jit/loader.py)."""
     from jit.emit.cpu_kernel import emit_kernel
     meta = KernelMeta(fn.name, f"wooly_run_{tag}_{index}" if tag else f"wooly_run_{index}")
     off = 0

@@ -31,7 +31,7 @@ def run(module: A.Module, target: str = "cpu", bounds_check: bool = False, tag: 
     for i, f in enumerate(fn for fn in module.functions if fn.is_entry and fn.body is not None):
         kernels.append(build_kernel(cg, f, i, tag))
     # Only the kernel entry points are exported: everything else defined here is internal, so objects loaded
-    # into one shared MCJIT engine never resolve each other's symbols (NOTE [one shared engine], jit/runtime.py).
+    # into one shared MCJIT engine never resolve each other's symbols (NOTE [one shared engine], jit/loader.py).
     entry = {k.symbol for k in kernels}
     for gv in cg.module.global_values:
         defined = not getattr(gv, "is_declaration", True) or getattr(gv, "initializer", None) is not None

@@ -87,11 +87,11 @@ def test_worker_restarts_after_death() -> None:
 
 
 def test_shared_engine_keeps_modules_apart(monkeypatch: pytest.MonkeyPatch) -> None:
-    """NOTE [one shared engine] (jit/runtime.py): modules with the same kernel name share one MCJIT engine, each
+    """NOTE [one shared engine] (jit/loader.py): modules with the same kernel name share one MCJIT engine, each
     runs its own code; the same PTX compiled twice with the cache off (identical object) reuses the loaded code."""
     import struct
 
-    import jit.runtime as rt
+    import jit.loader as rt
 
     def src(v: int) -> str:
         return HEADER + (".visible .entry k(.param .u64 p) { .reg .b64 %rd<2>; .reg .b32 %r<2>;\n"
