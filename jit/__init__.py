@@ -50,11 +50,7 @@ def compile_module(ptx: str | bytes, target: str = "cpu", bounds_check: bool = F
     if target in ARCHS:
         from jit.amdgpu_module import AmdgpuModule
         return AmdgpuModule.from_meta(obj, meta)
-    mod = CpuModule(obj, meta, key, quick=quick)
-    if pending is not None:
-        mod._pending = pending
-        pending.attach(mod)
-    return mod
+    return CpuModule(obj, meta, key, quick=quick, pending=pending)
 
 
 def warm_up() -> None:

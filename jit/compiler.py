@@ -9,7 +9,6 @@ import subprocess
 import sys
 import threading
 import weakref
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -314,11 +313,11 @@ def compile_tiered(ptx: bytes, target: str, bounds_check: bool,
         obj, meta, key = compile_object(ptx, target, bounds_check)
         return obj, meta, key, False, None
     key = cache_key(ptx, target + ("+bounds" if bounds_check else ""))
-    if tier == "auto" and cache_enabled():
+    use_cache = cache_enabled()
+    if tier == "auto" and use_cache:
         hit = _cached(key)
         if hit is not None:
             return hit[0], hit[1], key, False, None
-    use_cache = cache_enabled()
     with _PENDING_LOCK:
         quick = _QUICK.get(key) if use_cache else None
     if quick is None:
@@ -344,8 +343,8 @@ def compile_tiered(ptx: bytes, target: str, bounds_check: bool,
 
 def same_layout(a: dict, b: dict) -> bool:
     """Whether two compiles of one PTX agree on everything but code (kernel symbols differ between tiers)."""
-    strip: Callable[[dict], dict] = lambda m: {  # noqa: E731
-        **m, "kernels": [{k: v for k, v in kern.items() if k != "symbol"} for kern in m["kernels"]]}
+    def strip(m: dict) -> dict:
+        return {**m, "kernels": [{k: v for k, v in kern.items() if k != "symbol"} for kern in m["kernels"]]}
     return strip(a) == strip(b)
 
 

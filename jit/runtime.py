@@ -49,7 +49,7 @@ from jit.errors import (
     CUDA_ERROR_NOT_FOUND,
     JitError,
 )
-from jit.loader import LAUNCH_LOCK, LAUNCHES, format_printf, loaded, warm_loader  # noqa: F401 (re-exported)
+from jit.loader import LAUNCH_LOCK, LAUNCHES, loaded
 
 
 @dataclass(frozen=True)
@@ -219,10 +219,12 @@ _HEAP_LOCK = threading.Lock()
 class CpuModule:
     """A loaded PTX module: kernels (code shared per PTX hash) and this instance's own module-scope globals."""
 
-    def __init__(self, obj: bytes, meta: dict, key: str | None = None, quick: bool = False) -> None:
+    def __init__(self, obj: bytes, meta: dict, key: str | None = None, quick: bool = False,
+                 pending: Any = None) -> None:
+        """``pending``: the jit.compiler.Pending optimised compile this quick module switches to when it lands."""
         self._code = loaded(obj, meta, key)
         self._meta = meta
-        self._pending: Any = None
+        self._pending = pending
         #: "quick" (NOTE [compile tiers], jit/compiler.py: switched to "optimized" when the background compile lands)
         self.tier = "quick" if quick else "optimized"
         # see NOTE [module globals live in a data block] (jit/lower/module.py)
@@ -246,6 +248,8 @@ class CpuModule:
                 _rec_bytes=k["rec_bytes"], _red_bytes=k.get("red_bytes", 0),
                 _bc_roots=list(k.get("bc_roots", [])), _func_stack=k.get("func_stack", 0), _dyn_offset=int(meta["dyn_offset"]), _module=self)
             self._kernels[k["name"]] = kern
+        if pending is not None:
+            pending.attach(self)  # may switch at once, if the optimised code has landed meanwhile
 
     def tier_up(self, obj: bytes, meta: dict, key: str | None) -> None:
         """Switch every kernel to the optimised code of the same PTX (called by the background compile)."""

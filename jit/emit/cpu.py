@@ -197,10 +197,11 @@ class EntryEnv:
         self.bc_bad: ir.Value | None = None  # max(bad address + 1) of rooted checks (NOTE [rooted bounds checks])
         self.rec_ptrs: dict[int, int] = {}  # id(record address) -> field: accesses get per-field alias scopes
         # (id(block), id(thread index), field or -element size) -> (block, index, value): record addresses a block
-        # computed already (fewer instructions for Python to build and LLVM to clean up; see rec_addr)
+        # computed already (fewer instructions for Python to build and LLVM to clean up; see rec_addr). The value
+        # keeps block and index alive, so their ids stay theirs.
         self._rec_cache: dict[tuple[int, int, int], tuple[Any, Any, ir.Value]] = {}
-        self._field_bases: dict[int, ir.Value] = {}  # field -> its array (jit/emit/cpu_sched.py sets field_builder)
-        self.field_builder: ir.IRBuilder | None = None
+        self._field_bases: dict[int, ir.Value] = {}  # field -> scratch + field * ntpad (begin_records)
+        self._field_builder: ir.IRBuilder | None = None
 
     def kernel_param(self, fl: FuncLowering, name: str, off: int, ty: ir.Type) -> ir.Value | None:
         """A kernel parameter loaded once in the entry block: it dominates every use, so LLVM sees a loop
@@ -349,27 +350,33 @@ class EntryEnv:
     def rec_addr(self, b: ir.IRBuilder, t: ir.Value, off: int) -> ir.Value:
         """Address of field ``off`` of thread ``t``'s record (NOTE [thread records])."""
         blk = b.block
-        appending = b._anchor == len(blk.instructions)  # then what this block already computed dominates here
-        cache = self._rec_cache
-        hit = cache.get((id(blk), id(t), off)) if appending else None
-        if hit is not None and hit[0] is blk and hit[1] is t:
-            return hit[2]
-        row = cache.get((id(blk), id(t), -self.elem[off])) if appending else None
-        if row is None or row[0] is not blk or row[1] is not t:
+        # only when appending: then whatever this block computed before dominates the new instruction
+        cache = self._rec_cache if b._anchor == len(blk.instructions) else {}
+        key, row_key = (id(blk), id(t), off), (id(blk), id(t), -self.elem[off])
+        if key in cache:
+            return cache[key][2]
+        if row_key not in cache:  # t * element size
             t64 = b.zext(t, I64) if t.type != I64 else t
-            row = (blk, t, b.mul(t64, _i64(self.elem[off])))
-            if appending:
-                cache[(id(blk), id(t), -self.elem[off])] = row
+            cache[row_key] = (blk, t, b.mul(t64, _i64(self.elem[off])))
         base = self._field_bases.get(off)
-        if base is None:  # scratch + off * ntpad, once, right where ntpad is computed (it dominates every access)
-            fb = self.field_builder
+        if base is None:
+            fb = self._field_builder
+            assert fb is not None, "record access before begin_records"
             base = self._field_bases[off] = fb.gep(self.scratch, [fb.mul(_i64(off), self.ntpad)],
                                                    source_etype=ir.IntType(8))
-        p = b.gep(base, [row[2]], source_etype=ir.IntType(8))
+        p = b.gep(base, [cache[row_key][2]], source_etype=ir.IntType(8))
         self.rec_ptrs[id(p)] = off
-        if appending:
-            cache[(id(blk), id(t), off)] = (blk, t, p)
+        cache[key] = (blk, t, p)
         return p
+
+    def begin_records(self, b: ir.IRBuilder, scratch: ir.Value) -> None:
+        """The thread records of this block start here (NOTE [thread records]): ntpad, and the point where each
+        field's array address is computed on first use, which dominates every record access after it."""
+        self.scratch = scratch
+        self.ntpad = b.and_(b.add(b.zext(self.nt32, I64), _i64(15)), _i64(~15))
+        self._field_builder = ir.IRBuilder(b.block)
+        self._field_builder.position_after(self.ntpad)
+        self._field_bases = {}
 
     def rec_field(self, fl: FuncLowering, off: int) -> ir.Value:
         """Field ``off`` of the running thread's record."""
@@ -443,12 +450,7 @@ def build_kernel(cg: ModuleCodegen, fn: A.Function, index: int, tag: str = "") -
         frames = sum(align_up(cg.local_layout(f)[1], 16) + cg.local_align(f) - 16
                      for f in cg.ast.functions if not f.is_entry and f.body)
         meta.func_stack = frames + FUNC_STACK_HEADROOM if frames else 0
-    for k in ("maxntid", "reqntid"):
-        if fn.attrs.get(k):
-            n = 1
-            for x in fn.attrs[k]:
-                n *= x
-            meta.max_threads = min(meta.max_threads, n)
+    meta.max_threads = min(meta.max_threads, A.max_threads(fn))
     meta.num_regs = min(255, max(16, len(fn.regs)))
     env = EntryEnv(cg, fn, meta)
     emit_kernel(cg, fn, env, meta)

@@ -69,11 +69,7 @@ def scheduler(fl: FuncLowering, env: EntryEnv, scratch: ir.Value, local_base: ir
     sync point or exit; then the resolution step releases whom it can (jit/emit/cpu_resolve.py)."""
     from jit.emit.cpu_resolve import resolve
     b = fl.b
-    env.scratch = scratch
-    env.ntpad = b.and_(b.add(b.zext(env.nt32, I64), _i64(15)), _i64(~15))  # NOTE [thread records]
-    env.field_builder = ir.IRBuilder(b.block)  # field arrays start here, computed on first use (EntryEnv.rec_addr)
-    env.field_builder.position_after(env.ntpad)
-    env._field_bases = {}
+    env.begin_records(b, scratch)
     init = _Loop(fl, env.nt32, "init")
     warp = any(sp.kind == "warp" for sp in env.fn.sync_points.values())
     for f in (R_PC, R_PARK, R_DONE) if warp else (R_PC, R_PARK):  # R_DONE: only warp resolution uses it

@@ -17,7 +17,7 @@ fewer under .maxntid/.reqntid). It is not counted in the kernel's reported stati
 
 from __future__ import annotations
 
-from jit.errors import not_supported
+from jit.errors import invalid_ptx, not_supported
 from jit.passes.warp_matrix_layouts import Layout, mma_layouts, wmma_dims, wmma_layout
 from jit.passes.warp_matrix_ptx import BITS, Fragment, Snippet, address, ctype, regs, space, txt, warp_area
 from jit.ptx import ast as A
@@ -135,7 +135,9 @@ def _mma(g: Snippet, ins: A.Instr) -> int:
 def _wmma_mem(g: Snippet, ins: A.Instr, regtypes: dict[str, str]) -> None:
     """wmma.load.{a,b,c} / wmma.store.d: element by element in our layout, no data exchange."""
     load = ins.has("load")
-    role = next(m for m in ("a", "b", "c", "d") if m in ins.mods)
+    role = next((m for m in ("a", "b", "c", "d") if m in ins.mods), None)
+    if role is None or (role in ("a", "b", "c")) != load:
+        raise not_supported(f"wmma.{'.'.join(ins.mods)}")
     ts = _types(ins)
     if len(ts) != 1:
         raise not_supported(f"wmma.{'.'.join(ins.mods)}")
@@ -293,6 +295,11 @@ def _movmatrix(g: Snippet, ins: A.Instr) -> int:
 
 def _rewrite(ins: A.Instr, n: int, regtypes: dict[str, str], scratch: str) -> tuple[list[A.Stmt], int]:
     from jit.ptx.parser import parse
+    # d, a, b, c for the multiplies; fragment and address (+ stride for wmma) for the moves
+    lo, hi = (4, 4) if ins.opcode == "mma" or ins.has("mma") else (2, 3) if ins.opcode == "wmma" else (2, 2)
+    if not lo <= len(ins.operands) <= hi:
+        raise invalid_ptx(f"{ins.opcode} takes {lo if lo == hi else f'{lo} or {hi}'} operands, not "
+                          f"{len(ins.operands)}", ins.line)
     g = Snippet(n, scratch)
     area = 0
     if ins.opcode == "mma":
@@ -322,14 +329,7 @@ def _rewrite(ins: A.Instr, n: int, regtypes: dict[str, str], scratch: str) -> tu
 
 
 def _warps(fn: A.Function) -> int:
-    n = 1024
-    for k in ("maxntid", "reqntid"):
-        if fn.attrs.get(k):
-            m = 1
-            for x in fn.attrs[k]:
-                m *= x
-            n = min(n, m)
-    return max(1, (n + 31) // 32)
+    return max(1, (A.max_threads(fn) + 31) // 32)
 
 
 def _walk(body: list[A.Stmt], regtypes: dict[str, str], counter: list[int], areas: list[int],

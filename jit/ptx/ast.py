@@ -177,6 +177,18 @@ class Module:
         return None
 
 
+def max_threads(fn: Function) -> int:
+    """The most threads a block of kernel ``fn`` may have: 1024, or less under .maxntid/.reqntid."""
+    n = 1024
+    for k in ("maxntid", "reqntid"):
+        if fn.attrs.get(k):
+            m = 1
+            for x in fn.attrs[k]:
+                m *= x
+            n = min(n, m)
+    return n
+
+
 def type_bits(t: str) -> int:
     """Bit width of a PTX fundamental type name ('u32' -> 32, 'pred' -> 1, 'f16x2' -> 32)."""
     if t == "pred":

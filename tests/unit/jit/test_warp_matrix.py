@@ -108,6 +108,21 @@ def test_unsupported_forms_are_not_supported_naming_them(ins: str, what: str) ->
     assert ei.value.code == 801 and what in ei.value.message
 
 
+@pytest.mark.parametrize("ins,code,what", [
+    ("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%f1,%f2,%f3,%f4}, {%r1,%r2,%r3,%r4}, {%r5,%r6};",
+     218, "mma takes 4 operands, not 3"),
+    ("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%r1};", 218, "ldmatrix takes 2 operands, not 1"),
+    ("wmma.load.sync.aligned.row.m16n16k16.global.f16 {%r1,%r2,%r3,%r4}, [%rd1], 16;", 801, "wmma.load"),
+    ("wmma.store.a.sync.aligned.row.m16n16k16.global.f16 [%rd1], {%r1,%r2,%r3,%r4}, 16;", 801, "wmma.store"),
+])
+def test_malformed_warp_matrix_instructions_are_named(ins: str, code: int, what: str) -> None:
+    ptx = HEADER + (".visible .entry k(.param .u64 p)\n{\n .reg .b32 %r<8>; .reg .b64 %rd<4>; .reg .f32 %f<10>;\n"
+                    f" ld.param.u64 %rd1, [p];\n {ins}\n ret;\n}}\n")
+    with pytest.raises(JitError) as ei:
+        compile_module(ptx)
+    assert ei.value.code == code and what in ei.value.message and "internal" not in ei.value.message
+
+
 @pytest.mark.skipif(not shutil.which("ld.lld"), reason="ld.lld not installed (Debian package lld)")
 def test_amdgpu_code_object_with_wmma() -> None:
     m = compile_module(MULTIWARP, target="gfx90a")
