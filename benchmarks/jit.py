@@ -177,8 +177,7 @@ t0 = time.perf_counter()
 import jit, jit.compiler as jc
 jc.cache_key(b"", "cpu")
 t1 = time.perf_counter()
-import jit.loader as jl
-jl.warm_loader()  # what jit.warm_up() does at daemon start (besides starting the compile worker)
+jc.warm_load_path()  # what jit.warm_up() does at daemon start (besides starting the compile workers)
 t2 = time.perf_counter()
 out = []
 for path in sys.argv[1:]:

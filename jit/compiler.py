@@ -142,6 +142,13 @@ def warm_up() -> None:
             _BACKGROUND.worker.ensure()
     if cache_enabled():
         cache_key(b"", "cpu")  # computes the host id (translator source digest) once
+    warm_load_path()
+
+
+def warm_load_path() -> None:
+    """What the first module load of a process would otherwise pay: importing the runtime (kernel and module
+    classes) and LLVM's one-time loader set-up (the shared MCJIT engine)."""
+    import jit.runtime  # noqa: F401
     from jit.loader import warm_loader
     warm_loader()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import os
 import time
 from pathlib import Path
 
@@ -73,6 +74,31 @@ def test_disk_cache_hit_is_fast(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     m = compile_module(src)
     assert m.kernel_names == ["k"]
     assert time.perf_counter() - t < 0.5
+
+
+_FRESH_HIT = """
+import sys, jit, jit.compiler as jc
+jc.warm_load_path()
+before = set(sys.modules)
+m = jit.compile_module(open(sys.argv[1]).read())
+assert m.kernel_names == ["k"] and not jc._POOL, "not a disk hit"
+print(sorted(set(sys.modules) - before))
+"""
+
+
+def test_warm_load_path_leaves_nothing_to_a_disk_hit(tmp_path: Path) -> None:
+    """A restarted daemon's first disk cache hit must not import anything (the runtime import alone is ~25 ms):
+    jit.warm_up() pays for it at start."""
+    import subprocess
+    import sys
+    env = dict(os.environ, WOOLY_JIT_CACHE_DIR=str(tmp_path), WOOLY_JIT_CACHE="1")
+    src = tmp_path / "k.ptx"
+    src.write_text(HEADER + f".visible .entry k(.param .u32 x) {{ ret; }} // fresh-hit {time.time_ns()}")
+    fill = "import sys, jit; jit.compile_module(open(sys.argv[1]).read(), tier='optimized')"
+    subprocess.run([sys.executable, "-c", fill, str(src)], env=env, check=True)
+    r = subprocess.run([sys.executable, "-c", _FRESH_HIT, str(src)], env=env, check=True, capture_output=True,
+                       text=True)
+    assert r.stdout.strip() == "[]"
 
 
 def test_worker_restarts_after_death() -> None:
