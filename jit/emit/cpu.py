@@ -383,10 +383,20 @@ class EntryEnv:
         return self.rec_addr(fl.b, self.rec_t, off)
 
     def sync(self, fl: FuncLowering, ins: A.Instr) -> None:
-        from jit.emit.cpu_warp import collect_inputs
         sp = self.sync_ids.get(id(ins))
         if sp is None:
             raise not_supported(f"{ins.opcode} outside a kernel body", ins.line)
+        self.park(fl, sp)
+        b = fl.b
+        blk = fl.block(f"resume{sp.id}")
+        self.resume[sp.id] = blk
+        b.position_at_end(blk)
+        self.restore(fl, sp)
+
+    def park(self, fl: FuncLowering, sp: A.SyncPoint) -> None:
+        """The running thread stops at ``sp``: its inputs and live registers go to its record, then on to the next
+        thread."""
+        from jit.emit.cpu_warp import collect_inputs
         b = fl.b
         if sp.kind != "yield":
             collect_inputs(self, fl, sp)
@@ -396,10 +406,6 @@ class EntryEnv:
         b.store(_i32(0 if sp.kind == "yield" else sp.id), self.rec_field(fl, R_PARK))
         b.store(_i32(sp.id), self.rec_field(fl, R_PC))
         b.branch(self.thread_end)
-        blk = fl.block(f"resume{sp.id}")
-        self.resume[sp.id] = blk
-        b.position_at_end(blk)
-        self.restore(fl, sp)
 
     def yield_point(self, fl: FuncLowering, ins: A.Instr) -> None:
         """NOTE [interleaved strided loops] (jit/passes/yield_points.py)."""

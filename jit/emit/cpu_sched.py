@@ -30,6 +30,7 @@ from jit.emit.cpu import (
 from jit.lower.core import FuncLowering
 from jit.lower.module import KernelMeta
 from jit.lower.types import I8, I32, I64
+from jit.ptx import ast as A
 
 
 def thread_prologue(fl: FuncLowering, env: EntryEnv, tz: ir.Value, ty: ir.Value, tx: ir.Value) -> None:
@@ -78,6 +79,19 @@ def scheduler(fl: FuncLowering, env: EntryEnv, scratch: ir.Value, local_base: ir
     rnd = fl.block("round")
     b.branch(rnd)
     b.position_at_end(rnd)
+    generic, round_end = fl.block("round_generic"), fl.block("round_end")
+    regions = uniform_regions(env) if env.barrier_only else {}
+    if regions:  # NOTE [uniform regions]
+        sw = b.switch(_uniform_pc(fl, env), generic)
+        for k, (instrs, end) in regions.items():
+            blk = fl.block(f"uniform{k}")
+            sw.add_case(_i32(k), blk)
+            b.position_at_end(blk)
+            _region_threads(fl, env, env.fn.sync_points[k], instrs, end, local_base)
+            b.branch(round_end)
+    else:
+        b.branch(generic)
+    b.position_at_end(generic)
     lz = _Loop(fl, env.ntid[2], "tz")
     ly = _Loop(fl, env.ntid[1], "ty")
     lx = _Loop(fl, env.ntid[0], "tx")
@@ -100,10 +114,86 @@ def scheduler(fl: FuncLowering, env: EntryEnv, scratch: ir.Value, local_base: ir
     lx.end()
     ly.end()
     lz.end()
+    b.branch(round_end)
+    b.position_at_end(round_end)
     again = resolve(fl, env)
     nxt = fl.block("block_done")
     b.cbranch(again, rnd, nxt)
     b.position_at_end(nxt)
+
+
+# NOTE [uniform regions]
+# In a barrier kernel all threads usually wait at the same barrier, and the code after it up to the next barrier is
+# often straight-line: the inner product of a tiled matmul between its two `__syncthreads()`. The generic round runs
+# it thread by thread behind a `switch` on each thread's pc, so LLVM sees one scalar chain of 16 dependent FMAs per
+# thread. When a round starts with every thread runnable at the same barrier's resume point (a vectorisable check
+# over the records), it runs a loop made for that region instead: restore, the region's instructions, park at the
+# next barrier, for every thread, with nothing else in the loop. LLVM vectorises that loop across threads (tx
+# innermost: As[ty][k] is one broadcast, Bs[k][tx] one vector load). Rounds that start any other way (some thread
+# exited, threads parked at different barriers) take the generic loop, so what runs is the same code in the same
+# thread order, only compiled apart. Regions hold no label, branch, call, exit or trap, at most REGION_MAX
+# instructions, and end at a barrier; kernels with warp collectives never use this (their rounds are not uniform).
+REGION_MAX = 400
+MAX_REGIONS = 4
+_NOT_IN_REGION = {"bra", "ret", "exit", "trap", "call", "brx", "brkpt"}
+
+
+def uniform_regions(env: EntryEnv) -> dict[int, tuple[list[A.Instr], A.SyncPoint]]:
+    """sync id of a barrier -> (the straight-line instructions after it, the barrier that ends them)."""
+    body = env.fn.body or []
+    where = {id(st): i for i, st in enumerate(body)}
+    out: dict[int, tuple[list[A.Instr], A.SyncPoint]] = {}
+    for k, sp in env.fn.sync_points.items():
+        if sp.kind != "bar" or id(sp.instr) not in where or len(out) == MAX_REGIONS:
+            continue
+        instrs: list[A.Instr] = []
+        for st in body[where[id(sp.instr)] + 1:]:
+            if not isinstance(st, A.Instr) or st.opcode in _NOT_IN_REGION or len(instrs) > REGION_MAX:
+                break
+            end = env.sync_ids.get(id(st))
+            if end is not None:
+                if end.kind == "bar":
+                    out[k] = (instrs, end)
+                break
+            instrs.append(st)
+    return out
+
+
+def _uniform_pc(fl: FuncLowering, env: EntryEnv) -> ir.Value:
+    """The pc every thread of the block is runnable at, or 0 (the kernel start: never a region) if they differ or
+    some thread is parked or exited. A loop over the records that LLVM vectorises. (An exited thread's pc is the
+    barrier it last left, whose code led to its exit and so is no region: the park test only makes that explicit.)"""
+    b = fl.b
+    pc0 = b.load(env.rec_addr(b, _i32(0), R_PC), typ=I32)
+    bad = fl.ab.alloca(I32, name="nonuniform")
+    b.store(_i32(0), bad)
+    lp = _Loop(fl, env.nt32, "uni")
+    park = b.load(env.rec_addr(b, lp.i, R_PARK), typ=I32)
+    pc = b.load(env.rec_addr(b, lp.i, R_PC), typ=I32)
+    b.store(b.or_(b.load(bad), b.or_(park, b.xor(pc, pc0))), bad)
+    lp.end()
+    return b.select(b.icmp_unsigned("==", b.load(bad), _i32(0)), pc0, _i32(0))
+
+
+def _region_threads(fl: FuncLowering, env: EntryEnv, sp: A.SyncPoint, instrs: list[A.Instr], end: A.SyncPoint,
+                    local_base: ir.Value) -> None:
+    """Every thread of the block runs the region after barrier ``sp`` and parks at barrier ``end``. Emitted before
+    the generic thread loops, which set the per-thread values of ``env`` again for themselves."""
+    b = fl.b
+    lz = _Loop(fl, env.ntid[2], "rz")
+    ly = _Loop(fl, env.ntid[1], "ry")
+    lx = _Loop(fl, env.ntid[0], "rx")
+    env.thread_end = lx.latch
+    env.rec_t = b.add(b.mul(b.add(b.mul(lz.i, env.ntid[1]), ly.i), env.ntid[0]), lx.i)
+    thread_prologue(fl, env, lz.i, ly.i, lx.i)
+    if env.meta.local_bytes and not env.meta.func_stack:
+        env.local = b.gep(local_base, [b.mul(b.zext(env.rec_t, I64), _i64(env.meta.local_bytes))], source_etype=I8)
+    env.restore(fl, sp)
+    fl.lower_body(list(instrs), finish=False)
+    env.park(fl, end)
+    lx.end()
+    ly.end()
+    lz.end()
 
 
 def annotate_record_scopes(module: ir.Module, fn: ir.Function, rec_ptrs: dict[int, int]) -> None:

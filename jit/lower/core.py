@@ -115,8 +115,9 @@ class FuncLowering:
     def block(self, name: str) -> ir.Block:
         return self.llfn.append_basic_block(name)
 
-    def lower_body(self, body: list[A.Instr | A.Label] | None = None) -> None:
-        """Emit ``body`` (default: the function's) at the builder's position, with the labels of self.labels."""
+    def lower_body(self, body: list[A.Instr | A.Label] | None = None, finish: bool = True) -> None:
+        """Emit ``body`` (default: the function's) at the builder's position, with the labels of self.labels;
+        ``finish``: end a body that falls off its end as `ret` does."""
         for st in self.fn.body or [] if body is None else body:
             if isinstance(st, A.Label):
                 tgt = self.labels[st.name]
@@ -141,7 +142,7 @@ class FuncLowering:
                     raise
                 raise invalid_ptx(f"cannot lower '{'.'.join([st.opcode, *st.mods])}': {type(e).__name__}: {e}",
                                   st.line, st.col) from e
-        if not self.b.block.is_terminated:
+        if finish and not self.b.block.is_terminated:
             if self.fn.is_entry:
                 self.env.exit_thread(self)
             else:
