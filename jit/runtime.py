@@ -102,6 +102,7 @@ class CpuKernel:
     num_regs: int
     _fn: Any = field(repr=False, default=None)
     _rec_bytes: int = 0
+    _rec_threads: int = 0
     _red_bytes: int = 0
     _bc_roots: list[int] = field(default_factory=list)
     _func_stack: int = 0
@@ -148,7 +149,8 @@ class CpuKernel:
             sb, sa = _buffer(self._dyn_offset + shared_mem)
             area = self.local_bytes_per_thread + self._func_stack  # .local, then .func frames (bounds checks)
             lb, la = _buffer(nt * area)
-            rb, ra = _buffer((nt + 15) // 16 * 16 * self._rec_bytes)  # NOTE [thread records] (jit/emit/cpu.py)
+            rec_threads = self._rec_threads or (nt + 15) // 16 * 16  # NOTE [thread records] (jit/emit/cpu.py)
+            rb, ra = _buffer(rec_threads * self._rec_bytes)
             extra_ranges += [(sa, self._dyn_offset + shared_mem), (la, nt * area)]
             red = 0
             if self._red_bytes:  # NOTE [combined global reductions]: empty slots, lo = UINT64_MAX, hi = 0
@@ -245,7 +247,7 @@ class CpuModule:
                 name=k["name"], params=[ParamInfo(**p) for p in k["params"]], param_buffer_size=k["param_size"],
                 static_shared_bytes=k["static_shared"], local_bytes_per_thread=k["local_bytes"],
                 max_threads_per_block=k["max_threads"], num_regs=k["num_regs"], _fn=self._code.fns[k["name"]],
-                _rec_bytes=k["rec_bytes"], _red_bytes=k.get("red_bytes", 0),
+                _rec_bytes=k["rec_bytes"], _rec_threads=k.get("rec_threads", 0), _red_bytes=k.get("red_bytes", 0),
                 _bc_roots=list(k.get("bc_roots", [])), _func_stack=k.get("func_stack", 0), _dyn_offset=int(meta["dyn_offset"]), _module=self)
             self._kernels[k["name"]] = kern
         if pending is not None:
