@@ -107,6 +107,33 @@ def resolve(fl: FuncLowering, env: EntryEnv) -> ir.Value:
     return b.load(again)
 
 
+def _uniform_collectives(fl: FuncLowering, env: EntryEnv, peer: _Peer, warp: list[A.SyncPoint], flag: ir.Value,
+                         end: ir.Block, general: ir.Block) -> None:
+    """When every thread of the block is parked at the same warp collective (the steps of a shuffle reduction), every
+    lane of every warp has arrived: resolve it for all threads in one loop with no per-thread dispatch or warp
+    check, then make them all runnable. Otherwise branch to ``general``."""
+    b = fl.b
+    p0 = peer.field(_i32(0), R_PARK, I32)
+    diff = fl.ab.alloca(I32, name="parkdiff")
+    b.store(_i32(0), diff)
+    lc = _Loop(fl, env.nt32, "wsame")
+    b.store(b.or_(b.load(diff), b.xor(peer.field(lc.i, R_PARK, I32), p0)), diff)
+    lc.end()
+    sw = b.switch(b.select(b.icmp_unsigned("==", b.load(diff), _i32(0)), p0, _i32(0)), general)
+    for sp in warp:
+        blk = fl.block(f"wall{sp.id}")
+        sw.add_case(_i32(sp.id), blk)
+        b.position_at_end(blk)
+        lp = _Loop(fl, env.nt32, f"wall{sp.id}")
+        _resolve_one(fl, env, peer, lp.i, sp, _i32(sp.id))
+        lp.end()
+        lu = _Loop(fl, env.nt32, f"wallrun{sp.id}")  # only now: _resolve_one reads the lanes' park states
+        peer.store(lu.i, R_PARK, _i32(0))
+        lu.end()
+        b.store(ir.Constant(I1, 1), flag)
+        b.branch(end)
+
+
 def _resolve(fl: FuncLowering, env: EntryEnv) -> ir.Value:
     """The resolution proper, when every live thread is parked at a barrier or collective.
 
@@ -129,7 +156,7 @@ def _resolve(fl: FuncLowering, env: EntryEnv) -> ir.Value:
         wk = fl.ab.alloca(ir.ArrayType(I32, 32), name="wk")
         b.store(ir.Constant(I1, 0), force)
         wstart = fl.block("wstart")
-        b.branch(wstart)
+        _uniform_collectives(fl, env, peer, warp, flag, end, wstart)
         b.position_at_end(wstart)
         b.store(ir.Constant(I1, 0), blocked)
         _warp_uniform(fl, env, peer, wk)

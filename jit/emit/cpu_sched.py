@@ -80,7 +80,7 @@ def scheduler(fl: FuncLowering, env: EntryEnv, scratch: ir.Value, local_base: ir
     b.branch(rnd)
     b.position_at_end(rnd)
     generic, round_end = fl.block("round_generic"), fl.block("round_end")
-    regions = uniform_regions(env) if env.barrier_only else {}
+    regions = uniform_regions(env)
     if regions:  # NOTE [uniform regions]
         sw = b.switch(_uniform_pc(fl, env), generic)
         for k, (instrs, end) in regions.items():
@@ -123,16 +123,18 @@ def scheduler(fl: FuncLowering, env: EntryEnv, scratch: ir.Value, local_base: ir
 
 
 # NOTE [uniform regions]
-# In a barrier kernel all threads usually wait at the same barrier, and the code after it up to the next barrier is
-# often straight-line: the inner product of a tiled matmul between its two `__syncthreads()`. The generic round runs
-# it thread by thread behind a `switch` on each thread's pc, so LLVM sees one scalar chain of 16 dependent FMAs per
-# thread. When a round starts with every thread runnable at the same barrier's resume point (a vectorisable check
-# over the records), it runs a loop made for that region instead: restore, the region's instructions, park at the
-# next barrier, for every thread, with nothing else in the loop. LLVM vectorises that loop across threads (tx
-# innermost: As[ty][k] is one broadcast, Bs[k][tx] one vector load). Rounds that start any other way (some thread
-# exited, threads parked at different barriers) take the generic loop, so what runs is the same code in the same
-# thread order, only compiled apart. Regions hold no label, branch, call, exit or trap, at most REGION_MAX
-# instructions, and end at a barrier; kernels with warp collectives never use this (their rounds are not uniform).
+# All threads of a block usually wait at the same barrier or warp collective, and the code after it up to the next
+# one is often straight-line: the inner product of a tiled matmul between its two `__syncthreads()`, the add
+# between two steps of a shuffle reduction. The generic round runs it thread by thread behind a `switch` on each
+# thread's pc, so LLVM sees one scalar chain of 16 dependent FMAs per thread. When a round starts with every thread
+# runnable at the same sync point's resume (a vectorisable check over the records), it runs a loop made for that
+# region instead: restore, the region's instructions, park at the next sync point, for every thread, with nothing
+# else in the loop. LLVM vectorises that loop across threads (tx innermost: As[ty][k] is one broadcast, Bs[k][tx]
+# one vector load). Rounds that start any other way (some thread exited, threads parked at different points) take
+# the generic loop, so what runs is the same code in the same thread order, only compiled apart. Regions start
+# and end at a barrier or warp collective (not a yield point) and hold no label, branch, call, exit or trap and at
+# most REGION_MAX instructions. The resolution has the matching fast path: when every thread waits at the same
+# collective, it is resolved for the whole block in one loop (cpu_resolve._uniform_collectives).
 REGION_MAX = 400
 MAX_REGIONS = 4
 _NOT_IN_REGION = {"bra", "ret", "exit", "trap", "call", "brx", "brkpt"}
@@ -144,7 +146,7 @@ def uniform_regions(env: EntryEnv) -> dict[int, tuple[list[A.Instr], A.SyncPoint
     where = {id(st): i for i, st in enumerate(body)}
     out: dict[int, tuple[list[A.Instr], A.SyncPoint]] = {}
     for k, sp in env.fn.sync_points.items():
-        if sp.kind != "bar" or id(sp.instr) not in where or len(out) == MAX_REGIONS:
+        if sp.kind == "yield" or id(sp.instr) not in where or len(out) == MAX_REGIONS:
             continue
         instrs: list[A.Instr] = []
         for st in body[where[id(sp.instr)] + 1:]:
@@ -152,7 +154,7 @@ def uniform_regions(env: EntryEnv) -> dict[int, tuple[list[A.Instr], A.SyncPoint
                 break
             end = env.sync_ids.get(id(st))
             if end is not None:
-                if end.kind == "bar":
+                if end.kind != "yield":
                     out[k] = (instrs, end)
                 break
             instrs.append(st)

@@ -149,3 +149,63 @@ def test_numba_tiled_matmul_is_vectorised_across_threads() -> None:
     A, B, C = (rng.random((n, n), dtype=np.float32) for _ in range(3))
     k.launch((n // TILE, n // TILE), (TILE, TILE), 0, numba_params(k, A, B, C))
     assert np.allclose(C, A @ B, rtol=1e-4)
+
+
+# v = 7t + 100; three rounds of v += shfl.down(v, d) (a warp reduction's shape): regions between the shuffles, and
+# every shuffle resolved for the whole block at once when all threads wait at it
+SHUFFLES = HEADER + """
+.visible .entry sh(.param .u64 out)
+{
+  .reg .b32 %r<12>; .reg .b64 %rd<4>; .reg .pred %p<4>;
+  mov.u32 %r1, %tid.x; mad.lo.u32 %r2, %r1, 7, 100;
+  shfl.sync.down.b32 %r3|%p1, %r2, 4, 31, -1; add.u32 %r4, %r2, %r3;
+  shfl.sync.down.b32 %r5|%p2, %r4, 2, 31, -1; add.u32 %r6, %r4, %r5;
+  shfl.sync.down.b32 %r7|%p3, %r6, 1, 31, -1; add.u32 %r8, %r6, %r7;
+  ld.param.u64 %rd1, [out]; mul.wide.u32 %rd2, %r1, 4; add.s64 %rd3, %rd1, %rd2; st.global.u32 [%rd3], %r8;
+  ret;
+}
+"""
+
+
+def shuffle_model(nt: int) -> list[int]:
+    v = [7 * t + 100 for t in range(nt)]
+    for d in (4, 2, 1):
+        # a source lane past the warp's end, or past the block's last thread, gives the lane its own value
+        v = [x + (v[t + d] if (t & 31) + d <= 31 and t + d < nt else x) for t, x in enumerate(v)]
+    return v
+
+
+@pytest.mark.parametrize("nt", [64, 48, 7])
+def test_shuffle_chain(nt: int) -> None:
+    assert region_blocks(SHUFFLES) == 2
+    ir = str(translate(SHUFFLES).ir_module)
+    assert sum(1 for line in ir.splitlines() if line.startswith("wall") and ":" in line and "run" not in line) >= 3
+    out = np.zeros(nt, np.uint32)
+    launch(SHUFFLES, "sh", 1, nt, out)
+    assert out.tolist() == shuffle_model(nt)
+
+
+# warp 0 shuffles down, warp 1 shuffles up: two collectives waited at in the same round, each warp its own
+TWO_COLLECTIVES = HEADER + """
+.visible .entry tc(.param .u64 out)
+{
+  .reg .b32 %r<12>; .reg .b64 %rd<4>; .reg .pred %p<4>;
+  mov.u32 %r1, %tid.x; mad.lo.u32 %r2, %r1, 7, 100;
+  setp.ge.u32 %p1, %r1, 32; @%p1 bra UP;
+  shfl.sync.down.b32 %r3, %r2, 1, 31, -1;
+  bra.uni DONE;
+UP:
+  shfl.sync.up.b32 %r3, %r2, 1, 0, -1;
+DONE:
+  ld.param.u64 %rd1, [out]; mul.wide.u32 %rd2, %r1, 4; add.s64 %rd3, %rd1, %rd2; st.global.u32 [%rd3], %r3;
+  ret;
+}
+"""
+
+
+def test_threads_at_different_collectives_resolve_their_own() -> None:
+    out = np.zeros(64, np.uint32)
+    launch(TWO_COLLECTIVES, "tc", 1, 64, out)
+    v = [7 * t + 100 for t in range(64)]
+    want = [v[t + 1] if t < 31 else v[t] for t in range(32)] + [v[t - 1] if t > 32 else v[t] for t in range(32, 64)]
+    assert out.tolist() == want
