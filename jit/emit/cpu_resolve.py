@@ -120,14 +120,18 @@ def _uniform_collectives(fl: FuncLowering, env: EntryEnv, peer: _Peer, warp: lis
     b.store(b.or_(b.load(diff), b.xor(peer.field(lc.i, R_PARK, I32), p0)), diff)
     lc.end()
     sw = b.switch(b.select(b.icmp_unsigned("==", b.load(diff), _i32(0)), p0, _i32(0)), general)
-    for sp in warp:
-        blk = fl.block(f"wall{sp.id}")
-        sw.add_case(_i32(sp.id), blk)
+    groups: dict[tuple[str, ...], list[A.SyncPoint]] = {}
+    for sp in warp:  # one loop per kind of collective (compile time: a reduction has 8 alike shuffles)
+        groups.setdefault(_signature(sp.instr), []).append(sp)
+    for sps in groups.values():
+        blk = fl.block(f"wall{sps[0].id}")
+        for sp in sps:
+            sw.add_case(_i32(sp.id), blk)
         b.position_at_end(blk)
-        lp = _Loop(fl, env.nt32, f"wall{sp.id}")
-        _resolve_one(fl, env, peer, lp.i, sp, _i32(sp.id))
+        lp = _Loop(fl, env.nt32, f"wall{sps[0].id}")
+        _resolve_one(fl, env, peer, lp.i, sps[0], p0)
         lp.end()
-        lu = _Loop(fl, env.nt32, f"wallrun{sp.id}")  # only now: _resolve_one reads the lanes' park states
+        lu = _Loop(fl, env.nt32, f"wallrun{sps[0].id}")  # only now: _resolve_one reads the lanes' park states
         peer.store(lu.i, R_PARK, _i32(0))
         lu.end()
         b.store(ir.Constant(I1, 1), flag)
