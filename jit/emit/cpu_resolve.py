@@ -107,6 +107,22 @@ def resolve(fl: FuncLowering, env: EntryEnv) -> ir.Value:
     return b.load(again)
 
 
+def _cases(fl: FuncLowering, sw: ir.Instruction, warp: list[A.SyncPoint],
+           prefix: str) -> list[tuple[list[A.SyncPoint], ir.Block]]:
+    """One block per kind of collective (sync points whose instructions share a _signature share its resolution
+    code: compile time), each a case of ``sw`` for all its sync points."""
+    groups: dict[tuple[str, ...], list[A.SyncPoint]] = {}
+    for sp in warp:
+        groups.setdefault(_signature(sp.instr), []).append(sp)
+    out = []
+    for sps in groups.values():
+        blk = fl.block(f"{prefix}{sps[0].id}")
+        for sp in sps:
+            sw.add_case(_i32(sp.id), blk)  # type: ignore[attr-defined]
+        out.append((sps, blk))
+    return out
+
+
 def _uniform_collectives(fl: FuncLowering, env: EntryEnv, peer: _Peer, warp: list[A.SyncPoint], flag: ir.Value,
                          end: ir.Block, general: ir.Block) -> None:
     """When every thread of the block is parked at the same warp collective (the steps of a shuffle reduction), every
@@ -120,13 +136,7 @@ def _uniform_collectives(fl: FuncLowering, env: EntryEnv, peer: _Peer, warp: lis
     b.store(b.or_(b.load(diff), b.xor(peer.field(lc.i, R_PARK, I32), p0)), diff)
     lc.end()
     sw = b.switch(b.select(b.icmp_unsigned("==", b.load(diff), _i32(0)), p0, _i32(0)), general)
-    groups: dict[tuple[str, ...], list[A.SyncPoint]] = {}
-    for sp in warp:  # one loop per kind of collective (compile time: a reduction has 8 alike shuffles)
-        groups.setdefault(_signature(sp.instr), []).append(sp)
-    for sps in groups.values():
-        blk = fl.block(f"wall{sps[0].id}")
-        for sp in sps:
-            sw.add_case(_i32(sp.id), blk)
+    for sps, blk in _cases(fl, sw, warp, "wall"):  # one loop per kind of collective (a reduction: 8 alike shuffles)
         b.position_at_end(blk)
         lp = _Loop(fl, env.nt32, f"wall{sps[0].id}")
         _resolve_one(fl, env, peer, lp.i, sps[0], p0)
@@ -167,13 +177,7 @@ def _resolve(fl: FuncLowering, env: EntryEnv) -> ir.Value:
         lp = _Loop(fl, env.nt32, "wres")
         park = peer.field(lp.i, R_PARK, I32)
         sw = b.switch(park, lp.latch)
-        groups: dict[tuple[str, ...], list[A.SyncPoint]] = {}
-        for sp in warp:
-            groups.setdefault(_signature(sp.instr), []).append(sp)
-        for sps in groups.values():
-            blk = fl.block(f"wres{sps[0].id}")
-            for sp in sps:
-                sw.add_case(_i32(sp.id), blk)
+        for sps, blk in _cases(fl, sw, warp, "wres"):
             b.position_at_end(blk)
             do = fl.block(f"wdo{sps[0].id}")
             if sps[0].instr.opcode != "activemask":
