@@ -229,14 +229,14 @@ def run(module: A.Module) -> A.Module:
                         A.Label(skip),
                     ]
                 continue
-            body[at:at] = [
-                A.Instr("add", ["u32"], [c, c, A.Imm(1)]),
-                A.Instr("setp", ["lt", "u32"], [p, c, A.Imm(k)]),
+            body[at:at] = [  # counts down: `dec; jne` where counting up took `inc; cmp; jb`
+                A.Instr("sub", ["u32"], [c, c, A.Imm(1)]),
+                A.Instr("setp", ["ne", "u32"], [p, c, A.Imm(0)]),
                 A.Instr("bra", [], [A.Sym(skip)], _PRED),
                 A.Instr(YIELD, [], []),
-                A.Instr("mov", ["u32"], [c, A.Imm(0)]),
+                A.Instr("mov", ["u32"], [c, A.Imm(k)]),
                 A.Label(skip),
             ]
-        if counted:
-            body.insert(0, A.Instr("mov", ["u32"], [c, A.Imm(0)]))
+        if counted:  # a loop shorter than its K never yields (the first one entered; later ones take the residue)
+            body.insert(0, A.Instr("mov", ["u32"], [c, A.Imm(min(k for _, k in inserts if k))]))
     return module

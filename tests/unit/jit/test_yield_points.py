@@ -47,15 +47,16 @@ def strided(stride: str = GRID, body: str = "") -> str:
 
 
 def yields(ptx: str) -> list[int]:
-    """K of every yield point the front end put into the kernel (the immediate its counter is compared with)."""
+    """K of every yield point the front end put into the kernel (what its counter is reset to after a yield)."""
     fn = [f for f in front_end(ptx).functions if f.is_entry][0]
     body = fn.body or []
     ks = []
     for i, st in enumerate(body):
         if isinstance(st, A.Instr) and st.opcode == YIELD:
-            setp = body[i - 2]
+            setp, reset = body[i - 2], body[i + 1]
             if isinstance(setp, A.Instr) and setp.opcode == "setp" and "wooly" in str(setp.operands[0]):
-                ks.append(int(setp.operands[2].value))  # type: ignore[union-attr]
+                assert isinstance(reset, A.Instr) and reset.opcode == "mov" and reset.operands[0] == setp.operands[1]
+                ks.append(int(reset.operands[1].value))  # type: ignore[union-attr]
             else:  # a wait loop's yield on its back edge: no counter
                 nxt = body[i + 1]
                 assert isinstance(nxt, A.Instr) and nxt.opcode == "bra" and nxt.pred is None
@@ -118,6 +119,21 @@ def test_threads_interleave() -> None:
         runs = np.diff(tickets[:, t])
         longest = max(len(s) for s in "".join("1" if d == 1 else "0" for d in runs).split("0")) + 1
         assert longest <= k
+    # thread 0 runs its first K - 1 iterations before any other thread (the counter starts at K and is checked at
+    # the top of every iteration), then yields
+    assert (np.diff(tickets[:k - 1, 0]) == 1).all() and tickets[k - 1, 0] != tickets[k - 2, 0] + 1
+
+
+def test_loop_shorter_than_k_never_yields() -> None:
+    """Threads that walk K - 1 iterations run them in one go each (ticket order is thread order)."""
+    ptx = strided(body="ld.param.u64 %rd7, [out]; atom.global.add.u32 %r10, [%rd7+256], 1; "
+                       "st.global.u32 [%rd4], %r10;")
+    k = yields(ptx)[0]
+    n = 64 * (k - 1)
+    x = np.zeros(n, np.uint32)
+    out = np.zeros(65, np.uint32)
+    launch(ptx, "gs", (1,), (64,), x, out, n)
+    assert x.reshape(k - 1, 64).T.ravel().tolist() == list(range(n))
 
 
 def test_barrier_waits_for_yielding_threads() -> None:
