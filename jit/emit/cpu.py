@@ -206,7 +206,8 @@ class EntryEnv:
         # computed already (fewer instructions for Python to build and LLVM to clean up; see rec_addr). The value
         # keeps block and index alive, so their ids stay theirs.
         self._rec_cache: dict[tuple[int, int, int], tuple[Any, Any, ir.Value]] = {}
-        self._field_bases: dict[int, ir.Value] = {}  # field -> scratch + field * ntpad (begin_records)
+        self.ntpad: int | ir.Value = 0  # threads per record field array (begin_records; NOTE [thread records])
+        self._field_bases: dict[int, ir.Value] = {}  # field -> scratch + field * ntpad, when ntpad is dynamic
         self._field_builder: ir.IRBuilder | None = None
 
     def kernel_param(self, fl: FuncLowering, name: str, off: int, ty: ir.Type) -> ir.Value | None:
@@ -364,14 +365,15 @@ class EntryEnv:
         if row_key not in cache:  # t * element size
             t64 = b.zext(t, I64) if t.type != I64 else t
             cache[row_key] = (blk, t, b.mul(t64, _i64(self.elem[off])))
-        base = self._field_bases.get(off)
-        if isinstance(self.ntpad, int):
+        if isinstance(self.ntpad, int):  # fixed layout: a constant offset, folded into the address
             base = b.gep(self.scratch, [_i64(off * self.ntpad)], source_etype=ir.IntType(8))
-        elif base is None:
-            fb = self._field_builder
-            assert fb is not None, "record access before begin_records"
-            base = self._field_bases[off] = fb.gep(self.scratch, [fb.mul(_i64(off), self.ntpad)],
-                                                   source_etype=ir.IntType(8))
+        else:
+            base = self._field_bases.get(off)
+            if base is None:
+                fb = self._field_builder
+                assert fb is not None, "record access before begin_records"
+                base = self._field_bases[off] = fb.gep(self.scratch, [fb.mul(_i64(off), self.ntpad)],
+                                                       source_etype=ir.IntType(8))
         p = b.gep(base, [cache[row_key][2]], source_etype=ir.IntType(8))
         self.rec_ptrs[id(p)] = off
         cache[key] = (blk, t, p)
@@ -383,7 +385,7 @@ class EntryEnv:
         self.scratch = scratch
         fixed = align_up(self.meta.max_threads, 16)
         if fixed * self.rec_bytes <= FIXED_RECORDS_MAX:
-            self.ntpad: int | ir.Value = fixed
+            self.ntpad = fixed
             self.meta.rec_threads = fixed
         else:
             self.ntpad = b.and_(b.add(b.zext(self.nt32, I64), _i64(15)), _i64(~15))

@@ -106,7 +106,7 @@ def emit_kernel(cg: ModuleCodegen, fn: A.Function, env: EntryEnv, meta: KernelMe
     env.ctaid = [b.trunc(cx, I32), b.trunc(b.urem(rest, gy), I32), b.trunc(b.udiv(rest, gy), I32)]
     if env.sched:
         fl.declare_labels()
-        scheduler(fl, env, scratch, local_base, meta, fl.block("kernel_start"))
+        scheduler(fl, env, scratch, local_base, fl.block("kernel_start"))
     else:
         _simple_threads(fl, env, local_base, stride if cg.bounds_check else 0)
     if env.rec_ptrs:

@@ -28,7 +28,6 @@ from jit.emit.cpu import (
     _Loop,
 )
 from jit.lower.core import FuncLowering
-from jit.lower.module import KernelMeta
 from jit.lower.types import I8, I32, I64
 from jit.ptx import ast as A
 
@@ -64,8 +63,27 @@ def thread_prologue(fl: FuncLowering, env: EntryEnv, tz: ir.Value, ty: ir.Value,
             b.store(b.add(sp, _i64(meta.func_stack)), b.gep(env.tc, [_i64(T_LEND)], source_etype=I64))
 
 
-def scheduler(fl: FuncLowering, env: EntryEnv, scratch: ir.Value, local_base: ir.Value, meta: KernelMeta,
-              start: ir.Block) -> None:
+def _thread_loops(fl: FuncLowering, env: EntryEnv, prefix: str) -> tuple[_Loop, _Loop, _Loop]:
+    """The loops over tid.z/y/x of a round; the running thread's record index and where its run ends."""
+    b = fl.b
+    lz = _Loop(fl, env.ntid[2], f"{prefix}z")
+    ly = _Loop(fl, env.ntid[1], f"{prefix}y")
+    lx = _Loop(fl, env.ntid[0], f"{prefix}x")
+    env.thread_end = lx.latch
+    env.rec_t = b.add(b.mul(b.add(b.mul(lz.i, env.ntid[1]), ly.i), env.ntid[0]), lx.i)
+    return lz, ly, lx
+
+
+def _start_thread(fl: FuncLowering, env: EntryEnv, loops: tuple[_Loop, _Loop, _Loop], local_base: ir.Value) -> None:
+    lz, ly, lx = loops
+    thread_prologue(fl, env, lz.i, ly.i, lx.i)
+    meta = env.meta
+    if meta.local_bytes and not meta.func_stack:  # (with a .func stack the prologue set it)
+        env.local = fl.b.gep(local_base, [fl.b.mul(fl.b.zext(env.rec_t, I64), _i64(meta.local_bytes))],
+                             source_etype=I8)
+
+
+def scheduler(fl: FuncLowering, env: EntryEnv, scratch: ir.Value, local_base: ir.Value, start: ir.Block) -> None:
     """Rounds of the block's thread loops: each runnable thread resumes at its pc (a `switch`) and runs to its next
     sync point or exit; then the resolution step releases whom it can (jit/emit/cpu_resolve.py)."""
     from jit.emit.cpu_resolve import resolve
@@ -92,19 +110,12 @@ def scheduler(fl: FuncLowering, env: EntryEnv, scratch: ir.Value, local_base: ir
     else:
         b.branch(generic)
     b.position_at_end(generic)
-    lz = _Loop(fl, env.ntid[2], "tz")
-    ly = _Loop(fl, env.ntid[1], "ty")
-    lx = _Loop(fl, env.ntid[0], "tx")
-    env.thread_end = lx.latch
-    t = b.add(b.mul(b.add(b.mul(lz.i, env.ntid[1]), ly.i), env.ntid[0]), lx.i)
-    env.rec_t = t
+    lz, ly, lx = _thread_loops(fl, env, "t")
     park = b.load(env.rec_field(fl, R_PARK), typ=I32)
     run = fl.block("thread_run")
     b.cbranch(b.icmp_unsigned("!=", park, _i32(0)), lx.latch, run)
     b.position_at_end(run)
-    thread_prologue(fl, env, lz.i, ly.i, lx.i)
-    if meta.local_bytes and not meta.func_stack:  # (with a .func stack the prologue set it)
-        env.local = b.gep(local_base, [b.mul(b.zext(t, I64), _i64(meta.local_bytes))], source_etype=I8)
+    _start_thread(fl, env, (lz, ly, lx), local_base)
     pc = b.load(env.rec_field(fl, R_PC), typ=I32)
     sw = b.switch(pc, start)
     b.position_at_end(start)
@@ -143,7 +154,7 @@ _NOT_IN_REGION = {"bra", "ret", "exit", "trap", "call", "brx", "brkpt"}
 
 
 def uniform_regions(env: EntryEnv) -> dict[int, tuple[list[A.Instr], A.SyncPoint]]:
-    """sync id of a barrier -> (the straight-line instructions after it, the barrier that ends them)."""
+    """sync id -> (the straight-line instructions after that barrier or collective, the one that ends them)."""
     body = env.fn.body or []
     where = {id(st): i for i, st in enumerate(body)}
     out: dict[int, tuple[list[A.Instr], A.SyncPoint]] = {}
@@ -183,15 +194,8 @@ def _region_threads(fl: FuncLowering, env: EntryEnv, sp: A.SyncPoint, instrs: li
                     local_base: ir.Value) -> None:
     """Every thread of the block runs the region after barrier ``sp`` and parks at barrier ``end``. Emitted before
     the generic thread loops, which set the per-thread values of ``env`` again for themselves."""
-    b = fl.b
-    lz = _Loop(fl, env.ntid[2], "rz")
-    ly = _Loop(fl, env.ntid[1], "ry")
-    lx = _Loop(fl, env.ntid[0], "rx")
-    env.thread_end = lx.latch
-    env.rec_t = b.add(b.mul(b.add(b.mul(lz.i, env.ntid[1]), ly.i), env.ntid[0]), lx.i)
-    thread_prologue(fl, env, lz.i, ly.i, lx.i)
-    if env.meta.local_bytes and not env.meta.func_stack:
-        env.local = b.gep(local_base, [b.mul(b.zext(env.rec_t, I64), _i64(env.meta.local_bytes))], source_etype=I8)
+    lz, ly, lx = _thread_loops(fl, env, "r")
+    _start_thread(fl, env, (lz, ly, lx), local_base)
     env.restore(fl, sp)
     fl.lower_body(list(instrs), finish=False)
     env.park(fl, end)

@@ -28,7 +28,7 @@ either copy (NOTE [interleaved strided loops], the next pass) resumes in the sam
 
 from __future__ import annotations
 
-from jit.passes.liveness import defs_uses
+from jit.passes.liveness import defs_uses, innermost_loops
 from jit.ptx import ast as A
 
 GUARD_MAX_START = 1 << 62
@@ -156,18 +156,13 @@ def _guard(plan: _Plan, slow: str) -> list[A.Stmt]:
 
 
 def run(module: A.Module) -> A.Module:
-    from jit.passes.yield_points import _loops
     for fn in module.functions:
         if fn.body is None:
             continue
         body = fn.body
         pos = {st.name: i for i, st in enumerate(body) if isinstance(st, A.Label)}
-        targets: dict[str, list[int]] = {}
-        for j, st in enumerate(body):
-            if isinstance(st, A.Instr) and st.opcode == "bra" and st.operands and isinstance(st.operands[0], A.Sym):
-                targets.setdefault(st.operands[0].name, []).append(j)
         done = 0
-        for h, j in sorted(_loops(body, pos), reverse=True):  # from the end: earlier indices stay valid
+        for h, j in sorted(innermost_loops(body, pos), reverse=True):  # from the end: earlier indices stay valid
             head = body[h]
             if not isinstance(head, A.Label):
                 continue

@@ -76,6 +76,18 @@ def successors(bl: list[list[int]], label_block: dict[str, int], body: list) -> 
     return succ
 
 
+def innermost_loops(body: list[A.Stmt], pos: dict[str, int]) -> list[tuple[int, int]]:
+    """(header index, back-edge index) of innermost loops: a branch to a label (at ``pos``) at or before it, with no
+    other back edge between."""
+    edges = []
+    for j, st in enumerate(body):
+        if isinstance(st, A.Instr) and st.opcode == "bra" and st.operands and isinstance(st.operands[0], A.Sym):
+            h = pos.get(st.operands[0].name)
+            if h is not None and h < j:
+                edges.append((h, j))
+    return [(h, j) for h, j in edges if not any(h <= h2 and j2 <= j and (h2, j2) != (h, j) for h2, j2 in edges)]
+
+
 def live_after(body: list[A.Stmt], wanted: set[int]) -> dict[int, set[str]]:
     """Registers live immediately after each statement index in ``wanted``."""
     bl, label_block, _ = blocks(body)

@@ -42,7 +42,7 @@ runs while an earlier one spins.
 
 from __future__ import annotations
 
-from jit.passes.liveness import defs_uses
+from jit.passes.liveness import defs_uses, innermost_loops
 from jit.passes.sync_points import YIELD, sync_kind
 from jit.ptx import ast as A
 
@@ -172,18 +172,6 @@ def _spins(loop: list[A.Stmt], h: int, pos: dict[str, int]) -> bool:
     return False
 
 
-def _loops(body: list[A.Stmt], pos: dict[str, int]) -> list[tuple[int, int]]:
-    """(header index, back-edge index) of innermost loops: a branch to a label (at ``pos``) at or before it, with no
-    other back edge between."""
-    edges = []
-    for j, st in enumerate(body):
-        if isinstance(st, A.Instr) and st.opcode == "bra" and st.operands and isinstance(st.operands[0], A.Sym):
-            h = pos.get(st.operands[0].name)
-            if h is not None and h < j:
-                edges.append((h, j))
-    return [(h, j) for h, j in edges if not any(h <= h2 and j2 <= j and (h2, j2) != (h, j) for h2, j2 in edges)]
-
-
 def run(module: A.Module) -> A.Module:
     for fn in module.functions:
         if fn.body is None or not fn.is_entry:
@@ -193,7 +181,7 @@ def run(module: A.Module) -> A.Module:
         inserts: list[tuple[int, int]] = []  # (position, K): after a loop's header label, every K-th time round;
         #                                       K = 0: at its back edge, every time round (a wait loop)
         pos = {st.name: i for i, st in enumerate(body) if isinstance(st, A.Label)}
-        for h, j in _loops(body, pos):
+        for h, j in innermost_loops(body, pos):
             loop = body[h:j + 1]
             if any(isinstance(st, A.Instr) and sync_kind(st) for st in loop):
                 continue
