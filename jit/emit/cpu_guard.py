@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 
 from llvmlite import ir
 
-from jit.emit.cpu import _Loop
+from jit.emit.cpu_loops import _Loop
 from jit.lower.core import HANDLERS, FuncLowering
 from jit.lower.types import I64
 from jit.passes.liveness import defs_uses

@@ -27,11 +27,10 @@ from jit.emit.cpu import (
     EntryEnv,
     _i32,
     _i64,
-    _Loop,
-    keep_checked_copy_scalar,
     ld_slot,
 )
 from jit.emit.cpu_guard import find_exit_guards, plan_prechecks, versioned_threads
+from jit.emit.cpu_loops import _Loop, keep_checked_copy_scalar
 from jit.emit.cpu_sched import annotate_record_scopes, scheduler, thread_prologue
 from jit.errors import CUDA_ERROR_ILLEGAL_ADDRESS
 from jit.lower.core import FuncLowering, Storage

@@ -25,8 +25,8 @@ from jit.emit.cpu import (
     EntryEnv,
     _i32,
     _i64,
-    _Loop,
 )
+from jit.emit.cpu_loops import _Loop
 from jit.lower.core import FuncLowering
 from jit.lower.types import I8, I32, I64
 from jit.ptx import ast as A

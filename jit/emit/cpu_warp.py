@@ -21,8 +21,8 @@ from jit.emit.cpu import (
     EntryEnv,
     _i32,
     _i64,
-    _Loop,
 )
+from jit.emit.cpu_loops import _Loop
 from jit.errors import not_supported
 from jit.lower.core import FuncLowering
 from jit.lower.types import I1, I32, I64
