@@ -5,6 +5,7 @@ from __future__ import annotations
 from jit.passes import (
     branch_tables,
     flatten_scopes,
+    fused_loops,
     index_versioning,
     inline_sync,
     pointer_roots,
@@ -27,6 +28,7 @@ AST_PASSES = [
     predication,     # @p instr -> @!p bra skip; instr; skip:
     branch_tables,   # brx.idx i, ts -> compare-and-branch chain over the .branchtargets labels
     pointer_roots,   # 64-bit registers derived from a kernel pointer parameter (NOTE [pointer roots])
+    fused_loops,     # kernels that are one grid-stride loop: recorded, for blocks that can run it fused (CPU)
     index_versioning,  # grid-stride loops: a copy without numba's wrap-around of indices that cannot be negative
     yield_points,    # where the CPU scheduler may switch threads: grid-stride and wait loops
     sync_points,     # number barriers and warp collectives; registers live across each

@@ -29,6 +29,7 @@ from jit.emit.cpu import (
     _i64,
     ld_slot,
 )
+from jit.emit.cpu_fused import emit_fused, usable
 from jit.emit.cpu_guard import find_exit_guards, plan_prechecks, versioned_threads
 from jit.emit.cpu_loops import _Loop, keep_checked_copy_scalar
 from jit.emit.cpu_sched import annotate_record_scopes, scheduler, thread_prologue
@@ -103,11 +104,18 @@ def emit_kernel(cg: ModuleCodegen, fn: A.Function, env: EntryEnv, meta: KernelMe
     cx = b.urem(bid, gx)
     rest = b.udiv(bid, gx)
     env.ctaid = [b.trunc(cx, I32), b.trunc(b.urem(rest, gy), I32), b.trunc(b.udiv(rest, gy), I32)]
+    fused = fn.fused if fn.fused is not None and not cg.bounds_check and usable(fl, fn.fused) else None
+    if fused is not None:  # NOTE [fused grid-stride loops]
+        finished = fl.block("block_finished")
+        emit_fused(fl, env, fused, finished)
     if env.sched:
         fl.declare_labels()
         scheduler(fl, env, scratch, local_base, fl.block("kernel_start"))
     else:
         _simple_threads(fl, env, local_base, stride if cg.bounds_check else 0)
+    if fused is not None:
+        b.branch(finished)
+        b.position_at_end(finished)
     if env.rec_ptrs:
         annotate_record_scopes(cg.module, llfn, env.rec_ptrs)
     if env.bc_bad is not None:  # a rooted bounds check failed in this block (NOTE [rooted bounds checks])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -148,6 +149,7 @@ class Function:
     sync_points: dict[int, SyncPoint] = field(default_factory=dict)
     branch_tables: dict[str, list[str]] = field(default_factory=dict)  # 'ts: .branchtargets L0, L1;'
     ptr_roots: dict[str, tuple[str, int]] = field(default_factory=dict)  # register -> (kernel param, offset)
+    fused: Any = None  # jit.passes.fused_loops.FusedLoop: NOTE [fused grid-stride loops]
 
 
 @dataclass
