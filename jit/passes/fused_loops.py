@@ -161,7 +161,8 @@ def plan(fn: A.Function) -> FusedLoop | None:
     pre: list[A.Instr] = []
     exits: list[tuple[str, bool]] = []
     for st in body[:h]:
-        assert isinstance(st, A.Instr)
+        if not isinstance(st, A.Instr):
+            return None
         if st.opcode == "bra":
             tgt = st.operands[0] if st.operands else None
             if not isinstance(tgt, A.Sym) or tgt.name != xname or st.pred is None:
