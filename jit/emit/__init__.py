@@ -17,11 +17,14 @@ L_SLOTS = 40
 # worker context
 W_SHARED, W_LOCAL, W_SCRATCH, W_RED = 0, 1, 2, 3  # W_RED: NOTE [combined global reductions]
 # per-worker combining buffer of relaxed reductions (bytes; NOTE [combined global reductions], jit/emit/cpu_red.py):
-# count, lo, hi, pad, tags[RED_SLOTS], deltas[RED_SLOTS]
+# count, lo, hi, the dense region's base, shift, count (0: none) and is64, pad, tags[RED_SLOTS], deltas[RED_SLOTS],
+# dense[DENSE_SLOTS] (NOTE [dense reduction slots])
 RED_SLOTS = 256
-RB_COUNT, RB_LO, RB_HI, RB_TAGS = 0, 8, 16, 32
+DENSE_SLOTS = 1024
+RB_COUNT, RB_LO, RB_HI, RB_DBASE, RB_DSHIFT, RB_DCOUNT, RB_DIS64, RB_TAGS = 0, 8, 16, 24, 32, 40, 48, 64
 RB_DELTAS = RB_TAGS + 8 * RED_SLOTS
-RED_BYTES = RB_DELTAS + 8 * RED_SLOTS
+RB_DENSE = RB_DELTAS + 8 * RED_SLOTS
+RED_BYTES = RB_DENSE + 8 * DENSE_SLOTS
 # thread context passed to .func code (i64 slots)
 T_TID, T_NTID, T_CTAID, T_NCTAID, T_SHARED, T_LCTX, T_LINEAR, T_EXITED = 0, 3, 6, 9, 12, 13, 14, 15
 T_LSP, T_LEND = 16, 17  # .func frame stack of a bounds-checked kernel (NOTE [checked .func stack], jit/emit/cpu_func.py)

@@ -136,6 +136,10 @@ class EntryEnv:
         from jit.emit.cpu_red import plan
         self.red_sites = plan(fn)  # NOTE [combined global reductions]
         self.red = None  # RedBuffer, set by emit_kernel when red_sites is not empty
+        # while a fused loop's body is lowered (jit/emit/cpu_fused.py): reductions into the claimed dense region,
+        # id -> (base, shift, count) (NOTE [dense reduction slots]), and accesses whose overlap test was made once
+        self.red_dense: dict[int, tuple[ir.Value, int, int]] = {}
+        self.red_unguarded: set[int] = set()
         # only plain barriers as sync points: the release step is a vectorisable loop (cpu_resolve._release_all)
         self.barrier_only = bool(fn.sync_points) and all(
             sp.kind in ("bar", "yield") and not sp.instr.has("red") for sp in fn.sync_points.values())

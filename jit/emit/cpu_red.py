@@ -23,6 +23,18 @@ rounding. A kernel that calls non-inlined `.func`s does not use the buffer (thei
 
 Layout: RB_* in jit/emit/__init__.py (the loader initialises it).
 
+NOTE [dense reduction slots]
+A histogram's `bins[v & 255] += 1` still paid the slot lookup per element (hash the address, compare the tag,
+branch). When the address of a buffered reduction in a fused grid-stride loop is known to be B + scale*k with
+0 <= k < count (NOTE [fused loop address forms], jit/passes/fused_access.py), the block first *claims* that
+range as the worker's dense region: `count` counters (rounded up to a power of two, at most DENSE_SLOTS), one per
+address B + (k << shift). The reduction is then `dense[(addr - B) >> shift & (count - 1)] += v`: no tag, no
+branch, as a CPU histogram would be written by hand. The region is part of the buffer for everything else: [lo,
+hi) always covers it while it is claimed (a flush adds its non-zero counters atomically, zeroes them and leaves lo
+and hi at the region), so loads, stores and fences see exactly what they saw before. A claim of a different range
+flushes the buffer first. The sparse slots and the dense counters may both hold a pending delta for one address;
+both are flushed together, and integer adds commute, so the final value is the same.
+
 NOTE [cold slow paths]
 The slow paths called from a kernel's hottest loops (evict a slot, flush the buffer; the bounds-check table search
 of jit/emit/bounds.py) are functions marked `cold`. LLVM then treats the blocks that call them as rarely run and
@@ -35,7 +47,20 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from jit.emit import RB_COUNT, RB_DELTAS, RB_HI, RB_LO, RB_TAGS, RED_SLOTS
+from jit.emit import (
+    DENSE_SLOTS,
+    RB_COUNT,
+    RB_DBASE,
+    RB_DCOUNT,
+    RB_DELTAS,
+    RB_DENSE,
+    RB_DIS64,
+    RB_DSHIFT,
+    RB_HI,
+    RB_LO,
+    RB_TAGS,
+    RED_SLOTS,
+)
 from jit.lower.types import I1, I32, I64, PTR, VOID
 from jit.ptx import ast as A
 
@@ -89,7 +114,7 @@ class RedBuffer:
         self.flush_fn = _flush_fn(module)
         self.insert_fn = _insert_fn(module)
 
-    def _field(self, b: ir.IRBuilder, off: ir.Value | int) -> ir.Value:
+    def field(self, b: ir.IRBuilder, off: ir.Value | int) -> ir.Value:
         return b.gep(self.buf, [off if isinstance(off, ir.Value) else _i64(off)], source_etype=ir.IntType(8))
 
     def add(self, fl, p: ir.Value, v: ir.Value, is64: bool) -> None:  # type: ignore[no-untyped-def]
@@ -97,7 +122,7 @@ class RedBuffer:
         addr = b.ptrtoint(p, I64)
         tag = b.or_(addr, _i64(int(is64)))
         idx = b.and_(b.lshr(addr, _i64(2)), _i64(RED_SLOTS - 1))
-        tp = self._field(b, b.add(b.shl(idx, _i64(3)), _i64(RB_TAGS)))
+        tp = self.field(b, b.add(b.shl(idx, _i64(3)), _i64(RB_TAGS)))
         dv = b.sext(v, I64) if v.type != I64 else v
         hit = b.icmp_unsigned("==", b.load(tp, typ=I64), tag)
         yes, no, done = fl.block("red_hit"), fl.block("red_miss"), fl.block("red_done")
@@ -115,8 +140,8 @@ class RedBuffer:
         """Flush if [p, p+size) overlaps the buffered range."""
         b = fl.b
         addr = b.ptrtoint(p, I64)
-        lo = b.load(self._field(b, RB_LO), typ=I64)
-        hi = b.load(self._field(b, RB_HI), typ=I64)
+        lo = b.load(self.field(b, RB_LO), typ=I64)
+        hi = b.load(self.field(b, RB_HI), typ=I64)
         hit = b.and_(b.icmp_unsigned("<", addr, hi), b.icmp_unsigned(">", b.add(addr, _i64(size)), lo))
         yes, done = fl.block("red_guard_flush"), fl.block("red_guard_done")
         b.cbranch(hit, yes, done)
@@ -128,11 +153,31 @@ class RedBuffer:
     def flush(self, b: ir.IRBuilder) -> None:
         b.call(self.flush_fn, [self.buf])
 
+    def claim(self, b: ir.IRBuilder, base: ir.Value, shift: int, count: int, is64: bool) -> None:
+        """Make [base, base + (count << shift)) the worker's dense region (NOTE [dense reduction slots])."""
+        assert count & (count - 1) == 0 and 0 < count <= DENSE_SLOTS
+        b.call(_claim_fn(b.module, self.flush_fn), [self.buf, base, _i64(shift), _i64(count), _i64(int(is64))])
+
+    def add_dense(self, fl, p: ir.Value, base: ir.Value, shift: int, count: int, v: ir.Value) -> None:  # type: ignore[no-untyped-def]
+        """A buffered add to an address of the claimed dense region."""
+        b = fl.b
+        k = b.and_(b.lshr(b.sub(b.ptrtoint(p, I64), base), _i64(shift)), _i64(count - 1))
+        dp = self.field(b, b.add(b.shl(k, _i64(3)), _i64(RB_DENSE)))
+        b.store(b.add(b.load(dp, typ=I64), b.sext(v, I64) if v.type != I64 else v), dp)
+
 
 def _atomic_add(b: ir.IRBuilder, tag: ir.Value, delta: ir.Value) -> None:
     """Add delta at (tag & ~1), as an i64 if tag & 1 else as an i32."""
-    addr = b.and_(tag, _i64(~1))
-    is64 = b.trunc(tag, I1)
+    _atomic_add_at(b, b.and_(tag, _i64(~1)), b.trunc(tag, I1), delta)
+
+
+def _end(b: ir.IRBuilder, base: ir.Value, count: ir.Value, shift: ir.Value) -> ir.Value:
+    """base + (count << shift), saturated (a region at the top of the address space must still cover itself)."""
+    end = b.add(base, b.shl(count, shift))
+    return b.select(b.icmp_unsigned("<", end, base), _i64(-1), end)
+
+
+def _atomic_add_at(b: ir.IRBuilder, addr: ir.Value, is64: ir.Value, delta: ir.Value) -> None:
     fn = b.function
     w64, w32, out = fn.append_basic_block("w64"), fn.append_basic_block("w32"), fn.append_basic_block("wdone")
     b.cbranch(is64, w64, w32)
@@ -154,15 +199,15 @@ def _flush_fn(module: ir.Module) -> ir.Function:
     fn.attributes.add("noinline")
     fn.attributes.add("cold")  # NOTE [cold slow paths]
     (buf,) = fn.args
-    entry, loop, body, nxt, done, ret = (fn.append_basic_block(n) for n in
-                                         ("entry", "loop", "body", "next", "done", "ret"))
+    entry, loop, body, nxt, done, dense, dloop, dbody, dnext, fin = (fn.append_basic_block(n) for n in (
+        "entry", "loop", "body", "next", "done", "dense", "dloop", "dbody", "dnext", "fin"))
     b = ir.IRBuilder(entry)
 
     def field(off: ir.Value | int) -> ir.Value:
         return b.gep(buf, [off if isinstance(off, ir.Value) else _i64(off)], source_etype=ir.IntType(8))
 
-    b.cbranch(b.icmp_unsigned("==", b.load(field(RB_COUNT), typ=I64), _i64(0)), ret, loop)
-    b.position_at_end(loop)
+    b.cbranch(b.icmp_unsigned("==", b.load(field(RB_COUNT), typ=I64), _i64(0)), dense, loop)
+    b.position_at_end(loop)  # the sparse slots
     i = b.phi(I64)
     i.add_incoming(_i64(0), entry)
     tp = field(b.add(b.shl(i, _i64(3)), _i64(RB_TAGS)))
@@ -179,8 +224,58 @@ def _flush_fn(module: ir.Module) -> ir.Function:
     b.cbranch(b.icmp_unsigned("<", i2, _i64(RED_SLOTS)), loop, done)
     b.position_at_end(done)
     b.store(_i64(0), field(RB_COUNT))
-    b.store(_i64(-1), field(RB_LO))
-    b.store(_i64(0), field(RB_HI))
+    b.branch(dense)
+    b.position_at_end(dense)  # the dense region's non-zero counters (NOTE [dense reduction slots])
+    base, shift, count = (b.load(field(o), typ=I64) for o in (RB_DBASE, RB_DSHIFT, RB_DCOUNT))
+    is64 = b.load(field(RB_DIS64), typ=I64)
+    b.cbranch(b.icmp_unsigned("==", count, _i64(0)), fin, dloop)
+    b.position_at_end(dloop)
+    j = b.phi(I64)
+    j.add_incoming(_i64(0), dense)
+    dp = field(b.add(b.shl(j, _i64(3)), _i64(RB_DENSE)))
+    dd = b.load(dp, typ=I64)
+    b.cbranch(b.icmp_unsigned("!=", dd, _i64(0)), dbody, dnext)
+    b.position_at_end(dbody)
+    _atomic_add_at(b, b.add(base, b.shl(j, shift)), b.trunc(is64, I1), dd)
+    b.store(_i64(0), dp)
+    b.branch(dnext)
+    b.position_at_end(dnext)
+    j2 = b.add(j, _i64(1))
+    j.add_incoming(j2, dnext)
+    b.cbranch(b.icmp_unsigned("<", j2, count), dloop, fin)
+    b.position_at_end(fin)  # nothing is pending; the buffered range is the dense region (if any) from now on
+    empty = b.icmp_unsigned("==", count, _i64(0))
+    b.store(b.select(empty, _i64(-1), base), field(RB_LO))
+    b.store(b.select(empty, _i64(0), _end(b, base, count, shift)), field(RB_HI))
+    b.ret_void()
+    return fn
+
+
+def _claim_fn(module: ir.Module, flush: ir.Function) -> ir.Function:
+    """claim(buf, base, shift, count, is64): NOTE [dense reduction slots]. A no-op when the region is claimed."""
+    fn = module.globals.get("wooly_red_claim")
+    if fn is not None:
+        return fn
+    fn = ir.Function(module, ir.FunctionType(VOID, [PTR, I64, I64, I64, I64]), "wooly_red_claim")
+    fn.linkage = "internal"
+    fn.attributes.add("noinline")
+    buf, base, shift, count, is64 = fn.args
+    entry, take, ret = (fn.append_basic_block(n) for n in ("entry", "take", "ret"))
+    b = ir.IRBuilder(entry)
+
+    def field(off: int) -> ir.Value:
+        return b.gep(buf, [_i64(off)], source_etype=ir.IntType(8))
+
+    same: ir.Value = ir.Constant(I1, 1)
+    for off, v in ((RB_DBASE, base), (RB_DSHIFT, shift), (RB_DCOUNT, count), (RB_DIS64, is64)):
+        same = b.and_(same, b.icmp_unsigned("==", b.load(field(off), typ=I64), v))
+    b.cbranch(same, ret, take)
+    b.position_at_end(take)
+    b.call(flush, [buf])  # the old region's counters (and the sparse slots) go out first
+    for off, v in ((RB_DBASE, base), (RB_DSHIFT, shift), (RB_DCOUNT, count), (RB_DIS64, is64)):
+        b.store(v, field(off))
+    b.store(base, field(RB_LO))
+    b.store(_end(b, base, count, shift), field(RB_HI))
     b.branch(ret)
     b.position_at_end(ret)
     b.ret_void()

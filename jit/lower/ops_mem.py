@@ -45,7 +45,7 @@ def _red_guard(fl: FuncLowering, ins: A.Instr, sp: str, p: ir.Value, size: int) 
     """Keep a kernel's own buffered reductions coherent with its loads and stores (NOTE [combined global
     reductions], jit/emit/cpu_red.py): a strong access flushes the buffer, an ordinary one flushes if it overlaps."""
     red = getattr(fl.env, "red", None)
-    if red is None or sp not in ("global", "generic"):
+    if red is None or sp not in ("global", "generic") or id(ins) in fl.env.red_unguarded:  # type: ignore[attr-defined]
         return
     from jit.emit.cpu_red import is_strong
     if is_strong(ins):
@@ -181,7 +181,11 @@ def atomic(fl: FuncLowering, ins: A.Instr, addr_op: A.Operand, vals: list[A.Oper
     if red is not None and sp != "shared":
         if id(ins) in fl.env.red_sites:  # type: ignore[attr-defined]
             t0 = fl.itype(ins)
-            red.add(fl, p, fl.get(vals[0], t0), t0 in ("u64", "s64"))
+            dense = fl.env.red_dense.get(id(ins))  # type: ignore[attr-defined]
+            if dense is not None:  # NOTE [dense reduction slots]
+                red.add_dense(fl, p, *dense, fl.get(vals[0], t0))
+            else:
+                red.add(fl, p, fl.get(vals[0], t0), t0 in ("u64", "s64"))
             return ir.Constant(compute_type(t0), 0)  # the result is dead (that made the site eligible)
         red.flush(b)  # any other atomic may observe or order the pending reductions
     if _vec(ins) > 1:
