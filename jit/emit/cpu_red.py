@@ -45,6 +45,8 @@ were measured too and did not help (12.7-13.4 ms); `preserve_allcc` on the calls
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from llvmlite import ir
 
 from jit.emit import (
@@ -190,6 +192,30 @@ def _atomic_add_at(b: ir.IRBuilder, addr: ir.Value, is64: ir.Value, delta: ir.Va
     b.position_at_end(out)
 
 
+def _drain(b: ir.IRBuilder, n: ir.Value, slot: Callable[[ir.Value], ir.Value],
+           act: Callable[[ir.Value, ir.Value], None]) -> None:
+    """for (i = 0; i < n; ++i) if ((v = *slot(i)) != 0) { act(i, v); *slot(i) = 0; } at the builder's position."""
+    fn = b.function
+    pre = b.block
+    loop, hit, nxt, out = (fn.append_basic_block(x) for x in ("drain", "drain_hit", "drain_next", "drain_out"))
+    b.cbranch(b.icmp_unsigned("==", n, _i64(0)), out, loop)
+    b.position_at_end(loop)
+    i = b.phi(I64)
+    i.add_incoming(_i64(0), pre)
+    p = slot(i)
+    v = b.load(p, typ=I64)
+    b.cbranch(b.icmp_unsigned("!=", v, _i64(0)), hit, nxt)
+    b.position_at_end(hit)
+    act(i, v)
+    b.store(_i64(0), p)
+    b.branch(nxt)
+    b.position_at_end(nxt)
+    i2 = b.add(i, _i64(1))
+    i.add_incoming(i2, nxt)
+    b.cbranch(b.icmp_unsigned("<", i2, n), loop, out)
+    b.position_at_end(out)
+
+
 def _flush_fn(module: ir.Module) -> ir.Function:
     fn = module.globals.get("wooly_red_flush")
     if fn is not None:
@@ -199,51 +225,26 @@ def _flush_fn(module: ir.Module) -> ir.Function:
     fn.attributes.add("noinline")
     fn.attributes.add("cold")  # NOTE [cold slow paths]
     (buf,) = fn.args
-    entry, loop, body, nxt, done, dense, dloop, dbody, dnext, fin = (fn.append_basic_block(n) for n in (
-        "entry", "loop", "body", "next", "done", "dense", "dloop", "dbody", "dnext", "fin"))
+    entry, sparse, dense = (fn.append_basic_block(n) for n in ("entry", "sparse", "dense"))
     b = ir.IRBuilder(entry)
 
     def field(off: ir.Value | int) -> ir.Value:
         return b.gep(buf, [off if isinstance(off, ir.Value) else _i64(off)], source_etype=ir.IntType(8))
 
-    b.cbranch(b.icmp_unsigned("==", b.load(field(RB_COUNT), typ=I64), _i64(0)), dense, loop)
-    b.position_at_end(loop)  # the sparse slots
-    i = b.phi(I64)
-    i.add_incoming(_i64(0), entry)
-    tp = field(b.add(b.shl(i, _i64(3)), _i64(RB_TAGS)))
-    t = b.load(tp, typ=I64)
-    b.cbranch(b.icmp_unsigned("!=", t, _i64(0)), body, nxt)
-    b.position_at_end(body)
-    d = b.load(b.gep(tp, [_i64(RB_DELTAS - RB_TAGS)], source_etype=ir.IntType(8)), typ=I64)
-    _atomic_add(b, t, d)
-    b.store(_i64(0), tp)
-    b.branch(nxt)
-    b.position_at_end(nxt)
-    i2 = b.add(i, _i64(1))
-    i.add_incoming(i2, nxt)
-    b.cbranch(b.icmp_unsigned("<", i2, _i64(RED_SLOTS)), loop, done)
-    b.position_at_end(done)
+    def slot(base: int) -> Callable[[ir.Value], ir.Value]:
+        return lambda i: field(b.add(b.shl(i, _i64(3)), _i64(base)))
+
+    b.cbranch(b.icmp_unsigned("==", b.load(field(RB_COUNT), typ=I64), _i64(0)), dense, sparse)
+    b.position_at_end(sparse)  # the sparse slots: tag -> pending delta
+    _drain(b, _i64(RED_SLOTS), slot(RB_TAGS),
+           lambda i, tag: _atomic_add(b, tag, b.load(slot(RB_DELTAS)(i), typ=I64)))
     b.store(_i64(0), field(RB_COUNT))
     b.branch(dense)
     b.position_at_end(dense)  # the dense region's non-zero counters (NOTE [dense reduction slots])
     base, shift, count = (b.load(field(o), typ=I64) for o in (RB_DBASE, RB_DSHIFT, RB_DCOUNT))
-    is64 = b.load(field(RB_DIS64), typ=I64)
-    b.cbranch(b.icmp_unsigned("==", count, _i64(0)), fin, dloop)
-    b.position_at_end(dloop)
-    j = b.phi(I64)
-    j.add_incoming(_i64(0), dense)
-    dp = field(b.add(b.shl(j, _i64(3)), _i64(RB_DENSE)))
-    dd = b.load(dp, typ=I64)
-    b.cbranch(b.icmp_unsigned("!=", dd, _i64(0)), dbody, dnext)
-    b.position_at_end(dbody)
-    _atomic_add_at(b, b.add(base, b.shl(j, shift)), b.trunc(is64, I1), dd)
-    b.store(_i64(0), dp)
-    b.branch(dnext)
-    b.position_at_end(dnext)
-    j2 = b.add(j, _i64(1))
-    j.add_incoming(j2, dnext)
-    b.cbranch(b.icmp_unsigned("<", j2, count), dloop, fin)
-    b.position_at_end(fin)  # nothing is pending; the buffered range is the dense region (if any) from now on
+    is64 = b.trunc(b.load(field(RB_DIS64), typ=I64), I1)
+    _drain(b, count, slot(RB_DENSE), lambda i, d: _atomic_add_at(b, b.add(base, b.shl(i, shift)), is64, d))
+    # nothing is pending; the buffered range is the dense region (if any) from now on
     empty = b.icmp_unsigned("==", count, _i64(0))
     b.store(b.select(empty, _i64(-1), base), field(RB_LO))
     b.store(b.select(empty, _i64(0), _end(b, base, count, shift)), field(RB_HI))
