@@ -10,7 +10,7 @@ from __future__ import annotations
 from llvmlite import ir
 
 from jit.emit.bounds import emit_check, needs_check
-from jit.errors import not_supported
+from jit.errors import invalid_ptx, not_supported
 from jit.lower.core import FuncLowering, op
 from jit.lower.ops_float import bf16_to_f32, f32_to_bf16
 from jit.lower.types import F16, F32, F64, I8, I32, I64, PTR, compute_type, convert_bits, is_signed, width
@@ -188,8 +188,6 @@ def atomic(fl: FuncLowering, ins: A.Instr, addr_op: A.Operand, vals: list[A.Oper
                 red.add(fl, p, fl.get(vals[0], t0), t0 in ("u64", "s64"))
             return ir.Constant(compute_type(t0), 0)  # the result is dead (that made the site eligible)
         red.flush(b)  # any other atomic may observe or order the pending reductions
-    if _vec(ins) > 1:
-        raise not_supported(f"atom/red on {t} vectors", ins.line)
     if t in ("f16", "bf16", "f16x2", "bf16x2"):
         return _half_atomic(fl, ins, p, fl.get(vals[0], t), t, opn)
     v = fl.get(vals[0], t)
@@ -324,13 +322,41 @@ def _inc_dec(fl: FuncLowering, p: ir.Value, lim: ir.Value, opn: str, ordering: s
 
 @op("atom")
 def atom(fl: FuncLowering, ins: A.Instr) -> None:
+    if _vec(ins) > 1:
+        for d, r in zip(fl.dst_ops(ins.operands[0]), _vector_atomic(fl, ins, 1), strict=False):
+            fl.put(d, r, fl.itype(ins))
+        return
     r = atomic(fl, ins, ins.operands[1], ins.operands[2:])
     fl.put(ins.operands[0], r, fl.itype(ins))
 
 
 @op("red")
 def red(fl: FuncLowering, ins: A.Instr) -> None:
+    if _vec(ins) > 1:
+        _vector_atomic(fl, ins, 0)
+        return
     atomic(fl, ins, ins.operands[0], ins.operands[1:])
+
+
+def _vector_atomic(fl: FuncLowering, ins: A.Instr, at: int) -> list[ir.Value]:
+    """`atom/red{.global}.op.v2/.v4/.v8.type [a], {b0, ...}` (sm_90): one atomic per element, element k at a + k *
+    sizeof(type), as the PTX ISA defines them (the vector as a whole is not one atomic access). The old values."""
+    a = ins.operands[at]
+    if not isinstance(a, A.Addr):
+        raise invalid_ptx("vector atom/red needs an address operand [a]")
+    t = fl.itype(ins)
+    size = type_bytes(t)
+    srcs = [fl.dst_ops(o) for o in ins.operands[at + 1:]]
+    n = _vec(ins)
+    if any(len(v) != n for v in srcs):
+        raise invalid_ptx(f"vector atom/red: {n} elements expected in each source operand")
+    mods = [m for m in ins.mods if m not in ("v2", "v4", "v8")]
+    olds = []
+    for k in range(n):
+        one = A.Instr(ins.opcode, mods, [A.Addr(a.base, a.offset + k * size), *(v[k] for v in srcs)],
+                      line=ins.line, col=ins.col)
+        olds.append(atomic(fl, one, one.operands[0], one.operands[1:]))
+    return olds
 
 
 @op("cp")

@@ -312,3 +312,34 @@ def test_recursive_sync_func_is_refused() -> None:
     with pytest.raises(JitError) as ei:
         compile_module(ptx)
     assert ei.value.code == 801 and "recursive" in ei.value.message
+
+
+VECTOR_ATOMICS = HEADER.replace("sm_80", "sm_90") + """
+.visible .entry k(.param .u64 p, .param .u64 q, .param .u64 h)
+{
+  .reg .f32 %f<12>; .reg .b64 %rd<8>; .reg .b32 %r<4>; .reg .b16 %rs<4>;
+  ld.param.u64 %rd1, [p]; ld.param.u64 %rd2, [q]; ld.param.u64 %rd5, [h];
+  mov.u32 %r1, %tid.x; cvt.rn.f32.u32 %f1, %r1; add.f32 %f2, %f1, 1.0; add.f32 %f3, %f1, 2.0; add.f32 %f4, %f1, 3.0;
+  red.global.add.v4.f32 [%rd1], {%f1, %f2, %f3, %f4};
+  atom.global.add.v2.f32 {%f5, %f6}, [%rd1+16], {%f2, %f3};
+  mul.wide.u32 %rd3, %r1, 8; add.s64 %rd4, %rd2, %rd3;
+  st.global.v2.f32 [%rd4], {%f5, %f6};
+  mov.b16 %rs1, 0x3C00;
+  red.global.add.noftz.v8.f16 [%rd5], {%rs1, %rs1, %rs1, %rs1, %rs1, %rs1, %rs1, %rs1};
+  ret;
+}
+"""
+
+
+def test_vector_atomics_are_one_atomic_per_element() -> None:
+    """sm_90 `red/atom .v2/.v4/.v8`: element k at a + k*size; `atom` returns every element's old value, and the old
+    values of one element, taken in order, are the running sums of the increments."""
+    p, q, h = np.zeros(6, np.float32), np.zeros(64, np.float32), np.zeros(8, np.float16)
+    launch(VECTOR_ATOMICS, "k", (1,), (32, 1, 1), p, q, h)
+    t = np.arange(32, dtype=np.float32)
+    assert (p == [t.sum(), (t + 1).sum(), (t + 2).sum(), (t + 3).sum(), (t + 1).sum(), (t + 2).sum()]).all()
+    assert (h == 32).all()
+    olds = q.reshape(32, 2)
+    for k, inc in ((0, t + 1), (1, t + 2)):
+        order = np.argsort(olds[:, k])
+        assert olds[order[0], k] == 0 and (np.diff(olds[order, k]) == inc[order][:-1]).all()
