@@ -25,7 +25,7 @@ from jit.emit.cpu import (
 from jit.emit.cpu_loops import _Loop
 from jit.errors import not_supported
 from jit.lower.core import FuncLowering
-from jit.lower.types import I1, I32, I64
+from jit.lower.types import F32, I1, I32, I64
 from jit.ptx import ast as A
 
 
@@ -65,13 +65,11 @@ def collect_inputs(env: EntryEnv, fl: FuncLowering, sp: A.SyncPoint) -> None:
         b.store(b.zext(fl.get(o[1], "pred"), I32), f(R_XPRED))
     elif ins.opcode in ("match", "redux"):
         t = fl.itype(ins)
-        v = fl.get(o[1], t)
+        v = fl.get(o[1], "b32" if t == "f32" else t)  # redux.f32: the bits (NOTE [redux.f32])
         if ins.opcode == "redux" and t.startswith("s"):
             b.store(b.sext(v, I64), f(R_XA))
         else:
             b.store(b.zext(v, I64) if v.type != I64 else v, f(R_XA))
-        if ins.opcode == "redux" and t == "f32":
-            raise not_supported("redux.sync.f32", ins.line)
 
 
 def write_outputs(env: EntryEnv, fl: FuncLowering, sp: A.SyncPoint) -> None:
@@ -146,7 +144,7 @@ def _arrived(fl: FuncLowering, env: EntryEnv, peer: _Peer, w0: ir.Value, k: ir.V
 def _signature(ins: A.Instr) -> tuple[str, ...]:
     """Sync points whose instructions share this signature share one resolution block (compile time)."""
     keep = ("up", "down", "bfly", "idx", "all", "any", "uni", "ballot", "add", "min", "max", "and", "or", "xor",
-            "s32", "u32", "b32", "b64", "u64", "s64", "warp")
+            "s32", "u32", "b32", "b64", "u64", "s64", "f32", "abs", "NaN", "warp")
     return (ins.opcode, *[m for m in ins.mods if m in keep])
 
 
@@ -228,6 +226,9 @@ def _resolve_one(fl: FuncLowering, env: EntryEnv, peer: _Peer, t: ir.Value, sp: 
         else:
             peer.store(t, R_RVAL, b.zext(s, I64))
         return
+    if ins.opcode == "redux" and ins.has("f32"):
+        _redux_f32(fl, env, peer, ins, t, w0, k, mm)
+        return
     if ins.opcode == "redux":
         kind = next(x for x in ins.mods if x in ("add", "min", "max", "and", "or", "xor"))
         signed = ins.has("s32")
@@ -252,6 +253,44 @@ def _resolve_one(fl: FuncLowering, env: EntryEnv, peer: _Peer, t: ir.Value, sp: 
         peer.store(t, R_RVAL, b.load(acc))
         return
     raise not_supported(f"warp collective {ins.opcode}", ins.line)
+
+
+def _redux_f32(fl: FuncLowering, env: EntryEnv, peer: _Peer, ins: A.Instr, t: ir.Value, w0: ir.Value,
+               k: ir.Value, mm: ir.Value) -> None:
+    """NOTE [redux.f32]: `redux.sync.{min,max}{.abs}{.NaN}.f32` (sm_100a) as the PTX ISA defines it: +0.0 > -0.0;
+    .abs reduces |x|; NaN inputs are skipped (the result is the canonical NaN 0x7fffffff only when every input is
+    NaN), or, with .NaN, any NaN input makes the result the canonical NaN."""
+    b = fl.b
+    nan = _i32(0x7FFFFFFF)
+    acc, anynan = fl.ab.alloca(I32), fl.ab.alloca(I1)
+    b.store(nan, acc)
+    b.store(ir.Constant(I1, 0), anynan)
+    is_min = ins.has("min")
+
+    def red(jj: ir.Value, ln: ir.Value) -> None:
+        v = b.trunc(peer.field(jj, R_XA, I64), I32)
+        if ins.has("abs"):
+            v = b.and_(v, _i32(0x7FFFFFFF))
+        a = b.load(acc)
+        fv, fa = b.bitcast(v, F32), b.bitcast(a, F32)
+        v_nan = b.fcmp_unordered("uno", fv, fv)
+        a_nan = b.fcmp_unordered("uno", fa, fa)
+        # order: the float order, and -0.0 below +0.0 (as signed-integer bits, -0.0 < +0.0 too)
+        zero = ir.Constant(F32, 0.0)
+        zeros = b.and_(b.fcmp_ordered("==", fv, zero), b.fcmp_ordered("==", fa, zero))
+        if is_min:
+            better = b.or_(b.fcmp_ordered("<", fv, fa), b.and_(zeros, b.icmp_signed("<", v, a)))
+        else:
+            better = b.or_(b.fcmp_ordered(">", fv, fa), b.and_(zeros, b.icmp_signed(">", v, a)))
+        take = b.and_(b.not_(v_nan), b.or_(a_nan, better))
+        b.store(b.select(take, v, a), acc)
+        b.store(b.or_(b.load(anynan), v_nan), anynan)
+
+    _arrived(fl, env, peer, w0, k, red, mm=mm)
+    r = b.load(acc)
+    if ins.has("NaN"):
+        r = b.select(b.load(anynan), nan, r)
+    peer.store(t, R_RVAL, b.zext(r, I64))
 
 
 __all__ = ["collect_inputs", "write_outputs", "R_XMASK", "_Peer", "_signature", "_resolve_one"]

@@ -162,3 +162,64 @@ def test_printf_and_params_struct() -> None:
     assert r.printf == "hello 42 1.500000 x\n" * 2
     assert [p.offset for p in m.get_kernel("matmul").params] == [0, 8, 16, 24]
     assert pack(k, 42) == struct.pack("<i", 42)
+
+
+REDUX_F32 = HEADER.replace("sm_80", "sm_100a").replace("7.8", "8.6") + """
+.visible .entry k(.param .u64 x, .param .u64 out, .param .u32 mask)
+{
+  .reg .b32 %r<12>; .reg .f32 %f<12>; .reg .b64 %rd<6>;
+  ld.param.u64 %rd1, [x]; ld.param.u64 %rd2, [out]; ld.param.u32 %r9, [mask];
+  mov.u32 %r1, %tid.x; mul.wide.u32 %rd3, %r1, 4; add.s64 %rd4, %rd1, %rd3; ld.global.f32 %f1, [%rd4];
+  and.b32 %r2, %r1, 31; shr.u32 %r3, %r9, %r2; and.b32 %r3, %r3, 1; setp.eq.u32 %p1, %r3, 0;
+  @%p1 bra SKIP;
+  redux.sync.min.f32 %f2, %f1, %r9;
+  redux.sync.max.f32 %f3, %f1, %r9;
+  redux.sync.min.abs.f32 %f4, %f1, %r9;
+  redux.sync.max.abs.NaN.f32 %f5, %f1, %r9;
+  redux.sync.min.NaN.f32 %f6, %f1, %r9;
+  mul.wide.u32 %rd3, %r1, 20; add.s64 %rd5, %rd2, %rd3;
+  st.global.v4.f32 [%rd5], {%f2, %f3, %f4, %f5}; st.global.f32 [%rd5+16], %f6;
+SKIP:
+  ret;
+}
+""".replace(".reg .b64 %rd<6>;", ".reg .b64 %rd<6>; .reg .pred %p<2>;")
+
+
+def _redux_f32_model(vals: np.ndarray, op: str, absolute: bool, nan: bool) -> int:
+    v = np.abs(vals) if absolute else vals
+    if nan and np.isnan(v).any() or np.isnan(v).all():
+        return 0x7FFFFFFF
+    v = v[~np.isnan(v)]
+    key = [(float(x), -1 if np.signbit(x) else 1) for x in v]  # +0.0 > -0.0
+    pick = min(range(len(v)), key=lambda i: key[i]) if op == "min" else max(range(len(v)), key=lambda i: key[i])
+    return int(v[pick:pick + 1].view(np.uint32)[0])
+
+
+@pytest.mark.parametrize("case", ["mixed", "zeros", "all_nan", "partial"])
+def test_redux_sync_f32(case: str) -> None:
+    """NOTE [redux.f32]: min/max with .abs and .NaN over the lanes in the member mask."""
+    rng = np.random.default_rng(9)
+    x = (rng.standard_normal(64) * 100).astype(np.float32)
+    mask = 0xFFFFFFFF
+    if case == "mixed":
+        x[[3, 40]] = np.nan
+        x[[5, 50]] = -np.inf
+    elif case == "zeros":
+        x[:] = 0.0
+        x[[7, 33, 60]] = -0.0
+    elif case == "all_nan":
+        x[:32] = np.nan
+    else:
+        mask = 0x0F0F00F1
+        x[[1, 34]] = np.nan  # outside the mask: ignored even with .NaN
+    out = np.zeros(64 * 5, np.uint32)
+    launch(REDUX_F32, "k", (1,), (64,), x, out, mask)
+    o = out.reshape(64, 5)
+    for w in range(2):
+        lanes = [ln for ln in range(32) if mask >> ln & 1]
+        vals = x[32 * w + np.array(lanes)]
+        want = [_redux_f32_model(vals, "min", False, False), _redux_f32_model(vals, "max", False, False),
+                _redux_f32_model(vals, "min", True, False), _redux_f32_model(vals, "max", True, True),
+                _redux_f32_model(vals, "min", False, True)]
+        for ln in lanes:
+            assert o[32 * w + ln].tolist() == want, (w, ln)
