@@ -140,6 +140,7 @@ class EntryEnv:
         # id -> (base, shift, count) (NOTE [dense reduction slots]), and accesses whose overlap test was made once
         self.red_dense: dict[int, tuple[ir.Value, int, int]] = {}
         self.red_unguarded: set[int] = set()
+        self.fused_exit: ir.Block | None = None
         # only plain barriers as sync points: the release step is a vectorisable loop (cpu_resolve._release_all)
         self.barrier_only = bool(fn.sync_points) and all(
             sp.kind in ("bar", "yield") and not sp.instr.has("red") for sp in fn.sync_points.values())
@@ -255,6 +256,9 @@ class EntryEnv:
         return self.L
 
     def exit_thread(self, fl: FuncLowering) -> None:
+        if self.fused_exit is not None:  # a failed bounds check in a fused loop ends the block's loop (cpu_fused)
+            fl.b.branch(self.fused_exit)
+            return
         if self.sched:
             fl.b.store(_i32(-1), self.rec_field(fl, R_PARK))
         fl.b.branch(self.thread_end)

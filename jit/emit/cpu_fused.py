@@ -4,6 +4,15 @@ See NOTE [fused grid-stride loops] in jit/passes/fused_loops.py for the shape, t
 result is one a GPU may produce. Emitted at the start of every block, before the usual thread loops (or scheduler),
 which run the blocks that do not pass the probe.
 
+NOTE [fused loops under bounds checks]
+gpud compiles with bounds checks (NOTE [bounds checking], jit/emit/bounds.py), so fused loops run checked too. P only
+reads .param/.const (nothing to check); the body's accesses get their usual checks. A failed table-search check
+aborts the launch as anywhere else; a failed rooted check (NOTE [rooted bounds checks]) records the address and
+"exits the thread", which in a fused loop means leaving the block's loop: the worker then reports
+CUDA_ERROR_ILLEGAL_ADDRESS naming the address after the block, and the launch fails, as it does unfused (what the
+other threads of the block had still to do is not run; after an illegal address the memory a launch leaves is
+undefined on a GPU as well).
+
 NOTE [fused loop prefetch]
 A block walks its elements in chunks of ntid.x consecutive i, one grid stride apart: with the benchmark's 64 blocks
 of 256 threads, 1 KiB of a u32 array, then a jump of 64 KiB. The hardware prefetcher follows a stream within a
@@ -174,7 +183,9 @@ def _chunks(fl: FuncLowering, env: EntryEnv, plan: FusedLoop, c: ir.Value, nb: i
     i = b.and_(b.add(lo, inner.i), _i64(LIMIT[(plan.width, plan.signed)] - 1))  # a no-op: tells LLVM i >= 0
     a = fl.regs[plan.iv]
     b.store(i if plan.width == 64 else b.trunc(i, a.allocated_type), a)
+    env.fused_exit = done  # NOTE [fused loops under bounds checks]
     fl.lower_body(list(plan.body), finish=False)
+    env.fused_exit = None
     inner.end()
     lo.add_incoming(b.add(lo, step), b.block)
     b.branch(outer)

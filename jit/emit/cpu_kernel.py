@@ -104,7 +104,7 @@ def emit_kernel(cg: ModuleCodegen, fn: A.Function, env: EntryEnv, meta: KernelMe
     cx = b.urem(bid, gx)
     rest = b.udiv(bid, gx)
     env.ctaid = [b.trunc(cx, I32), b.trunc(b.urem(rest, gy), I32), b.trunc(b.udiv(rest, gy), I32)]
-    fused = fn.fused if fn.fused is not None and not cg.bounds_check and usable(fl, fn.fused) else None
+    fused = fn.fused if fn.fused is not None and usable(fl, fn.fused) else None
     if fused is not None:  # NOTE [fused grid-stride loops]
         finished = fl.block("block_finished")
         emit_fused(fl, env, fused, finished)

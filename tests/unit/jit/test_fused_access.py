@@ -11,7 +11,7 @@ import pytest
 
 from jit.passes.fused_access import Aff, Idx, address_forms
 from jit.pipeline import front_end, translate
-from tests.unit.jit.helpers import HEADER, launch
+from tests.unit.jit.helpers import HEADER, launch, pack
 
 # i = ctaid*ntid + tid; while (i < n) { BODY; i += ntid*nctaid }; %rd1 = data, %rd2 = bins, %rd3 = out
 KERNEL = HEADER + """
@@ -196,3 +196,34 @@ def test_loads_apart_from_the_counters_give_the_same_results() -> None:
     out = np.zeros(n, np.uint32)
     launch(kernel(COUNT4 + LOAD_AFTER), "h", (6,), (64, 1, 1), d, bins, out, n)
     assert (bins == n // 4).all() and (out == d).all()
+
+
+def _checked(body: str, grid: int, nt: int, d: np.ndarray, bins: np.ndarray, n: int,
+             ranges: list[tuple[int, int]]) -> None:
+    from jit import compile_module
+    k = compile_module(kernel(LOAD + body), bounds_check=True).get_kernel("h")
+    k.launch((grid,), (nt, 1, 1), 0, pack(k, d, bins, d, n), allowed_ranges=ranges)
+
+
+def test_fused_loops_run_under_bounds_checks() -> None:
+    """NOTE [fused loops under bounds checks]: gpud compiles with bounds checks; the fused path is used there too."""
+    assert "fused_chunk" in str(translate(kernel(LOAD + HISTS["and255"][0]), bounds_check=True).ir_module)
+    d = np.random.default_rng(8).integers(0, 1 << 24, 60_001, dtype=np.uint32)
+    for name in ("and255", "sparse"):
+        body, dt, size, want = HISTS[name]
+        bins = np.zeros(size, dt)
+        _checked(body, 7, 64, d, bins, d.size, [(d.ctypes.data, d.nbytes), (bins.ctypes.data, bins.nbytes)])
+        assert (bins == want(d)).all(), name
+
+
+def test_an_out_of_bounds_load_in_a_fused_loop_is_an_illegal_address() -> None:
+    from jit.errors import JitError
+    d = np.random.default_rng(8).integers(0, 1 << 24, 10_000, dtype=np.uint32)
+    bins = np.zeros(256, np.uint32)
+    allowed = 9_000  # the loop reads d[0..10000), only the first 9000 elements are the kernel's
+    with pytest.raises(JitError) as ei:
+        _checked(HISTS["and255"][0], 7, 64, d, bins, d.size, [(d.ctypes.data, 4 * allowed),
+                                                               (bins.ctypes.data, bins.nbytes)])
+    assert ei.value.code == 700
+    bad = int(ei.value.message.split("illegal address 0x")[1].split()[0], 16)
+    assert d.ctypes.data + 4 * allowed <= bad < d.ctypes.data + d.nbytes
