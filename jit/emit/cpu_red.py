@@ -76,6 +76,11 @@ def _i64(v: int) -> ir.Constant:
     return ir.Constant(I64, v)
 
 
+def _field(b: ir.IRBuilder, buf: ir.Value, off: ir.Value | int) -> ir.Value:
+    """The address of the buffer field at byte offset ``off`` (RB_* in jit/emit/__init__.py)."""
+    return b.gep(buf, [off if isinstance(off, ir.Value) else _i64(off)], source_etype=ir.IntType(8))
+
+
 def is_buffered(ins: A.Instr, dead: set[str]) -> bool:
     """A relaxed integer add to .global memory whose old value nobody reads."""
     if ins.opcode not in ("red", "atom") or not ins.has("global") or not ins.has("add"):
@@ -117,7 +122,7 @@ class RedBuffer:
         self.insert_fn = _insert_fn(module)
 
     def field(self, b: ir.IRBuilder, off: ir.Value | int) -> ir.Value:
-        return b.gep(self.buf, [off if isinstance(off, ir.Value) else _i64(off)], source_etype=ir.IntType(8))
+        return _field(b, self.buf, off)
 
     def add(self, fl, p: ir.Value, v: ir.Value, is64: bool) -> None:  # type: ignore[no-untyped-def]
         b = fl.b
@@ -229,7 +234,7 @@ def _flush_fn(module: ir.Module) -> ir.Function:
     b = ir.IRBuilder(entry)
 
     def field(off: ir.Value | int) -> ir.Value:
-        return b.gep(buf, [off if isinstance(off, ir.Value) else _i64(off)], source_etype=ir.IntType(8))
+        return _field(b, buf, off)
 
     def slot(base: int) -> Callable[[ir.Value], ir.Value]:
         return lambda i: field(b.add(b.shl(i, _i64(3)), _i64(base)))
@@ -264,19 +269,17 @@ def _claim_fn(module: ir.Module, flush: ir.Function) -> ir.Function:
     entry, take, ret = (fn.append_basic_block(n) for n in ("entry", "take", "ret"))
     b = ir.IRBuilder(entry)
 
-    def field(off: int) -> ir.Value:
-        return b.gep(buf, [_i64(off)], source_etype=ir.IntType(8))
-
+    desc = ((RB_DBASE, base), (RB_DSHIFT, shift), (RB_DCOUNT, count), (RB_DIS64, is64))
     same: ir.Value = ir.Constant(I1, 1)
-    for off, v in ((RB_DBASE, base), (RB_DSHIFT, shift), (RB_DCOUNT, count), (RB_DIS64, is64)):
-        same = b.and_(same, b.icmp_unsigned("==", b.load(field(off), typ=I64), v))
+    for off, v in desc:
+        same = b.and_(same, b.icmp_unsigned("==", b.load(_field(b, buf, off), typ=I64), v))
     b.cbranch(same, ret, take)
     b.position_at_end(take)
     b.call(flush, [buf])  # the old region's counters (and the sparse slots) go out first
-    for off, v in ((RB_DBASE, base), (RB_DSHIFT, shift), (RB_DCOUNT, count), (RB_DIS64, is64)):
-        b.store(v, field(off))
-    b.store(base, field(RB_LO))
-    b.store(_end(b, base, count, shift), field(RB_HI))
+    for off, v in desc:
+        b.store(v, _field(b, buf, off))
+    b.store(base, _field(b, buf, RB_LO))
+    b.store(_end(b, base, count, shift), _field(b, buf, RB_HI))
     b.branch(ret)
     b.position_at_end(ret)
     b.ret_void()
@@ -297,7 +300,7 @@ def _insert_fn(module: ir.Module) -> ir.Function:
     b = ir.IRBuilder(entry)
 
     def field(off: ir.Value | int) -> ir.Value:
-        return b.gep(buf, [off if isinstance(off, ir.Value) else _i64(off)], source_etype=ir.IntType(8))
+        return _field(b, buf, off)
 
     addr = b.and_(tag, _i64(~1))
     idx = b.and_(b.lshr(addr, _i64(2)), _i64(RED_SLOTS - 1))

@@ -23,7 +23,7 @@ from jit.emit.cpu import (
     _i64,
 )
 from jit.emit.cpu_loops import _Loop
-from jit.errors import not_supported
+from jit.errors import invalid_ptx, not_supported
 from jit.lower.core import FuncLowering
 from jit.lower.types import F32, I1, I32, I64
 from jit.ptx import ast as A
@@ -65,6 +65,8 @@ def collect_inputs(env: EntryEnv, fl: FuncLowering, sp: A.SyncPoint) -> None:
         b.store(b.zext(fl.get(o[1], "pred"), I32), f(R_XPRED))
     elif ins.opcode in ("match", "redux"):
         t = fl.itype(ins)
+        if ins.opcode == "redux" and t == "f32" and not ins.has("min", "max"):
+            raise invalid_ptx("redux.sync on .f32 is .min or .max", ins.line, ins.col)
         v = fl.get(o[1], "b32" if t == "f32" else t)  # redux.f32: the bits (NOTE [redux.f32])
         if ins.opcode == "redux" and t.startswith("s"):
             b.store(b.sext(v, I64), f(R_XA))

@@ -323,7 +323,10 @@ def _inc_dec(fl: FuncLowering, p: ir.Value, lim: ir.Value, opn: str, ordering: s
 @op("atom")
 def atom(fl: FuncLowering, ins: A.Instr) -> None:
     if _vec(ins) > 1:
-        for d, r in zip(fl.dst_ops(ins.operands[0]), _vector_atomic(fl, ins, 1), strict=False):
+        dsts = fl.dst_ops(ins.operands[0])
+        if len(dsts) != _vec(ins):
+            raise invalid_ptx(f"vector atom: {_vec(ins)} destination registers expected", ins.line, ins.col)
+        for d, r in zip(dsts, _vector_atomic(fl, ins, 1), strict=True):
             fl.put(d, r, fl.itype(ins))
         return
     r = atomic(fl, ins, ins.operands[1], ins.operands[2:])
@@ -343,13 +346,13 @@ def _vector_atomic(fl: FuncLowering, ins: A.Instr, at: int) -> list[ir.Value]:
     sizeof(type), as the PTX ISA defines them (the vector as a whole is not one atomic access). The old values."""
     a = ins.operands[at]
     if not isinstance(a, A.Addr):
-        raise invalid_ptx("vector atom/red needs an address operand [a]")
+        raise invalid_ptx("vector atom/red needs an address operand [a]", ins.line, ins.col)
     t = fl.itype(ins)
     size = type_bytes(t)
     srcs = [fl.dst_ops(o) for o in ins.operands[at + 1:]]
     n = _vec(ins)
     if any(len(v) != n for v in srcs):
-        raise invalid_ptx(f"vector atom/red: {n} elements expected in each source operand")
+        raise invalid_ptx(f"vector atom/red: {n} elements expected in each source operand", ins.line, ins.col)
     mods = [m for m in ins.mods if m not in ("v2", "v4", "v8")]
     olds = []
     for k in range(n):

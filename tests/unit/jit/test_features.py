@@ -343,3 +343,14 @@ def test_vector_atomics_are_one_atomic_per_element() -> None:
     for k, inc in ((0, t + 1), (1, t + 2)):
         order = np.argsort(olds[:, k])
         assert olds[order[0], k] == 0 and (np.diff(olds[order, k]) == inc[order][:-1]).all()
+
+
+@pytest.mark.parametrize("bad", [
+    "atom.global.add.v2.f32 {%f5}, [%rd1+16], {%f2, %f3};",       # one destination for two elements
+    "red.global.add.v4.f32 [%rd1], {%f1, %f2};",                  # two sources for four elements
+])
+def test_vector_atomics_with_wrong_element_counts_are_invalid_ptx(bad: str) -> None:
+    ptx = VECTOR_ATOMICS.replace("red.global.add.v4.f32 [%rd1], {%f1, %f2, %f3, %f4};", bad)
+    with pytest.raises(JitError) as ei:
+        compile_module(ptx)
+    assert ei.value.code == 218 and "vector" in ei.value.message

@@ -223,3 +223,10 @@ def test_redux_sync_f32(case: str) -> None:
                 _redux_f32_model(vals, "min", False, True)]
         for ln in lanes:
             assert o[32 * w + ln].tolist() == want, (w, ln)
+
+
+def test_redux_sync_add_f32_is_invalid_ptx() -> None:
+    from jit import JitError, compile_module
+    with pytest.raises(JitError) as ei:
+        compile_module(REDUX_F32.replace("redux.sync.min.NaN.f32", "redux.sync.add.f32"))
+    assert ei.value.code == 218 and "redux" in ei.value.message
