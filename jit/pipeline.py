@@ -8,6 +8,7 @@ from jit.passes import (
     fused_loops,
     index_versioning,
     inline_sync,
+    lockstep_loops,
     pointer_roots,
     predication,
     special_regs,
@@ -29,6 +30,7 @@ AST_PASSES = [
     branch_tables,   # brx.idx i, ts -> compare-and-branch chain over the .branchtargets labels
     pointer_roots,   # 64-bit registers derived from a kernel pointer parameter (NOTE [pointer roots])
     fused_loops,     # kernels that are one grid-stride loop: recorded, for blocks that can run it fused (CPU)
+    lockstep_loops,  # grid-stride loops carrying values in kernels that go on after them: bracketed (CPU)
     index_versioning,  # grid-stride loops: a copy without numba's wrap-around of indices that cannot be negative
     yield_points,    # where the CPU scheduler may switch threads: grid-stride and wait loops
     sync_points,     # number barriers and warp collectives; registers live across each

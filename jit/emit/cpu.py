@@ -127,6 +127,15 @@ class EntryEnv:
                     t = reg_type(fn.regs[r])
                     self.elem[off] = max(1, t.width // 8) if isinstance(t, ir.IntType) else (8 if t == F64 else 4)
                     off += 16 if fn.regs[r] == "b128" else 8
+        self.stash_off = off  # NOTE [lockstep block groups] (jit/emit/cpu_lockstep.py): its fields follow
+        self.group_max = 1
+        if fn.lockstep is not None:
+            from jit.emit.cpu_lockstep import group_max, stash_fields
+            self.group_max = group_max(fn, off, meta.max_threads)
+            fields, total = stash_fields(fn, self.group_max)
+            for k, size in fields:
+                self.elem[off + k] = size
+            off += total
         self.rec_bytes = align_up(off, 16)
         self.sync_ids = {id(sp.instr): sp for sp in fn.sync_points.values()}
         self.resume: dict[int, ir.Block] = {}
@@ -141,6 +150,8 @@ class EntryEnv:
         self.red_dense: dict[int, tuple[ir.Value, int, int]] = {}
         self.red_unguarded: set[int] = set()
         self.fused_exit: ir.Block | None = None
+        self.bid: ir.Value | None = None  # the block's linear id and the end of its worker's claim (cpu_kernel)
+        self.claim_last: ir.Value | None = None
         # only plain barriers as sync points: the release step is a vectorisable loop (cpu_resolve._release_all)
         self.barrier_only = bool(fn.sync_points) and all(
             sp.kind in ("bar", "yield") and not sp.instr.has("red") for sp in fn.sync_points.values())

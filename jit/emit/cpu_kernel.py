@@ -100,6 +100,7 @@ def emit_kernel(cg: ModuleCodegen, fn: A.Function, env: EntryEnv, meta: KernelMe
     b.position_at_end(body)
     bid = b.phi(I64, "bid")
     bid.add_incoming(first, claimed)
+    env.bid, env.claim_last = bid, last
     gx, gy = (b.zext(v, I64) for v in env.nctaid[:2])
     cx = b.urem(bid, gx)
     rest = b.udiv(bid, gx)

@@ -99,15 +99,23 @@ def scheduler(fl: FuncLowering, env: EntryEnv, scratch: ir.Value, local_base: ir
     b.position_at_end(rnd)
     generic, round_end = fl.block("round_generic"), fl.block("round_end")
     regions = uniform_regions(env) if env.barrier_only else {}
-    if regions:  # NOTE [uniform regions]
+    from jit.emit.cpu_lockstep import emit_lockstep, lockstep_points
+    lock = lockstep_points(env)  # NOTE [lockstep grid-stride loops]
+    if regions or lock:
         sw = b.switch(_uniform_pc(fl, env), generic)
+    if lock:
+        blk = fl.block("lockstep")
+        sw.add_case(_i32(lock[1].id), blk)
+        b.position_at_end(blk)
+        emit_lockstep(fl, env, lock, generic, round_end)
+    if regions:  # NOTE [uniform regions]
         for k, (instrs, end) in regions.items():
             blk = fl.block(f"uniform{k}")
             sw.add_case(_i32(k), blk)
             b.position_at_end(blk)
             _region_threads(fl, env, env.fn.sync_points[k], instrs, end, local_base)
             b.branch(round_end)
-    else:
+    elif not lock:
         b.branch(generic)
     b.position_at_end(generic)
     lz, ly, lx = _thread_loops(fl, env, "t")

@@ -150,6 +150,7 @@ class Function:
     branch_tables: dict[str, list[str]] = field(default_factory=dict)  # 'ts: .branchtargets L0, L1;'
     ptr_roots: dict[str, tuple[str, int]] = field(default_factory=dict)  # register -> (kernel param, offset)
     fused: Any = None  # jit.passes.fused_loops.FusedLoop: NOTE [fused grid-stride loops]
+    lockstep: Any = None  # jit.passes.lockstep_loops.LockstepLoop: NOTE [lockstep grid-stride loops]
 
 
 @dataclass

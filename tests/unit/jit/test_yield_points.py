@@ -51,8 +51,9 @@ def yields(ptx: str) -> list[int]:
     fn = [f for f in front_end(ptx).functions if f.is_entry][0]
     body = fn.body or []
     ks = []
+    brackets = [fn.lockstep.enter, fn.lockstep.leave] if fn.lockstep else []  # NOTE [lockstep grid-stride loops]
     for i, st in enumerate(body):
-        if isinstance(st, A.Instr) and st.opcode == YIELD:
+        if isinstance(st, A.Instr) and st.opcode == YIELD and not any(st is y for y in brackets):
             setp, reset = body[i - 2], body[i + 1]
             if isinstance(setp, A.Instr) and setp.opcode == "setp" and "wooly" in str(setp.operands[0]):
                 assert isinstance(reset, A.Instr) and reset.opcode == "mov" and reset.operands[0] == setp.operands[1]
@@ -62,7 +63,7 @@ def yields(ptx: str) -> list[int]:
                 assert isinstance(nxt, A.Instr) and nxt.opcode == "bra" and nxt.pred is None
                 ks.append(0)
     kinds = [sp.kind for sp in fn.sync_points.values()]
-    assert kinds.count("yield") == len(ks)
+    assert kinds.count("yield") == len(ks) + len(brackets)
     return ks
 
 
