@@ -31,9 +31,11 @@ block) it computes for itself. The records are new and zeroed for every launch (
 outlives its launch.
 
 Running another block's loop before that block has started is an order a GPU may produce: blocks run concurrently
-in any order, and the block's own earlier code cannot matter when it is only allowed to have computed registers.
-So a group is only formed when C stores nothing and reads no special register (all lanes then run the same code
-on the same registers but `i`), and what decides whether a block uses the stash is the block's own probe. A bounds
+in any order, and the block's own code before F cannot matter when nothing there writes global memory or
+synchronises with other blocks (no store but to shared memory, no atomic, fence or call) and F is in no loop, so
+that the block reaches F once (LockstepLoop.early, jit/passes/lockstep_loops.py). A group is only formed then,
+and when C stores nothing and reads no special register (all lanes then run the same code on the same registers
+but `i`); what decides whether a block uses the stash is the block's own probe. A bounds
 check that fails in a group's loop may belong to a block that never runs it (one that leaves earlier, for
 instance): the group's loop then takes its failure back (the recorded address is restored) and the block runs the
 loop for itself alone, where a failure is its own and ends the block as in NOTE [fused loops under bounds checks].
@@ -470,8 +472,8 @@ class _Group:
 
 
 def groupable(fl: FuncLowering, plan: LockstepLoop) -> bool:
-    """Whether other blocks' lanes may run early (NOTE [lockstep block groups]): C stores nothing and reads no
-    special register, and (bounds-checked) every global access it makes has a rooted check, whose failure the
+    """Whether other blocks' lanes may run early (NOTE [lockstep block groups]): nothing the kernel does before F
+    can matter to them (LockstepLoop.early), C stores nothing and reads no special register, and (bounds-checked) every global access it makes has a rooted check, whose failure the
     group can take back."""
     for ins in plan.body:
         if ins.opcode == "st" or any(isinstance(o, A.Special) for o in ins.operands):
@@ -479,7 +481,7 @@ def groupable(fl: FuncLowering, plan: LockstepLoop) -> bool:
         if fl.cg.bounds_check and ins.opcode in ("ld", "ldu") and fl.space(ins) in ("global", "generic"):
             if fl.root_of(ins.operands[1], fl.space(ins)) is None:
                 return False
-    return len(plan.invariants) + 6 <= 16
+    return plan.early and len(plan.invariants) + 6 <= 16
 
 
 def _as_int(b: ir.IRBuilder, v: ir.Value) -> ir.Value:

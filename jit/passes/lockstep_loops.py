@@ -89,6 +89,7 @@ class LockstepLoop:
     written: set[str]      # every register written between F and G
     trip: str | None = None  # unrolled shape: the register holding the trip count - 1 at F
     unroll: int = 1
+    early: bool = False  # nothing before F can matter to C run earlier (NOTE [lockstep block groups])
 
 
 def _pure(ins: A.Instr) -> bool:
@@ -499,6 +500,23 @@ def _unrolled(sh: _Shape, counter: str, outs: list[str], invariants: list[str],
     return tm1, unroll
 
 
+def _runs_early(body: list[A.Stmt], f: int) -> bool:
+    """Whether a block's run of C may be moved before everything the block does up to F: nothing there writes
+    global memory or synchronises with other blocks (a store, atomic, reduction, fence or call), and F is in no
+    loop, so that a block reaches F once."""
+    pos = {st.name: i for i, st in enumerate(body) if isinstance(st, A.Label)}
+    for k, st in enumerate(body):
+        if not isinstance(st, A.Instr):
+            continue
+        if k < f and (st.opcode in ("atom", "red", "membar", "fence", "call", "cp", "mbarrier")
+                      or st.opcode == "st" and not st.has("shared", "local")):
+            return False
+        t = _target(st)
+        if t is not None and k >= f and pos.get(t, f + 1) <= f:
+            return False
+    return True
+
+
 def plan(fn: A.Function) -> tuple[int, int, LockstepLoop] | None:
     body = fn.body or []
     if not fn.is_entry or fn.fused is not None or not body:
@@ -520,6 +538,7 @@ def run(module: A.Module) -> A.Module:
             continue
         f, g, lp = got
         assert fn.body is not None
+        lp.early = _runs_early(fn.body, f)
         fn.body[g:g] = [lp.leave]
         fn.body[f:f] = [lp.enter]
         fn.lockstep = lp

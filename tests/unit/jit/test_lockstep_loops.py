@@ -94,6 +94,21 @@ def k_skip(x, out, skip):  # type: ignore[no-untyped-def]
     out[cuda.grid(1)] = acc
 
 
+def k_prestore(x, out):  # type: ignore[no-untyped-def]
+    """Each thread doubles its first element, then sums its slice (which starts with that element): another block's
+    loop must not run before that block's store (no groups)."""
+    g = cuda.grid(1)
+    if g < x.size:
+        x[g] = x[g] * float32(2.0)
+    acc = float32(0.0)
+    i = g
+    while i < x.size:
+        acc += x[i]
+        i += cuda.gridsize(1)
+    cuda.syncthreads()
+    out[g] = acc
+
+
 def k_double(x, out):  # type: ignore[no-untyped-def]
     """Threads start at 2*grid: the probe finds i != c + t and every block runs the usual way."""
     acc = float32(0.0)
@@ -350,6 +365,20 @@ def test_out_of_bounds_lane_of_a_running_block_is_reported() -> None:
     with pytest.raises(JitError) as e:
         run(ptx, g, bsz, x, out, checked=True, bounds=[x[:n - 3], out], workers=1)
     assert e.value.code == 700
+
+
+def test_store_before_the_loop_forbids_groups() -> None:
+    ptx = ptx_of(k_prestore, void(float32[::1], float32[::1]))
+    lp = front_end(ptx).functions[0].lockstep
+    assert lp is not None and not lp.early
+    g, bsz = 128, 64
+    x = np.random.default_rng(14).random(g * bsz * 5 + 7, dtype=np.float32)
+    want_x = x.copy()
+    want_x[:g * bsz] *= np.float32(2.0)
+    out = np.zeros(g * bsz, np.float32)
+    run(ptx, g, bsz, x, out, workers=1)
+    assert np.array_equal(x, want_x)
+    assert np.array_equal(out.view(np.uint32), seq_sum(want_x, g * bsz).view(np.uint32))
 
 
 def test_probe_failure_runs_the_usual_way() -> None:
