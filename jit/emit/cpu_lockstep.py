@@ -167,9 +167,9 @@ def emit_lockstep(fl: FuncLowering, env: EntryEnv, points: tuple[LockstepLoop, A
 
 def _resume(fl: FuncLowering, env: EntryEnv, plan: LockstepLoop, f: A.SyncPoint, tx: ir.Value) -> None:
     """Thread (tx, 0, 0)'s registers as it resumes at F, then the setup."""
-    env.tid = [tx, _i32(0), _i32(0)]
-    env.t32 = tx
+    from jit.emit.cpu_sched import start_thread
     env.rec_t = tx
+    start_thread(fl, env, _i32(0), _i32(0), tx, env.local_base)  # (the kernel's .local area: a remat may need it)
     env.restore(fl, f)
     fl.lower_body(list(plan.setup), finish=False)
 

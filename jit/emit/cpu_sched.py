@@ -76,7 +76,13 @@ def _thread_loops(fl: FuncLowering, env: EntryEnv, prefix: str) -> tuple[_Loop, 
 
 def _start_thread(fl: FuncLowering, env: EntryEnv, loops: tuple[_Loop, _Loop, _Loop], local_base: ir.Value) -> None:
     lz, ly, lx = loops
-    thread_prologue(fl, env, lz.i, ly.i, lx.i)
+    start_thread(fl, env, lz.i, ly.i, lx.i, local_base)
+
+
+def start_thread(fl: FuncLowering, env: EntryEnv, tz: ir.Value, ty: ir.Value, tx: ir.Value,
+                 local_base: ir.Value) -> None:
+    """Thread (tx, ty, tz), whose record is env.rec_t, runs next: its coordinates and its .local area."""
+    thread_prologue(fl, env, tz, ty, tx)
     meta = env.meta
     if meta.local_bytes and not meta.func_stack:  # (with a .func stack the prologue set it)
         env.local = fl.b.gep(local_base, [fl.b.mul(fl.b.zext(env.rec_t, I64), _i64(meta.local_bytes))],

@@ -308,8 +308,8 @@ def _shapes(body: list[A.Stmt], h: int, j: int, loops: dict[int, int]) -> list[_
     pred = body[j].pred  # type: ignore[union-attr]
     out: list[_Shape] = []
     k = _before(body, h, x_label) if x_label else None  # K: `@p bra X` just before the last loop
-    if k is not None and k[0] > 0 and isinstance(body[_pure_run(body, k[0]) - 1], A.Label):
-        kl = _pure_run(body, k[0]) - 1
+    kl = _pure_run(body, k[0]) - 1 if k is not None else -1
+    if k is not None and kl >= 1 and isinstance(body[kl], A.Label):
         mid = body[kl + 1:k[0]]
         first = _loop_at(body, loops, kl - 1)
         if first is not None:

@@ -109,6 +109,20 @@ def k_prestore(x, out):  # type: ignore[no-untyped-def]
     out[g] = acc
 
 
+def k_local(x, out):  # type: ignore[no-untyped-def]
+    """A .local array alive across the loop (the probe resumes threads whose registers point into it)."""
+    tmp = cuda.local.array(8, float32)
+    for j in range(8):
+        tmp[j] = float32(j)
+    acc = float32(0.0)
+    i = cuda.grid(1)
+    while i < x.size:
+        acc += x[i]
+        i += cuda.gridsize(1)
+    cuda.syncthreads()
+    out[cuda.grid(1)] = acc + tmp[(cuda.threadIdx.x + out.size) % 8]
+
+
 def k_double(x, out):  # type: ignore[no-untyped-def]
     """Threads start at 2*grid: the probe finds i != c + t and every block runs the usual way."""
     acc = float32(0.0)
@@ -379,6 +393,19 @@ def test_store_before_the_loop_forbids_groups() -> None:
     run(ptx, g, bsz, x, out, workers=1)
     assert np.array_equal(x, want_x)
     assert np.array_equal(out.view(np.uint32), seq_sum(want_x, g * bsz).view(np.uint32))
+
+
+def test_kernel_with_local_memory() -> None:
+    """numba's test_count_nonzero_basic failed to compile: the probe's resume rematerialises the .local depot."""
+    ptx = ptx_of(k_local, void(float32[::1], float32[::1]))
+    assert "__local_depot" in ptx and front_end(ptx).functions[0].lockstep is not None
+    g, bsz = 64, 64
+    x = np.random.default_rng(15).random(g * bsz * 3 + 5, dtype=np.float32)
+    out = np.zeros(g * bsz, np.float32)
+    for checked in (False, True):
+        run(ptx, g, bsz, x, out, checked=checked, bounds=[x, out], workers=1)
+        want = seq_sum(x, g * bsz) + ((np.arange(g * bsz) % bsz + out.size) % 8).astype(np.float32)
+        assert np.array_equal(out.view(np.uint32), want.astype(np.float32).view(np.uint32))
 
 
 def test_probe_failure_runs_the_usual_way() -> None:
