@@ -67,14 +67,24 @@ def compile_ptx(ptx: bytes, target: str, opt: int = 2, bounds_check: bool = Fals
     return obj, meta
 
 
+# NOTE [worker garbage collection]
+# A compile allocates a few hundred thousand Python objects (the PTX AST, llvmlite's IR objects, which point at
+# their parents: cycles), so the cyclic collector runs several times during one, and each full collection also
+# walks the ~200k objects the worker imported (llvmlite, numpy...). The worker therefore freezes what it imported
+# (gc.freeze: never scanned again), keeps the collector off while it compiles, and collects after the reply is
+# written, when the client already has its object: the garbage of one compile is reclaimed before the next starts.
 def serve(inp: BinaryIO, out: BinaryIO) -> None:
+    import gc
+
     from jit.errors import JitError
+    gc.freeze()
     while True:
         hdr = read_frame(inp)
         if hdr is None:
             return
         ptx = read_frame(inp) or b""
         req = json.loads(hdr)
+        gc.disable()
         try:
             obj, meta = compile_ptx(ptx, req.get("target", "cpu"), int(req.get("opt", 2)),
                                     bool(req.get("bounds_check", False)))
@@ -87,6 +97,9 @@ def serve(inp: BinaryIO, out: BinaryIO) -> None:
         write_frame(out, json.dumps(reply).encode())
         write_frame(out, payload)
         out.flush()
+        del reply, payload
+        gc.enable()
+        gc.collect()
 
 
 def main() -> None:
