@@ -108,10 +108,10 @@ class _Eval:
     """Symbolic evaluation over hash-consed terms: a register's value is a tuple built from the values at entry
     (('in', r)) with the instructions that computed it. Loads carry how many stores preceded them."""
 
-    def __init__(self, state: dict[str, Term] | None = None, stores: int = 0) -> None:
-        self.state: dict[str, Term] = dict(state or {})
+    def __init__(self) -> None:
+        self.state: dict[str, Term] = {}
         self.effects: list[Term] = []
-        self.stores = stores
+        self.stores = 0
 
     def val(self, o: A.Operand) -> Term:
         if isinstance(o, A.Reg):

@@ -13,6 +13,7 @@ import pytest
 from jit import GlobalRange, JitError, compile_module
 from jit.pipeline import front_end
 from tests.unit.jit.helpers import HEADER
+from tests.unit.jit.test_numba import numba_args
 
 cuda = pytest.importorskip("numba.cuda")
 from numba import float32, float64, int32, int64, void  # noqa: E402
@@ -136,16 +137,6 @@ def k_double(x, out):  # type: ignore[no-untyped-def]
 
 def ptx_of(fn: Any, sig: Any) -> str:
     return cuda.compile_ptx(fn, sig, cc=(8, 0))[0]
-
-
-def numba_args(*args: Any) -> list[Any]:
-    out: list[Any] = []
-    for a in args:
-        if isinstance(a, np.ndarray):
-            out += [0, 0, a.size, a.itemsize, a.ctypes.data, *a.shape, *a.strides]
-        else:
-            out.append(a)
-    return out
 
 
 def run(ptx: str, grid: int, block: int, *args: Any, bounds: list[np.ndarray] | None = None,
