@@ -196,12 +196,14 @@ def compile_object(ptx: bytes, target: str = "cpu", bounds_check: bool = False) 
 # NOTE [compile tiers]
 # A cold CPU compile costs 100-300 ms, three quarters of it in LLVM's O2 pipeline and instruction selection. Like a
 # managed runtime we compile twice: compile_module(tier="auto") returns a module running *quick* code at once (the
-# same translation, then only SROA + one simplification round and codegen at O0: LLVM's share drops 5-25x; the code
-# runs 1.2-6x slower) and queues the optimised compile on a background worker process (niced, one at a time).
-# When it lands, every live module of that PTX switches its kernels to the optimised code between launches (a
-# launch reads the kernel's entry point once), and the optimised object goes to the memory and disk caches, so the
-# next compile_module of the same PTX, in this process or a restarted one, starts optimised. Both tiers come from
-# one translation (same metadata, same data-block layout), so a switch changes speed, never results; a module whose
+# same translation less the passes that only add speed (jit/pipeline.py SPEED_ONLY), then only SROA + one
+# simplification round and codegen at O0: LLVM's share drops 5-25x; the code runs 1.2-6x slower) and queues the
+# optimised compile on a background worker process (niced, one at a time). When it lands, every live module of that
+# PTX switches its kernels to the optimised code between launches, and the optimised object goes to the memory and
+# disk caches, so the next compile_module of the same PTX, in this process or a restarted one, starts optimised.
+# Both tiers agree on everything a client or the module's memory sees (same_layout: parameters, data block,
+# shared/local sizes, register counts); a kernel's entry point and the per-launch scratch its code needs switch
+# together (a launch reads the kernel's KernelCode once), so a switch changes speed, never results. A module whose
 # optimised compile fails keeps its quick code. tier="optimized" waits for the optimised code (what every compile
 # did before tiers, and what WOOLY_JIT_TIERS=0 makes "auto" mean); tier="quick" never tiers up (tests, debugging).
 # Only CPU modules tier; AMDGPU code objects are always optimised.
@@ -348,10 +350,16 @@ def compile_tiered(ptx: bytes, target: str, bounds_check: bool,
     return quick[0], quick[1], qkey, True, pending
 
 
+# What the two tiers of one PTX may disagree on: a kernel's symbol, and the scratch its code lays out for itself per
+# launch (jit.runtime.KernelCode), which the quick tier's leaner translation can make smaller.
+CODE_FIELDS = ("symbol", "rec_bytes", "rec_threads", "red_bytes")
+
+
 def same_layout(a: dict, b: dict) -> bool:
-    """Whether two compiles of one PTX agree on everything but code (kernel symbols differ between tiers)."""
+    """Whether two compiles of one PTX agree on everything but code and its scratch (CODE_FIELDS): parameters,
+    globals, the data block, shared and local sizes, register counts."""
     def strip(m: dict) -> dict:
-        return {**m, "kernels": [{k: v for k, v in kern.items() if k != "symbol"} for kern in m["kernels"]]}
+        return {**m, "kernels": [{k: v for k, v in kern.items() if k not in CODE_FIELDS} for kern in m["kernels"]]}
     return strip(a) == strip(b)
 
 

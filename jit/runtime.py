@@ -91,6 +91,20 @@ def _buffer(n: int) -> tuple[Any, int]:
     return buf, (addr + 4095) // 4096 * 4096
 
 
+@dataclass(frozen=True)
+class KernelCode:
+    """A kernel's entry point with the per-launch scratch its code lays out for itself (thread records, reduction
+    buffer): what a tier switch replaces, as one object (NOTE [compile tiers], jit/compiler.py)."""
+    fn: Any
+    rec_bytes: int = 0
+    rec_threads: int = 0  # records laid out for this many threads; 0: for the launch's block (NOTE [thread records])
+    red_bytes: int = 0
+
+    @staticmethod
+    def of(fn: Any, k: dict) -> KernelCode:
+        return KernelCode(fn, k["rec_bytes"], k.get("rec_threads", 0), k.get("red_bytes", 0))
+
+
 @dataclass
 class CpuKernel:
     name: str
@@ -100,14 +114,27 @@ class CpuKernel:
     local_bytes_per_thread: int
     max_threads_per_block: int
     num_regs: int
-    _fn: Any = field(repr=False, default=None)
-    _rec_bytes: int = 0
-    _rec_threads: int = 0
-    _red_bytes: int = 0
+    _code: KernelCode = field(repr=False, default=KernelCode(None))
     _bc_roots: list[int] = field(default_factory=list)
     _func_stack: int = 0
     _dyn_offset: int = 0
     _module: Any = field(repr=False, default=None)
+
+    @property
+    def _fn(self) -> Any:
+        return self._code.fn
+
+    @property
+    def _rec_bytes(self) -> int:
+        return self._code.rec_bytes
+
+    @property
+    def _rec_threads(self) -> int:
+        return self._code.rec_threads
+
+    @property
+    def _red_bytes(self) -> int:
+        return self._code.red_bytes
 
     def launch(self, grid: tuple[int, ...] | int = (1, 1, 1), block: tuple[int, ...] | int = (1, 1, 1),
                shared_mem: int = 0, params: bytes | bytearray | memoryview | Any = b"",
@@ -121,6 +148,7 @@ class CpuKernel:
         if allowed_ranges is not None and not checked:
             raise JitError(CUDA_ERROR_INVALID_VALUE,
                            f"allowed_ranges given for {self.name}, but its module was compiled without bounds_check")
+        code = self._code  # once: NOTE [compile tiers] may switch it between launches
         g, bl = _dims(grid, "grid"), _dims(block, "block")
         nt = bl[0] * bl[1] * bl[2]
         if nt > self.max_threads_per_block or nt > 1024 or bl[2] > 64:
@@ -149,12 +177,12 @@ class CpuKernel:
             sb, sa = _buffer(self._dyn_offset + shared_mem)
             area = self.local_bytes_per_thread + self._func_stack  # .local, then .func frames (bounds checks)
             lb, la = _buffer(nt * area)
-            rec_threads = self._rec_threads or (nt + 15) // 16 * 16  # NOTE [thread records] (jit/emit/cpu.py)
-            rb, ra = _buffer(rec_threads * self._rec_bytes)
+            rec_threads = code.rec_threads or (nt + 15) // 16 * 16  # NOTE [thread records] (jit/emit/cpu.py)
+            rb, ra = _buffer(rec_threads * code.rec_bytes)
             extra_ranges += [(sa, self._dyn_offset + shared_mem), (la, nt * area)]
             red = 0
-            if self._red_bytes:  # NOTE [combined global reductions]: empty slots, lo = UINT64_MAX, hi = 0
-                rbuf = (ctypes.c_int64 * (self._red_bytes // 8))()
+            if code.red_bytes:  # NOTE [combined global reductions]: empty slots, lo = UINT64_MAX, hi = 0
+                rbuf = (ctypes.c_int64 * (code.red_bytes // 8))()
                 rbuf[RB_LO // 8] = -1
                 red = ctypes.addressof(rbuf)
                 keep.append(rbuf)
@@ -179,7 +207,7 @@ class CpuKernel:
         with LAUNCH_LOCK:
             LAUNCHES[key] = rec
         try:
-            fn = self._fn  # once: NOTE [compile tiers] may switch it between launches
+            fn = code.fn
             if nw == 1:
                 fn(key, ctypes.addressof(wctxs[0]))
             else:
@@ -246,9 +274,9 @@ class CpuModule:
             kern = CpuKernel(
                 name=k["name"], params=[ParamInfo(**p) for p in k["params"]], param_buffer_size=k["param_size"],
                 static_shared_bytes=k["static_shared"], local_bytes_per_thread=k["local_bytes"],
-                max_threads_per_block=k["max_threads"], num_regs=k["num_regs"], _fn=self._code.fns[k["name"]],
-                _rec_bytes=k["rec_bytes"], _rec_threads=k.get("rec_threads", 0), _red_bytes=k.get("red_bytes", 0),
-                _bc_roots=list(k.get("bc_roots", [])), _func_stack=k.get("func_stack", 0), _dyn_offset=int(meta["dyn_offset"]), _module=self)
+                max_threads_per_block=k["max_threads"], num_regs=k["num_regs"],
+                _code=KernelCode.of(self._code.fns[k["name"]], k), _bc_roots=list(k.get("bc_roots", [])),
+                _func_stack=k.get("func_stack", 0), _dyn_offset=int(meta["dyn_offset"]), _module=self)
             self._kernels[k["name"]] = kern
         if pending is not None:
             pending.attach(self)  # may switch at once, if the optimised code has landed meanwhile
@@ -259,8 +287,8 @@ class CpuModule:
         if self.tier == "optimized" or not same_layout(self._meta, meta):
             return  # different metadata would mean a different translation: keep the code we have
         code = loaded(obj, meta, key)
-        for name, kern in self._kernels.items():
-            kern._fn = code.fns[name]
+        for k in meta["kernels"]:
+            self._kernels[k["name"]]._code = KernelCode.of(code.fns[k["name"]], k)
         self._code, self._meta, self.tier = code, meta, "optimized"
 
     def wait_optimized(self, timeout: float | None = None) -> bool:

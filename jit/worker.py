@@ -53,7 +53,7 @@ def compile_ptx(ptx: bytes, target: str, opt: int = 2, bounds_check: bool = Fals
     if opt == 0:  # the quick tier's symbols must not clash with the optimised tier's in the shared engine
         tag += "q"
     try:
-        low = translate(ptx, target, bounds_check, tag)
+        low = translate(ptx, target, bounds_check, tag, quick=opt == 0)
     except RecursionError as e:
         raise JitError(218, "PTX too deeply nested") from e
     tm = _TMS.get(opt)
@@ -94,9 +94,12 @@ def serve(inp: BinaryIO, out: BinaryIO) -> None:
         except Exception as e:  # a bug in the translator: report it, keep serving
             msg = f"internal JIT error: {type(e).__name__}: {e}\n{traceback.format_exc(limit=6)}"
             reply, payload = {"ok": False, "code": 218, "message": msg}, b""
-        write_frame(out, json.dumps(reply).encode())
-        write_frame(out, payload)
-        out.flush()
+        try:
+            write_frame(out, json.dumps(reply).encode())
+            write_frame(out, payload)
+            out.flush()
+        except (BrokenPipeError, ValueError):  # the client went away while we compiled (it exited): so do we
+            return
         del reply, payload
         gc.enable()
         gc.collect()

@@ -432,7 +432,7 @@ def build_kernel(cg: ModuleCodegen, fn: A.Function, index: int, tag: str = "") -
                      for f in cg.ast.functions if not f.is_entry and f.body)
         meta.func_stack = frames + FUNC_STACK_HEADROOM if frames else 0
     meta.max_threads = min(meta.max_threads, A.max_threads(fn))
-    meta.num_regs = min(255, max(16, len(fn.regs)))
+    meta.num_regs = min(255, max(16, fn.num_regs or len(fn.regs)))
     env = EntryEnv(cg, fn, meta)
     emit_kernel(cg, fn, env, meta)
     return meta

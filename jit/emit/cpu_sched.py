@@ -223,7 +223,7 @@ def annotate_record_scopes(module: ir.Module, fn: ir.Function, rec_ptrs: dict[in
     EntryEnv.rec_addr; one array per field, NOTE [thread records]) aliases neither another field nor any memory the
     kernel itself addresses. Without it LLVM needs a runtime overlap check between every pair of those arrays before
     it vectorises a loop over threads (the record initialisation, the release loop of _release_all)."""
-    from llvmlite.ir.instructions import LoadInstr, StoreInstr
+    from llvmlite.ir.instructions import AllocaInstr, LoadInstr, StoreInstr
     domain = module.add_metadata(["wooly.memory"])
     kernel = module.add_metadata(["wooly.kernel", domain])
     fields = {off: module.add_metadata([f"wooly.record.{off}", domain]) for off in sorted(set(rec_ptrs.values()))}
@@ -239,6 +239,8 @@ def annotate_record_scopes(module: ir.Module, fn: ir.Function, rec_ptrs: dict[in
                 ptr = ins.operands[1]
             else:
                 continue
+            if isinstance(ptr, AllocaInstr):
+                continue  # a register (SROA promotes it); BasicAA already knows no other access aliases it
             off = rec_ptrs.get(id(ptr))
             ins.set_metadata("alias.scope", kernel_own if off is None else own[off])
             ins.set_metadata("noalias", kernel_others if off is None else others[off])

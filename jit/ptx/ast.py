@@ -151,6 +151,7 @@ class Function:
     ptr_roots: dict[str, tuple[str, int]] = field(default_factory=dict)  # register -> (kernel param, offset)
     fused: Any = None  # jit.passes.fused_loops.FusedLoop: NOTE [fused grid-stride loops]
     lockstep: Any = None  # jit.passes.lockstep_loops.LockstepLoop: NOTE [lockstep grid-stride loops]
+    num_regs: int = 0  # len(regs) before the passes that only add speed (jit/pipeline.py SPEED_ONLY); 0: len(regs)
 
 
 @dataclass

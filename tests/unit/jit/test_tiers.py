@@ -142,8 +142,45 @@ def test_a_failed_optimised_compile_keeps_the_quick_code(tiers, monkeypatch: pyt
 
 
 def test_tiers_must_agree_on_layout() -> None:
-    meta = {"kernels": [{"name": "k", "symbol": "wooly_run_abc_0", "rec_bytes": 64}], "dyn_offset": 0}
-    other_symbol = {"kernels": [{"name": "k", "symbol": "wooly_run_abcq_0", "rec_bytes": 64}], "dyn_offset": 0}
-    other_layout = {"kernels": [{"name": "k", "symbol": "wooly_run_abcq_0", "rec_bytes": 72}], "dyn_offset": 0}
-    assert jc.same_layout(meta, other_symbol)
-    assert not jc.same_layout(meta, other_layout)
+    meta = {"kernels": [{"name": "k", "symbol": "wooly_run_abc_0", "rec_bytes": 64, "static_shared": 32,
+                         "num_regs": 40}], "dyn_offset": 0}
+    # the symbol and the scratch the code lays out for itself per launch may differ (jit.runtime.KernelCode)
+    code_only = {"kernels": [{"name": "k", "symbol": "wooly_run_abcq_0", "rec_bytes": 72, "static_shared": 32,
+                              "num_regs": 40}], "dyn_offset": 0}
+    assert jc.same_layout(meta, code_only)
+    for field, other in (("static_shared", 48), ("num_regs", 41)):
+        k = {**meta["kernels"][0], field: other}
+        assert not jc.same_layout(meta, {**meta, "kernels": [k]}), field
+    assert not jc.same_layout(meta, {**meta, "dyn_offset": 16})
+
+
+def test_quick_tier_leaves_out_speed_only_passes_and_switches_their_scratch(tiers) -> None:  # type: ignore[no-untyped-def]
+    """The quick tier translates without jit/pipeline.py's SPEED_ONLY passes; here that is a lockstep loop, whose
+    stash makes the optimised code's thread records larger. Launches running while the switch happens must each
+    get records sized for the code they run: every result is checked bit for bit."""
+    from jit.pipeline import front_end
+    tl = pytest.importorskip("tests.unit.jit.test_lockstep_loops")
+    from numba import float32, void
+    ptx = tl.ptx_of(tl.k_sum, void(float32[::1], float32[::1])) + f"// {np.random.default_rng().integers(1 << 62)}\n"
+    assert front_end(ptx).functions[0].lockstep is not None
+    assert front_end(ptx, quick=True).functions[0].lockstep is None
+    m = jit.compile_module(ptx)
+    k = m.get_kernel(m.kernel_names[0])
+    assert m.tier == "quick"
+    quick_rec, regs = k._rec_bytes, k.num_regs
+    grid, block, n = 64, 128, 64 * 128 * 9 + 77
+    x = np.random.default_rng(1).random(n, dtype=np.float32)
+    want = tl.seq_sum(x, grid * block).view(np.uint32)
+    seen: set[str] = set()
+    deadline = time.monotonic() + 120
+    while "optimized" not in seen and time.monotonic() < deadline:
+        tier = m.tier
+        out = np.zeros(grid * block, np.float32)
+        buf = bytearray(k.param_buffer_size)
+        for p, v in zip(k.params, tl.numba_args(x, out), strict=False):
+            buf[p.offset:p.offset + p.size] = int(v).to_bytes(p.size, "little", signed=int(v) < 0)
+        k.launch((grid,), (block,), 0, bytes(buf), workers=1)
+        assert np.array_equal(out.view(np.uint32), want), tier
+        seen.add(tier)
+    assert seen == {"quick", "optimized"}
+    assert k._rec_bytes > quick_rec and k.num_regs == regs
