@@ -441,7 +441,8 @@ class Session:
         allowed = self.allowed_ranges()  # this session's regions at launch time
 
         def run() -> None:
-            res = self.backend.launch(fn, grid, block, msg.shared_mem, params, allowed)  # type: ignore[arg-type]
+            res = self.backend.launch(fn, grid, block, msg.shared_mem, params, allowed,  # type: ignore[arg-type]
+                                      cooperative=msg.cooperative)
             if res.printf:
                 self.add_output(res.printf)
 

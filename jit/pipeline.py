@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from jit import devrt
 from jit.passes import (
     branch_tables,
     flatten_scopes,
@@ -43,8 +44,9 @@ SPEED_ONLY = (lockstep_loops, index_versioning)
 
 
 def front_end(ptx: str | bytes, quick: bool = False) -> A.Module:
-    """Parse and run AST_PASSES; ``quick``: without the SPEED_ONLY ones."""
-    mod = parse(ptx)
+    """Parse (with the device runtime functions it calls, jit/devrt.py) and run AST_PASSES; ``quick``: without the
+    SPEED_ONLY ones."""
+    mod = parse(devrt.supply(ptx))
     counted = False
     for p in AST_PASSES:
         if p in SPEED_ONLY:

@@ -28,6 +28,7 @@ from jit.emit import (
     L_ERROR,
     L_GLOBALS,
     L_GRID,
+    L_GRID_WS,
     L_HEAP,
     L_HEAP_ALLOC,
     L_HEAP_FREE,
@@ -35,6 +36,7 @@ from jit.emit import (
     L_NEXT,
     L_NRANGES,
     L_NTHREADS,
+    L_OS_YIELD,
     L_PARAMS,
     L_RANGES,
     L_ROOTS,
@@ -43,6 +45,7 @@ from jit.emit import (
 )
 from jit.errors import (
     CUDA_ERROR_ASSERT,
+    CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE,
     CUDA_ERROR_ILLEGAL_ADDRESS,
     CUDA_ERROR_INVALID_VALUE,
     CUDA_ERROR_LAUNCH_FAILED,
@@ -139,11 +142,14 @@ class CpuKernel:
     def launch(self, grid: tuple[int, ...] | int = (1, 1, 1), block: tuple[int, ...] | int = (1, 1, 1),
                shared_mem: int = 0, params: bytes | bytearray | memoryview | Any = b"",
                workers: int | None = None,
-               allowed_ranges: Sequence[GlobalRange] | Sequence[tuple[int, int]] | None = None) -> LaunchResult:
+               allowed_ranges: Sequence[GlobalRange] | Sequence[tuple[int, int]] | None = None,
+               cooperative: bool = False) -> LaunchResult:
         """Run the kernel. ``allowed_ranges`` (modules compiled with bounds_check=True only): the allocations this
         launch may access through global/generic pointers, besides the module's own globals and the block's
         shared/local memory; an access outside them fails the launch with CUDA_ERROR_ILLEGAL_ADDRESS (700). Pass
-        the same tuple to many launches and its sorted table is built once (jit.checked.for_ranges)."""
+        the same tuple to many launches and its sorted table is built once (jit.checked.for_ranges).
+        ``cooperative``: every block resident at once, on an OS thread of its own, with a grid-sync workspace
+        (NOTE [grid sync], jit/emit/cpu_grid.py); at most COOPERATIVE_MAX_BLOCKS blocks."""
         checked = self._module is not None and self._module.bounds_check
         if allowed_ranges is not None and not checked:
             raise JitError(CUDA_ERROR_INVALID_VALUE,
@@ -169,10 +175,20 @@ class CpuKernel:
         lctx[L_NBLOCKS], lctx[L_NEXT], lctx[L_ERROR] = nblocks, 0, 0
         nw = max(1, min(workers or _POOL_SIZE, nblocks, _POOL_SIZE))
         lctx[L_CHUNK] = max(1, min(64, nblocks // (nw * 16)))  # ~16 claims per worker keeps the load balanced
+        if cooperative:
+            if nblocks > COOPERATIVE_MAX_BLOCKS:
+                raise JitError(CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE, f"cooperative launch of {self.name}: "
+                               f"{nblocks} blocks, at most {COOPERATIVE_MAX_BLOCKS} can be resident at once")
+            nw, lctx[L_CHUNK] = nblocks, 1  # one block per worker, each worker its own OS thread
+            ws = (ctypes.c_uint64 * 8)()  # the grid-sync workspace, zeroed
+            lctx[L_GRID_WS], lctx[L_OS_YIELD] = ctypes.addressof(ws), _sched_yield()
         lctx[L_DYN], lctx[L_NTHREADS], lctx[L_ASSERT] = shared_mem, nt, 0
         keep: list[Any] = [pbuf]
         wctxs = []
         extra_ranges: list[tuple[int, int]] = []
+        if cooperative:
+            keep.append(ws)
+            extra_ranges.append((lctx[L_GRID_WS], ctypes.sizeof(ws)))
         for _ in range(nw):
             sb, sa = _buffer(self._dyn_offset + shared_mem)
             area = self.local_bytes_per_thread + self._func_stack  # .local, then .func frames (bounds checks)
@@ -208,7 +224,9 @@ class CpuKernel:
             LAUNCHES[key] = rec
         try:
             fn = code.fn
-            if nw == 1:
+            if cooperative:
+                _run_resident(fn, key, wctxs)
+            elif nw == 1:
                 fn(key, ctypes.addressof(wctxs[0]))
             else:
                 futs = [_pool().submit(fn, key, ctypes.addressof(w)) for w in wctxs]
@@ -232,6 +250,31 @@ class CpuKernel:
             e.printf = text  # type: ignore[attr-defined]
             raise e
         return LaunchResult(printf=text)
+
+
+# Blocks of one cooperative launch: each gets an OS thread (NOTE [grid sync]); the devices gpud exposes report an
+# occupancy that keeps grids well under this (MULTIPROCESSOR_COUNT = workers, 32 blocks per SM at most).
+COOPERATIVE_MAX_BLOCKS = 4096
+_SCHED_YIELD: int | None = None
+
+
+def _sched_yield() -> int:
+    """The address of libc's sched_yield, which wait loops of cooperative launches call (NOTE [grid sync])."""
+    global _SCHED_YIELD
+    if _SCHED_YIELD is None:
+        _SCHED_YIELD = ctypes.cast(ctypes.CDLL(None).sched_yield, ctypes.c_void_p).value or 0
+    return _SCHED_YIELD
+
+
+def _run_resident(fn: Any, key: int, wctxs: list[Any]) -> None:
+    """Run a cooperative launch: one OS thread per worker context (one block each), all at once. The calls
+    release the GIL (ctypes), so the blocks really run side by side and can wait for each other."""
+    threads = [threading.Thread(target=fn, args=(key, ctypes.addressof(w)), name=f"wooly-coop-{i}", daemon=True)
+               for i, w in enumerate(wctxs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
 
 
 def _dims(d: tuple[int, ...] | int, what: str) -> tuple[int, int, int]:

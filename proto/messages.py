@@ -249,6 +249,7 @@ class Launch(_Req):
     shared_mem: Annotated[int, Field(ge=0, le=1 << 30)] = 0
     stream: Handle = DEFAULT_STREAM
     params: Annotated[bytes, Field(max_length=1 << 16)] = b""
+    cooperative: bool = False  # every block resident at once; grid sync allowed (NOTE [grid sync], jit/emit/cpu_grid.py)
 
 
 # ---------------------------------------------------------------- same-host staging (shared memory)

@@ -392,7 +392,9 @@ class Driver:
         params: bytes,
         shared_mem: int = 0,
         stream: int = 0,
+        cooperative: bool = False,
     ) -> None:
+        """``cooperative``: every block resident at once, grid sync allowed (cuLaunchCooperativeKernel)."""
         info = function if isinstance(function, FunctionInfo) else self.functions.get(function)
         if info is None:
             raise CudaError(codes.INVALID_HANDLE, f"cuLaunchKernel: invalid function handle {function}")
@@ -413,6 +415,7 @@ class Driver:
                 "shared_mem": int(shared_mem),
                 "stream": self._stream(stream),
                 "params": bytes(params),
+                **({"cooperative": True} if cooperative else {}),
             }
         )
 

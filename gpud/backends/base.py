@@ -147,9 +147,11 @@ class Backend(ABC):
         shared_mem: int,
         params: bytes,
         allowed_ranges: Sequence[tuple[int, int]] | None = None,
+        cooperative: bool = False,
     ) -> LaunchResult:
         """Run a kernel to completion. ``allowed_ranges``: the (start, size) regions the launching
-        session may touch, for backends that check kernel memory accesses (NOTE [bounds check])."""
+        session may touch, for backends that check kernel memory accesses (NOTE [bounds check]).
+        ``cooperative``: a cooperative launch (cuLaunchCooperativeKernel: all blocks resident, grid sync)."""
         attrs = function.attributes
         threads = block[0] * block[1] * block[2]
         limit = attrs.get("max_threads_per_block", 1024)
@@ -169,6 +171,15 @@ class Backend(ABC):
                 codes.INVALID_VALUE,
                 f"launch of {function.name}: {shared_mem} bytes of dynamic shared memory exceed the limit of {smem_limit}",
             )
+        if cooperative:  # the client checked occupancy; gpud still bounds what it runs at once (one thread a block)
+            if not dev.get(95, 0):
+                raise CudaError(codes.NOT_SUPPORTED, f"launch of {function.name}: no cooperative launches on this device")
+            most = dev.get(16, 1) * dev.get(106, 32)  # SMs x blocks per SM
+            if grid[0] * grid[1] * grid[2] > most:
+                raise CudaError(codes.COOPERATIVE_LAUNCH_TOO_LARGE,
+                                f"cooperative launch of {function.name}: {grid[0] * grid[1] * grid[2]} blocks, at most "
+                                f"{most} can be resident on this device")
+            return self._launch(function, grid, block, shared_mem, params, allowed_ranges, cooperative=True)
         return self._launch(function, grid, block, shared_mem, params, allowed_ranges)
 
     def synchronize(self) -> None:  # noqa: B027 - optional hook
@@ -219,5 +230,6 @@ class Backend(ABC):
         shared_mem: int,
         params: bytes,
         allowed_ranges: Sequence[tuple[int, int]] | None = None,
+        cooperative: bool = False,
     ) -> LaunchResult:
         raise CudaError(codes.NOT_SUPPORTED, f"cuLaunchKernel is not supported by the {self.kind} backend")

@@ -57,7 +57,7 @@ def sm80_attributes(sm_count: int, shared_per_block: int = 49152) -> dict[int, i
         66: 32768, 67: 32768, 68: 2046, 69: 268435456, 70: 131072, 71: 65000, 72: 2097120,
         73: 32768, 74: 32768, 75: 8, 76: 0, 77: 32768, 78: 1, 79: 1, 80: 1,
         81: 167936, 82: 65536, 83: 0, 84: 0, 85: 0, 86: 0, 87: 2, 88: 0, 89: 0, 90: 1,
-        91: 0, 92: 0, 93: 0, 94: 0, 95: 0, 96: 0, 97: 166912, 98: 0, 99: 0, 100: 0,
+        91: 0, 92: 0, 93: 0, 94: 0, 95: 1, 96: 0, 97: 166912, 98: 0, 99: 0, 100: 0,
         101: 0, 102: 0, 103: 0, 104: 0, 105: 0, 106: 32, 107: 0, 108: 0, 109: 0, 110: 0,
         111: 1024, 112: 0, 113: 0, 114: 0, 115: 0, 116: 0, 117: 0, 118: 0, 119: 0,
         120: 0, 121: 0, 122: 0, 123: 0, 124: 0, 125: 0, 126: 1, 127: 0, 128: 0, 129: 0,
@@ -210,12 +210,13 @@ class CpuBackend(Backend):
         }
         return Function(name=name, params=params, attributes=attrs, native=k)
 
-    def _launch(self, function, grid, block, shared_mem, params, allowed_ranges=None) -> LaunchResult:
+    def _launch(self, function, grid, block, shared_mem, params, allowed_ranges=None, cooperative=False) -> LaunchResult:
         jit = self._jit()
         ranges = allowed_ranges if self.bounds_check else None
         try:
             res = function.native.launch(
-                grid=tuple(grid), block=tuple(block), shared_mem=shared_mem, params=params, allowed_ranges=ranges
+                grid=tuple(grid), block=tuple(block), shared_mem=shared_mem, params=params, allowed_ranges=ranges,
+                cooperative=cooperative,
             )
         except jit.JitError as exc:
             raise CudaError(exc.code, f"{function.name}: {exc.message}") from None

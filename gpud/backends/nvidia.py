@@ -170,10 +170,17 @@ class NvidiaBackend(Backend):
         }
         return Function(name=name, params=params, attributes=attrs, native=fn)
 
-    def _launch(self, function, grid, block, shared_mem, params, allowed_ranges=None) -> LaunchResult:
+    def _launch(self, function, grid, block, shared_mem, params, allowed_ranges=None, cooperative=False) -> LaunchResult:
         cu = self._bind()
         size = ctypes.c_size_t(len(params))
         buf = ctypes.create_string_buffer(bytes(params), max(1, len(params)))
+        if cooperative:  # cuLaunchCooperativeKernel takes no `extra`: one pointer per parameter, into the buffer
+            ptrs = (ctypes.c_void_p * max(1, len(function.params)))(
+                *(ctypes.addressof(buf) + p.offset for p in function.params))
+            _check(cu.cuLaunchCooperativeKernel(function.native, *grid, *block, shared_mem, 0, ctypes.addressof(ptrs)),
+                   f"cuLaunchCooperativeKernel({function.name})")
+            _check(cu.cuStreamSynchronize(0), f"{function.name}")
+            return LaunchResult()
         # extra = {CU_LAUNCH_PARAM_BUFFER_POINTER, buf, CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END}
         extra = (ctypes.c_void_p * 5)(1, ctypes.addressof(buf), 2, ctypes.addressof(size), 0)
         _check(

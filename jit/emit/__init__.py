@@ -12,6 +12,7 @@ L_GLOBALS, L_RANGES, L_NRANGES, L_BADADDR = 14, 15, 16, 17  # data block; bounds
 L_CHUNK = 18  # blocks a worker claims at once
 L_HEAP_ALLOC, L_HEAP_FREE, L_HEAP = 19, 20, 21  # device malloc/free of bounds-checked modules (NOTE [device heap])
 L_ROOTS = 22  # [lo, hi) per rooted pointer parameter of a bounds-checked kernel (NOTE [rooted bounds checks])
+L_OS_YIELD, L_GRID_WS = 23, 24  # cooperative launches: sched_yield's address; the grid-sync workspace (NOTE [grid sync])
 L_NEXT = 32   # the shared block counter: >= 64 bytes from every other slot, so claims do not evict them
 L_SLOTS = 40
 # worker context

@@ -246,7 +246,10 @@ class EntryEnv:
             return self.ctaid[_XYZ[name[-1]]]
         if name.startswith("nclusterid"):
             return self.nctaid[_XYZ[name[-1]]]
-        return _i32(0)  # smid, gridid, cluster_ctaid, cluster_ctarank, envregs, ...
+        if name in ("envreg1", "envreg2"):
+            from jit.emit.cpu_grid import envreg
+            return envreg(fl, name)
+        return _i32(0)  # smid, gridid, cluster_ctaid, cluster_ctarank, other envregs, ...
 
     def lval(self, fl: FuncLowering, slot: int) -> ir.Value:
         return fl.b.load(fl.b.gep(self.L, [_i64(slot)], source_etype=I64), typ=I64)
@@ -265,6 +268,10 @@ class EntryEnv:
 
     def launch_ctx(self, fl: FuncLowering) -> ir.Value:
         return self.L
+
+    def os_yield(self, fl: FuncLowering) -> None:
+        from jit.emit.cpu_grid import os_yield
+        os_yield(fl)
 
     def exit_thread(self, fl: FuncLowering) -> None:
         if self.fused_exit is not None:  # a failed bounds check in a fused loop ends the block's loop (cpu_fused)

@@ -75,6 +75,9 @@ class FuncEnv:
             le = b.sub(b.shl(eq, _i64(1)), _i64(1))
             return b.trunc({"lanemask_eq": eq, "lanemask_lt": lt, "lanemask_le": le,
                             "lanemask_gt": b.not_(le), "lanemask_ge": b.not_(lt)}[name], I32)
+        if name in ("envreg1", "envreg2"):
+            from jit.emit.cpu_grid import envreg
+            return envreg(fl, name)
         return _i32(0)
 
     def shared_base(self, fl: FuncLowering) -> ir.Value:
@@ -120,6 +123,10 @@ class FuncEnv:
 
     def launch_ctx(self, fl: FuncLowering) -> ir.Value:
         return fl.b.inttoptr(self._slot(fl, T_LCTX), PTR)
+
+    def os_yield(self, fl: FuncLowering) -> None:
+        from jit.emit.cpu_grid import os_yield
+        os_yield(fl)
 
     def exit_thread(self, fl: FuncLowering) -> None:
         fl.b.store(_i64(1), fl.b.gep(self.tc, [_i64(T_EXITED)], source_etype=I64))

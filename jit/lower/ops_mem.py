@@ -131,6 +131,9 @@ def st(fl: FuncLowering, ins: A.Instr) -> None:
 @op("prefetch", "prefetchu", "membar", "fence", "discard", "applypriority", "griddepcontrol", "nanosleep",
     "pmevent", "createpolicy")
 def nop(fl: FuncLowering, ins: A.Instr) -> None:
+    if ins.opcode == "nanosleep" and hasattr(fl.env, "os_yield"):  # CPU: NOTE [grid sync] (jit/emit/cpu_grid.py)
+        fl.env.os_yield(fl)
+        return
     if ins.opcode in ("membar", "fence") and not ins.has("proxy"):
         if getattr(fl.env, "red", None) is not None:
             fl.env.red.flush(fl.b)  # type: ignore[attr-defined]

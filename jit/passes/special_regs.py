@@ -28,6 +28,8 @@ def _fix(op: A.Operand, regs: dict[str, str], line: int) -> A.Operand:
         name = op.name[1:]
         if name in KNOWN:
             return A.Special(name)
+        if name in ("envreg1", "envreg2"):  # the grid-sync workspace of a cooperative launch (NOTE [grid sync])
+            return A.Special(name)
         if name.startswith(("envreg", "pm")) and name[-1].isdigit():
             return A.Special("zero")
         if name in _XYZ:

@@ -207,12 +207,14 @@ def run(module: A.Module) -> A.Module:
             if k == 0:  # before the back edge `[@p] bra head` of a wait loop: yield when it is taken
                 br = body[at]
                 assert isinstance(br, A.Instr)
+                # nanosleep: the OS thread yields too, in cooperative launches (NOTE [grid sync], jit/emit/cpu_grid.py)
+                wait = [A.Instr("nanosleep", ["u32"], [A.Imm(0)]), A.Instr(YIELD, [], [])]
                 if br.pred is None:
-                    body[at:at] = [A.Instr(YIELD, [], [])]
+                    body[at:at] = wait
                 else:
                     body[at:at + 1] = [
                         A.Instr("bra", [], [A.Sym(skip)], br.pred, not br.pred_neg, br.line, br.col),
-                        A.Instr(YIELD, [], []),
+                        *wait,
                         A.Instr("bra", [], list(br.operands), None, False, br.line, br.col),
                         A.Label(skip),
                     ]

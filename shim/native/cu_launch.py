@@ -90,12 +90,28 @@ def validate(info: FunctionInfo, grid: tuple[int, ...], block: tuple[int, ...], 
 
 
 def launch(fn: int | None, grid: tuple[int, ...], block: tuple[int, ...], shared: int, stream: int | None,
-           kernel_params: int | None, extra: int | None) -> None:
+           kernel_params: int | None, extra: int | None, cooperative: bool = False) -> None:
     STATE.require_current()
     info = cu_module.function(fn)
     validate(info, grid, block, shared)
+    if cooperative:
+        _check_cooperative(info, grid, block, shared)
     params = marshal(info, kernel_params, extra)
-    STATE.driver().launch_kernel(info, grid, block, params, shared_mem=shared, stream=int(stream or 0))
+    STATE.driver().launch_kernel(info, grid, block, params, shared_mem=shared, stream=int(stream or 0),
+                                 cooperative=cooperative)
+
+
+def _check_cooperative(info: FunctionInfo, grid: tuple[int, ...], block: tuple[int, ...], shared: int) -> None:
+    """A cooperative grid must fit on the device at once: at most occupancy x SM count blocks, as the driver says."""
+    attrs = STATE.driver().devices[STATE.current_device()]["attributes"]
+    get = lambda k: int(attrs.get(k, attrs.get(str(k), 0)))  # noqa: E731
+    if not get(95):  # CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH
+        raise CudaError(codes.NOT_SUPPORTED, f"{info.name}: the device does not support cooperative launches")
+    limit = cu_module.blocks_per_sm(info, block[0] * block[1] * block[2], shared) * max(1, get(16))
+    if grid[0] * grid[1] * grid[2] > limit:
+        raise CudaError(codes.COOPERATIVE_LAUNCH_TOO_LARGE,
+                        f"{info.name}: a cooperative grid of {grid[0] * grid[1] * grid[2]} blocks, at most {limit} "
+                        f"blocks of {block[0] * block[1] * block[2]} threads fit on the device at once")
 
 
 @api("cuLaunchKernel", 4000, P, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, P, P, P)
@@ -105,12 +121,12 @@ def cuLaunchKernel(fn, gx, gy, gz, bx, by, bz, shared, stream, kernel_params, ex
 
 @api("cuLaunchCooperativeKernel", 9000, P, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, P, P)
 def cuLaunchCooperativeKernel(fn, gx, gy, gz, bx, by, bz, shared, stream, kernel_params) -> None:  # noqa: ANN001
-    launch(fn, (gx, gy, gz), (bx, by, bz), shared, stream, kernel_params, None)
+    launch(fn, (gx, gy, gz), (bx, by, bz), shared, stream, kernel_params, None, cooperative=True)
 
 
 _CONFIG = struct.Struct("<7I4xQQI")  # CUlaunchConfig: grid[3], block[3], shared, stream, attrs, numAttrs
 _ATTR_SIZE = 72  # CUlaunchAttribute: id (4) + pad (4) + value union (64)
-_ATTR_CLUSTER_DIMENSION = 4
+_ATTR_COOPERATIVE, _ATTR_CLUSTER_DIMENSION = 2, 4
 
 
 @api("cuLaunchKernelEx", 11060, P, P, P, P)
@@ -118,9 +134,12 @@ def cuLaunchKernelEx(config: int | None, fn: int | None, kernel_params: int | No
     if not config:
         raise CudaError(codes.INVALID_VALUE, "cuLaunchKernelEx: config is NULL")
     gx, gy, gz, bx, by, bz, shared, stream, attrs, nattrs = _CONFIG.unpack(ctypes.string_at(config, _CONFIG.size))
+    cooperative = False
     for i in range(nattrs if attrs else 0):
         raw = ctypes.string_at(attrs + i * _ATTR_SIZE, _ATTR_SIZE)
         ident = struct.unpack_from("<i", raw)[0]
         if ident == _ATTR_CLUSTER_DIMENSION and struct.unpack_from("<3I", raw, 8) not in ((1, 1, 1), (0, 0, 0)):
             raise CudaError(codes.NOT_SUPPORTED, "cuLaunchKernelEx: thread block clusters are not supported")
-    launch(fn, (gx, gy, gz), (bx, by, bz), shared, stream, kernel_params, extra)
+        if ident == _ATTR_COOPERATIVE:
+            cooperative = struct.unpack_from("<i", raw, 8)[0] != 0
+    launch(fn, (gx, gy, gz), (bx, by, bz), shared, stream, kernel_params, extra, cooperative=cooperative)

@@ -4,8 +4,9 @@ numba-cuda links every kernel with nvJitLink into a cubin (machine code for one 
 loading it; a wooly device compiles PTX itself. The patch replaces the link step
 (``numba.cuda.cudadrv.driver._Linker.complete``) with one that returns ``ObjectCode.from_ptx``:
 PTX inputs (numba's own, ``.ptx`` and ``.cu`` link files, which numba compiles to PTX with NVRTC)
-are merged into one module; LTO-IR inputs go through nvJitLink's PTX output. Machine-code inputs
-(cubin, fatbin without PTX, static libraries such as cudadevrt) cannot run and say so.
+are merged into one module; LTO-IR inputs go through nvJitLink's PTX output. The cudadevrt library (grid
+groups) is left out: the JIT supplies its functions in PTX (jit/devrt.py). Other machine-code inputs (cubin,
+fatbin without PTX, static libraries) cannot run and say so.
 
 The patch is applied when ``numba.cuda.cudadrv.driver`` is imported (an import hook), so a program
 that never uses numba pays nothing.
@@ -58,11 +59,17 @@ def _code_bytes(obj: Any) -> bytes:
     return bytes(code)
 
 
+def _is_cudadevrt(obj: Any) -> bool:
+    """numba-cuda's cudadevrt input (the library of grid-group functions, which jit/devrt.py stands in for)."""
+    return _code_type(obj) == "library" and "cudadevrt" in str(getattr(obj, "name", ""))
+
+
 def patched_complete(self: Any) -> Any:
     """Replacement for ``_Linker.complete``: returns PTX ObjectCode."""
     ObjectCode = sys.modules[TARGET].ObjectCode
 
     driver_mod = sys.modules[TARGET]
+    self._object_codes = [o for o in self._object_codes if not _is_cudadevrt(o)]
     kinds = [_code_type(o) for o in self._object_codes]
     if not self._object_codes:
         raise driver_mod.LinkerError("nothing to link")

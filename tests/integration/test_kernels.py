@@ -88,3 +88,33 @@ def test_out_of_bounds_kernel_is_isolated(gpud):
     finally:
         victim.conn.close()
         attacker.conn.close()
+
+
+def test_cooperative_launch_through_gpud(driver):
+    """Grid sync (nvcc's inline protocol) in a cooperative launch; gpud bounds a cooperative grid itself, whatever
+    the client checked: too many blocks is CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE and the session goes on."""
+    from pathlib import Path
+    ptx = (Path(__file__).parents[1] / "unit" / "jit" / "ptx" / "grid_sync_nvcc.ptx").read_bytes()
+    fn = driver.module_get_function(driver.module_load_data(ptx), "k")
+    grid, block = 8, 64
+    n = grid * block
+    a0 = np.arange(n, dtype=np.int32) * 3 - 700
+    pa, pb = driver.mem_alloc(4 * n), driver.mem_alloc(4 * n)
+    driver.memcpy_htod(pa, a0)
+    params = fn.pack_params([struct.pack("<Q", pa), struct.pack("<Q", pb), struct.pack("<i", 2)])
+    driver.launch_kernel(fn, (grid, 1, 1), (block, 1, 1), params, cooperative=True)
+    out = np.frombuffer(bytes(driver.memcpy_dtoh(pa, 4 * n)), dtype=np.int32)
+    a = a0.astype(np.int64)
+    for it in range(2):
+        b = a + np.roll(a, -1) + it
+        r = np.roll(b, -3)
+        a = b - np.sign(r) * (np.abs(r) // 2)
+    assert np.array_equal(out, a.astype(np.int32))
+    attrs = driver.devices[0]["attributes"]
+    most = int(attrs.get(16, attrs.get("16"))) * int(attrs.get(106, attrs.get("106")))
+    driver.launch_kernel(fn, (most + 1, 1, 1), (1, 1, 1), params, cooperative=True)
+    with pytest.raises(CudaError) as e:
+        driver.ctx_synchronize()
+    assert e.value.name == "CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE" and "resident" in e.value.message
+    driver.launch_kernel(fn, (grid, 1, 1), (block, 1, 1), params, cooperative=True)  # not sticky: runs again
+    driver.ctx_synchronize()

@@ -53,3 +53,8 @@ def test_fork_after_cuda_init(wooly_gpud: str) -> None:
 def test_ipc_between_processes(wooly_gpud: str) -> None:
     """cuIpcGetMemHandle in one process, cuIpcOpenMemHandle (handle by value) in a spawned child."""
     _check(wooly_run([os.path.join(PROGS, "ipc_prog.py")], server=wooly_gpud, timeout=180), "ipc OK")
+
+
+def test_cooperative_launches_with_grid_sync(wooly_gpud: str) -> None:
+    """numba's grid groups and nvcc's cg::this_grid().sync() through cuLaunchCooperativeKernel, on a separate gpud."""
+    _check(wooly_run([os.path.join(PROGS, "grid_sync_prog.py")], server=wooly_gpud, timeout=300), "grid sync OK")
