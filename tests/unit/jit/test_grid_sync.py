@@ -10,25 +10,13 @@ import numpy as np
 import pytest
 
 from jit import GlobalRange, JitError, compile_module
+from tests.unit.jit.grid_sync_ref import expect
 from tests.unit.jit.helpers import PTX_DIR, pack
 from tests.unit.jit.test_numba import numba_args
 
 NVCC = (PTX_DIR / "grid_sync_nvcc.ptx").read_text()  # from grid_sync.cu
-NUMBA = (PTX_DIR / "grid_sync_numba.ptx").read_text()  # from grid_sync_numba.py
+NUMBA = (PTX_DIR / "grid_sync_numba.ptx").read_text()  # from grid_sync_numba.py (the kernel: grid_sync_ref.py)
 ITERS = 5
-
-
-def expect(kind: str, a: np.ndarray, iters: int) -> np.ndarray:
-    """Both kernels: `iters` rounds of b = a + a[i+1] + it; sync; a = b - b[i+3] / 2; sync. C's `/` rounds toward
-    0 (nvcc), Python's `//` down (numba)."""
-    def wrap(x: np.ndarray) -> np.ndarray:  # int32 arithmetic, as the kernels do it
-        return x.astype(np.int64).astype(np.int32).astype(np.int64)
-    a = a.astype(np.int64)
-    for it in range(iters):
-        b = wrap(a + np.roll(a, -1) + it)
-        r = np.roll(b, -3)
-        a = wrap(b - (r // 2 if kind == "numba" else np.sign(r) * (np.abs(r) // 2)))
-    return a.astype(np.int32)
 
 
 def params(kind: str, k, a: np.ndarray, b: np.ndarray, iters: int) -> bytes:  # type: ignore[no-untyped-def]

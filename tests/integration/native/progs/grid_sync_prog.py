@@ -14,28 +14,13 @@ import numpy as np
 from cuda.bindings import driver as cu
 from numba import cuda, int32, void
 
-PTX = Path(__file__).resolve().parents[3] / "unit" / "jit" / "ptx" / "grid_sync_nvcc.ptx"
+ROOT = Path(__file__).resolve().parents[4]
+PTX = ROOT / "tests" / "unit" / "jit" / "ptx" / "grid_sync_nvcc.ptx"
+sys.path.insert(0, str(ROOT))
+from tests.unit.jit.grid_sync_ref import expect  # noqa: E402
+from tests.unit.jit.grid_sync_ref import rounds as _rounds  # noqa: E402
 
-
-def expect(a: np.ndarray, iters: int, floor: bool) -> np.ndarray:
-    a = a.astype(np.int64)
-    for it in range(iters):
-        b = a + np.roll(a, -1) + it
-        r = np.roll(b, -3)
-        a = b - (r // 2 if floor else np.sign(r) * (np.abs(r) // 2))
-    return a.astype(np.int32)
-
-
-@cuda.jit(void(int32[::1], int32[::1], int32))
-def rounds(a, b, iters):  # type: ignore[no-untyped-def]
-    g = cuda.cg.this_grid()
-    i = cuda.grid(1)
-    n = a.size
-    for it in range(iters):
-        b[i] = a[i] + a[(i + 1) % n] + it
-        g.sync()
-        a[i] = b[i] - b[(i + 3) % n] // 2
-        g.sync()
+rounds = cuda.jit(void(int32[::1], int32[::1], int32))(_rounds)
 
 
 def numba_part() -> None:
@@ -45,7 +30,7 @@ def numba_part() -> None:
     a0 = np.random.default_rng(1).integers(-1000, 1000, grid * 64, dtype=np.int32)
     a, b = cuda.to_device(a0), cuda.device_array(grid * 64, np.int32)
     rounds[grid, 64](a, b, 4)
-    assert np.array_equal(a.copy_to_host(), expect(a0, 4, floor=True)), "numba grid sync"
+    assert np.array_equal(a.copy_to_host(), expect("numba", a0, 4)), "numba grid sync"
 
 
 def check(res):  # noqa: ANN001, ANN201
@@ -76,7 +61,7 @@ def driver_part() -> None:
     check(cu.cuCtxSynchronize())
     out = np.empty(n, np.int32)
     check(cu.cuMemcpyDtoH(out.ctypes.data, da, n * 4))
-    assert np.array_equal(out, expect(a0, 6, floor=False)), "nvcc grid sync"
+    assert np.array_equal(out, expect("nvcc", a0, 6)), "nvcc grid sync"
     too_many = per_sm * sms + 1
     err = cu.cuLaunchCooperativeKernel(fn, too_many, 1, 1, 128, 1, 1, 0, 0, ctypes.addressof(ptrs))[0]
     assert err == cu.CUresult.CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE, err
