@@ -130,7 +130,7 @@ class FuncLowering:
                 self.b.position_at_end(self.block("dead"))
             self.cur = st
             h = HANDLERS.get(st.opcode)
-            if h is None:
+            if h is None or any("::" in m for m in st.mods):  # NOTE [qualified modifiers] (jit/ptx/parser.py)
                 full = '.'.join([st.opcode, *st.mods])
                 if st.opcode not in PTX_OPCODES:
                     raise invalid_ptx(f"unknown instruction '{full}'", st.line, st.col)

@@ -1,4 +1,4 @@
-"""Bit manipulation: shf, bfe, bfi, prmt, brev/popc/clz, bfind, fns, bmsk, lop3, dp4a/dp2a, SIMD video (vadd4 ...)."""
+"""Bit manipulation: shf, bfe, bfi, prmt, brev/popc/clz, bfind, fns, bmsk, szext, lop3, dp4a/dp2a, SIMD video (vadd4 ...)."""
 
 from __future__ import annotations
 
@@ -144,6 +144,26 @@ def bfind(fl: FuncLowering, ins: A.Instr) -> None:
         pos = lz
     none = b.icmp_unsigned("==", a, ir.Constant(a.type, 0))
     fl.put(ins.operands[0], b.select(none, ir.Constant(I32, 0xFFFFFFFF), pos), "u32")
+
+
+@op("szext")
+def szext(fl: FuncLowering, ins: A.Instr) -> None:
+    """szext.{clamp,wrap}.{u32,s32} d, a, b: the low N bits of a, zero- or sign-extended, N = b mod 32 (.wrap) or
+    b clamped to 32 (.clamp: b >= 32 gives a unchanged); N = 0 gives 0 (PTX ISA pseudocode)."""
+    b = fl.b
+    a, n = fl.get(ins.operands[1], "b32"), fl.get(ins.operands[2], "b32")
+    zero, ones = ir.Constant(I32, 0), ir.Constant(I32, 0xFFFFFFFF)
+    n1 = b.and_(n, ir.Constant(I32, 31))
+    mask = b.shl(ones, n1)  # the bits above the field
+    if ins.has("clamp"):
+        mask = b.select(b.icmp_unsigned(">=", n, ir.Constant(I32, 32)), zero, mask)
+    d = b.and_(a, b.not_(mask))
+    if ins.has("s32"):
+        top = b.and_(b.sub(n1, ir.Constant(I32, 1)), ir.Constant(I32, 31))
+        sign = b.trunc(b.lshr(a, top), I1)
+        live = b.and_(sign, b.icmp_unsigned("!=", n1, zero))  # N = 0: the result stays 0
+        d = b.select(live, b.or_(d, mask), d)
+    fl.put(ins.operands[0], d, "b32")
 
 
 @op("lop3")

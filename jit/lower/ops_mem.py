@@ -142,6 +142,18 @@ def nop(fl: FuncLowering, ins: A.Instr) -> None:
         fl.put(ins.operands[0], ir.Constant(I64, 0), "b64")
 
 
+@op("getctarank", "mapa", "setmaxnreg")
+def cluster_of_one(fl: FuncLowering, ins: A.Instr) -> None:
+    """Every launch here is a cluster of one CTA: a shared::cluster address belongs to rank 0 (getctarank), the
+    address of rank r's variable is the CTA's own (mapa; only r = 0 exists), and the register budget is not ours
+    to move (setmaxnreg)."""
+    if ins.opcode == "getctarank":
+        fl.put(ins.operands[0], ir.Constant(I32, 0), "u32")
+    elif ins.opcode == "mapa":
+        typ = "u64" if ins.has("u64") else "u32"
+        fl.put(ins.operands[0], fl.get(ins.operands[1], typ), typ)
+
+
 @op("cvta")
 def cvta(fl: FuncLowering, ins: A.Instr) -> None:
     t = fl.itype(ins)
@@ -367,8 +379,11 @@ def _vector_atomic(fl: FuncLowering, ins: A.Instr, at: int) -> list[ir.Value]:
 
 @op("cp")
 def cp_async(fl: FuncLowering, ins: A.Instr) -> None:
-    if not ins.has("async"):
+    if not ins.has("async") or ins.has("reduce"):
         raise not_supported("cp." + ".".join(ins.mods), ins.line)
+    if ins.has("bulk"):
+        _bulk_copy(fl, ins)
+        return
     if ins.has("mbarrier"):  # NOTE [mbarrier] (jit/lower/ops_mbarrier.py): the copies are already done
         from jit.lower.ops_mbarrier import async_copies_arrive
         async_copies_arrive(fl, ins)
@@ -387,6 +402,24 @@ def cp_async(fl: FuncLowering, ins: A.Instr) -> None:
         n = fl.get(ins.operands[3], "u32")  # src-size: the rest is zero-filled
     fl.call_intr("llvm.memset.p0.i32", ir.VoidType(), [dst, ir.Constant(I8, 0), size, ir.Constant(ir.IntType(1), 0)])
     fl.call_intr("llvm.memcpy.p0.p0.i32", ir.VoidType(), [dst, src, n, ir.Constant(ir.IntType(1), 0)])
+
+
+def _bulk_copy(fl: FuncLowering, ins: A.Instr) -> None:
+    """cp.async.bulk without transaction counts: shared -> global with bulk_group completion (a synchronous copy;
+    commit_group/wait_group are then no-ops) and the L2 prefetch form (a no-op). The forms that complete on an
+    mbarrier (global -> shared, shared -> cluster shared) need transaction counts: not supported."""
+    if ins.has("prefetch") or ins.has("commit_group") or ins.has("wait_group"):
+        return
+    if not ins.has("bulk_group") or ins.mods.index("global") > ins.mods.index("shared"):
+        raise not_supported("cp." + ".".join(ins.mods), ins.line)
+    dst = fl.addr(ins.operands[0], "global")
+    src = fl.addr(ins.operands[1], "shared")
+    if needs_check(fl, ins.operands[0], "global"):
+        n = ins.operands[2]
+        emit_check(fl, dst, int(n.value) if isinstance(n, A.Imm) else 16, fl.root_of(ins.operands[0], "global"))
+    _red_guard(fl, ins, "global", dst, 16)
+    fl.call_intr("llvm.memcpy.p0.p0.i32", ir.VoidType(), [dst, src, fl.get(ins.operands[2], "u32"),
+                                                          ir.Constant(ir.IntType(1), 0)])
 
 
 __all__ = ["atomic", "PTR", "F16", "F32", "F64", "I32", "bf16_to_f32", "f32_to_bf16"]

@@ -17,8 +17,8 @@ class Tok:
 
 
 # NOTE [lexing words with dots]
-# Opcodes with their modifiers ("ld.global.v4.f32") and special registers ("%tid.x") are lexed as one word;
-# the parser splits opcodes at dots. Directives start with a dot and are their own kind.
+# Opcodes with their modifiers ("ld.global.v4.f32", "ld.global.L1::no_allocate.L2::256B.f32") and special
+# registers ("%tid.x") are lexed as one word; the parser splits opcodes at dots (NOTE [qualified modifiers]). Directives start with a dot and are their own kind.
 _TOKEN = re.compile(
     r"""
     (?P<ws>[ \t\r\f\v]+)
@@ -29,7 +29,7 @@ _TOKEN = re.compile(
   | (?P<hexf>0[fFdD][0-9a-fA-F]{8}(?:[0-9a-fA-F]{8})?(?![\w$]))
   | (?P<num>(?:0[xX][0-9a-fA-F]+|0[bB][01]+|(?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?)[uU]?(?![\w$]))
   | (?P<dir>\.[A-Za-z_$][\w$]*)
-  | (?P<word>[A-Za-z_$%][\w$]*(?:\.[\w$]+)*)
+  | (?P<word>[A-Za-z_$%][\w$]*(?:\.[\w$]+(?:::[\w$]+)*)*)
   | (?P<punct>[{}()\[\],;:<>@!|+\-*/=_&~^?])
     """,
     re.VERBOSE | re.DOTALL,

@@ -334,7 +334,7 @@ class Parser(OperandParser):
         if t.kind != "word":
             raise self.error("expected instruction", t)
         parts = t.text.split(".")
-        ins = A.Instr(parts[0], parts[1:], [], pred, neg, start.line, start.col)
+        ins = A.Instr(parts[0], [m for m in map(_qualified, parts[1:]) if m], [], pred, neg, start.line, start.col)
         while self.peek().kind == "dir":  # e.g. 'call.uni' written with spaces, rare
             ins.mods.append(self.next().text[1:])
         if self.accept(";"):
@@ -342,9 +342,29 @@ class Parser(OperandParser):
         while True:
             ins.operands.append(self.operand())
             if self.accept(";"):
+                if "L2::cache_hint" in parts:  # the last operand is a cache policy (createpolicy): a hint
+                    ins.operands.pop()
                 return ins
             if not self.accept(","):
                 raise self.error("expected ',' or ';'")
+
+
+# NOTE [qualified modifiers]
+# PTX 7.x-8.x qualify some modifiers with `::` (`ld.global.L1::no_allocate.L2::256B`, `cp.async.cg.shared.global
+# .L2::128B`, `mbarrier.arrive.shared::cta.b64`, `fence.proxy.async.shared::cta`); nvcc emits them for cache hints,
+# memcpy_async and cuda::barrier on sm_80 and later. Cache-eviction and prefetch-size hints (`L1::`, `L2::`) change
+# nothing on the CPU and are dropped here, with the cache-policy operand `.L2::cache_hint` adds; `.shared::cta` and
+# `.shared::cluster` are `.shared` (a cluster is one CTA here, so a cluster shared address is the CTA's own).
+# Other qualified modifiers (`.mbarrier::complete_tx::bytes` of bulk copies...) stay as they are, for the
+# instruction's lowering to accept or to report as not supported.
+def _qualified(mod: str) -> str:
+    if "::" not in mod:
+        return mod
+    if mod.startswith(("L1::", "L2::")):
+        return ""
+    if mod in ("shared::cta", "shared::cluster"):
+        return "shared"
+    return mod
 
 
 def parse(text: str | bytes) -> A.Module:

@@ -203,6 +203,33 @@ def test_fns() -> None:
                             zip(masks, bases, offs.view(np.int32), strict=True)]
 
 
+def test_szext() -> None:
+    def ref(a: int, b: int, clamp: bool, signed: bool) -> int:  # extend the low N bits of a (PTX ISA szext)
+        if clamp and b >= 32:
+            return a
+        n = b if clamp else b % 32
+        if n == 0:
+            return 0
+        v = a & ((1 << n) - 1)
+        return v | (M32 << n) & M32 if signed and v >> (n - 1) & 1 else v
+    a = rand()
+    b = RNG.integers(0, 70, 64).astype(np.uint32)
+    b[:8] = [0, 1, 31, 32, 33, 64, 8, 16]
+    for mode in ("clamp", "wrap"):
+        for t in ("u32", "s32"):
+            got = run_elementwise(f"szext.{mode}.{t} %d, %a, %b;", "u32", "u32", a, b)
+            assert got.tolist() == [ref(int(x), int(y), mode == "clamp", t == "s32") for x, y in zip(a, b, strict=True)], (mode, t)
+    assert run_elementwise("szext.wrap.u32 %d, 0xffffffff, 0;", "u32", "u32", a, b).tolist() == [0] * 64  # the ISA's example
+
+
+def test_cluster_of_one() -> None:
+    """getctarank is 0, mapa to rank 0 is the address itself, setmaxnreg changes nothing."""
+    a = rand()
+    assert run_elementwise("getctarank.shared::cluster.u32 %d, %a;", "u32", "u32", a).tolist() == [0] * 64
+    assert run_elementwise("mapa.shared::cluster.u32 %d, %a, 0; setmaxnreg.inc.sync.aligned.u32 64;",
+                           "u32", "u32", a).tolist() == a.tolist()
+
+
 def test_bmsk() -> None:
     def ref(a: int, b: int, clamp: bool) -> int:
         a1, b1 = a & 31, b & 31
