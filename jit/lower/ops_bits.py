@@ -1,4 +1,4 @@
-"""Bit manipulation: shf, bfe, bfi, prmt, brev/popc/clz, bfind, fns, bmsk, szext, lop3, dp4a/dp2a, SIMD video (vadd4 ...)."""
+"""Bit manipulation: shf, bfe, bfi, prmt, brev/popc/clz, bfind, fns, bmsk, szext, lop3, elect, dp4a/dp2a, SIMD video (vadd4 ...)."""
 
 from __future__ import annotations
 
@@ -180,7 +180,30 @@ def lop3(fl: FuncLowering, ins: A.Instr) -> None:
         if imm >> i & 1:
             term = b.and_(b.and_(a if i & 4 else na, c if i & 2 else nc), d if i & 1 else nd)
             r = b.or_(r, term)
-    fl.put(ins.operands[0], r, "b32")
+    dst = ins.operands[0]
+    if isinstance(dst, A.PredPair):  # lop3.{and,or}.b32 d|p, a, b, c, lut, q: p = (d != 0) and/or q (PTX 8.2)
+        nz = b.icmp_unsigned("!=", r, ir.Constant(I32, 0))
+        q = fl.get(ins.operands[5], "pred")
+        p = b.and_(nz, q) if ins.has("and") else b.or_(nz, q)
+        fl.put(dst.first, r, "b32")
+        fl.put(dst.second, p, "pred")
+        return
+    fl.put(dst, r, "b32")
+
+
+@op("elect")
+def elect(fl: FuncLowering, ins: A.Instr) -> None:
+    """elect.sync d|p, membermask: the leader is the lowest lane of membermask (d, in every thread; p true in the
+    leader). Every thread of membermask executes the same elect.sync (a .sync rule), so the leader follows from the
+    mask alone and no thread has to wait for another."""
+    b = fl.b
+    mask = fl.get(ins.operands[1], "b32")
+    lead = fl.call_intr("llvm.cttz.i32", I32, [mask, ir.Constant(I1, 0)])
+    dst = ins.operands[0]
+    first, pred = (dst.first, dst.second) if isinstance(dst, A.PredPair) else (dst, None)
+    fl.put(first, lead, "b32")
+    if pred is not None:
+        fl.put(pred, b.icmp_unsigned("==", fl.env.special(fl, "laneid"), lead), "pred")
 
 
 @op("dp4a", "dp2a")

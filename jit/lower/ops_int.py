@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from jit.errors import not_supported
 from jit.lower.core import FuncLowering, op
 from jit.lower.types import I1, I32, I64, convert_bits, is_float, is_signed
 from jit.ptx import ast as A
@@ -191,9 +190,17 @@ def min_max(fl: FuncLowering, ins: A.Instr) -> None:
         from jit.lower.ops_float import float_minmax
         return float_minmax(fl, ins)
     b = fl.b
+    if t in ("u16x2", "s16x2"):  # per half-word (PTX 8.0; nvcc's __vmins2/__vmaxu2 ... on sm_90)
+        v2 = ir.VectorType(ir.IntType(16), 2)
+        a, c = (b.bitcast(fl.get(o, "b32"), v2) for o in ins.operands[1:3])
+        cmp = b.icmp_signed if t == "s16x2" else b.icmp_unsigned
+        r = b.select(cmp("<" if ins.opcode == "min" else ">", a, c), a, c)
+        if ins.has("relu"):
+            zero = ir.Constant(v2, [0, 0])
+            r = b.select(b.icmp_signed("<", r, zero), zero, r)
+        fl.put(ins.operands[0], b.bitcast(r, I32), "b32")
+        return
     a, c = _ops(fl, ins, t, 2)
-    if t in ("u16x2", "s16x2"):
-        raise not_supported(f"{ins.opcode}.{t}", ins.line)
     cmp = b.icmp_signed if is_signed(t) else b.icmp_unsigned
     r = b.select(cmp("<" if ins.opcode == "min" else ">", a, c), a, c)
     if ins.has("relu"):

@@ -250,3 +250,52 @@ def test_bmsk() -> None:
         got = run_elementwise(f"bmsk.{mode}.b32 %d, %a, %b;", "u32", "u32", a, b)
         assert got.tolist() == [ref(int(x), int(y), mode == "clamp") for x, y in zip(a, b, strict=True)], mode
     assert run_elementwise("bmsk.wrap.b32 %d, 1, 2;", "u32", "u32", a, b).tolist() == [6] * 64  # the ISA's example
+
+
+def test_min_max_16x2() -> None:
+    """min/max on half-word pairs (PTX 8.0; nvcc's __vmins2, __vmaxu2 ... on sm_90), .relu on s16x2."""
+    def halves(x: int, signed: bool) -> list[int]:
+        h = [x & 0xFFFF, x >> 16 & 0xFFFF]
+        return [v - 0x10000 if signed and v >> 15 else v for v in h]
+
+    def ref(x: int, y: int, fn, signed: bool, relu: bool) -> int:  # type: ignore[no-untyped-def]
+        out = 0
+        for k, (p, q) in enumerate(zip(halves(x, signed), halves(y, signed), strict=True)):
+            r = fn(p, q)
+            out |= ((max(r, 0) if relu else r) & 0xFFFF) << 16 * k
+        return out
+    a, b = rand(), rand()
+    for op, fn in (("min", min), ("max", max)):
+        for t, relu in (("u16x2", False), ("s16x2", False), ("s16x2", True)):
+            mods = f"{op}.relu.{t}" if relu else f"{op}.{t}"
+            got = run_elementwise(f"{mods} %d, %a, %b;", "u32", "u32", a, b)
+            want = [ref(int(x), int(y), fn, t == "s16x2", relu) for x, y in zip(a, b, strict=True)]
+            assert got.tolist() == want, mods
+
+
+def test_lop3_with_predicate() -> None:
+    """lop3.{and,or}.b32 d|p, a, b, c, lut, q: d as plain lop3, p = (d != 0) and/or q (here q = a is odd)."""
+    a, b, c = rand(), rand(), rand()
+    for boolop in ("and", "or"):
+        body = (f"and.b32 %r1, %a, 1; setp.ne.u32 %p2, %r1, 0; "
+                f"lop3.{boolop}.b32 %r2|%p1, %a, %b, %c, 0x96, %p2; selp.u32 %d, 1, 0, %p1; add.u32 %d, %d, %r2;")
+        got = run_elementwise(body, "u32", "u32", a, b, c)
+        want = []
+        for x, y, z in zip(a.tolist(), b.tolist(), c.tolist(), strict=True):
+            d = x ^ y ^ z  # lut 0x96: three-way xor
+            p = (d != 0) and bool(x & 1) if boolop == "and" else (d != 0) or bool(x & 1)
+            want.append((d + int(p)) & M32)
+        assert got.tolist() == want, boolop
+
+
+def test_elect_sync() -> None:
+    """The lowest lane of membermask leads: lanes 0-15 elect with 0x0000FFFF (lane 0), lanes 16-31 with 0xFFFF0000
+    (lane 16)."""
+    a = np.zeros(64, np.uint32)
+    body = ("mov.u32 %r1, %laneid; setp.lt.u32 %p3, %r1, 16; @%p3 bra LOW;"
+            " elect.sync %r2|%p1, 0xFFFF0000; bra DONE;"
+            " LOW: elect.sync %r2|%p1, 0x0000FFFF;"
+            " DONE: selp.u32 %d, 100, 0, %p1; add.u32 %d, %d, %r2;")
+    got = run_elementwise(body, "u32", "u32", a)
+    lanes = np.arange(64) % 32
+    assert got.tolist() == [(16 + (100 if ln == 16 else 0)) if ln >= 16 else (100 if ln == 0 else 0) for ln in lanes]
