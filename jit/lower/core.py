@@ -37,6 +37,10 @@ from jit.ptx import ast as A
 if TYPE_CHECKING:
     from jit.lower.module import ModuleCodegen
 
+# The `::`-qualified modifiers the lowering implements (NOTE [qualified modifiers], jit/ptx/parser.py); any other
+# one is reported as not supported, whatever its instruction
+QUALIFIED = {("cp", "mbarrier::complete_tx::bytes")}
+
 # Every instruction name of the PTX ISA (up to 9.x): an opcode outside this set is malformed PTX (218), one inside
 # it without a handler is a valid instruction we do not implement (801).
 PTX_OPCODES = frozenset("""
@@ -130,7 +134,7 @@ class FuncLowering:
                 self.b.position_at_end(self.block("dead"))
             self.cur = st
             h = HANDLERS.get(st.opcode)
-            if h is None or any("::" in m for m in st.mods):  # NOTE [qualified modifiers] (jit/ptx/parser.py)
+            if h is None or any("::" in m and (st.opcode, m) not in QUALIFIED for m in st.mods):
                 full = '.'.join([st.opcode, *st.mods])
                 if st.opcode not in PTX_OPCODES:
                     raise invalid_ptx(f"unknown instruction '{full}'", st.line, st.col)

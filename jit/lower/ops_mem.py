@@ -405,21 +405,31 @@ def cp_async(fl: FuncLowering, ins: A.Instr) -> None:
 
 
 def _bulk_copy(fl: FuncLowering, ins: A.Instr) -> None:
-    """cp.async.bulk without transaction counts: shared -> global with bulk_group completion (a synchronous copy;
-    commit_group/wait_group are then no-ops) and the L2 prefetch form (a no-op). The forms that complete on an
-    mbarrier (global -> shared, shared -> cluster shared) need transaction counts: not supported."""
+    """cp.async.bulk, done at once (NOTE [mbarrier]): shared -> global completing on a bulk group (whose
+    commit_group/wait_group are then no-ops); global -> shared and shared -> shared (a cluster of one) completing
+    on an mbarrier, whose transaction count the copy's size then lowers; the L2 prefetch form (a no-op). Tensor-map
+    (TMA) and multicast copies are not supported."""
+    if ins.has("tensor") or ins.has("multicast::cluster"):
+        raise not_supported("cp." + ".".join(ins.mods), ins.line)
     if ins.has("prefetch") or ins.has("commit_group") or ins.has("wait_group"):
         return
-    if not ins.has("bulk_group") or ins.mods.index("global") > ins.mods.index("shared"):
+    spaces = [m for m in ins.mods if m in ("global", "shared")]
+    on_mbarrier = ins.has("mbarrier::complete_tx::bytes")
+    if len(spaces) != 2 or on_mbarrier == ins.has("bulk_group") or (spaces[0] == "global") == on_mbarrier:
         raise not_supported("cp." + ".".join(ins.mods), ins.line)
-    dst = fl.addr(ins.operands[0], "global")
-    src = fl.addr(ins.operands[1], "shared")
-    if needs_check(fl, ins.operands[0], "global"):
-        n = ins.operands[2]
-        emit_check(fl, dst, int(n.value) if isinstance(n, A.Imm) else 16, fl.root_of(ins.operands[0], "global"))
-    _red_guard(fl, ins, "global", dst, 16)
-    fl.call_intr("llvm.memcpy.p0.p0.i32", ir.VoidType(), [dst, src, fl.get(ins.operands[2], "u32"),
-                                                          ir.Constant(ir.IntType(1), 0)])
+    ops = ins.operands
+    dst, src = fl.addr(ops[0], spaces[0]), fl.addr(ops[1], spaces[1])
+    n = ops[2]
+    for o, p, sp in ((ops[0], dst, spaces[0]), (ops[1], src, spaces[1])):
+        if sp == "global":
+            if needs_check(fl, o, "global"):
+                emit_check(fl, p, int(n.value) if isinstance(n, A.Imm) else 16, fl.root_of(o, "global"))
+            _red_guard(fl, ins, "global", p, 16)
+    size = fl.get(n, "u32")
+    fl.call_intr("llvm.memcpy.p0.p0.i32", ir.VoidType(), [dst, src, size, ir.Constant(ir.IntType(1), 0)])
+    if on_mbarrier:
+        from jit.lower.ops_mbarrier import complete_tx
+        complete_tx(fl, fl.addr(ops[3], "shared"), size)
 
 
 __all__ = ["atomic", "PTR", "F16", "F32", "F64", "I32", "bf16_to_f32", "f32_to_bf16"]

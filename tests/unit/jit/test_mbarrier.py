@@ -115,15 +115,81 @@ def test_arrive_drop_and_async_copy_arrivals() -> None:
     assert (out == np.roll(src, -1)).all()
 
 
-def test_transaction_counts_are_not_supported() -> None:
-    ptx = HEADER + """
-.visible .entry k()
+# Transaction counts (sm_90): thread 0 arrives with expect_tx(512); the last thread, after its own arrival, copies
+# the 512-byte source into shared memory in two steps that complete on the barrier: a bulk copy of 256 bytes, then a
+# plain copy whose 256 bytes it reports with mbarrier.complete_tx. The phase may complete only after both, whatever
+# order the threads arrive in; everyone then reads the tile.
+TX = HEADER.replace("sm_80", "sm_90").replace("7.8", "8.0") + """
+.visible .entry k(.param .u64 src, .param .u64 out)
 {
-  .reg .b64 %rd<2>; .shared .align 8 .b64 bar;
-  mbarrier.arrive.expect_tx.shared.b64 %rd1, [bar], 16;
+  .reg .b32 %r<20>; .reg .b64 %rd<16>; .reg .pred %p<6>;
+  .shared .align 8 .b64 bar;
+  .shared .align 16 .b8 tile[512];
+  mov.u32 %r1, %tid.x; mov.u32 %r2, %ntid.x;
+  setp.ne.u32 %p1, %r1, 0;
+  @%p1 bra INIT_DONE;
+  mbarrier.init.shared::cta.b64 [bar], %r2;
+INIT_DONE:
+  bar.sync 0;
+  mov.u32 %r3, 0; mov.u32 %r4, 0;
+  @%p1 bra PLAIN;
+  mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 %rd1, [bar], 512;
+  bra.uni ARRIVED;
+PLAIN:
+  mbarrier.arrive.shared::cta.b64 %rd1, [bar];
+ARRIVED:
+  sub.u32 %r5, %r2, 1;
+  setp.ne.u32 %p2, %r1, %r5;
+  @%p2 bra WAIT;
+  mbarrier.test_wait.shared::cta.b64 %p3, [bar], %rd1;
+  selp.u32 %r3, 1, 0, %p3;
+  ld.param.u64 %rd2, [src];
+  mov.u32 %r6, tile; mov.u32 %r7, bar;
+  cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%r6], [%rd2], 256, [%r7];
+  mbarrier.test_wait.shared::cta.b64 %p4, [bar], %rd1;
+  selp.u32 %r4, 1, 0, %p4;
+  add.u32 %r8, %r6, 256; add.s64 %rd3, %rd2, 256;
+  cp.async.ca.shared.global [%r8], [%rd3], 16; cp.async.ca.shared.global [%r8+16], [%rd3+16], 16;
+  mov.u32 %r9, 32;
+COPY:
+  add.u32 %r10, %r8, %r9; cvt.u64.u32 %rd4, %r9; add.s64 %rd5, %rd3, %rd4;
+  ld.global.u32 %r11, [%rd5]; st.shared.u32 [%r10], %r11;
+  add.u32 %r9, %r9, 4; setp.lt.u32 %p5, %r9, 256; @%p5 bra COPY;
+  mbarrier.complete_tx.relaxed.cta.shared::cta.b64 [bar], 256;
+WAIT:
+  mbarrier.try_wait.shared::cta.b64 %p3, [bar], %rd1;
+  @!%p3 bra WAIT;
+  add.u32 %r12, %r1, 1; rem.u32 %r12, %r12, 128; shl.b32 %r12, %r12, 2;
+  mov.u32 %r13, tile; add.u32 %r13, %r13, %r12; ld.shared.u32 %r14, [%r13];
+  ld.param.u64 %rd6, [out]; mul.wide.u32 %rd7, %r1, 12; add.s64 %rd8, %rd6, %rd7;
+  st.global.u32 [%rd8], %r14; st.global.u32 [%rd8+4], %r3; st.global.u32 [%rd8+8], %r4;
   ret;
 }
 """
-    with pytest.raises(JitError) as ei:
-        launch(ptx, "k", (1,), (1,))
-    assert ei.value.code == 801 and "expect_tx" in ei.value.message
+
+
+@pytest.mark.parametrize("n", [128, 32, 1])
+def test_transaction_counts(n: int) -> None:
+    src = np.arange(128, dtype=np.uint32) * 5 + 3
+    out = np.zeros((n, 3), np.uint32)
+    launch(TX, "k", (2,), (n,), src, out)  # hangs if the phase never completes
+    assert (out[:, 0] == np.roll(src, -1)[:n]).all()
+    # the last thread's polls: before the copies (expect_tx still owed) and between them, the phase is open
+    assert out[n - 1, 1] == 0 and out[n - 1, 2] == 0
+
+
+def test_tensor_map_and_multicast_copies_are_not_supported() -> None:
+    for form in ("cp.async.bulk.tensor.1d.shared::cluster.global.mbarrier::complete_tx::bytes [%r1], [%rd1, {%r1}], [%r1];",
+                 "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%r1], [%rd1], 16, [%r1], %rs1;"):
+        ptx = HEADER + """
+.visible .entry k(.param .u64 p)
+{
+  .reg .b64 %rd<2>; .reg .b32 %r<2>; .reg .b16 %rs<2>;
+  ld.param.u64 %rd1, [p]; mov.u32 %r1, 0; mov.u16 %rs1, 1;
+  """ + form + """
+  ret;
+}
+"""
+        with pytest.raises(JitError) as ei:
+            launch(ptx, "k", (1,), (1,), np.zeros(4, np.uint32))
+        assert ei.value.code == 801 and "cp.async.bulk" in ei.value.message, form

@@ -43,7 +43,8 @@ def test_parser_normalises_qualified_modifiers() -> None:
 @pytest.mark.parametrize("checked", [False, True])
 def test_nvcc_sm90_kernels(checked: bool) -> None:
     """Streaming/last-use/non-coherent loads and streaming stores, cooperative-groups and cuda::pipeline
-    memcpy_async, and cuda::barrier, whose sm_90 arrive is `mbarrier.arrive.shared::cta` (was INVALID_PTX)."""
+    memcpy_async, cuda::barrier, whose sm_90 arrive is `mbarrier.arrive.shared::cta` (was INVALID_PTX), and an
+    aligned memcpy_async on a cuda::barrier (a bulk copy with transaction counts)."""
     m = compile_module(NVCC, bounds_check=checked, tier="optimized")
     n = 1000
     x = np.random.default_rng(0).random((n, 4), dtype=np.float32)
@@ -63,6 +64,10 @@ def test_nvcc_sm90_kernels(checked: bool) -> None:
     barred = np.zeros_like(b_in)
     launch(m, "barred", 3, 128, [b_in, barred])
     np.testing.assert_array_equal(barred.reshape(3, 128), (b_in.reshape(3, 128) + 1)[:, ::-1])
+    t_in = np.random.default_rng(3).random(3 * 256, dtype=np.float32)
+    t_out = np.zeros_like(t_in)
+    launch(m, "txcopy", 3, 256, [t_in, t_out])
+    np.testing.assert_array_equal(t_out.reshape(3, 256), t_in.reshape(3, 256)[:, ::-1] + 1)
 
 
 # every thread: shared[t] = in[t] (cp.async with a prefetch-size hint), a cache-hinted load, a bulk copy of the
@@ -119,7 +124,7 @@ def test_bulk_copy_is_bounds_checked() -> None:
 
 
 @pytest.mark.parametrize("instr", [
-    "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%rd1], [%rd1], 16, [%rd1];",
+    "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%rd1], [%rd1], 16, [%rd1], %rs1;",
     "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.u32 [%rd1], [%rd1], 16;",
     "st.async.shared::cluster.mbarrier::complete_tx::bytes.u32 [%rd1], %r1, [%rd1];",
     "red.async.relaxed.cluster.shared::cluster.mbarrier::complete_tx::bytes.add.u32 [%rd1], %r1, [%rd1];",
@@ -127,8 +132,8 @@ def test_bulk_copy_is_bounds_checked() -> None:
 ])
 def test_other_qualified_forms_are_not_supported(instr: str) -> None:
     ptx = HEADER + """.visible .entry k(.param .u64 p)
-{ .reg .b32 %r<2>; .reg .b64 %rd<2>;
-  ld.param.u64 %rd1, [p]; mov.u32 %r1, 1;
+{ .reg .b32 %r<2>; .reg .b64 %rd<2>; .reg .b16 %rs<2>;
+  ld.param.u64 %rd1, [p]; mov.u32 %r1, 1; mov.u16 %rs1, 1;
   """ + instr + """
   ret; }
 """

@@ -60,3 +60,16 @@ extern "C" __global__ void barred(const int *in, int *out) {
     bar.arrive_and_wait();
     out[blockIdx.x * 128 + threadIdx.x] = s[127 - threadIdx.x];
 }
+
+// cuda::memcpy_async of an aligned block into shared memory, completing on a cuda::barrier: on sm_90 a bulk copy
+// (cp.async.bulk ... mbarrier::complete_tx::bytes) issued before its mbarrier.expect_tx (NOTE [mbarrier])
+extern "C" __global__ void txcopy(const float *in, float *out) {
+    __shared__ alignas(16) float tile[256];
+    __shared__ cuda::barrier<cuda::thread_scope_block> bar;
+    auto block = cg::this_thread_block();
+    if (block.thread_rank() == 0) init(&bar, block.size());
+    block.sync();
+    cuda::memcpy_async(block, tile, in + blockIdx.x * 256, cuda::aligned_size_t<16>(sizeof(float) * 256), bar);
+    bar.arrive_and_wait();
+    out[blockIdx.x * 256 + threadIdx.x] = tile[255 - threadIdx.x] + 1.0f;
+}
