@@ -180,7 +180,7 @@ class Loaded:
 
     def __init__(self, obj: bytes, meta: dict) -> None:
         _bind_host_symbols()
-        syms = [k["symbol"] for k in meta["kernels"]]
+        syms = [k["symbol"] for k in meta["kernels"]] + ([meta["ftab"]] if meta.get("ftab") else [])
         addrs = _shared_addrs(obj, syms)
         if addrs is not None:
             self.engine = _SHARED
@@ -190,6 +190,8 @@ class Loaded:
             self.engine.finalize_object()
             addrs = {s: self.engine.get_function_address(s) for s in syms}
         self.fns = {k["name"]: RUN(addrs[k["symbol"]]) for k in meta["kernels"]}
+        # writes the addresses of the functions module initializers name (NOTE [function addresses in globals])
+        self.ftab = RUN(addrs[meta["ftab"]]) if meta.get("ftab") else None
 
 
 _ENGINES: dict[str, Loaded] = {}

@@ -309,6 +309,14 @@ class CpuModule:
         for where, target, size in meta.get("grelocs", []):
             v = (self._data_addr + target) & ((1 << (8 * size)) - 1)
             ctypes.memmove(self._data_addr + where, v.to_bytes(size, "little"), size)
+        frelocs = meta.get("frelocs", [])
+        if frelocs:  # NOTE [function addresses in globals] (jit/passes/to_llvm.py)
+            table = (ctypes.c_uint64 * (1 + max(i for _, i, _ in frelocs)))()
+            self._code.ftab(ctypes.addressof(table), None)
+            for where, i, size in frelocs:
+                v = table[i] & ((1 << (8 * size)) - 1)
+                ctypes.memmove(self._data_addr + where, v.to_bytes(size, "little"), size)
+        self._patched_from = self._code if frelocs else None  # the code those addresses point into stays loaded
         self.globals: dict[str, GlobalInfo] = {}
         for name, (off, size) in meta["globals"].items():
             self.globals[name] = GlobalInfo(name, int(size), self._data_addr + int(off))

@@ -63,7 +63,7 @@ def compile_ptx(ptx: bytes, target: str, opt: int = 2, bounds_check: bool = Fals
     obj = tm.emit_object(mod)
     meta = {"kernels": [asdict(k) for k in low.kernels], "globals": low.globals, "dyn_offset": low.dyn_offset,
             "bounds_check": bounds_check,
-            "gdata": low.gdata.hex(), "grelocs": low.grelocs}
+            "gdata": low.gdata.hex(), "grelocs": low.grelocs, "frelocs": low.frelocs, "ftab": low.ftab}
     return obj, meta
 
 

@@ -171,7 +171,7 @@ def translate(mod: A.Module, arch: str) -> tuple[str, list[KernelMeta], ModuleCo
         raise not_supported(f"AMDGPU architecture '{arch}' (supported: {', '.join(ARCHS)})")
     cg = ModuleCodegen(mod, triple=TRIPLE)
     cg.target = "amdgpu"  # type: ignore[attr-defined]
-    if cg.grelocs:
+    if cg.grelocs or cg.frelocs:
         raise not_supported("pointer-valued initializers of module globals on AMDGPU")
     data = None
     if cg.gdata:

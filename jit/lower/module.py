@@ -69,6 +69,8 @@ class ModuleCodegen:
         self.globals: dict[str, tuple[int, int]] = {}  # name -> (offset in the data block, size)
         self.gdata = bytearray()
         self.grelocs: list[tuple[int, int, int]] = []  # (where, target offset, bytes): pointer initializers
+        # (where, .func name, bytes): function addresses in initializers (NOTE [function addresses in globals])
+        self.frelocs: list[tuple[int, str, int]] = []
         self.shared: dict[str, int] = {}
         self.funcs: dict[str, ir.Function] = {}
         self.kernels: list[KernelMeta] = []
@@ -160,6 +162,12 @@ class ModuleCodegen:
         for x in v.init:
             if isinstance(x, (A.Sym, A.SymOff)):
                 tgt = self.globals.get(x.name)
+                if tgt is None and any(f.name == x.name and not f.is_entry for f in self.ast.functions):
+                    if not any(f.name == x.name and f.body is not None for f in self.ast.functions):
+                        raise invalid_ptx(f"initializer refers to function {x.name}, which is never defined", v.line)
+                    self.frelocs.append((base + len(data), x.name, esz))  # a vtable, a table of callbacks
+                    data += bytes(esz)
+                    continue
                 if tgt is None:
                     raise invalid_ptx(f"initializer refers to unknown symbol {x.name}", v.line)
                 add = x.offset if isinstance(x, A.SymOff) else 0

@@ -201,6 +201,14 @@ class Parser(OperandParser):
         return [self.init_value()]
 
     def init_value(self) -> A.Operand:
+        if self.peek().text == "generic" and self.peek(1).text == "(":  # generic(var): its address (the same here)
+            self.next()
+            self.expect("(")
+            name = self.ident()
+            self.expect(")")
+            if self.accept("+"):
+                return A.SymOff(name, int(self.next().text, 0))
+            return A.Sym(name)
         op = self.operand()
         if isinstance(op, A.Reg):  # bare identifiers in initializers are symbols (addresses)
             return A.Sym(op.name)
