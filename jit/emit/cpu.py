@@ -127,10 +127,10 @@ class EntryEnv:
                     t = reg_type(fn.regs[r])
                     self.elem[off] = max(1, t.width // 8) if isinstance(t, ir.IntType) else (8 if t == F64 else 4)
                     off += 16 if fn.regs[r] == "b128" else 8
-        self.stash_off = off  # NOTE [lockstep block groups] (jit/emit/cpu_lockstep.py): its fields follow
+        self.stash_off = off  # NOTE [lockstep block groups] (jit/emit/cpu_lockstep_run.py): its fields follow
         self.group_max = 1
         if fn.lockstep is not None:
-            from jit.emit.cpu_lockstep import group_max, stash_fields
+            from jit.emit.cpu_lockstep_run import group_max, stash_fields
             self.group_max = group_max(fn, off, meta.max_threads)
             fields, total = stash_fields(fn, self.group_max)
             for k, size in fields:

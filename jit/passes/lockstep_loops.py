@@ -59,14 +59,13 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any
 
 from jit.passes.fused_loops import _PURE, _WIDTH, _touches_local
 from jit.passes.liveness import defs_uses, innermost_loops
+from jit.passes.symbolic import Eval, Term, add_of, imm_of, invariant, op_of
 from jit.passes.sync_points import YIELD
 from jit.ptx import ast as A
 
-Term = Any
 MAX_UNROLL = 16
 
 
@@ -102,89 +101,6 @@ def _mem(ins: A.Instr) -> bool:
         return False
     strong = ins.has("volatile", "relaxed", "acquire", "release", "mmio", "cv")
     return not strong and not ins.has("shared", "param", "const") or ins.opcode == "ld" and ins.has("param", "const")
-
-
-class _Eval:
-    """Symbolic evaluation over hash-consed terms: a register's value is a tuple built from the values at entry
-    (('in', r)) with the instructions that computed it. Loads carry how many stores preceded them."""
-
-    def __init__(self) -> None:
-        self.state: dict[str, Term] = {}
-        self.effects: list[Term] = []
-        self.stores = 0
-
-    def val(self, o: A.Operand) -> Term:
-        if isinstance(o, A.Reg):
-            return self.state.get(o.name, ("in", o.name))
-        if isinstance(o, A.Addr):
-            return ("addr", self.val(o.base) if o.base is not None else None, o.offset)
-        if isinstance(o, A.Vec):
-            return ("vec", tuple(self.val(x) for x in o.items))
-        return ("op", o)
-
-    def run(self, instrs: list[A.Instr]) -> _Eval:
-        for ins in instrs:
-            d, _ = defs_uses(ins)
-            srcs = tuple(self.val(o) for o in ins.operands[1:]) if d or ins.opcode == "ld" else ()
-            key = (ins.opcode, tuple(ins.mods))
-            if ins.opcode == "st":
-                self.effects.append((key, tuple(self.val(o) for o in ins.operands)))
-                self.stores += 1
-                continue
-            t = (key, srcs, self.stores) if ins.opcode == "ld" else _fold((key, srcs))
-            for k, r in enumerate(d):
-                self.state[r] = t if len(d) == 1 else ("part", k, t)
-        return self
-
-
-def _fold(t: Term) -> Term:
-    """`add (add x, a), b` with immediates a and b is `add x, a + b` (wrapping: associative), immediates second:
-    LLVM's unroller turns four `c += 1` into one `c += 4`."""
-    (op, mods), srcs = t
-    if op != "add" or len(srcs) != 2 or not _int_mods(mods):
-        return t
-    x, y = srcs
-    if _imm(x) is not None and _imm(y) is None:
-        x, y = y, x
-    b = _imm(y)
-    if b is None:
-        return t
-    w = _WIDTH[next(m for m in mods if m in _WIDTH)][0]
-    inner = _op(x, "add")
-    if inner is not None and inner[0] == mods and len(inner[1]) == 2 and _imm(inner[1][1]) is not None:
-        x, b = inner[1][0], b + _imm(inner[1][1])  # type: ignore[operator]
-    b &= (1 << w) - 1
-    return ((op, mods), (x, ("op", A.Imm(b - (1 << w) if b >> (w - 1) else b))))
-
-
-def _imm(t: Term) -> int | None:
-    if isinstance(t, tuple) and t[0] == "op" and isinstance(t[1], A.Imm) and not t[1].is_float:
-        return int(t[1].value)
-    return None
-
-
-def _op(t: Term, opcode: str) -> tuple[tuple[str, ...], tuple[Term, ...]] | None:
-    """(mods, operands) when ``t`` is a result of ``opcode``."""
-    if isinstance(t, tuple) and len(t) in (2, 3) and isinstance(t[0], tuple) and t[0][0] == opcode:
-        return t[0][1], t[1]
-    return None
-
-
-def _int_mods(mods: tuple[str, ...]) -> bool:
-    return any(m in _WIDTH for m in mods) and not any(m in ("sat", "cc", "hi", "wide", "lo") for m in mods)
-
-
-def _add_of(t: Term, base: Term) -> Term | None:
-    """The other operand when ``t`` is `add base, x` (either order), else None."""
-    a = _op(t, "add")
-    if a is None or not _int_mods(a[0]) or len(a[1]) != 2:
-        return None
-    x, y = a[1]
-    return y if x == base else x if y == base else None
-
-
-def _invariant(t: Term, written: set[str]) -> bool:
-    return t[0] == "op" and isinstance(t[1], A.Imm) and not t[1].is_float or t[0] == "in" and t[1] not in written
 
 
 def _single_block(body: list[A.Stmt], h: int, j: int) -> list[A.Instr] | None:
@@ -240,7 +156,7 @@ def _exposed(instrs: list[A.Instr]) -> tuple[list[str], set[str]]:
 
 def _test(t: Term, iv_out: Term) -> tuple[Term, bool, int, bool] | None:
     """The loop test `iv_out < n` (or <=, or n > iv_out ...): (n, inclusive, width, signed)."""
-    s = _op(t, "setp")
+    s = op_of(t, "setp")
     if s is None or len(s[1]) != 2:
         return None
     mods, (a, c) = s
@@ -342,7 +258,7 @@ def _match(fn: A.Function, body: list[A.Stmt], sh: _Shape) -> LockstepLoop | Non
         return None
     written = {r for st in region for r in defs_uses(st)[0]}
     setup = sh.b0 + sh.pre
-    ev = _Eval().run(sh.c_src)
+    ev = Eval().run(sh.c_src)
     counter = _counter(ev, sh.c_pred, 1) if sh.kind != "plain" else None
     if sh.kind != "plain" and counter is None:
         return None
@@ -350,7 +266,7 @@ def _match(fn: A.Function, body: list[A.Stmt], sh: _Shape) -> LockstepLoop | Non
     iv = n_term = None
     inclusive, width, signed = False, 0, False
     if sh.kind != "epilogue":  # the iteration variable: what the last loop's back edge compares
-        mev = _Eval().run(sh.other if sh.kind == "prolog" else sh.c_src)  # type: ignore[arg-type]
+        mev = Eval().run(sh.other if sh.kind == "prolog" else sh.c_src)  # type: ignore[arg-type]
         for r in sorted(mev.state):
             cand = _test(mev.state.get(sh.m_pred), mev.state[r]) if sh.m_pred else None  # type: ignore[arg-type]
             if cand is not None and mev.state[r] != ("in", r):
@@ -360,15 +276,15 @@ def _match(fn: A.Function, body: list[A.Stmt], sh: _Shape) -> LockstepLoop | Non
     else:  # the register stepped by an invariant that addresses memory (a count steps too, but addresses nothing)
         addr = {r for ins in sh.c_src if ins.opcode in ("ld", "st") for r in _address_regs(sh.c_src, ins)}
         cands = [r for r in exposed if r in addr and r != counter
-                 and (st := _add_of(ev.state.get(r), ("in", r))) is not None and _invariant(st, written)]
-        cands.sort(key=lambda r: _imm(_add_of(ev.state.get(r), ("in", r))) is not None)  # a register step first
+                 and (st := add_of(ev.state.get(r), ("in", r))) is not None and invariant(st, written)]
+        cands.sort(key=lambda r: imm_of(add_of(ev.state.get(r), ("in", r))) is not None)  # a register step first
         if cands and (ty := fn.regs.get(cands[0])) in _WIDTH:
             iv = cands[0]
             width, signed = _WIDTH[ty]  # type: ignore[index]
     if iv is None:
         return None
-    step_t = _add_of(ev.state.get(iv), ("in", iv))
-    if step_t is None or not _invariant(step_t, written) or n_term is not None and not _invariant(n_term, written):
+    step_t = add_of(ev.state.get(iv), ("in", iv))
+    if step_t is None or not invariant(step_t, written) or n_term is not None and not invariant(n_term, written):
         return None
     if (ty := fn.regs.get(iv)) is None or ty not in _WIDTH or _WIDTH[ty][0] != width:
         return None
@@ -419,16 +335,16 @@ def _target(st: A.Stmt) -> str | None:
     return None
 
 
-def _counter(ev: _Eval, pred: str | None, by: int) -> str | None:
+def _counter(ev: Eval, pred: str | None, by: int) -> str | None:
     """The countdown register of a loop: `r -= by` (or `r += -by`) with the back edge taken while r != 0."""
-    t = _op(ev.state.get(pred), "setp") if pred else None  # type: ignore[arg-type]
-    if t is None or "ne" not in t[0] or len(t[1]) != 2 or _imm(t[1][1]) != 0:
+    t = op_of(ev.state.get(pred), "setp") if pred else None  # type: ignore[arg-type]
+    if t is None or "ne" not in t[0] or len(t[1]) != 2 or imm_of(t[1][1]) != 0:
         return None
     for r, v in ev.state.items():
         if v == t[1][0]:
-            d = _add_of(v, ("in", r))
-            s = _op(v, "sub")
-            if d is not None and _imm(d) == -by or s is not None and s[1][0] == ("in", r) and _imm(s[1][1]) == by:
+            d = add_of(v, ("in", r))
+            s = op_of(v, "sub")
+            if d is not None and imm_of(d) == -by or s is not None and s[1][0] == ("in", r) and imm_of(s[1][1]) == by:
                 return r
     return None
 
@@ -437,8 +353,8 @@ def _unrolled(sh: _Shape, counter: str, outs: list[str], invariants: list[str],
               written: set[str]) -> tuple[str, int] | None:
     """Check the unrolled shapes of NOTE [lockstep grid-stride loops]: (the trip count - 1 register, U)."""
     assert sh.other is not None and sh.mid is not None and sh.skips is not None
-    mev = _Eval().run(sh.other)
-    chain = _Eval()
+    mev = Eval().run(sh.other)
+    chain = Eval()
     unroll = 0
     while unroll < MAX_UNROLL:  # M = U copies of C
         chain.run(sh.c_src)
@@ -449,8 +365,8 @@ def _unrolled(sh: _Shape, counter: str, outs: list[str], invariants: list[str],
         return None
     if unroll < 2 or unroll & (unroll - 1) or chain.effects != mev.effects:
         return None
-    s_b0 = _Eval().run(sh.b0)
-    s_in = _Eval().run(sh.b0 + sh.pre)  # entering the first loop
+    s_b0 = Eval().run(sh.b0)
+    s_in = Eval().run(sh.b0 + sh.pre)  # entering the first loop
     # iv, the carried registers and the invariants have the same values whichever way the first loop is left
     if any(s_in.state.get(r, ("in", r)) != s_b0.state.get(r, ("in", r)) for r in [*outs, *invariants]):
         return None
@@ -458,11 +374,11 @@ def _unrolled(sh: _Shape, counter: str, outs: list[str], invariants: list[str],
                                                   for r in defs_uses(st)[0]):
         return None
     r0 = s_b0.state.get(counter)  # the remainder count: (tm1 + 1) & (U-1)
-    a = _op(r0, "and") if r0 is not None else None
-    if a is None or len(a[1]) != 2 or _imm(a[1][1]) != unroll - 1:
+    a = op_of(r0, "and") if r0 is not None else None
+    if a is None or len(a[1]) != 2 or imm_of(a[1][1]) != unroll - 1:
         return None
-    inc = _op(a[1][0], "add")
-    if inc is None or len(inc[1]) != 2 or _imm(inc[1][1]) != 1 or inc[1][0][0] != "in":
+    inc = op_of(a[1][0], "add")
+    if inc is None or len(inc[1]) != 2 or imm_of(inc[1][1]) != 1 or inc[1][0][0] != "in":
         return None
     tm1 = inc[1][0][1]
     if tm1 in written:
@@ -471,11 +387,11 @@ def _unrolled(sh: _Shape, counter: str, outs: list[str], invariants: list[str],
     small = ("in", tm1), ("op", A.Imm(unroll - 1))  # tm1 < U-1, unsigned: fewer than U iterations, no main loop
 
     def is_setp(t: Term, cmp: str, args: tuple[Term, Term], unsigned: bool = False) -> bool:
-        p = _op(t, "setp")
+        p = op_of(t, "setp")
         return (p is not None and cmp in p[0] and p[1] == args
                 and (not unsigned or any(m in ("u64", "u32", "b64", "b32") for m in p[0])))
 
-    kev = _Eval().run(sh.mid)
+    kev = Eval().run(sh.mid)
     if sh.kind == "prolog":  # B0: @(r == 0) bra K; R; K: @(tm1 < U-1) bra X; M (tested on i < n)
         if counter in {r for st in sh.pre for r in defs_uses(st)[0]}:
             return None
@@ -490,7 +406,7 @@ def _unrolled(sh: _Shape, counter: str, outs: list[str], invariants: list[str],
     m_counter = _counter(mev, sh.m_pred, unroll)
     if m_counter is None or m_counter in outs:
         return None
-    start = _op(s_in.state.get(m_counter), "sub")  # T - r = (tm1 + 1) - r
+    start = op_of(s_in.state.get(m_counter), "sub")  # T - r = (tm1 + 1) - r
     if start is None or start[1] != (a[1][0], r0):
         return None
     if counter in {r for st in [*sh.pre, *sh.other, *sh.mid] for r in defs_uses(st)[0]}:
