@@ -60,7 +60,7 @@ def _cvt_narrow(fl: FuncLowering, ins: A.Instr, dt: str, st: str, mode: str) -> 
 @op("cvt")
 def cvt(fl: FuncLowering, ins: A.Instr) -> None:
     b = fl.b
-    if len(ins_types(ins.mods)) < 2:  # e.g. sm_100's e2m1x2/ue8m0x2: valid PTX, types we do not know
+    if len(ins_types(ins.mods)) < 2 or ins.has("rs"):  # sm_100's e2m1x2/ue8m0x2 types; stochastic rounding
         raise not_supported(f"'cvt.{'.'.join(ins.mods)}'", ins.line)
     dt, st = fl.itype(ins, -2), fl.itype(ins, -1)
     mode = next((m for m in ins.mods if m in ("rn", "rz", "rm", "rp", "rni", "rzi", "rmi", "rpi", "rna", "rs")), "")

@@ -121,3 +121,9 @@ def test_unknown_narrow_formats_are_not_supported() -> None:
     with pytest.raises(JitError) as ei:
         launch(ptx, "k", (1,), (1,))
     assert ei.value.code == 801 and "e2m1x2" in ei.value.message
+    # stochastic rounding (sm_100a cvt.rs ... d, a, b, rbits) would otherwise round to nearest: refused
+    rs = ptx.replace(".reg .b8 %c<2>;", ".reg .b32 %r<2>;").replace(
+        "cvt.rn.satfinite.e2m1x2.f32 %c0, %f0, %f0;", "mov.b32 %r0, 7; cvt.rs.f16x2.f32 %r1, %f0, %f0, %r0;")
+    with pytest.raises(JitError) as ei:
+        launch(rs, "k", (1,), (1,))
+    assert ei.value.code == 801 and "cvt.rs" in ei.value.message
