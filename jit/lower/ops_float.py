@@ -262,10 +262,17 @@ def float_minmax(fl: FuncLowering, ins: A.Instr) -> None:
     name = ins.opcode + ("imum" if ins.has("NaN") else "imumnum")
 
     def f(x: ir.Value, y: ir.Value) -> ir.Value:
+        x0, y0 = x, y
+        if ins.has("xorsign"):  # .xorsign.abs: min/max of |a| and |b|, with the sign sign(a) ^ sign(b)
+            x, y = (fl.call_intr(f"llvm.fabs.{suffix(v.type)}", v.type, [v]) for v in (x, y))
         r = fl.call_intr(f"llvm.{name}.{suffix(x.type)}", x.type, [x, y])
+        isnan = b.fcmp_unordered("uno", r, r)
         if not ins.has("NaN"):  # both NaN -> canonical NaN
-            isnan = b.fcmp_unordered("uno", r, r)
             r = b.select(isnan, ir.Constant(x.type, float("nan")), r)
+        if ins.has("xorsign"):
+            it = ir.IntType({F16: 16, F32: 32, F64: 64}[x.type])
+            sign = b.and_(b.xor(b.bitcast(x0, it), b.bitcast(y0, it)), ir.Constant(it, 1 << (it.width - 1)))
+            r = b.select(isnan, r, b.bitcast(b.or_(b.bitcast(r, it), sign), x.type))
         return r
 
     if t in HALF_TYPES:

@@ -112,3 +112,15 @@ def test_int_sat_and_cvt_sat() -> None:
     x = np.array([300, -5, 100], np.int32)
     r = run_elementwise("cvt.sat.u8.s32 %d, %a;", "s32", "u32", x)
     assert r.tolist() == [255, 0, 100]
+
+
+@pytest.mark.parametrize("t", ["f32", "f16"])
+def test_min_max_xorsign_abs(t: str) -> None:
+    """min/max.xorsign.abs: the min/max of |a| and |b|, with the sign bit sign(a) xor sign(b) (PTX 7.2)."""
+    dt = np.float32 if t == "f32" else np.float16
+    a = np.array([1.5, -2.0, -3.0, 0.5, -0.0, 4.0, -7.0], dt)
+    b = np.array([-1.0, -1.0, 2.5, 0.25, 1.0, -np.inf, -7.5], dt)
+    for op, fn in (("min", np.minimum), ("max", np.maximum)):
+        got = run_elementwise(f"{op}.xorsign.abs.{t} %d, %a, %b;", t, t, a, b)
+        want = np.copysign(fn(np.abs(a), np.abs(b)), np.where(np.signbit(a) ^ np.signbit(b), -1.0, 1.0)).astype(dt)
+        assert got.tobytes() == want.tobytes(), (op, got, want)
