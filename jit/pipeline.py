@@ -12,6 +12,7 @@ from jit.passes import (
     lockstep_loops,
     pointer_roots,
     predication,
+    reg_params,
     special_regs,
     sync_points,
     to_llvm,
@@ -23,6 +24,7 @@ from jit.ptx.parser import parse
 
 # Each pass is run(module) -> module over the PTX AST, in this order.
 AST_PASSES = [
+    reg_params,      # .funcs with .reg parameters/returns -> .param ones plus registers (the pre-ABI form)
     warp_matrix,     # mma/wmma/ldmatrix/stmatrix/movmatrix -> plain PTX over a per-warp shared area
     flatten_scopes,  # nested { } scopes -> unique names, function-level declarations
     inline_sync,     # calls of .funcs holding barriers / warp collectives -> inlined bodies

@@ -93,41 +93,40 @@ class ModuleCodegen:
 
     # -- layout --------------------------------------------------------------------------------
     def _layout_shared(self) -> None:
-        off = 0
         extern: list[str] = []
         module_vars = [v for v in self.ast.globals if v.space == "shared"]
         module_vars += [v for f in self.ast.functions if not f.is_entry for v in f.vars if v.space == "shared"]
-        for v in module_vars:
-            if v.extern or (v.dims and v.dims[-1] == 0):
-                extern.append(v.name)
-                continue
-            off = align_up(off, var_align(v))
-            self.shared[v.name] = off
-            off += var_size(v)
-        self.module_shared = off
-        biggest = off
-        hidden = sum(var_size(v) for v in module_vars if v.name.startswith(HIDDEN_SHARED))
-        self.hidden_shared: dict[str, int] = {}
-        self.entry_shared: dict[str, dict[str, int]] = {}
-        self.entry_static: dict[str, int] = {}
-        for f in self.ast.functions:
-            if not f.is_entry or f.body is None:
-                continue
-            o = off
-            own: dict[str, int] = {}
-            for v in f.vars:
-                if v.space != "shared":
-                    continue
+        entries = [f for f in self.ast.functions if f.is_entry and f.body is not None]
+
+        def place(vs: list[A.VarDecl], off: int, into: dict[str, int]) -> int:
+            for v in vs:
                 if v.extern or (v.dims and v.dims[-1] == 0):
                     extern.append(v.name)
                     continue
-                o = align_up(o, var_align(v))
-                own[v.name] = o
-                o += var_size(v)
-            self.entry_shared[f.name] = own
+                off = align_up(off, var_align(v))
+                into[v.name] = off
+                off += var_size(v)
+            return off
+
+        # NOTE [hidden shared areas first]: our own areas (NOTE [warp matrix ops]: the .funcs' at module level, each
+        # kernel's own) lie below all of the program's variables, so that the program's static shared memory ends
+        # where the dynamic area begins, as on a GPU: a kernel that writes past a static array into what it knows
+        # is dynamic shared memory must not land on our scratch
+        hidden_mod = place([v for v in module_vars if not _not_hidden(v)], 0, self.shared)
+        self.entry_shared: dict[str, dict[str, int]] = {f.name: {} for f in entries}
+        user = hidden_mod
+        for f in entries:
+            mine = [v for v in f.vars if v.space == "shared" and not _not_hidden(v)]
+            user = max(user, place(mine, hidden_mod, self.entry_shared[f.name]))
+        off = place([v for v in module_vars if _not_hidden(v)], user, self.shared)
+        self.module_shared = off
+        biggest = off
+        self.hidden_shared: dict[str, int] = {}
+        self.entry_static: dict[str, int] = {}
+        for f in entries:
+            o = place([v for v in f.vars if v.space == "shared" and _not_hidden(v)], off, self.entry_shared[f.name])
             self.entry_static[f.name] = o
-            self.hidden_shared[f.name] = hidden + sum(var_size(v) for v in f.vars if v.space == "shared"
-                                                      and v.name.startswith(HIDDEN_SHARED) and v.name in own)
+            self.hidden_shared[f.name] = user
             biggest = max(biggest, o)
         # NOTE [dynamic shared offset]: every kernel of the module sees dynamic shared memory at the same offset,
         # after the largest static area, so .func code that touches `extern .shared` needs no per-kernel fix-up.
@@ -221,6 +220,11 @@ class ModuleCodegen:
             elif v.space == "param":
                 buf = opaque_alloca(fl.ab, ir.ArrayType(I8, max(var_size(v), 8)), v.name.replace("$", "_"))
                 fl.sym[v.name] = Storage("ptr", buf)
+
+
+def _not_hidden(v: A.VarDecl) -> bool:
+    """Sort key: our hidden shared areas first (NOTE [hidden shared areas first])."""
+    return not v.name.startswith(HIDDEN_SHARED)
 
 
 class _lazy:

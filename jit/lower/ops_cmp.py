@@ -7,7 +7,7 @@ from llvmlite import ir
 from jit.errors import not_supported
 from jit.lower.core import FuncLowering, op
 from jit.lower.ops_int import _ops  # noqa: F401
-from jit.lower.types import compute_type, convert_bits, is_float, is_signed
+from jit.lower.types import I32, compute_type, convert_bits, is_float, is_signed
 from jit.ptx import ast as A
 
 _ICMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
@@ -60,6 +60,9 @@ def setp(fl: FuncLowering, ins: A.Instr) -> None:
 @op("set")
 def set_(fl: FuncLowering, ins: A.Instr) -> None:
     dt, st = fl.itype(ins, 0), fl.itype(ins, -1)
+    if st in ("f16", "bf16", "f16x2", "bf16x2"):
+        _set_half(fl, ins, dt, st)
+        return
     a, c = fl.get(ins.operands[1], st), fl.get(ins.operands[2], st)
     p = _combine(fl, ins, compare(fl, ins, st, a, c), 3)
     ty = compute_type(dt)
@@ -67,6 +70,31 @@ def set_(fl: FuncLowering, ins: A.Instr) -> None:
         r = fl.b.select(p, ir.Constant(ty, 1.0), ir.Constant(ty, 0.0))
     else:
         r = fl.b.select(p, ir.Constant(ty, -1), ir.Constant(ty, 0))
+    fl.put(ins.operands[0], r, dt)
+
+
+def _set_half(fl: FuncLowering, ins: A.Instr, dt: str, st: str) -> None:
+    """set on f16/bf16 sources, each half of an x2 pair on its own: true is 1.0 in a float result (f16 or bf16 per
+    half for an x2 result) and all ones in an integer one (0xFFFF per half for an x2 source)."""
+    from jit.lower.ops_float import float_compare, unpack
+    b = fl.b
+    cmp = next((m for m in ins.mods if m in _ICMP or m in FCMP_NAMES), None)
+    if cmp is None:
+        raise not_supported(f"comparison in {'.'.join([ins.opcode, *ins.mods])}", ins.line)
+    xs, ys = (unpack(fl, fl.get(o, st), st) for o in ins.operands[1:3])
+    ps = [_combine(fl, ins, float_compare(fl, cmp, x, y, ins.has("ftz")), 3) for x, y in zip(xs, ys, strict=True)]
+    if dt in ("f16x2", "bf16x2", "u32", "s32", "b32") and len(ps) == 2:
+        one = {"f16x2": 0x3C00, "bf16x2": 0x3F80}.get(dt, 0xFFFF)
+        halves = [b.select(p, ir.Constant(I32, one), ir.Constant(I32, 0)) for p in ps]
+        fl.put(ins.operands[0], b.or_(halves[0], b.shl(halves[1], ir.Constant(I32, 16))), "b32")
+        return
+    ty = compute_type(dt)
+    if dt == "bf16":
+        r = b.select(ps[0], ir.Constant(ty, 0x3F80), ir.Constant(ty, 0))
+    elif is_float(dt):
+        r = b.select(ps[0], ir.Constant(ty, 1.0), ir.Constant(ty, 0.0))
+    else:
+        r = b.select(ps[0], ir.Constant(ty, -1), ir.Constant(ty, 0))
     fl.put(ins.operands[0], r, dt)
 
 

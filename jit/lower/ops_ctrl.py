@@ -6,8 +6,9 @@ from llvmlite import ir
 
 from jit.errors import CUDA_ERROR_LAUNCH_FAILED, invalid_ptx, not_supported
 from jit.lower.core import FuncLowering, op
-from jit.lower.types import I8, I64, PTR, opaque_alloca
+from jit.lower.types import I8, I64, PTR, compute_type, opaque_alloca
 from jit.ptx import ast as A
+from jit.ptx.ast import type_bytes
 
 
 @op("bra")
@@ -71,6 +72,35 @@ def _param_ptr(fl: FuncLowering, o: A.Operand) -> ir.Value:
     return tmp
 
 
+def _elements(o: A.Operand) -> list[A.Operand]:
+    return list(o.items) if isinstance(o, A.Vec) else [o]
+
+
+def _buffer(fl: FuncLowering, o: A.Operand, p: A.Param, value: A.Operand | None) -> ir.Value:
+    """The buffer a call passes for formal p: a .param variable as it is, else a temporary holding ``value``'s
+    elements as p's type (registers, immediates, vectors: hand-written PTX, jit/passes/reg_params.py)."""
+    if isinstance(o, A.Sym):
+        return fl.resolve_ptr(fl.storage(o.name))
+    size = type_bytes(p.type)
+    buf = opaque_alloca(fl.ab, ir.ArrayType(I8, max(16, size * p.vec * max(1, len(_elements(o))))))
+    if value is not None:
+        for k, e in enumerate(_elements(value)):
+            v = fl.get(e, p.type)
+            fl.b.store(v, fl.b.gep(buf, [ir.Constant(I64, k * size)], source_etype=I8))
+    return buf
+
+
+def _copy_back(fl: FuncLowering, o: A.Operand, p: A.Param, buf: ir.Value) -> None:
+    """A call's register results, read from the buffer the callee wrote (a .pred one travels as 0/1)."""
+    size = type_bytes(p.type)
+    for k, e in enumerate(_elements(o)):
+        v = fl.b.load(fl.b.gep(buf, [ir.Constant(I64, k * size)], source_etype=I8), typ=compute_type(p.type))
+        if isinstance(e, A.Reg) and fl.fn.regs.get(e.name) == "pred":
+            fl.put(e, fl.b.icmp_unsigned("!=", v, ir.Constant(v.type, 0)), "pred")
+        else:
+            fl.put(e, v, p.type)
+
+
 def _load_u64(fl: FuncLowering, o: A.Operand) -> ir.Value:
     return fl.b.load(_param_ptr(fl, o), typ=I64, align=8)
 
@@ -116,11 +146,16 @@ def call(fl: FuncLowering, ins: A.Instr) -> None:
     callee = fl.cg.funcs.get(name)
     if callee is None:
         raise not_supported(f"call to undefined function '{name}'", ins.line)
-    actual = [env.tctx(fl)] + [_param_ptr(fl, r) for r in rets] + [_param_ptr(fl, a) for a in args]
-    if len(actual) != len(callee.args):
-        raise invalid_ptx(f"call to '{name}' with {len(actual) - 1} arguments, expected {len(callee.args) - 1}",
-                          ins.line, ins.col)
-    fl.b.call(callee, actual)
+    fdef = next(f for f in fl.cg.ast.functions if f.name == name and f.body is not None)
+    if len(rets) != len(fdef.rets) or len(args) != len(fdef.params):
+        raise invalid_ptx(f"call to '{name}' with {len(rets)} results and {len(args)} arguments, expected "
+                          f"{len(fdef.rets)} and {len(fdef.params)}", ins.line, ins.col)
+    bufs = [_buffer(fl, o, p, None) for o, p in zip(rets, fdef.rets, strict=True)]
+    bufs += [_buffer(fl, o, p, o) for o, p in zip(args, fdef.params, strict=True)]
+    fl.b.call(callee, [env.tctx(fl)] + bufs)
+    for o, p, buf in zip(rets, fdef.rets, bufs, strict=False):
+        if not isinstance(o, A.Sym):
+            _copy_back(fl, o, p, buf)
     env.after_call(fl)
 
 

@@ -57,9 +57,34 @@ def _cvt_narrow(fl: FuncLowering, ins: A.Instr, dt: str, st: str, mode: str) -> 
     raise not_supported(f"'cvt.{'.'.join(ins.mods)}'", ins.line)
 
 
+def _cvt_pack(fl: FuncLowering, ins: A.Instr) -> None:
+    """cvt.pack.sat.{u16,s16}.s32 d, a, b and cvt.pack.sat.{u2,s2,u4,s4,u8,s8}.s32.b32 d, a, b, c: a and b
+    saturated to N bits, d = c << 2N | a << N | b (a above b; c's low bits shifted out)."""
+    b = fl.b
+    kind = next(m for m in ins.mods if m[0] in "us" and m[1:] in ("2", "4", "8", "16"))
+    n, signed = int(kind[1:]), kind[0] == "s"
+    lo, hi = (-(1 << (n - 1)), (1 << (n - 1)) - 1) if signed else (0, (1 << n) - 1)
+    mask = ir.Constant(I32, (1 << n) - 1)
+
+    def sat(o: A.Operand) -> ir.Value:
+        v = fl.get(o, "s32")
+        v = b.select(b.icmp_signed("<", v, ir.Constant(I32, lo)), ir.Constant(I32, lo), v)
+        v = b.select(b.icmp_signed(">", v, ir.Constant(I32, hi)), ir.Constant(I32, hi), v)
+        return b.and_(v, mask)
+
+    ops = ins.operands
+    d = b.or_(b.shl(sat(ops[1]), ir.Constant(I32, n)), sat(ops[2]))
+    if len(ops) > 3:
+        d = b.or_(b.shl(fl.get(ops[3], "b32"), ir.Constant(I32, 2 * n)), d)
+    fl.put(ops[0], d, "b32")
+
+
 @op("cvt")
 def cvt(fl: FuncLowering, ins: A.Instr) -> None:
     b = fl.b
+    if ins.has("pack"):
+        _cvt_pack(fl, ins)
+        return
     if len(ins_types(ins.mods)) < 2 or ins.has("rs"):  # sm_100's e2m1x2/ue8m0x2 types; stochastic rounding
         raise not_supported(f"'cvt.{'.'.join(ins.mods)}'", ins.line)
     dt, st = fl.itype(ins, -2), fl.itype(ins, -1)

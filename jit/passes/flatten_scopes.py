@@ -28,6 +28,23 @@ def rename_operand(op: A.Operand, env: dict[str, str]) -> A.Operand:
 _RGBA = {"r": "x", "g": "y", "b": "z", "a": "w"}
 
 
+def _named_regs(op: A.Operand, env: set[str], vecs: dict[str, list[str]]) -> A.Operand:
+    """Registers declared without a `%` (`.reg .u64 in_addr;`, `.reg .v4 .u32 temp;` with `temp.w`) are plain names
+    to the parser, which cannot tell them from variables: those in scope become registers, wherever they stand."""
+    if isinstance(op, A.Sym):
+        base = op.name.rpartition(".")[0]
+        if op.name in env or op.name in vecs or base in vecs:
+            return A.Reg(op.name)
+        return op
+    if isinstance(op, A.Addr) and isinstance(op.base, A.Sym):
+        return A.Addr(_named_regs(op.base, env, vecs), op.offset)  # type: ignore[arg-type]
+    if isinstance(op, (A.Vec, A.Group)):
+        return type(op)(tuple(_named_regs(x, env, vecs) for x in op.items))
+    if isinstance(op, A.PredPair):
+        return A.PredPair(_named_regs(op.first, env, vecs), _named_regs(op.second, env, vecs))
+    return op
+
+
 def _expand_vec(op: A.Operand, vecs: dict[str, list[str]]) -> A.Operand:
     """Vector-register operands: %v -> {%v.x, ...}; %v.r/.g/.b/.a -> %v.x/.y/.z/.w."""
     if not vecs:
@@ -38,8 +55,8 @@ def _expand_vec(op: A.Operand, vecs: dict[str, list[str]]) -> A.Operand:
         base, _, comp = op.name.rpartition(".")
         if base in vecs and comp in _RGBA:
             return A.Reg(f"{base}.{_RGBA[comp]}")
-    if isinstance(op, A.Vec):
-        return A.Vec(tuple(_expand_vec(x, vecs) for x in op.items))
+    if isinstance(op, (A.Vec, A.Group)):  # a vector register as a call argument stays one (vector) argument
+        return type(op)(tuple(_expand_vec(x, vecs) for x in op.items))
     return op
 
 
@@ -47,8 +64,8 @@ def _flatten(fn: A.Function) -> None:
     counter = [0]
     flat: list[A.Stmt] = []
 
-    def walk(body: list[A.Stmt], env: dict[str, str], depth: int) -> None:
-        env = dict(env)
+    def walk(body: list[A.Stmt], env: dict[str, str], depth: int, regs: set[str]) -> None:
+        env, regs = dict(env), set(regs)  # regs: the names in scope that are registers (env also maps variables)
         for st in body:
             if isinstance(st, A.RegDecl):
                 if st.vec != 1:  # .reg .v4 .f32 %v: four scalars %v.x .. %v.w; %v alone is the vector
@@ -62,17 +79,19 @@ def _flatten(fn: A.Function) -> None:
                     new = n if depth == 0 else f"{n}$s{counter[0]}"
                     counter[0] += depth != 0
                     env[n] = new
+                    regs.add(n)
                     fn.regs[new] = st.type
             elif isinstance(st, A.VarDecl):
                 new = st.name if depth == 0 else f"{st.name}$s{counter[0]}"
                 counter[0] += depth != 0
                 env[st.name] = new
+                regs.discard(st.name)
                 st.name = new
                 fn.vars.append(st)
             elif isinstance(st, A.Scope):
-                walk(st.body, env, depth + 1)
+                walk(st.body, env, depth + 1, regs)
             elif isinstance(st, A.Instr):
-                st.operands = [_expand_vec(rename_operand(o, env), vecs) for o in st.operands]
+                st.operands = [_expand_vec(rename_operand(_named_regs(o, regs, vecs), env), vecs) for o in st.operands]
                 if st.pred:
                     st.pred = env.get(st.pred, st.pred)
                 flat.append(st)
@@ -80,7 +99,7 @@ def _flatten(fn: A.Function) -> None:
                 flat.append(st)
 
     vecs: dict[str, list[str]] = {}
-    walk(fn.body or [], {}, 0)
+    walk(fn.body or [], {}, 0, set())
     fn.body = flat
 
 

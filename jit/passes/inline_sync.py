@@ -80,18 +80,16 @@ def _expand(host: A.Function, call: A.Instr, f: A.Function, funcs: dict[str, A.F
     post: list[A.Stmt] = []
     for formal, actual, is_ret in [(p, a, False) for p, a in zip(f.params, args, strict=False)] + \
                                   [(p, a, True) for p, a in zip(f.rets, rets, strict=False)]:
-        if formal.space == "reg" or isinstance(actual, A.Reg):
-            new = formal.name + sfx
-            host.regs[new] = formal.type
-            env[formal.name] = new
-            mov = (A.Instr("mov", [_regtype(formal.type)], [actual, A.Reg(new)], None, False, call.line, call.col)
-                   if is_ret else
-                   A.Instr("mov", [_regtype(formal.type)], [A.Reg(new), actual], None, False, call.line, call.col))
-            (post if is_ret else pre).append(mov)
-        elif isinstance(actual, A.Sym):
+        if isinstance(actual, A.Sym):
             env[formal.name] = actual.name
-        else:
-            raise not_supported(f"call of '{f.name}' with a non-.param argument {actual}", call.line)
+            continue
+        # a register, immediate or vector argument (hand-written PTX; .reg parameters, jit/passes/reg_params.py):
+        # a .param buffer of the formal's own, filled before the body or read after it, as a call would
+        buf = formal.name + sfx
+        env[formal.name] = buf
+        host.vars.append(A.VarDecl("param", formal.type, buf, formal.align, list(formal.dims), None, formal.vec))
+        moves = _param_moves(host, formal, buf, actual, is_ret, call, f"{sfx}${len(pre) + len(post)}")
+        (post if is_ret else pre).extend(moves)
     for r, t in f.regs.items():
         env[r] = r + sfx
         host.regs[r + sfx] = t
@@ -125,5 +123,21 @@ def _expand(host: A.Function, call: A.Instr, f: A.Function, funcs: dict[str, A.F
     return pre + body + tail + post
 
 
-def _regtype(t: str) -> str:
-    return t if t not in ("pred",) else "pred"
+def _param_moves(host: A.Function, formal: A.Param, buf: str, actual: A.Operand, is_ret: bool, call: A.Instr,
+                 sfx: str) -> list[A.Stmt]:
+    """st.param of the actual into the buffer (an argument) or ld.param from it (a result); a .pred register
+    travels as a u32 0/1 (the type reg_params gives .pred parameters)."""
+    mods = ["param"] + ([f"v{formal.vec}"] if formal.vec != 1 else []) + [formal.type]
+    addr = A.Addr(A.Sym(buf), 0)
+    line, col = call.line, call.col
+    if isinstance(actual, A.Reg) and host.regs.get(actual.name) == "pred":
+        tmp = A.Reg(f"%__wooly_p{sfx}")
+        host.regs[tmp.name] = formal.type
+        if is_ret:
+            return [A.Instr("ld", mods, [tmp, addr], None, False, line, col),
+                    A.Instr("setp", ["ne", formal.type], [actual, tmp, A.Imm(0)], None, False, line, col)]
+        return [A.Instr("selp", [formal.type], [tmp, A.Imm(1), A.Imm(0), actual], None, False, line, col),
+                A.Instr("st", mods, [addr, tmp], None, False, line, col)]
+    if is_ret:
+        return [A.Instr("ld", mods, [actual, addr], None, False, line, col)]
+    return [A.Instr("st", mods, [addr, actual], None, False, line, col)]

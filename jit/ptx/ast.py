@@ -128,7 +128,8 @@ class Param:
     align: int = 0
     dims: list[int] = field(default_factory=list)
     ptr_attrs: list[str] = field(default_factory=list)
-    space: str = "param"  # .param or .reg (old-style func params)
+    space: str = "param"  # .param or .reg (old-style func params: jit/passes/reg_params.py)
+    vec: int = 1  # .v2/.v4
 
 
 @dataclass

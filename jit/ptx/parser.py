@@ -251,7 +251,7 @@ class Parser(OperandParser):
             if sp.text not in (".param", ".reg"):
                 raise self.error("expected .param", sp)
             for v in self.parse_var_decl_from(sp.text[1:]):
-                out.append(A.Param(v.name, v.type, v.align, v.dims, v.ptr_attrs, sp.text[1:]))
+                out.append(A.Param(v.name, v.type, v.align, v.dims, v.ptr_attrs, sp.text[1:], v.vec))
             if not self.accept(","):
                 self.expect(")")
                 break

@@ -41,6 +41,13 @@ def test_add_carry_chain() -> None:
     assert run_elementwise(body, "u32", "u32", a, b).tolist() == [int(int(x) + int(y) > M32) for x, y in zip(a, b, strict=False)]
     body = "sub.cc.u32 %r1, %a, %b; subc.u32 %d, 0, 0;"
     assert run_elementwise(body, "u32", "u32", a, b).tolist() == [M32 if x < y else 0 for x, y in zip(a, b, strict=False)]
+    # CF is a carry for subtraction too (NOTE [carry flag]): sub.cc leaves 1 when nothing was borrowed ...
+    body = "sub.cc.u32 %r1, %a, %b; addc.u32 %d, 0, 0;"
+    assert run_elementwise(body, "u32", "u32", a, b).tolist() == [int(x >= y) for x, y in zip(a, b, strict=True)]
+    # ... and subc adds it to a + ~b: after add.cc, 0 - 0 with carry-in c is 0xFFFFFFFF + c
+    body = "add.cc.u32 %r1, %a, %b; subc.u32 %d, 0, 0;"
+    want = [(M32 + int(int(x) + int(y) > M32)) & M32 for x, y in zip(a, b, strict=True)]
+    assert run_elementwise(body, "u32", "u32", a, b).tolist() == want
 
 
 def test_bit_ops() -> None:
