@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from jit.errors import invalid_ptx
 
 
-@dataclass(frozen=True)
-class Tok:
+class Tok(NamedTuple):  # a tuple: made ~3x faster than a frozen dataclass, and a module has thousands
     kind: str  # 'dir' (.version), 'word', 'num', 'hexf', 'str', 'punct', 'eof'
     text: str
     line: int
@@ -38,24 +37,28 @@ _TOKEN = re.compile(
 
 def tokenize(text: str) -> list[Tok]:
     toks: list[Tok] = []
-    pos, line, line_start, n = 0, 1, 0, len(text)
-    while pos < n:
-        m = _TOKEN.match(text, pos)
-        if m is None:
-            raise invalid_ptx(f"unexpected character {text[pos]!r}", line, pos - line_start + 1)
+    append = toks.append
+    line, line_start, pos = 1, 0, 0
+    for m in _TOKEN.finditer(text):
+        start = m.start()
+        if start != pos:  # finditer skipped what no token matches
+            break
         kind = m.lastgroup
-        s = m.group()
-        col = pos - line_start + 1
+        pos = m.end()
+        if kind == "ws" or kind == "lcom":
+            continue
         if kind == "nl":
             line += 1
-            line_start = m.end()
+            line_start = pos
         elif kind == "bcom":
+            s = m.group()
             nls = s.count("\n")
             if nls:
                 line += nls
-                line_start = pos + s.rfind("\n") + 1
-        elif kind not in ("ws", "lcom"):
-            toks.append(Tok(kind, s, line, col))  # type: ignore[arg-type]
-        pos = m.end()
+                line_start = start + s.rfind("\n") + 1
+        else:
+            append(Tok(kind, m.group(), line, start - line_start + 1))  # type: ignore[arg-type]
+    if pos < len(text):
+        raise invalid_ptx(f"unexpected character {text[pos]!r}", line, pos - line_start + 1)
     toks.append(Tok("eof", "", line, pos - line_start + 1))
     return toks
