@@ -359,3 +359,74 @@ def bmsk(fl: FuncLowering, ins: A.Instr) -> None:
     mask1 = b.shl(ones, b.and_(s, c31))  # only used when s < 32
     mask1 = b.select(over, zero, b.select(b.icmp_unsigned("==", b1, zero), ones, mask1))
     fl.put(ins.operands[0], b.and_(mask0, b.not_(mask1)), "b32")
+
+
+_SCALAR_SEL = {"b0": (0, 8), "b1": (8, 8), "b2": (16, 8), "b3": (24, 8), "h0": (0, 16), "h1": (16, 16)}
+
+
+@op("vadd", "vsub", "vabsdiff", "vmin", "vmax", "vshl", "vshr")
+def scalar_video(fl: FuncLowering, ins: A.Instr) -> None:
+    """Scalar video instructions (PTX ISA pseudocode): a and b (a byte or half-word of them with .b0-.b3/.h0/.h1,
+    sign- or zero-extended by their types) combined exactly (here in 128 bits), saturated with .sat to the range of
+    the destination type, or of the destination's byte/half-word under a merge; then a secondary .add/.min/.max
+    with c, or a merge of the result into the selected part of c (d.dsel). vshl/vshr take b as an unsigned
+    amount, clamped to 32 (.clamp) or taken modulo 32 (.wrap); vshr shifts a signed a arithmetically."""
+    b = fl.b
+    W = ir.IntType(128)  # noqa: N806 - wide enough for a 32-bit value shifted left by 32
+    types = [m for m in ins.mods if m in ("u32", "s32")]
+    known = {"u32", "s32", "sat", "add", "min", "max", "clamp", "wrap"}
+    shift = ins.opcode in ("vshl", "vshr")
+    if len(types) != 3 or any(m not in known and not m.startswith("sel") for m in ins.mods) \
+            or shift != (ins.has("clamp") or ins.has("wrap")):
+        raise not_supported(f"'{'.'.join([ins.opcode, *ins.mods])}'", ins.line)
+    sels = {int(m[3]): m.split("=", 1)[1] for m in ins.mods if m.startswith("sel")}
+    if any(s not in _SCALAR_SEL for s in sels.values()):
+        raise not_supported(f"'{'.'.join([ins.opcode, *ins.mods])}'", ins.line)
+    dt, at, bt = types
+
+    def part(k: int, signed: bool) -> ir.Value:
+        v = fl.get(ins.operands[k], "b32")
+        lo, width = _SCALAR_SEL.get(sels.get(k, ""), (0, 32))
+        v = b.trunc(b.lshr(v, ir.Constant(I32, lo)), ir.IntType(width)) if width < 32 else v
+        return b.sext(v, W) if signed else b.zext(v, W)
+
+    x, y = part(1, at == "s32"), part(2, bt == "s32")
+    op_ = ins.opcode
+    if op_ == "vadd":
+        t = b.add(x, y)
+    elif op_ == "vsub":
+        t = b.sub(x, y)
+    elif op_ == "vabsdiff":
+        d = b.sub(x, y)
+        t = b.select(b.icmp_signed("<", d, ir.Constant(W, 0)), b.neg(d), d)
+    elif op_ in ("vmin", "vmax"):
+        lt = b.icmp_signed("<", x, y)
+        t = b.select(lt, x, y) if op_ == "vmin" else b.select(lt, y, x)
+    else:
+        n = y
+        if ins.has("clamp"):
+            n = b.select(b.icmp_unsigned(">", n, ir.Constant(W, 32)), ir.Constant(W, 32), n)
+        else:
+            n = b.and_(n, ir.Constant(W, 31))
+        t = b.shl(x, n) if op_ == "vshl" else b.ashr(x, n)  # x is extended to 64 bits: ashr = lshr for unsigned
+    dsel = sels.get(0)
+    if ins.has("sat"):
+        width = _SCALAR_SEL[dsel][1] if dsel else 32
+        lo, hi = (-(1 << (width - 1)), (1 << (width - 1)) - 1) if dt == "s32" else (0, (1 << width) - 1)
+        t = b.select(b.icmp_signed("<", t, ir.Constant(W, lo)), ir.Constant(W, lo), t)
+        t = b.select(b.icmp_signed(">", t, ir.Constant(W, hi)), ir.Constant(W, hi), t)
+    r = b.trunc(t, I32)
+    if len(ins.operands) > 3:
+        c = fl.get(ins.operands[3], "b32")
+        if dsel:  # merge into the selected byte/half-word of c
+            pos, width = _SCALAR_SEL[dsel]
+            keep = ir.Constant(I32, ~(((1 << width) - 1) << pos) & 0xFFFFFFFF)
+            field = b.shl(b.and_(r, ir.Constant(I32, (1 << width) - 1)), ir.Constant(I32, pos))
+            r = b.or_(b.and_(c, keep), field)
+        elif ins.has("add"):
+            r = b.add(r, c)
+        elif ins.has("min") or ins.has("max"):
+            cmp = b.icmp_signed if dt == "s32" else b.icmp_unsigned
+            lt = cmp("<", r, c)
+            r = b.select(lt, r, c) if ins.has("min") else b.select(lt, c, r)
+    fl.put(ins.operands[0], r, "b32")

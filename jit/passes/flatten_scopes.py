@@ -33,7 +33,7 @@ def _named_regs(op: A.Operand, env: set[str], vecs: dict[str, list[str]]) -> A.O
     to the parser, which cannot tell them from variables: those in scope become registers, wherever they stand."""
     if isinstance(op, A.Sym):
         base = op.name.rpartition(".")[0]
-        if op.name in env or op.name in vecs or base in vecs:
+        if op.name in env or op.name in vecs or base in vecs or base in env:  # base in env: a video lane selector
             return A.Reg(op.name)
         return op
     if isinstance(op, A.Addr) and isinstance(op.base, A.Sym):

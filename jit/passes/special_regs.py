@@ -49,15 +49,16 @@ def _fix(op: A.Operand, regs: dict[str, str], line: int) -> A.Operand:
 
 
 VIDEO_OPS = ("vadd", "vsub", "vavrg", "vabsdiff", "vmin", "vmax")
+SCALAR_VIDEO_OPS = ("vadd", "vsub", "vabsdiff", "vmin", "vmax", "vshl", "vshr")
 
 
-def _video_selectors(st: A.Instr) -> None:
+def _video_selectors(st: A.Instr, regs: dict[str, str]) -> None:
     """SIMD video instructions write lane masks and selectors as register suffixes (`d.b10, a.b3210, b.b7654`):
     they become modifiers `sel0=10`, `sel1=3210`, `sel2=7654` (digits only) so that every pass sees plain
     registers."""
     for k, o in enumerate(st.operands[:3]):
-        if isinstance(o, A.Reg) and "." in o.name:
-            base, sel = o.name.split(".", 1)
+        if isinstance(o, A.Reg) and "." in o.name and o.name not in regs:  # not a vector register's component
+            base, sel = o.name.rsplit(".", 1)
             if sel[:1] not in ("b", "h") or not sel[1:].isdigit():
                 raise invalid_ptx(f"bad lane selector '.{sel}' of {st.opcode}", st.line, st.col)
             st.operands[k] = A.Reg(base)
@@ -70,8 +71,8 @@ def run(module: A.Module) -> A.Module:
             continue
         for st in fn.body:
             if isinstance(st, A.Instr):
-                if st.opcode[:-1] in VIDEO_OPS and st.opcode[-1] in "24":
-                    _video_selectors(st)
+                if st.opcode[:-1] in VIDEO_OPS and st.opcode[-1] in "24" or st.opcode in SCALAR_VIDEO_OPS:
+                    _video_selectors(st, fn.regs)
                 st.operands = [_fix(o, fn.regs, st.line) for o in st.operands]
                 if st.pred and st.pred not in fn.regs:
                     raise invalid_ptx(f"undeclared predicate {st.pred}", st.line, st.col)

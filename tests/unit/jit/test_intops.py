@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from tests.unit.jit.helpers import run_elementwise
 
@@ -306,3 +307,61 @@ def test_elect_sync() -> None:
     got = run_elementwise(body, "u32", "u32", a)
     lanes = np.arange(64) % 32
     assert got.tolist() == [(16 + (100 if ln == 16 else 0)) if ln >= 16 else (100 if ln == 0 else 0) for ln in lanes]
+
+
+_SEL = {"": (0, 32), "b0": (0, 8), "b1": (8, 8), "b2": (16, 8), "b3": (24, 8), "h0": (0, 16), "h1": (16, 16)}
+
+
+def _video_model(op: str, dt: str, at: str, bt: str, x: int, y: int, c: int, asel: str = "", bsel: str = "",
+                 dsel: str = "", sat: bool = False, op2: str = "", mode: str = "") -> int:
+    """The PTX ISA's pseudocode of the scalar video instructions, in Python integers."""
+    def part(v: int, sel: str, signed: bool) -> int:
+        lo, w = _SEL[sel]
+        v = v >> lo & (1 << w) - 1
+        return v - (1 << w) if signed and v >> (w - 1) else v
+    ta, tb = part(x, asel, at == "s32"), part(y, bsel, bt == "s32")
+    if op in ("vshl", "vshr"):
+        n = min(tb, 32) if mode == "clamp" else tb & 31
+        t = ta << n if op == "vshl" else ta >> n
+    else:
+        t = {"vadd": ta + tb, "vsub": ta - tb, "vabsdiff": abs(ta - tb), "vmin": min(ta, tb), "vmax": max(ta, tb)}[op]
+    if sat:
+        w = _SEL[dsel][1]
+        lo, hi = (-(1 << (w - 1)), (1 << (w - 1)) - 1) if dt == "s32" else (0, (1 << w) - 1)
+        t = min(max(t, lo), hi)
+    r = t & M32
+    if dsel:
+        lo, w = _SEL[dsel]
+        return c & ~((1 << w) - 1 << lo) & M32 | (r & (1 << w) - 1) << lo
+    if op2 == "add":
+        return (r + c) & M32
+    if op2 in ("min", "max"):
+        rs, cs = (s32(r), s32(c)) if dt == "s32" else (r, c)
+        return r if (rs < cs) == (op2 == "min") else c
+    return r
+
+
+@pytest.mark.parametrize("form", [
+    dict(op="vadd", dt="s32", at="u32", bt="s32", asel="b0", bsel="h0", sat=True),
+    dict(op="vsub", dt="u32", at="s32", bt="s32", sat=True, op2="max"),
+    dict(op="vabsdiff", dt="u32", at="u32", bt="u32", asel="b3", bsel="b1", op2="add"),
+    dict(op="vmin", dt="s32", at="s32", bt="u32", bsel="h1", dsel="h0", sat=True),
+    dict(op="vmax", dt="u32", at="u32", bt="s32", asel="h1", dsel="b2"),
+    dict(op="vshl", dt="u32", at="u32", bt="u32", mode="clamp", sat=True),
+    dict(op="vshr", dt="s32", at="s32", bt="u32", mode="wrap", op2="min"),
+    dict(op="vshr", dt="u32", at="u32", bt="u32", mode="clamp", op2="add"),
+])
+def test_scalar_video(form: dict) -> None:
+    a, b, c = rand(), rand(), rand()
+    if form["op"] in ("vshl", "vshr"):
+        b = (b % 48).astype(np.uint32)
+    mods = [form["dt"], form["at"], form["bt"]] + (["sat"] if form.get("sat") else []) + \
+        ([form["mode"]] if form.get("mode") else []) + ([form["op2"]] if form.get("op2") else [])
+    sel = {k: f".{form[k]}" if form.get(k) else "" for k in ("asel", "bsel", "dsel")}
+    third = ", %c" if form.get("op2") or form.get("dsel") else ""
+    body = f"{form['op']}.{'.'.join(mods)} %d{sel['dsel']}, %a{sel['asel']}, %b{sel['bsel']}{third};"
+    if form.get("dsel"):
+        body = "mov.u32 %d, %c; " + body
+    got = run_elementwise(body, "u32", "u32", a, b, c)
+    want = [_video_model(c=int(z), x=int(x), y=int(y), **form) for x, y, z in zip(a, b, c, strict=True)]
+    assert got.tolist() == want, body
