@@ -9,7 +9,17 @@ from math import prod
 from llvmlite import ir
 
 from jit.errors import invalid_ptx
-from jit.lower import ops_bits, ops_cmp, ops_ctrl, ops_cvt, ops_float, ops_int, ops_mbarrier, ops_mem  # noqa: F401  (handlers)
+from jit.lower import (  # noqa: F401  (handlers)
+    ops_bits,
+    ops_cmp,
+    ops_ctrl,
+    ops_cvt,
+    ops_float,
+    ops_int,
+    ops_mbarrier,
+    ops_mem,
+    ops_video,
+)
 from jit.lower.core import FuncLowering, Storage
 from jit.lower.types import I8, I64, PTR, VOID, opaque_alloca
 from jit.passes.warp_matrix import SCRATCH as HIDDEN_SHARED
