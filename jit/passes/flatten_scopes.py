@@ -60,6 +60,23 @@ def _expand_vec(op: A.Operand, vecs: dict[str, list[str]]) -> A.Operand:
     return op
 
 
+def _register_sums(st: A.Instr, regs: set[str], fn: A.Function, counter: list[int]) -> list[A.Instr]:
+    """`st.u64 [p], r + 1;`: a register plus a constant as a value operand (outside PTX's grammar, but ptxas takes
+    it) becomes an add into a fresh register before the instruction."""
+    types = [m for m in st.mods if m[:1] in "bus" and m[1:] in ("8", "16", "32", "64")]  # integer sums only
+    out: list[A.Instr] = []
+    for k, o in enumerate(st.operands):
+        if isinstance(o, A.SymOff) and o.name in regs and types:
+            t = types[-1]
+            tmp = f"{o.name}$plus{counter[0]}"
+            counter[0] += 1
+            fn.regs[tmp] = t
+            out.append(A.Instr("add", [t], [A.Reg(tmp), A.Reg(o.name), A.Imm(o.offset)], st.pred, st.pred_neg,
+                               st.line, st.col))
+            st.operands[k] = A.Reg(tmp)
+    return out
+
+
 def _flatten(fn: A.Function) -> None:
     counter = [0]
     flat: list[A.Stmt] = []
@@ -91,6 +108,7 @@ def _flatten(fn: A.Function) -> None:
             elif isinstance(st, A.Scope):
                 walk(st.body, env, depth + 1, regs)
             elif isinstance(st, A.Instr):
+                flat.extend(_register_sums(st, regs, fn, counter))
                 st.operands = [_expand_vec(rename_operand(_named_regs(o, regs, vecs), env), vecs) for o in st.operands]
                 if st.pred:
                     st.pred = env.get(st.pred, st.pred)

@@ -203,3 +203,22 @@ def test_static_shared_ends_where_the_dynamic_area_begins() -> None:
     halves = np.array(words, np.uint32).view(np.uint16)
     want = [int(halves[8 * (t // 4) + 2 * (t % 4)]) | int(halves[8 * (t // 4) + 2 * (t % 4) + 1]) << 16 for t in range(32)]
     assert out[:32, 1].tolist() == want and out[32:, 1].tolist() == want
+
+
+REG_PLUS = HEADER + """
+.visible .entry k(.param .u64 inp, .param .u64 outp)
+{
+  .reg .u64 in_addr; .reg .u64 out_addr; .reg .u32 v; .reg .u64 w;
+  ld.param.u64 in_addr, [inp]; ld.param.u64 out_addr, [outp];
+  ld.global.u32 v, [in_addr]; cvt.u64.u32 w, v;
+  st.global.u32 [out_addr], v + 7;
+  st.global.u64 [out_addr+8], w + 3;
+  ret;
+}
+"""
+
+
+def test_register_plus_constant_value_operand() -> None:
+    """`st.u32 [p], r + 7;`: outside PTX's grammar, but ptxas accepts it (ZLUDA's reg_local test)."""
+    out = run(REG_PLUS, "k", np.zeros(4, np.uint32), np.array([40], np.uint32))
+    assert out.tolist() == [47, 0, 43, 0]
