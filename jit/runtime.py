@@ -123,22 +123,6 @@ class CpuKernel:
     _dyn_offset: int = 0
     _module: Any = field(repr=False, default=None)
 
-    @property
-    def _fn(self) -> Any:
-        return self._code.fn
-
-    @property
-    def _rec_bytes(self) -> int:
-        return self._code.rec_bytes
-
-    @property
-    def _rec_threads(self) -> int:
-        return self._code.rec_threads
-
-    @property
-    def _red_bytes(self) -> int:
-        return self._code.red_bytes
-
     def launch(self, grid: tuple[int, ...] | int = (1, 1, 1), block: tuple[int, ...] | int = (1, 1, 1),
                shared_mem: int = 0, params: bytes | bytearray | memoryview | Any = b"",
                workers: int | None = None,

@@ -166,8 +166,13 @@ def _indirect_call(fl: FuncLowering, ins: A.Instr, ops: list[A.Operand], k: int)
     rets = [x for g in ops[:k] if isinstance(g, A.Group) for x in g.items]
     args = [x for g in ops[k + 1:] if isinstance(g, A.Group) for x in g.items]
     env = fl.env
-    actual = [env.tctx(fl)] + [_param_ptr(fl, r) for r in rets] + [_param_ptr(fl, a) for a in args]
+    ret_bufs = [_param_ptr(fl, r) for r in rets]
+    actual = [env.tctx(fl)] + ret_bufs + [_param_ptr(fl, a) for a in args]
     # a pointer typed with the function type: llvmlite's call() reads it (the IR text says plain 'ptr')
     fty = ir.FunctionType(ir.VoidType(), [PTR] * len(actual))
     fl.b.call(fl.b.inttoptr(fl.get(ops[k], "b64"), fty.as_pointer()), actual)
+    for o, buf in zip(rets, ret_bufs, strict=True):
+        if isinstance(o, A.Reg):  # a register result, of the register's own type (a .pred one travels as 0/1)
+            t = fl.fn.regs.get(o.name, "b64")
+            _copy_back(fl, o, A.Param("", "u32" if t == "pred" else t), buf)
     env.after_call(fl)

@@ -207,7 +207,10 @@ class Parser(OperandParser):
             name = self.ident()
             self.expect(")")
             if self.accept("+"):
-                return A.SymOff(name, int(self.next().text, 0))
+                off = self.next()
+                if off.kind != "num":
+                    raise self.error("expected an offset after 'generic(...) +'", off)
+                return A.SymOff(name, int(off.text.rstrip("uU"), 0))
             return A.Sym(name)
         op = self.operand()
         if isinstance(op, A.Reg):  # bare identifiers in initializers are symbols (addresses)

@@ -132,7 +132,7 @@ GLOBAL_PTX = HEADER + """
 def test_module_instances_have_their_own_globals() -> None:
     import ctypes
     a, b = compile_module(GLOBAL_PTX), compile_module(GLOBAL_PTX)
-    assert a.get_kernel("bump")._fn is b.get_kernel("bump")._fn or not jit.compiler.cache_enabled()
+    assert a.get_kernel("bump")._code.fn is b.get_kernel("bump")._code.fn or not jit.compiler.cache_enabled()
     a.get_kernel("bump").launch(1, 1)
     a.get_kernel("bump").launch(1, 1)
     b.get_kernel("bump").launch(1, 1)

@@ -185,7 +185,7 @@ def transpose_accumulate(a, out, rounds):  # type: ignore[no-untyped-def]
 def test_barriers_square_blocks(side: int) -> None:
     mod = compile_numba(transpose_accumulate, void(float32[:, :, :, ::1], float32[:, :, ::1], int32))
     k = mod.get_kernel(mod.kernel_names[0])
-    assert k._rec_bytes > 0  # runs under the scheduler
+    assert k._code.rec_bytes > 0  # runs under the scheduler
     rng = np.random.default_rng(side)
     blocks, rounds = 6, 4
     a = rng.integers(-8, 8, (blocks, rounds, side, side)).astype(np.float32)

@@ -236,7 +236,7 @@ DONE:
     data = rng.integers(0, 1 << 30, 200_003, dtype=np.uint32)
     bins = np.zeros(1024, np.uint32)
     bins64 = np.zeros(1024, np.uint64)
-    assert module(ptx).get_kernel("k")._red_bytes > 0  # the adds take the combining path
+    assert module(ptx).get_kernel("k")._code.red_bytes > 0  # the adds take the combining path
     launch(ptx, "k", 37, 128, data, bins, bins64, data.size)
     assert (bins == np.bincount(data & 1023, minlength=1024)).all()
     want64 = np.zeros(1024, np.uint64)
@@ -264,7 +264,7 @@ def test_buffered_reduction_is_seen_by_own_load_and_overwritten_by_own_store() -
     c = np.zeros(2 * n, np.uint32)
     c[0::2] = np.arange(n)
     out = np.zeros(2 * n, np.uint32)
-    assert module(ptx).get_kernel("k")._red_bytes > 0
+    assert module(ptx).get_kernel("k")._code.red_bytes > 0
     launch(ptx, "k", 64, 128, c, out)
     assert (out[0::2] == np.arange(n) + 5).all()  # each thread's load sees its own add
     assert (c[1::2] == 100).all()  # the store comes after the add in coherence order
@@ -300,7 +300,7 @@ DONE:
   ret;
 }
 """
-    assert module(ptx).get_kernel("k")._red_bytes > 0
+    assert module(ptx).get_kernel("k")._code.red_bytes > 0
     for grid in (1, 3, 200):
         counts = np.zeros(16, np.uint32)
         ticket = np.zeros(1, np.uint32)
@@ -354,7 +354,7 @@ DONE:
 }
 """
     k = module(ptx).get_kernel("k")
-    assert k._red_bytes > 0
+    assert k._code.red_bytes > 0
     x, flags, out = np.zeros(1, np.uint32), np.zeros(2, np.uint32), np.zeros(2, np.uint32)
     k.launch(2, 1, 0, pack(k, x, flags, out), workers=2)
     assert out[0] == 7 and x[0] == 7
@@ -379,7 +379,7 @@ def test_which_reductions_are_combined(order: str, buffered: bool) -> None:
 }}
 """
     k = module(ptx).get_kernel("k")
-    assert (k._red_bytes > 0) == buffered
+    assert (k._code.red_bytes > 0) == buffered
     c = np.zeros(1, np.uint32)
     k.launch(40, 128, 0, pack(k, c))
     assert c[0] == 40 * 128

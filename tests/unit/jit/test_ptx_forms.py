@@ -222,3 +222,39 @@ def test_register_plus_constant_value_operand() -> None:
     """`st.u32 [p], r + 7;`: outside PTX's grammar, but ptxas accepts it (ZLUDA's reg_local test)."""
     out = run(REG_PLUS, "k", np.zeros(4, np.uint32), np.array([40], np.uint32))
     assert out.tolist() == [47, 0, 43, 0]
+
+
+INDIRECT = HEADER + """
+.func (.param .b32 r) twice(.param .b32 a)
+{
+  .reg .b32 %r<3>;
+  ld.param.b32 %r1, [a]; add.u32 %r2, %r1, %r1; st.param.b32 [r], %r2;
+  ret;
+}
+.visible .entry k(.param .u64 inp, .param .u64 outp)
+{
+  .reg .u64 %rd<4>; .reg .u32 %r<4>;
+  proto : .callprototype (.param .b32 _) _ (.param .b32 _);
+  ld.param.u64 %rd1, [inp]; ld.param.u64 %rd2, [outp];
+  ld.global.u32 %r1, [%rd1];
+  mov.u64 %rd3, twice;
+  call (%r2), %rd3, (%r1), proto;
+  st.global.u32 [%rd2], %r2;
+  ret;
+}
+"""
+
+
+def test_indirect_call_with_register_operands() -> None:
+    """A register result of a call through a function pointer is written back (it was left unchanged)."""
+    out = run(INDIRECT, "k", np.zeros(1, np.uint32), np.array([21], np.uint32))
+    assert out.tolist() == [42]
+
+
+def test_generic_initializer_offset_must_be_a_number() -> None:
+    from jit import JitError
+    good = HEADER + ".global .align 4 .u32 g[4];\n.global .align 8 .u64 p = generic(g)+8;\n.visible .entry k() { ret; }\n"
+    compile_module(good, tier="quick")
+    with pytest.raises(JitError) as ei:
+        compile_module(good.replace("generic(g)+8", "generic(g)+x"), tier="quick")
+    assert ei.value.code == 218 and "generic" in ei.value.message

@@ -32,7 +32,7 @@ def live_across_barrier(nregs: int, maxntid: int = 0) -> str:
 @pytest.mark.parametrize("nregs,maxntid,fixed", [(4, 0, 1024), (4, 64, 64), (48, 0, 0), (48, 96, 96)])
 def test_record_layout_and_values(nregs: int, maxntid: int, fixed: int) -> None:
     k = module(live_across_barrier(nregs, maxntid)).get_kernel("lr")
-    assert k._rec_threads == fixed  # 48 registers x 1024 threads: over FIXED_RECORDS_MAX, laid out per launch
+    assert k._code.rec_threads == fixed  # 48 registers x 1024 threads: over FIXED_RECORDS_MAX, laid out per launch
     for nt in (1, 37, maxntid or 256):
         x = np.arange(nt * nregs, dtype=np.uint64) * 3 + 1
         out = np.zeros(nt, np.uint64)

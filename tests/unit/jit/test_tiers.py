@@ -61,17 +61,17 @@ def test_auto_starts_quick_and_switches_to_optimised(tiers) -> None:  # type: ig
     ptx = _ptx(1)
     m = jit.compile_module(ptx)
     assert m.tier == "quick"
-    quick_fn = m.get_kernel("k")._fn
+    quick_fn = m.get_kernel("k")._code.fn
     _run(m)
     assert m.wait_optimized(60)
-    assert m.tier == "optimized" and m.get_kernel("k")._fn is not quick_fn
+    assert m.tier == "optimized" and m.get_kernel("k")._code.fn is not quick_fn
     _run(m)
     # the optimised compile ran in the background worker, at a lower priority than ours
     bg = jc._BACKGROUND.worker.proc
     assert bg is not None and os.getpriority(os.PRIO_PROCESS, bg.pid) > os.getpriority(os.PRIO_PROCESS, 0)
     # the optimised object is cached now: the next module of this PTX starts optimised, in memory and on disk
     m2 = jit.compile_module(ptx)
-    assert m2.tier == "optimized" and m2.get_kernel("k")._fn is m.get_kernel("k")._fn
+    assert m2.tier == "optimized" and m2.get_kernel("k")._code.fn is m.get_kernel("k")._code.fn
     jc._MEM_CACHE.clear()
     assert jit.compile_module(ptx).tier == "optimized"
 
@@ -79,9 +79,9 @@ def test_auto_starts_quick_and_switches_to_optimised(tiers) -> None:  # type: ig
 def test_modules_compiled_while_pending_share_the_switch(tiers) -> None:  # type: ignore[no-untyped-def]
     ptx = _ptx(2)
     a, b = jit.compile_module(ptx), jit.compile_module(ptx)
-    assert a.tier == b.tier == "quick" and a.get_kernel("k")._fn is b.get_kernel("k")._fn
+    assert a.tier == b.tier == "quick" and a.get_kernel("k")._code.fn is b.get_kernel("k")._code.fn
     assert a.wait_optimized(60) and b.wait_optimized(60)
-    assert a.get_kernel("k")._fn is b.get_kernel("k")._fn
+    assert a.get_kernel("k")._code.fn is b.get_kernel("k")._code.fn
 
 
 def test_launches_during_the_switch_stay_correct(tiers) -> None:  # type: ignore[no-untyped-def]
@@ -167,7 +167,7 @@ def test_quick_tier_leaves_out_speed_only_passes_and_switches_their_scratch(tier
     m = jit.compile_module(ptx)
     k = m.get_kernel(m.kernel_names[0])
     assert m.tier == "quick"
-    quick_rec, regs = k._rec_bytes, k.num_regs
+    quick_rec, regs = k._code.rec_bytes, k.num_regs
     grid, block, n = 64, 128, 64 * 128 * 9 + 77
     x = np.random.default_rng(1).random(n, dtype=np.float32)
     want = tl.seq_sum(x, grid * block).view(np.uint32)
@@ -183,7 +183,7 @@ def test_quick_tier_leaves_out_speed_only_passes_and_switches_their_scratch(tier
         assert np.array_equal(out.view(np.uint32), want), tier
         seen.add(tier)
     assert seen == {"quick", "optimized"}
-    assert k._rec_bytes > quick_rec and k.num_regs == regs
+    assert k._code.rec_bytes > quick_rec and k.num_regs == regs
 
 
 @pytest.mark.parametrize("opt", [0, 2])
