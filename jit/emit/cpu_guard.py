@@ -40,8 +40,9 @@ from dataclasses import dataclass, field
 from llvmlite import ir
 
 from jit.emit.cpu_loops import _Loop
+from jit.emit.cpu_ranges import block_passes
 from jit.lower.core import HANDLERS, FuncLowering
-from jit.lower.types import I64
+from jit.lower.types import I64, ins_types
 from jit.passes.liveness import defs_uses
 from jit.ptx import ast as A
 from jit.ptx.ast import type_bytes
@@ -136,6 +137,11 @@ def _address(ins: A.Instr) -> A.Operand | None:
     return None
 
 
+def _access_bytes(st: A.Instr) -> int:
+    """Bytes one thread's load or store touches."""
+    return type_bytes(ins_types(st.mods)[-1]) * next((int(m[1:]) for m in st.mods if m in ("v2", "v4", "v8")), 1)
+
+
 def plan_prechecks(fl: FuncLowering, plan: ExitGuards) -> None:
     """Bounds-checked modules: which accesses after the guards the check loop checks for the whole block (see the
     NOTE); sets plan.walk, plan.prechecked and plan.checked_left."""
@@ -175,6 +181,16 @@ def versioned_threads(fl: FuncLowering, env, plan: ExitGuards, start_thread, low
     accesses still carry bounds checks; ``copy``: "fast" (the straight-line copy) or "slow". ``start_thread(lz, ly, lx)`` sets up a
     thread inside the three thread loops."""
     b = fl.b
+    body = fl.fn.body or []
+    guard_at = {id(body[g.index]): g for g in plan.guards}
+    fast, slow, done = fl.block("guards_pass"), fl.block("guards_fail"), fl.block("guards_done")
+    # NOTE [range pre-check] (jit/emit/cpu_ranges.py): decided for the whole block at once where it can be
+    sure = block_passes(fl, env, plan.walk, {k: g.exit_if_taken for k, g in guard_at.items()}, _access_bytes,
+                        lambda st: env.root_range(fl, fl.root_of(_address(st), fl.space(st))))
+    if sure is not None:
+        check = fl.block("guards_check")
+        b.cbranch(sure, fast, check)
+        b.position_at_end(check)
     # counts "leaves at a guard or fails a check" over the block's threads, as an i64 sum: LLVM vectorises that
     # reduction on whole 64-bit lanes (an i1 "or" packs compare results into bytes; an i64 "or" becomes selects
     # that it does not vectorise)
@@ -182,8 +198,6 @@ def versioned_threads(fl: FuncLowering, env, plan: ExitGuards, start_thread, low
     b.store(ir.Constant(I64, 0), leave)
     loops = [_Loop(fl, env.ntid[2], "gz"), _Loop(fl, env.ntid[1], "gy"), _Loop(fl, env.ntid[0], "gx")]
     start_thread(*loops)
-    body = fl.fn.body or []
-    guard_at = {id(body[g.index]): g for g in plan.guards}
     for kind, st in plan.walk:
         fl.cur = st
         if kind == "lower":
@@ -198,7 +212,7 @@ def versioned_threads(fl: FuncLowering, env, plan: ExitGuards, start_thread, low
             a = _address(st)
             assert a is not None
             sp = fl.space(st)
-            n = type_bytes(fl.itype(st)) * next((int(m[1:]) for m in st.mods if m in ("v2", "v4", "v8")), 1)
+            n = _access_bytes(st)
             root = fl.root_of(a, sp)
             assert root is not None
             # lo <= addr && addr + n <= hi as one compare per thread: addr - lo <= (hi - lo) - n, unsigned (an
@@ -213,7 +227,6 @@ def versioned_threads(fl: FuncLowering, env, plan: ExitGuards, start_thread, low
         b.store(b.add(b.load(leave), b.zext(out, I64)), leave)
     for lp in reversed(loops):
         lp.end()
-    fast, slow, done = fl.block("guards_pass"), fl.block("guards_fail"), fl.block("guards_done")
     b.cbranch(b.icmp_unsigned("!=", b.load(leave), ir.Constant(I64, 0)), slow, fast)
     b.position_at_end(fast)
     fl.prechecked = plan.prechecked
