@@ -236,8 +236,20 @@ def shift(fl: FuncLowering, ins: A.Instr) -> None:
     t = fl.itype(ins)
     b = fl.b
     a = fl.get(ins.operands[1], t)
-    n = fl.get(ins.operands[2], "u32")
     w = a.type.width
+    amount = ins.operands[2]
+    if isinstance(amount, A.Imm) and not amount.is_float:  # the usual case: no clamp to emit
+        k = int(amount.value) & 0xFFFFFFFF
+        if k < w:
+            r = b.shl(a, ir.Constant(a.type, k)) if ins.opcode == "shl" else \
+                b.ashr(a, ir.Constant(a.type, k)) if is_signed(t) else b.lshr(a, ir.Constant(a.type, k))
+        elif ins.opcode == "shr" and is_signed(t):
+            r = b.ashr(a, ir.Constant(a.type, w - 1))
+        else:
+            r = ir.Constant(a.type, 0)
+        fl.put(ins.operands[0], r, t)
+        return
+    n = fl.get(amount, "u32")
     big = b.icmp_unsigned(">=", n, ir.Constant(I32, w))
     nn = convert_bits(b, b.select(big, ir.Constant(I32, w - 1), n), a.type)
     if ins.opcode == "shl":

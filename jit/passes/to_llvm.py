@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from llvmlite import ir
 
+from jit.lower.core import drop_unread_allocas
 from jit.lower.module import KernelMeta, ModuleCodegen
 from jit.lower.types import I64, PTR
 from jit.ptx import ast as A
@@ -34,6 +35,8 @@ def run(module: A.Module, target: str = "cpu", bounds_check: bool = False, tag: 
     for i, f in enumerate(fn for fn in module.functions if fn.is_entry and fn.body is not None):
         kernels.append(build_kernel(cg, f, i, tag))
     frelocs, ftab = _function_table(cg, tag)
+    for fn in cg.module.functions:
+        drop_unread_allocas(fn)
     # Only the kernel entry points are exported: everything else defined here is internal, so objects loaded
     # into one shared MCJIT engine never resolve each other's symbols (NOTE [one shared engine], jit/loader.py).
     entry = {k.symbol for k in kernels} | {ftab}
