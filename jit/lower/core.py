@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 from llvmlite import ir
 
 from jit.errors import invalid_ptx, not_supported
+from jit.lower.modifiers import unknown_modifier
 from jit.lower.types import (
     F16,
     F32,
@@ -186,6 +187,10 @@ class FuncLowering:
                 if st.opcode not in PTX_OPCODES:
                     raise invalid_ptx(f"unknown instruction '{full}'", st.line, st.col)
                 raise not_supported(f"PTX instruction '{full}'", st.line)
+            bad = unknown_modifier(st)  # NOTE [modifier table] (jit/lower/modifiers.py)
+            if bad is not None:
+                raise not_supported(f"modifier '.{bad}' of PTX instruction '{'.'.join([st.opcode, *st.mods])}'",
+                                    st.line)
             try:
                 h(self, st)
             except (KeyError, IndexError, ValueError, TypeError, AttributeError) as e:
