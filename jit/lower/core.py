@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 from llvmlite import ir
 
 from jit.errors import invalid_ptx, not_supported
+from jit.lower.forwarding import Forwarding
 from jit.lower.modifiers import unknown_modifier
 from jit.lower.types import (
     F16,
@@ -104,53 +105,12 @@ class FuncLowering:
         self.prechecked: frozenset[int] = frozenset()  # ids of accesses whose bounds check the block already did
         for name, t in fn.regs.items():
             self.regs[name] = self.ab.alloca(reg_type(t), name=name.lstrip("%").replace("$", "_"))
-        # NOTE [register forwarding]: the block scanned, how far, and register alloca -> its current value there
-        self._fwd_block: ir.Block | None = None
-        self._fwd_pos = 0
-        self._fwd: dict[int, ir.Value] = {}
+        self._fwd = Forwarding()  # NOTE [register forwarding] (jit/lower/forwarding.py)
 
-    # NOTE [register forwarding]
-    # Registers are allocas (LLVM's SROA makes them SSA values), so every use is a load and every definition a
-    # store: a third of the reduction's quick-tier IR was loads of a register stored one instruction earlier.
-    # Every one of them costs Python (llvmlite's builder, then its IR text), LLVM's parser and SROA. Within one
-    # basic block, a register's value is known after a store to it, or after a first load: reg_value reuses it.
-    # It learns those values by scanning the instructions appended to the block since its last call, so stores
-    # made by any code (the thread-record restores write register allocas directly) are seen. A call with a
-    # register alloca among its operands forgets that register (register allocas never escape otherwise). Only
-    # while the builder appends at the end of its block; anywhere else reg_value loads as before.
     def reg_value(self, a: ir.AllocaInstr) -> ir.Value:
-        """The current value of register alloca ``a`` at the builder's position (see the NOTE)."""
-        b = self.b
-        blk = b.block
-        ins = blk.instructions if blk is not None else None
-        if ins is None or b._anchor != len(ins):  # noqa: SLF001 - llvmlite keeps the insert position private
-            return b.load(a)
-        if blk is not self._fwd_block:
-            self._fwd_block, self._fwd_pos, self._fwd = blk, 0, {}
-        fwd = self._fwd
-        for x in ins[self._fwd_pos:]:
-            if isinstance(x, ir.StoreInstr):
-                v, p = x.operands
-                if isinstance(p, ir.AllocaInstr):
-                    if v.type == p.allocated_type:
-                        fwd[id(p)] = v
-                    else:
-                        fwd.pop(id(p), None)
-                elif isinstance(p, (ir.GEPInstr, ir.CastInstr)):  # into an aggregate alloca
-                    fwd.pop(id(_base(p)), None)
-            elif isinstance(x, ir.LoadInstr):
-                p = x.operands[0]
-                if isinstance(p, ir.AllocaInstr) and x.type == p.allocated_type:
-                    fwd.setdefault(id(p), x)
-            elif isinstance(x, (ir.CallInstr, ir.InlineAsm, ir.CmpXchg, ir.AtomicRMW)):
-                for o in getattr(x, "operands", ()):
-                    if isinstance(o, (ir.AllocaInstr, ir.GEPInstr, ir.CastInstr)):
-                        fwd.pop(id(_base(o)), None)
-        self._fwd_pos = len(ins)
-        v = fwd.get(id(a))
-        if v is None:
-            v = b.load(a)
-        return v
+        """The current value of register alloca ``a`` at the builder's position (NOTE [register forwarding],
+        jit/lower/forwarding.py)."""
+        return self._fwd.value(self.b, a)
 
     # -- setup ---------------------------------------------------------------------------------
     def zero_regs(self) -> None:
@@ -365,52 +325,6 @@ class FuncLowering:
 
     def i(self, ty: ir.Type, v: int) -> ir.Constant:
         return const(ty, v)
-
-
-def drop_unread_allocas(fn: ir.Function) -> None:
-    """Delete the allocas of ``fn`` that are only ever stored to, with their stores. With NOTE [register
-    forwarding] most registers that live within one basic block end up so: their loads were all forwarded.
-    (SROA would delete them too, but each costs IR text, parsing and analysis first.)"""
-    if not fn.blocks:
-        return
-    stores: dict[int, list[tuple[ir.Block, ir.Instruction]]] = {}
-    read: set[int] = set()
-    allocas = {id(x): x for x in fn.blocks[0].instructions if isinstance(x, ir.AllocaInstr)}
-    if not allocas:
-        return
-    for blk in fn.blocks:
-        for x in blk.instructions:
-            ops = getattr(x, "operands", ())
-            if isinstance(x, ir.StoreInstr):
-                if id(ops[1]) in allocas:
-                    stores.setdefault(id(ops[1]), []).append((blk, x))
-                if id(ops[0]) in allocas:
-                    read.add(id(ops[0]))
-                continue
-            for o in ops:
-                if id(o) in allocas:
-                    read.add(id(o))
-            if isinstance(x, ir.PhiInstr):
-                for v, _ in x.incomings:
-                    if id(v) in allocas:
-                        read.add(id(v))
-    dead = {k for k in allocas if k not in read}
-    if not dead:
-        return
-    gone: set[int] = set()
-    for k in dead:
-        gone.add(k)
-        gone.update(id(x) for _, x in stores.get(k, ()))
-    for blk in fn.blocks:
-        if any(id(x) in gone for x in blk.instructions):
-            blk.instructions[:] = [x for x in blk.instructions if id(x) not in gone]
-
-
-def _base(p: ir.Value) -> ir.Value:
-    """The value a chain of GEPs and casts starts from."""
-    while isinstance(p, (ir.GEPInstr, ir.CastInstr)) and p.operands:
-        p = p.operands[0]
-    return p
 
 
 def _w(t: ir.Type) -> int:

@@ -10,6 +10,7 @@ from llvmlite import ir
 
 from jit.errors import invalid_ptx
 from jit.lower import (  # noqa: F401  (handlers)
+    ops_atomic,
     ops_bits,
     ops_cmp,
     ops_ctrl,
@@ -71,7 +72,7 @@ class ModuleCodegen:
         self.ast = mod
         self.bounds_check = bounds_check  # NOTE [bounds checking] in jit/emit/bounds.py
         # True where a block's shared memory is only ever touched by the one OS thread running the block (the CPU
-        # target): `atom`/`red` on .shared then need no lock prefix (see ops_mem.atomic)
+        # target): `atom`/`red` on .shared then need no lock prefix (see ops_atomic.atomic)
         self.private_shared = False
         self.module = ir.Module(name="ptx")
         if triple:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from llvmlite import ir
 
-from jit.lower.core import drop_unread_allocas
+from jit.lower.forwarding import drop_unread_allocas
 from jit.lower.module import KernelMeta, ModuleCodegen
 from jit.lower.types import I64, PTR
 from jit.ptx import ast as A

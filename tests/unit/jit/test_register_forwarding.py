@@ -1,4 +1,4 @@
-"""NOTE [register forwarding] (jit/lower/core.py): within a basic block a register's value is reused after a store
+"""NOTE [register forwarding] (jit/lower/forwarding.py): within a basic block a register's value is reused after a store
 or a first load instead of being loaded again, and registers whose loads were all forwarded lose their allocas
 (drop_unread_allocas). A stale value would silently change results, so: what the scanner must see, and kernels that
 read a register again after overwriting it."""
@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 from llvmlite import ir
 
-from jit.lower.core import FuncLowering, drop_unread_allocas
+from jit.lower.core import FuncLowering
+from jit.lower.forwarding import drop_unread_allocas
 from jit.lower.module import ModuleCodegen
 from jit.pipeline import front_end, translate
 from jit.ptx import ast as A
