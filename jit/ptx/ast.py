@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -194,6 +195,7 @@ def max_threads(fn: Function) -> int:
     return n
 
 
+@functools.cache  # called for every operand of every lowered instruction
 def type_bits(t: str) -> int:
     """Bit width of a PTX fundamental type name ('u32' -> 32, 'pred' -> 1, 'f16x2' -> 32)."""
     if t == "pred":
