@@ -11,6 +11,8 @@ from jit.lower.types import I32, I64
 from jit.passes.special_regs import VIDEO_OPS
 from jit.ptx import ast as A
 
+_VSET_CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+
 
 def _selector(ins: A.Instr, k: int, lanes: int) -> str | None:
     """The lane digits of operand k (special_regs moved `%r.b3210` into the modifier `sel1=b3210`): for d (k = 0)
@@ -32,9 +34,13 @@ def simd_video(fl: FuncLowering, ins: A.Instr) -> None:
     kind, lanes = ins.opcode[:-1], int(ins.opcode[-1])
     w = 32 // lanes
     types = [m for m in ins.mods if m in ("u32", "s32")]
-    if len(types) != 3 or any(m not in ("u32", "s32", "sat", "add") and not m.startswith("sel") for m in ins.mods):
+    vset = kind == "vset"  # vset2/vset4.atype.btype.cmp: 0/1 per lane, unsigned (no destination type, no .sat)
+    cmps = [m for m in ins.mods if m in _VSET_CMP] if vset else []
+    known = ("u32", "s32", "add", *_VSET_CMP) if vset else ("u32", "s32", "sat", "add")
+    if len(types) != (2 if vset else 3) or any(m not in known and not m.startswith("sel") for m in ins.mods) \
+            or vset and len(cmps) != 1:
         raise not_supported(f"'{'.'.join([ins.opcode, *ins.mods])}'")
-    dt, at, bt = types
+    dt, at, bt = ["u32", *types] if vset else types
     do, ao, bo = ins.operands[:3]
     mask, asel, bsel = (_selector(ins, k, lanes) for k in range(3))
     pool = b.or_(b.zext(fl.get(ao, "b32"), I64), b.shl(b.zext(fl.get(bo, "b32"), I64), ir.Constant(I64, 32)))
@@ -62,6 +68,8 @@ def simd_video(fl: FuncLowering, ins: A.Instr) -> None:
         elif kind == "vabsdiff":
             d = b.sub(x, y)
             t = b.select(b.icmp_signed("<", d, ir.Constant(I32, 0)), b.neg(d), d)
+        elif vset:
+            t = b.zext(b.icmp_signed(_VSET_CMP[cmps[0]], x, y), I32)
         else:
             lt = b.icmp_signed("<", x, y)
             t = b.select(lt, x, y) if kind == "vmin" else b.select(lt, y, x)
@@ -83,25 +91,28 @@ def simd_video(fl: FuncLowering, ins: A.Instr) -> None:
 _SCALAR_SEL = {"b0": (0, 8), "b1": (8, 8), "b2": (16, 8), "b3": (24, 8), "h0": (0, 16), "h1": (16, 16)}
 
 
-@op("vadd", "vsub", "vabsdiff", "vmin", "vmax", "vshl", "vshr")
+@op("vadd", "vsub", "vabsdiff", "vmin", "vmax", "vshl", "vshr", "vset")
 def scalar_video(fl: FuncLowering, ins: A.Instr) -> None:
     """Scalar video instructions (PTX ISA pseudocode): a and b (a byte or half-word of them with .b0-.b3/.h0/.h1,
     sign- or zero-extended by their types) combined exactly (here in 128 bits), saturated with .sat to the range of
     the destination type, or of the destination's byte/half-word under a merge; then a secondary .add/.min/.max
     with c, or a merge of the result into the selected part of c (d.dsel). vshl/vshr take b as an unsigned
-    amount, clamped to 32 (.clamp) or taken modulo 32 (.wrap); vshr shifts a signed a arithmetically."""
+    amount, clamped to 32 (.clamp) or taken modulo 32 (.wrap); vshr shifts a signed a arithmetically. vset
+    (`vset.atype.btype.cmp`, no destination type: its 0/1 result is unsigned) compares the extended values."""
     b = fl.b
     W = ir.IntType(128)  # noqa: N806 - wide enough for a 32-bit value shifted left by 32
     types = [m for m in ins.mods if m in ("u32", "s32")]
-    known = {"u32", "s32", "sat", "add", "min", "max", "clamp", "wrap"}
+    vset = ins.opcode == "vset"
+    known = {"u32", "s32", "add", "min", "max"} | (set(_VSET_CMP) if vset else {"sat", "clamp", "wrap"})
     shift = ins.opcode in ("vshl", "vshr")
-    if len(types) != 3 or any(m not in known and not m.startswith("sel") for m in ins.mods) \
-            or shift != (ins.has("clamp") or ins.has("wrap")):
+    cmps = [m for m in ins.mods if m in _VSET_CMP] if vset else []
+    if len(types) != (2 if vset else 3) or any(m not in known and not m.startswith("sel") for m in ins.mods) \
+            or shift != (ins.has("clamp") or ins.has("wrap")) or vset and len(cmps) != 1:
         raise not_supported(f"'{'.'.join([ins.opcode, *ins.mods])}'", ins.line)
     sels = {int(m[3]): m.split("=", 1)[1] for m in ins.mods if m.startswith("sel")}
     if any(s not in _SCALAR_SEL for s in sels.values()):
         raise not_supported(f"'{'.'.join([ins.opcode, *ins.mods])}'", ins.line)
-    dt, at, bt = types
+    dt, at, bt = ["u32", *types] if vset else types
 
     def part(k: int, signed: bool) -> ir.Value:
         v = fl.get(ins.operands[k], "b32")
@@ -121,6 +132,8 @@ def scalar_video(fl: FuncLowering, ins: A.Instr) -> None:
     elif op_ in ("vmin", "vmax"):
         lt = b.icmp_signed("<", x, y)
         t = b.select(lt, x, y) if op_ == "vmin" else b.select(lt, y, x)
+    elif vset:
+        t = b.zext(b.icmp_signed(_VSET_CMP[cmps[0]], x, y), W)
     else:
         n = y
         if ins.has("clamp"):

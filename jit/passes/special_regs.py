@@ -48,8 +48,8 @@ def _fix(op: A.Operand, regs: dict[str, str], line: int) -> A.Operand:
     return op
 
 
-VIDEO_OPS = ("vadd", "vsub", "vavrg", "vabsdiff", "vmin", "vmax")
-SCALAR_VIDEO_OPS = ("vadd", "vsub", "vabsdiff", "vmin", "vmax", "vshl", "vshr")
+VIDEO_OPS = ("vadd", "vsub", "vavrg", "vabsdiff", "vmin", "vmax", "vset")
+SCALAR_VIDEO_OPS = ("vadd", "vsub", "vabsdiff", "vmin", "vmax", "vshl", "vshr", "vset")
 
 
 def _video_selectors(st: A.Instr, regs: dict[str, str]) -> None:

@@ -138,8 +138,12 @@ def test_f16() -> None:
     assert c.tolist() == a.astype(np.float32).tolist()
 
 
+_VCMP = {"eq": lambda x, y: x == y, "ne": lambda x, y: x != y, "lt": lambda x, y: x < y,
+         "le": lambda x, y: x <= y, "gt": lambda x, y: x > y, "ge": lambda x, y: x >= y}
+
+
 def _video_ref(op: str, lanes: int, dt: str, at: str, bt: str, sat: bool, add: bool, a: int, b: int, c: int,
-               mask: str | None = None, asel: str | None = None, bsel: str | None = None) -> int:
+               mask: str | None = None, asel: str | None = None, bsel: str | None = None, cmp: str = "") -> int:
     """PTX ISA model of vop2/vop4 (SIMD video instructions)."""
     w = 32 // lanes
     pool = (int(b) << 32) | int(a)
@@ -155,7 +159,8 @@ def _video_ref(op: str, lanes: int, dt: str, at: str, bt: str, sat: bool, add: b
     for i in range(lanes):
         x, y = lane(asel, 0, at == "s32", i), lane(bsel, lanes, bt == "s32", i)
         s = x + y
-        t = {"vadd": s, "vsub": x - y, "vavrg": (s + 1) >> 1 if s >= 0 else s >> 1, "vabsdiff": abs(x - y),
+        t = int(_VCMP[cmp](x, y)) if op == "vset" else \
+            {"vadd": s, "vsub": x - y, "vavrg": (s + 1) >> 1 if s >= 0 else s >> 1, "vabsdiff": abs(x - y),
              "vmin": min(x, y), "vmax": max(x, y)}[op]
         if sat and not add:
             t = min(max(t, lo), hi)
@@ -187,6 +192,25 @@ def test_simd_video_instructions() -> None:
                     want = [_video_ref(op, lanes, dt, at, bt, mod == ".sat", mod == ".add", x, y, z,
                                        (mask or "")[2:] or None, (asel or "")[1:] or None, (bsel or "")[1:] or None)
                             for x, y, z in zip(a, b, c, strict=True)]
+                    assert got.tolist() == want, body
+
+
+def test_simd_vset() -> None:
+    """vset2/vset4: each lane 1 or 0 by the comparison of its (extended) operands, under a mask or summed (.add)."""
+    a, b, c = rand(), rand(), rand()
+    a[::3] = b[::3]  # equal lanes too
+    for lanes, sel in ((4, (".b31", "b0123", "b7361")), (2, (".h1", "h32", "h01"))):
+        for cmp in _VCMP:
+            for at, bt in (("u32", "u32"), ("s32", "s32"), ("u32", "s32")):
+                for mod, mask, asel, bsel in (("", None, None, None), (".add", None, None, None), ("", *sel)):
+                    d = "%d" + (mask or "")
+                    aa = "%a" + ("." + asel if asel else "")
+                    bb = "%b" + ("." + bsel if bsel else "")
+                    body = f"vset{lanes}.{at}.{bt}.{cmp}{mod} {d}, {aa}, {bb}, %c;"
+                    got = run_elementwise(body, "u32", "u32", a, b, c)
+                    want = [_video_ref("vset", lanes, "u32", at, bt, False, mod == ".add", x, y, z,
+                                       (mask or "")[2:] or None, (asel or "")[1:] or None, (bsel or "")[1:] or None,
+                                       cmp) for x, y, z in zip(a, b, c, strict=True)]
                     assert got.tolist() == want, body
 
 
@@ -313,14 +337,16 @@ _SEL = {"": (0, 32), "b0": (0, 8), "b1": (8, 8), "b2": (16, 8), "b3": (24, 8), "
 
 
 def _video_model(op: str, dt: str, at: str, bt: str, x: int, y: int, c: int, asel: str = "", bsel: str = "",
-                 dsel: str = "", sat: bool = False, op2: str = "", mode: str = "") -> int:
+                 dsel: str = "", sat: bool = False, op2: str = "", mode: str = "", cmp: str = "") -> int:
     """The PTX ISA's pseudocode of the scalar video instructions, in Python integers."""
     def part(v: int, sel: str, signed: bool) -> int:
         lo, w = _SEL[sel]
         v = v >> lo & (1 << w) - 1
         return v - (1 << w) if signed and v >> (w - 1) else v
     ta, tb = part(x, asel, at == "s32"), part(y, bsel, bt == "s32")
-    if op in ("vshl", "vshr"):
+    if op == "vset":
+        t = int(_VCMP[cmp](ta, tb))
+    elif op in ("vshl", "vshr"):
         n = min(tb, 32) if mode == "clamp" else tb & 31
         t = ta << n if op == "vshl" else ta >> n
     else:
@@ -350,12 +376,18 @@ def _video_model(op: str, dt: str, at: str, bt: str, x: int, y: int, c: int, ase
     dict(op="vshl", dt="u32", at="u32", bt="u32", mode="clamp", sat=True),
     dict(op="vshr", dt="s32", at="s32", bt="u32", mode="wrap", op2="min"),
     dict(op="vshr", dt="u32", at="u32", bt="u32", mode="clamp", op2="add"),
+    dict(op="vset", dt="u32", at="s32", bt="u32", cmp="lt"),
+    dict(op="vset", dt="u32", at="s32", bt="s32", cmp="ge", asel="b1", bsel="b2", op2="add"),
+    dict(op="vset", dt="u32", at="u32", bt="u32", cmp="eq", asel="h0", bsel="h1", dsel="b3"),
+    dict(op="vset", dt="u32", at="s32", bt="s32", cmp="ne", op2="max"),
 ])
 def test_scalar_video(form: dict) -> None:
     a, b, c = rand(), rand(), rand()
+    a[::3] = (b[::3] >> 16) | (b[::3] << 16)  # equal half-words too
     if form["op"] in ("vshl", "vshr"):
         b = (b % 48).astype(np.uint32)
-    mods = [form["dt"], form["at"], form["bt"]] + (["sat"] if form.get("sat") else []) + \
+    types = [form["at"], form["bt"], form["cmp"]] if form["op"] == "vset" else [form["dt"], form["at"], form["bt"]]
+    mods = types + (["sat"] if form.get("sat") else []) + \
         ([form["mode"]] if form.get("mode") else []) + ([form["op2"]] if form.get("op2") else [])
     sel = {k: f".{form[k]}" if form.get(k) else "" for k in ("asel", "bsel", "dsel")}
     third = ", %c" if form.get("op2") or form.get("dsel") else ""
