@@ -115,26 +115,35 @@ def _half_atomic(fl: FuncLowering, ins: A.Instr, p: ir.Value, v: ir.Value, t: st
     b = fl.b
     ity = ir.IntType(32 if t.endswith("x2") else 16)
     vb = convert_bits(b, v, ity)
-    cur = b.load(p, typ=ity, align=ity.width // 8)
+
+    def update(old: ir.Value) -> ir.Value:
+        res = []
+        for x, y in zip(unpack(fl, old, t), unpack(fl, vb, t), strict=True):
+            if opn == "add":
+                res.append(b.fadd(x, y))
+            else:
+                res.append(b.select(b.fcmp_ordered("<" if opn == "min" else ">", y, x), y, x))
+        return convert_bits(b, pack(fl, res, t), ity)
+
+    return convert_bits(b, _cas_loop(fl, p, ity, "monotonic", update), compute_type(t))
+
+
+def _cas_loop(fl: FuncLowering, p: ir.Value, ty: ir.Type, ordering: str, update) -> ir.Value:  # type: ignore[no-untyped-def]
+    """A read-modify-write the hardware has no instruction for: *p = update(old) by compare-and-swap until no other
+    thread wrote in between. Returns the old value."""
+    b = fl.b
+    cur = b.load(p, typ=ty, align=ty.width // 8)
     pre = b.block
-    loop = fl.block("hatom_loop")
-    done = fl.block("hatom_done")
+    loop, done = fl.block("cas_loop"), fl.block("cas_done")
     b.branch(loop)
     b.position_at_end(loop)
-    old = b.phi(ity)
+    old = b.phi(ty)
     old.add_incoming(cur, pre)
-    res = []
-    for x, y in zip(unpack(fl, old, t), unpack(fl, vb, t), strict=True):
-        if opn == "add":
-            res.append(b.fadd(x, y))
-        else:
-            res.append(b.select(b.fcmp_ordered("<" if opn == "min" else ">", y, x), y, x))
-    new = convert_bits(b, pack(fl, res, t), ity)
-    pair = b.cmpxchg(p, old, new, "monotonic", "monotonic")
+    pair = b.cmpxchg(p, old, update(old), ordering, "monotonic")
     old.add_incoming(b.extract_value(pair, 0), b.block)
     b.cbranch(b.extract_value(pair, 1), done, loop)
     b.position_at_end(done)
-    return convert_bits(b, old, compute_type(t))
+    return old
 
 
 def _inc_dec_value(b: ir.IRBuilder, old: ir.Value, lim: ir.Value, opn: str) -> ir.Value:
@@ -148,23 +157,7 @@ def _inc_dec_value(b: ir.IRBuilder, old: ir.Value, lim: ir.Value, opn: str) -> i
 
 def _inc_dec(fl: FuncLowering, p: ir.Value, lim: ir.Value, opn: str, ordering: str) -> ir.Value:
     """atom.inc / atom.dec (_inc_dec_value) via a CAS loop."""
-    b = fl.b
-    ty = lim.type
-    cur = b.load(p, typ=ty, align=ty.width // 8)
-    pre = b.block
-    loop = fl.block("atom_loop")
-    done = fl.block("atom_done")
-    b.branch(loop)
-    b.position_at_end(loop)
-    old = b.phi(ty)
-    old.add_incoming(cur, pre)
-    pair = b.cmpxchg(p, old, _inc_dec_value(b, old, lim, opn), ordering, "monotonic")
-    seen = b.extract_value(pair, 0)
-    ok = b.extract_value(pair, 1)
-    old.add_incoming(seen, b.block)
-    b.cbranch(ok, done, loop)
-    b.position_at_end(done)
-    return old
+    return _cas_loop(fl, p, lim.type, ordering, lambda old: _inc_dec_value(fl.b, old, lim, opn))
 
 
 @op("atom")
