@@ -338,16 +338,14 @@ class EntryEnv:
                 cache[row_ptr] = (blk, t, b.gep(self.scratch, [cache[row_key][2]], source_etype=ir.IntType(8)))
             row = cache[row_ptr][2]
             p = b.gep(row, [_i64(off * self.ntpad)], source_etype=ir.IntType(8)) if off * self.ntpad else row
-            self.rec_ptrs[id(p)] = off
-            cache[key] = (blk, t, p)
-            return p
-        base = self._field_bases.get(off)  # a run-time ntpad: the field's array, computed once, then thread t
-        if base is None:
-            fb = self._field_builder
-            assert fb is not None, "record access before begin_records"
-            base = self._field_bases[off] = fb.gep(self.scratch, [fb.mul(_i64(off), self.ntpad)],
-                                                   source_etype=ir.IntType(8))
-        p = b.gep(base, [cache[row_key][2]], source_etype=ir.IntType(8))
+        else:  # a run-time ntpad: the field's array (computed once), then thread t
+            base = self._field_bases.get(off)
+            if base is None:
+                fb = self._field_builder
+                assert fb is not None, "record access before begin_records"
+                base = self._field_bases[off] = fb.gep(self.scratch, [fb.mul(_i64(off), self.ntpad)],
+                                                       source_etype=ir.IntType(8))
+            p = b.gep(base, [cache[row_key][2]], source_etype=ir.IntType(8))
         self.rec_ptrs[id(p)] = off
         cache[key] = (blk, t, p)
         return p

@@ -42,7 +42,7 @@ from llvmlite import ir
 from jit.emit.cpu_loops import _Loop
 from jit.emit.cpu_ranges import block_passes
 from jit.lower.core import HANDLERS, FuncLowering
-from jit.lower.types import I64, ins_types
+from jit.lower.types import I64
 from jit.passes.liveness import defs_uses
 from jit.ptx import ast as A
 from jit.ptx.ast import type_bytes
@@ -137,9 +137,9 @@ def _address(ins: A.Instr) -> A.Operand | None:
     return None
 
 
-def _access_bytes(st: A.Instr) -> int:
+def _access_bytes(fl: FuncLowering, st: A.Instr) -> int:
     """Bytes one thread's load or store touches."""
-    return type_bytes(ins_types(st.mods)[-1]) * next((int(m[1:]) for m in st.mods if m in ("v2", "v4", "v8")), 1)
+    return type_bytes(fl.itype(st)) * next((int(m[1:]) for m in st.mods if m in ("v2", "v4", "v8")), 1)
 
 
 def plan_prechecks(fl: FuncLowering, plan: ExitGuards) -> None:
@@ -185,7 +185,8 @@ def versioned_threads(fl: FuncLowering, env, plan: ExitGuards, start_thread, low
     guard_at = {id(body[g.index]): g for g in plan.guards}
     fast, slow, done = fl.block("guards_pass"), fl.block("guards_fail"), fl.block("guards_done")
     # NOTE [range pre-check] (jit/emit/cpu_ranges.py): decided for the whole block at once where it can be
-    sure = block_passes(fl, env, plan.walk, {k: g.exit_if_taken for k, g in guard_at.items()}, _access_bytes,
+    sure = block_passes(fl, env, plan.walk, {k: g.exit_if_taken for k, g in guard_at.items()},
+                        lambda st: _access_bytes(fl, st),
                         lambda st: env.root_range(fl, fl.root_of(_address(st), fl.space(st))))
     if sure is not None:
         check = fl.block("guards_check")
@@ -212,7 +213,7 @@ def versioned_threads(fl: FuncLowering, env, plan: ExitGuards, start_thread, low
             a = _address(st)
             assert a is not None
             sp = fl.space(st)
-            n = _access_bytes(st)
+            n = _access_bytes(fl, st)
             root = fl.root_of(a, sp)
             assert root is not None
             # lo <= addr && addr + n <= hi as one compare per thread: addr - lo <= (hi - lo) - n, unsigned (an

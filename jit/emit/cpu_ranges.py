@@ -30,9 +30,9 @@ from __future__ import annotations
 from llvmlite import ir
 
 from jit.lower.core import HANDLERS, FuncLowering
-from jit.lower.types import I1, I64, ins_types
+from jit.lower.types import I1, ins_types
 from jit.ptx import ast as A
-from jit.ptx.ast import type_bits, type_bytes
+from jit.ptx.ast import type_bits
 
 I128 = ir.IntType(128)
 _CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!=",
@@ -113,7 +113,7 @@ class Ranges:
             raise Unknown(str(o))
         iv = self.iv[o.name]
         rt = self.fl.fn.regs.get(o.name, "b64")
-        rw = type_bits(rt) if rt in _INT or rt[0] in "bf" and rt[1:].isdigit() else 64
+        rw = type_bits(rt)
         if w > rw:  # fl.get extends the register's bits by t's signedness: they must be the value
             self._require(iv, *self._range(signed, rw))
         elif exact:
@@ -354,4 +354,4 @@ def block_passes(fl: FuncLowering, env, walk: list[tuple[str, A.Instr]], exits: 
     return b.and_(r.ok, b.not_(bad))
 
 
-__all__ = ["Ranges", "Unknown", "block_passes", "I128", "I64", "type_bytes"]
+__all__ = ["Ranges", "Unknown", "block_passes"]
