@@ -43,7 +43,7 @@ def child(raw: bytes, n: int, q) -> None:  # noqa: ANN001
         context()
         lib = libcuda()
         ptr = ctypes.c_uint64()
-        rc = lib.cuIpcOpenMemHandle_v2(ctypes.byref(ptr), IpcHandle(raw), 1)
+        rc = lib.cuIpcOpenMemHandle_v2(ctypes.byref(ptr), IpcHandle.from_buffer_copy(raw), 1)  # IpcHandle(raw) stops at a zero byte
         assert rc == 0, f"open: {rc}"
         host = np.empty(n, np.int32)
         check(cu.cuMemcpyDtoH(host.ctypes.data, ptr.value, host.nbytes))
@@ -69,7 +69,9 @@ if __name__ == "__main__":
     assert lib.cuIpcGetMemHandle(ctypes.byref(IpcHandle()), int(dptr) + 4) == 1  # not an allocation's start
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
-    p = ctx.Process(target=child, args=(bytes(h.reserved), n, q))
+    raw = bytes(h)  # all 64 bytes: h.reserved would stop at the handle's first zero byte
+    assert len(raw) == 64
+    p = ctx.Process(target=child, args=(raw, n, q))
     p.start()
     got = q.get(timeout=120)
     p.join(60)
