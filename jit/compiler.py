@@ -12,6 +12,7 @@ import weakref
 from pathlib import Path
 from typing import Any
 
+from jit import disk_cache
 from jit.errors import CUDA_ERROR_INVALID_PTX, CUDA_ERROR_INVALID_VALUE, JitError
 from jit.worker import read_frame, write_frame
 
@@ -53,12 +54,7 @@ def cache_key(ptx: bytes, target: str) -> str:
 
 
 def cache_enabled() -> bool:
-    return os.environ.get("WOOLY_JIT_CACHE", "1") not in ("0", "false", "no", "off")
-
-
-def cache_dir() -> Path:
-    d = os.environ.get("WOOLY_JIT_CACHE_DIR")
-    return Path(d) if d else Path.home() / ".cache" / "wooly" / "jit"
+    return disk_cache.enabled()
 
 
 class Worker:
@@ -166,15 +162,11 @@ def _cached(key: str) -> tuple[bytes, dict] | None:
         hit = _MEM_CACHE.get(key)
     if hit is not None:
         return hit
-    d = cache_dir()
-    try:
-        obj = (d / f"{key}.o").read_bytes()
-        meta = json.loads((d / f"{key}.json").read_text())
-    except (OSError, ValueError):
-        return None
-    with _MEM_LOCK:
-        _MEM_CACHE[key] = (obj, meta)
-    return obj, meta
+    hit = disk_cache.read(key)
+    if hit is not None:
+        with _MEM_LOCK:
+            _MEM_CACHE[key] = hit
+    return hit
 
 
 def compile_object(ptx: bytes, target: str = "cpu", bounds_check: bool = False) -> tuple[bytes, dict, str | None]:
@@ -365,12 +357,4 @@ def same_layout(a: dict, b: dict) -> bool:
 
 
 def _store(key: str, obj: bytes, meta: dict) -> None:
-    d = cache_dir()
-    try:
-        d.mkdir(parents=True, exist_ok=True)
-        for name, data in ((f"{key}.o", obj), (f"{key}.json", json.dumps(meta).encode())):
-            tmp = d / f".{name}.{os.getpid()}.{threading.get_ident()}"
-            tmp.write_bytes(data)
-            os.replace(tmp, d / name)  # the json lands last: a reader never sees half an entry
-    except OSError:
-        pass  # a read-only or full disk only costs a recompile
+    disk_cache.store(key, obj, meta)  # NOTE [bounded disk cache]

@@ -155,6 +155,28 @@ def run(ctx: typer.Context, program: Annotated[str, typer.Argument(help="script.
 
 
 @app.command()
+def cache(
+    clear: Annotated[bool, typer.Option("--clear", help="delete every compiled kernel in the cache")] = False,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """The JIT's disk cache of compiled kernels on this machine: where, how many, how big, its bound
+    (WOOLY_JIT_CACHE_DIR, WOOLY_JIT_CACHE_MAX)."""
+    from jit import disk_cache
+
+    if clear:
+        n = disk_cache.clear()
+        typer.echo(f"removed {n} cached kernel module(s) from {disk_cache.directory()}")
+        return
+    s = disk_cache.stats()
+    if as_json:
+        typer.echo(json.dumps(s, indent=2))
+        return
+    bound = _human(s["max_bytes"]) if s["max_bytes"] else "no bound"
+    state = "" if s["enabled"] else "  (disabled: WOOLY_JIT_CACHE=0)"
+    typer.echo(f"{s['dir']}: {s['entries']} module(s), {_human(s['bytes'])} of {bound}{state}")
+
+
+@app.command()
 def version() -> None:
     """Print versions."""
     import gpud

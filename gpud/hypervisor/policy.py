@@ -37,13 +37,11 @@ CLI flags (``wooly gpud --tenant alice:quota=6GiB,weight=3 --metrics-port 9400``
 from __future__ import annotations
 
 import os
-import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1 << 10, "m": 1000**2, "mb": 1000**2, "mib": 1 << 20,
-          "g": 1000**3, "gb": 1000**3, "gib": 1 << 30, "t": 1000**4, "tb": 1000**4, "tib": 1 << 40}
+from woolyhv.sizes import parse_bytes, split_size
 
 
 def parse_size(value: Any) -> int | float:
@@ -60,15 +58,14 @@ def parse_size(value: Any) -> int | float:
         return value
     if isinstance(value, str):
         s = value.strip().lower().replace("_", "")
-        match = re.fullmatch(r"([0-9]*\.?[0-9]+)\s*([a-z]*)", s)
-        if match is None or match.group(2) not in _UNITS:
+        parts = split_size(s)
+        if parts is None:
             if s.endswith("%"):
                 return parse_size(float(s[:-1]) / 100.0)
             raise ValueError(f"cannot read {value!r} as a size (examples: 4096, 512MiB, 2GiB, 0.25, 25%)")
-        num, unit = match.groups()
-        if unit == "" and "." in num:
-            return parse_size(float(num))
-        return int(float(num) * _UNITS[unit])
+        if parts[1] == "" and "." in parts[0]:
+            return parse_size(float(parts[0]))
+        return parse_bytes(s)
     raise ValueError(f"not a size: {value!r}")
 
 
