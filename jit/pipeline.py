@@ -5,6 +5,7 @@ from __future__ import annotations
 from jit import devrt
 from jit.passes import (
     branch_tables,
+    dynamic_stack,
     flatten_scopes,
     fused_loops,
     index_versioning,
@@ -30,6 +31,7 @@ AST_PASSES = [
     inline_sync,     # calls of .funcs holding barriers / warp collectives -> inlined bodies
     special_regs,    # %tid.x, %laneid, %clock64 ... -> Special operands
     predication,     # @p instr -> @!p bra skip; instr; skip:
+    dynamic_stack,   # alloca/stacksave/stackrestore -> a per-thread .local stack and its pointer register
     branch_tables,   # brx.idx i, ts -> compare-and-branch chain over the .branchtargets labels
     pointer_roots,   # 64-bit registers derived from a kernel pointer parameter (NOTE [pointer roots])
     fused_loops,     # kernels that are one grid-stride loop: recorded, for blocks that can run it fused (CPU)
