@@ -16,7 +16,7 @@ def split_size(text: str) -> tuple[str, str] | None:
     return (m.group(1), m.group(2)) if m is not None and m.group(2) in UNITS else None
 
 
-def parse_bytes(value: int | str) -> int:
+def parse_bytes(value: int | str, examples: str = "4096, 512MiB, 2GiB") -> int:
     """A whole number of bytes from an int or a string with an optional unit; ValueError names the bad input."""
     if isinstance(value, bool):
         raise ValueError(f"not a size: {value!r}")
@@ -26,5 +26,5 @@ def parse_bytes(value: int | str) -> int:
         return value
     parts = split_size(value) if isinstance(value, str) else None
     if parts is None:
-        raise ValueError(f"cannot read {value!r} as a size (examples: 4096, 512MiB, 2GiB)")
+        raise ValueError(f"cannot read {value!r} as a size (examples: {examples})")
     return int(float(parts[0]) * UNITS[parts[1]])

@@ -46,12 +46,6 @@ from woolyhv.sizes import parse_bytes, split_size
 
 def parse_size(value: Any) -> int | float:
     """``"2GiB"`` -> 2147483648; integers are bytes; a float in (0, 1] is a fraction of the device."""
-    if isinstance(value, bool):
-        raise ValueError(f"not a size: {value!r}")
-    if isinstance(value, int):
-        if value < 0:
-            raise ValueError(f"size must be >= 0, got {value}")
-        return value
     if isinstance(value, float):
         if not 0.0 < value <= 1.0:
             raise ValueError(f"a fractional size must be in (0, 1], got {value}")
@@ -59,14 +53,11 @@ def parse_size(value: Any) -> int | float:
     if isinstance(value, str):
         s = value.strip().lower().replace("_", "")
         parts = split_size(s)
-        if parts is None:
-            if s.endswith("%"):
-                return parse_size(float(s[:-1]) / 100.0)
-            raise ValueError(f"cannot read {value!r} as a size (examples: 4096, 512MiB, 2GiB, 0.25, 25%)")
-        if parts[1] == "" and "." in parts[0]:
+        if parts is None and s.endswith("%"):
+            return parse_size(float(s[:-1]) / 100.0)
+        if parts is not None and parts[1] == "" and "." in parts[0]:
             return parse_size(float(parts[0]))
-        return parse_bytes(s)
-    raise ValueError(f"not a size: {value!r}")
+    return parse_bytes(value, examples="4096, 512MiB, 2GiB, 0.25, 25%")
 
 
 class _Cfg(BaseModel):
