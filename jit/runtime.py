@@ -232,7 +232,8 @@ class CpuKernel:
             elif err == CUDA_ERROR_ASSERT:
                 e = JitError(err, f"device-side assert triggered in {self.name}: {rec['assert'] or ''}".strip())
             elif err == CUDA_ERROR_LAUNCH_FAILED:
-                e = JitError(err, f"trap executed in kernel {self.name}")
+                e = JitError(err, f"trap executed in kernel {self.name} (a trap instruction, or a thread out of "
+                                  "stack: alloca past its 4 KiB, NOTE [dynamic stack], or .func frames)")
             else:
                 e = JitError(err, f"kernel {self.name} failed")
             e.printf = text  # type: ignore[attr-defined]

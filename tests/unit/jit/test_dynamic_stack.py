@@ -52,7 +52,7 @@ def test_running_out_of_stack_is_a_launch_failure(checked: bool) -> None:
     for n in (STACK_BYTES + 1, 1 << 40, 2**64 - 8):  # too big, including sizes that wrap the address
         with pytest.raises(JitError) as ei:
             launch(m, "sized", 32, struct.pack("<QQ", out.ctypes.data, n), out)
-        assert ei.value.name == "CUDA_ERROR_LAUNCH_FAILED"
+        assert ei.value.name == "CUDA_ERROR_LAUNCH_FAILED" and "out of stack" in ei.value.message
 
 
 ALIGN = HEADER + """
