@@ -40,9 +40,10 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from jit.emit.cpu import FIXED_RECORDS_MAX, EntryEnv, _i32, _i64
+from jit.emit.cpu import EntryEnv, _i32, _i64
 from jit.emit.cpu_fused import PREFETCH_CHUNKS, _Accesses
 from jit.emit.cpu_loops import _Loop
+from jit.emit.cpu_records import FIXED_RECORDS_MAX
 from jit.lower.core import FuncLowering
 from jit.lower.module import align_up
 from jit.lower.types import F64, I1, I64, reg_type
