@@ -93,8 +93,9 @@ def store(key: str, obj: bytes, meta: dict) -> None:
     _start_legacy_cleanup()
 
 
-def _entries(shard: Path) -> dict[str, list]:
-    """key -> [bytes, last use] for the shard's entries; stale temporary files are deleted on the way."""
+def _entries(shard: Path, sweep: bool = True) -> dict[str, list]:
+    """key -> [bytes, last use] for the shard's entries; with ``sweep``, stale temporary files are deleted on the
+    way."""
     out: dict[str, list] = {}
     now = time.time()
     try:
@@ -109,7 +110,7 @@ def _entries(shard: Path) -> dict[str, list]:
             except OSError:
                 continue
             if name.startswith("."):
-                if now - st.st_mtime > _STALE_TMP_S:
+                if sweep and now - st.st_mtime > _STALE_TMP_S:
                     _unlink(Path(e.path))
                 continue
             key, dot, ext = name.rpartition(".")
@@ -182,7 +183,7 @@ def stats() -> dict:
     d = directory()
     n = size = 0
     for i in range(SHARDS):
-        for rec in _entries(d / f"{i:02x}").values():
+        for rec in _entries(d / f"{i:02x}", sweep=False).values():
             n += 1
             size += rec[0]
     return {"dir": str(d), "entries": n, "bytes": size, "max_bytes": max_bytes(), "enabled": enabled()}
