@@ -138,6 +138,7 @@ def warm_up() -> None:
             _BACKGROUND.worker.ensure()
     if cache_enabled():
         cache_key(b"", "cpu")  # computes the host id (translator source digest) once
+        disk_cache.max_bytes()  # a malformed WOOLY_JIT_CACHE_MAX warns at start, not at the first store
     warm_load_path()
 
 

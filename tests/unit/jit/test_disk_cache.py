@@ -82,6 +82,10 @@ def test_zero_means_no_bound_and_a_bad_bound_warns(cache: Path, monkeypatch: pyt
     monkeypatch.setenv("WOOLY_JIT_CACHE_MAX", "lots")
     with pytest.warns(RuntimeWarning, match="WOOLY_JIT_CACHE_MAX.*'lots'.*1GiB"):
         assert disk_cache.max_bytes() == 1 << 30
+    monkeypatch.setenv("WOOLY_JIT_CACHE_MAX", "12 parsecs")
+    import jit.compiler as c
+    with pytest.warns(RuntimeWarning, match="'12 parsecs'"):  # at daemon start (jit.warm_up), not at a store
+        c.warm_up()
 
 
 def test_stale_temporaries_and_legacy_entries_are_removed(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
