@@ -182,7 +182,7 @@ def compile_object(ptx: bytes, target: str = "cpu", bounds_check: bool = False) 
     if use_cache:
         with _MEM_LOCK:
             _MEM_CACHE[key] = (obj, meta)
-        _store(key, obj, meta)
+        disk_cache.store(key, obj, meta)  # NOTE [bounded disk cache]
     return obj, meta, key if use_cache else None
 
 
@@ -272,7 +272,7 @@ class _Background:
             if cache_enabled():
                 with _MEM_LOCK:
                     _MEM_CACHE[pending.key] = (obj, meta)
-                _store(pending.key, obj, meta)
+                disk_cache.store(pending.key, obj, meta)
             with _PENDING_LOCK:
                 _PENDING.pop(pending.key, None)
                 _QUICK.pop(pending.key, None)  # new modules of this PTX start optimised (cache) from now on
@@ -355,7 +355,3 @@ def same_layout(a: dict, b: dict) -> bool:
         return {**m, "ftab": "",
                 "kernels": [{k: v for k, v in kern.items() if k not in CODE_FIELDS} for kern in m["kernels"]]}
     return strip(a) == strip(b)
-
-
-def _store(key: str, obj: bytes, meta: dict) -> None:
-    disk_cache.store(key, obj, meta)  # NOTE [bounded disk cache]

@@ -76,6 +76,13 @@ class LaunchResult:
 
 
 # -- host services called from kernel code -------------------------------------------------------
+# NOTE [the launching thread works too]
+# A launch of several blocks used to hand every worker context to the pool and wait: two thread hand-offs (a wake-up
+# of a pool thread, then of the launching one) on the path of every launch, ~140 us of a 175 us launch of 8 small
+# blocks on these hosts. The launching thread now runs the first worker context itself (ctypes releases the GIL)
+# while the pool runs the others. Blocks are claimed from the launch's counter, so when the launching thread is done
+# every block is: a pool worker that has not started by then is cancelled (it would claim nothing), and only those
+# already running are waited for. Small launches cost one submission; big ones still spread over every core.
 _POOL: ThreadPoolExecutor | None = None
 _POOL_SIZE = os.cpu_count() or 1
 
@@ -266,13 +273,6 @@ def _run_resident(fn: Any, key: int, wctxs: list[Any]) -> None:
         t.join()
 
 
-# NOTE [the launching thread works too]
-# A launch of several blocks used to hand every worker context to the pool and wait: two thread hand-offs (a wake-up
-# of a pool thread, then of the launching one) on the path of every launch, ~140 us of a 175 us launch of 8 small
-# blocks on these hosts. The launching thread now runs the first worker context itself (ctypes releases the GIL)
-# while the pool runs the others. Blocks are claimed from the launch's counter, so when the launching thread is done
-# every block is: a pool worker that has not started by then is cancelled (it would claim nothing), and only those
-# already running are waited for. Small launches cost one submission; big ones still spread over every core.
 def _dims(d: tuple[int, ...] | int, what: str) -> tuple[int, int, int]:
     if isinstance(d, int):
         d = (d,)

@@ -1,18 +1,18 @@
 """Register values reused within a basic block, and register allocas nobody reads dropped.
 
-# NOTE [register forwarding]
-# Registers are allocas (LLVM's SROA makes them SSA values), so every use is a load and every definition a store:
-# a third of the reduction's quick-tier IR was loads of a register stored one instruction earlier. Every one of
-# them costs Python (llvmlite's builder, then its IR text), LLVM's parser and SROA. Within one basic block, a
-# register's value is known after a store to it, or after a first load: Forwarding.value reuses it. It learns those
-# values by scanning the instructions appended to the block since its last call, so stores made by any code (the
-# thread-record restores write register allocas directly) are seen. A call with a register alloca among its
-# operands forgets that register (register allocas never escape otherwise). Only while the builder appends at the
-# end of its block; anywhere else it loads as before.
-#
-# Once a function is lowered, drop_unread_allocas deletes the allocas that are only ever stored to, with their
-# stores: with forwarding, that is most registers living within one basic block. (SROA would delete them too, but
-# each costs IR text, parsing and analysis first.) The reduction's quick-tier IR went from 2295 to 1521 lines.
+NOTE [register forwarding]
+Registers are allocas (LLVM's SROA makes them SSA values), so every use is a load and every definition a store:
+a third of the reduction's quick-tier IR was loads of a register stored one instruction earlier. Every one of
+them costs Python (llvmlite's builder, then its IR text), LLVM's parser and SROA. Within one basic block, a
+register's value is known after a store to it, or after a first load: Forwarding.value reuses it. It learns those
+values by scanning the instructions appended to the block since its last call, so stores made by any code (the
+thread-record restores write register allocas directly) are seen. A call with a register alloca among its
+operands forgets that register (register allocas never escape otherwise). Only while the builder appends at the
+end of its block; anywhere else it loads as before.
+
+Once a function is lowered, drop_unread_allocas deletes the allocas that are only ever stored to, with their
+stores: with forwarding, that is most registers living within one basic block. (SROA would delete them too, but
+each costs IR text, parsing and analysis first.) The reduction's quick-tier IR went from 2295 to 1521 lines.
 """
 
 from __future__ import annotations

@@ -62,48 +62,54 @@ def _align(ins: A.Instr) -> int:
     return max(v, 8)  # 8: the minimum alignment the ISA guarantees
 
 
+SP, END, PTR, ROOM, FULL = A.Reg(_SP), A.Reg(_END), A.Reg(_PTR), A.Reg(_ROOM), A.Reg(_FULL)
+
+
 def _expand(fn: A.Function) -> None:
     for r, t in ((_SP, "b64"), (_END, "b64"), (_PTR, "b64"), (_ROOM, "b64"), (_FULL, "pred")):
         fn.regs[r] = t
     fn.vars.append(A.VarDecl("local", "b8", _STACK, align=16, dims=[STACK_BYTES], line=fn.line))
-    sp, end, ptr, room, full = A.Reg(_SP), A.Reg(_END), A.Reg(_PTR), A.Reg(_ROOM), A.Reg(_FULL)
-    out: list[A.Stmt] = [A.Instr("mov", ["u64"], [sp, A.Sym(_STACK)], line=fn.line),
-                         A.Instr("add", ["u64"], [end, sp, A.Imm(STACK_BYTES)], line=fn.line)]
-    n = 0
+    out: list[A.Stmt] = [A.Instr("mov", ["u64"], [SP, A.Sym(_STACK)], line=fn.line),
+                         A.Instr("add", ["u64"], [END, SP, A.Imm(STACK_BYTES)], line=fn.line)]
+    allocas = 0
     for st in fn.body or []:
-        if not (isinstance(st, A.Instr) and st.opcode in OPS):
-            out.append(st)
-            continue
-        ins = st
-        assert ins.pred is None, "dynamic_stack runs after predication"
-        t = _type(ins)
-        lo, hi = _OPERANDS[ins.opcode]
-        if not lo <= len(ins.operands) <= hi or not isinstance(ins.operands[0], A.Reg):
-            raise invalid_ptx(f"{ins.opcode}: wrong operands", ins.line, ins.col)
-        def at(opcode: str, mods: list[str], ops: list[A.Operand], ins: A.Instr = ins, **kw: object) -> A.Instr:
-            return A.Instr(opcode, mods, ops, line=ins.line, col=ins.col, **kw)  # type: ignore[arg-type]
-        if ins.opcode == "stacksave" and t == "u64":
-            out.append(at("mov", ["u64"], [ins.operands[0], sp]))
-        elif ins.opcode == "stackrestore" and t == "u64":
-            out.append(at("mov", ["u64"], [sp, ins.operands[0]]))
-        elif ins.opcode == "stacksave":  # .u32 (what nvcc emits): the offset from the stack's end, in [-size, 0]
-            out += [at("sub", ["u64"], [room, sp, end]), at("cvt", ["u32", "u64"], [ins.operands[0], room])]
-        elif ins.opcode == "stackrestore":
-            out += [at("cvt", ["s64", "s32"], [room, ins.operands[0]]), at("add", ["u64"], [sp, end, room])]
+        if isinstance(st, A.Instr) and st.opcode in OPS:
+            allocas += st.opcode == "alloca"
+            out += _replace(st, allocas)
         else:
-            a, size = _align(ins), ins.operands[1]
-            if not isinstance(size, (A.Reg, A.Imm)):
-                raise invalid_ptx("alloca: the size must be a register or a constant", ins.line, ins.col)
-            n += 1
-            ok = f"$wooly_alloca_ok{n}"
-            out += [at("add", ["u64"], [ptr, sp, A.Imm(a - 1)]),
-                    at("and", ["b64"], [ptr, ptr, A.Imm(-a)]),
-                    at("sub", ["u64"], [room, end, ptr]),
-                    at("setp", ["gt", "u64"], [full, ptr, end]),  # the alignment alone went past the end
-                    at("setp", ["gt", "or", "u64"], [full, size, room, full]),
-                    at("bra", [], [A.Sym(ok)], pred=_FULL, pred_neg=True),
-                    at("trap", [], []),  # out of stack: CUDA_ERROR_LAUNCH_FAILED
-                    A.Label(ok, ins.line),
-                    at("add", ["u64"], [sp, ptr, size]),
-                    at("mov", ["u64"], [ins.operands[0], ptr])]
+            out.append(st)
     fn.body = out
+
+
+def _replace(ins: A.Instr, n: int) -> list[A.Stmt]:
+    """The plain PTX for one alloca (the ``n``-th of its function), stacksave or stackrestore (see the NOTE)."""
+    assert ins.pred is None, "dynamic_stack runs after predication"
+    t = _type(ins)
+    lo, hi = _OPERANDS[ins.opcode]
+    if not lo <= len(ins.operands) <= hi or not isinstance(ins.operands[0], A.Reg):
+        raise invalid_ptx(f"{ins.opcode}: wrong operands", ins.line, ins.col)
+    d = ins.operands[0]
+
+    def at(opcode: str, mods: list[str], *ops: A.Operand, **kw: object) -> A.Instr:
+        return A.Instr(opcode, mods, list(ops), line=ins.line, col=ins.col, **kw)  # type: ignore[arg-type]
+
+    if ins.opcode == "stacksave":  # .u32 (what nvcc emits): the offset from the stack's end, in [-size, 0]
+        return [at("mov", ["u64"], d, SP)] if t == "u64" else [at("sub", ["u64"], ROOM, SP, END),
+                                                              at("cvt", ["u32", "u64"], d, ROOM)]
+    if ins.opcode == "stackrestore":
+        return [at("mov", ["u64"], SP, d)] if t == "u64" else [at("cvt", ["s64", "s32"], ROOM, d),
+                                                              at("add", ["u64"], SP, END, ROOM)]
+    a, size = _align(ins), ins.operands[1]
+    if not isinstance(size, (A.Reg, A.Imm)):
+        raise invalid_ptx("alloca: the size must be a register or a constant", ins.line, ins.col)
+    ok = f"$wooly_alloca_ok{n}"
+    return [at("add", ["u64"], PTR, SP, A.Imm(a - 1)),
+            at("and", ["b64"], PTR, PTR, A.Imm(-a)),
+            at("sub", ["u64"], ROOM, END, PTR),
+            at("setp", ["gt", "u64"], FULL, PTR, END),  # the alignment alone went past the end
+            at("setp", ["gt", "or", "u64"], FULL, size, ROOM, FULL),
+            at("bra", [], A.Sym(ok), pred=_FULL, pred_neg=True),
+            at("trap", []),  # out of stack: CUDA_ERROR_LAUNCH_FAILED
+            A.Label(ok, ins.line),
+            at("add", ["u64"], SP, PTR, size),
+            at("mov", ["u64"], d, PTR)]
