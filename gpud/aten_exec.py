@@ -85,6 +85,7 @@ class Executor:
         self.storages: dict[int, list[int]] = {}  # storage key -> [nbytes, references]
         self.allocated = 0
         self.peak = 0
+        self.limit = 0  # bytes; 0 = the tenant's quota alone (set_per_process_memory_fraction)
         self.next_handle = _SERVER_HANDLES
         # Outputs of failed ops: ops that use them fail quietly, so one failure is one reported
         # error (as a CUDA stream reports its first error), not a cascade.
@@ -93,12 +94,10 @@ class Executor:
         self.gen.manual_seed(CUDA_DEFAULT_SEED)
         self.bulk: list[Any] = []
         self.base = 0
-        # Host-only kernels the client sends have portable stand-ins on other devices.
-        self.portable: dict[str, Any] | None = None
-        if self.device.type != "cpu":
-            from gpud.aten_portable import PORTABLE
+        # Kernels of one device kind that the client sends have portable stand-ins on the other.
+        from gpud.aten_portable import CUDA_ONLY, PORTABLE
 
-            self.portable = PORTABLE
+        self.portable: dict[str, Any] = CUDA_ONLY if self.device.type == "cpu" else PORTABLE
 
     # ------------------------------------------------------------------ tensor table
     def get(self, h: int) -> torch.Tensor:
@@ -123,6 +122,9 @@ class Executor:
         entry = self.storages.get(key)
         if entry is None:
             if nbytes and key > 0:
+                if self.limit and self.allocated + nbytes > self.limit:
+                    raise CudaError(codes.OUT_OF_MEMORY, f"out of memory: {nbytes} bytes more would pass this process's "
+                                    f"limit of {self.limit} bytes (set_per_process_memory_fraction)")
                 self.session.server.reserve_memory(self.session, nbytes)  # raises OUT_OF_MEMORY
                 self.allocated += nbytes
                 self.peak = max(self.peak, self.allocated)
@@ -202,7 +204,7 @@ class Executor:
             if isinstance(name, str) and name.startswith("wooly."):
                 return self.pseudo(name, args, outs)
             fn, has_gen, default_gen = resolve(name)
-            if self.portable is not None and (alt := self.portable.get(name.split(".")[1])) is not None:
+            if (alt := self.portable.get(name.split(".")[1])) is not None:
                 fn = alt
             a = self.decode(args)
             k = self.decode(kwargs)
@@ -281,12 +283,19 @@ class Executor:
             t = self.decode(args[0]) if args else None
             if not isinstance(t, torch.Tensor):
                 raise CudaError(codes.INVALID_VALUE, "wooly.fetch takes a tensor")
-            c = t.detach().contiguous().cpu()
-            raw = c.reshape(-1).view(torch.uint8) if c.numel() else torch.empty(0, dtype=torch.uint8)
+            c = t.detach().resolve_conj().resolve_neg().cpu()
+            flat = c.clone(memory_format=torch.contiguous_format).reshape(-1)  # also size-1 dims with any stride
+            raw = flat.view(torch.uint8) if c.numel() else torch.empty(0, dtype=torch.uint8)
             return [_DTYPE_NAMES.get(c.dtype, str(c.dtype)), list(c.shape)], [memoryview(raw.numpy())]
         if name == W.OP_STATS:
-            return {"allocated": self.allocated, "peak": self.peak, "tensors": len(self.tensors),
+            return {"allocated": self.allocated, "peak": self.peak, "tensors": len(self.tensors), "limit": self.limit,
                     "device": str(self.device)}, []
+        if name == W.OP_SET_LIMIT:
+            limit = args[0] if args else None
+            if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
+                raise CudaError(codes.INVALID_VALUE, "wooly.set_limit takes a byte count >= 0")
+            self.limit = limit
+            return None, []
         if name == W.OP_RESET_PEAK:
             self.peak = self.allocated
             return None, []

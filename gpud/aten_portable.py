@@ -1,4 +1,10 @@
-"""Portable stand-ins for host-only kernels the PyTorch face sends (NOTE [composites] in shim/torch).
+"""Portable stand-ins for kernels that exist on one kind of device only.
+
+``PORTABLE``: host-only kernels the PyTorch face sends (NOTE [composites] in shim/torch), run on a
+GPU gpud. ``CUDA_ONLY``: kernels that PyTorch's C++ composites choose for CUDA tensors (the client's
+remote tensors are CUDA tensors: NOTE [a cuda device in a CPU build] in shim/torch/device.py) and
+that the CPU build lacks, run on a CPU gpud: the fused LSTM/GRU cells and their backwards, with the
+CUDA kernels' workspace layouts.
 
 The client sends SDPA as ``_scaled_dot_product_flash_attention_for_cpu`` (+ backward) so that a
 CPU gpud computes exactly what a local CPU run computes. Those kernels exist only for CPU
@@ -59,3 +65,55 @@ def sdpa_backward(grad: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
 
 
 PORTABLE = {SDPA_FWD: sdpa_forward, SDPA_BWD: sdpa_backward}
+
+
+def _gates(ig: torch.Tensor, hg: torch.Tensor, ib: Any, hb: Any) -> torch.Tensor:
+    g = ig + hg
+    if ib is not None:
+        g = g + ib
+    if hb is not None:
+        g = g + hb
+    return g
+
+
+def lstm_cell(ig: torch.Tensor, hg: torch.Tensor, cx: torch.Tensor, ib: Any = None,
+              hb: Any = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(hy, cy, workspace); the workspace holds the activated gates i, f, g, o (as the CUDA kernel's)."""
+    i, f, g, o = _gates(ig, hg, ib, hb).chunk(4, 1)
+    i, f, g, o = i.sigmoid(), f.sigmoid(), g.tanh(), o.sigmoid()
+    cy = f * cx + i * g
+    return o * cy.tanh(), cy, torch.cat((i, f, g, o), 1)
+
+
+def lstm_cell_backward(ghy: Any, gcy: Any, cx: torch.Tensor, cy: torch.Tensor, ws: torch.Tensor,
+                       has_bias: bool) -> tuple[torch.Tensor, torch.Tensor, Any]:
+    i, f, g, o = ws.chunk(4, 1)
+    tcy = cy.tanh()
+    ghy = torch.zeros_like(cy) if ghy is None else ghy
+    gc = (torch.zeros_like(cy) if gcy is None else gcy) + ghy * o * (1 - tcy * tcy)
+    gates = torch.cat((gc * g * i * (1 - i), gc * cx * f * (1 - f), gc * i * (1 - g * g), ghy * tcy * o * (1 - o)), 1)
+    return gates, gc * f, gates.sum(0) if has_bias else None
+
+
+def gru_cell(ig: torch.Tensor, hg: torch.Tensor, hx: torch.Tensor, ib: Any = None,
+             hb: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(hy, workspace); the workspace holds r, z, n, hx and the hidden gate's n part (as CUDA's)."""
+    ir, iz, in_ = (ig if ib is None else ig + ib).chunk(3, 1)
+    hr, hz, hn = (hg if hb is None else hg + hb).chunk(3, 1)
+    r, z = (ir + hr).sigmoid(), (iz + hz).sigmoid()
+    n = (in_ + r * hn).tanh()
+    return n + z * (hx - n), torch.cat((r, z, n, hx, hn), 1)
+
+
+def gru_cell_backward(ghy: torch.Tensor, ws: torch.Tensor, has_bias: bool) -> tuple[Any, ...]:
+    r, z, n, hx, hn = ws.chunk(5, 1)
+    gn = ghy * (1 - z) * (1 - n * n)
+    gz = ghy * (hx - n) * z * (1 - z)
+    gr = gn * hn * r * (1 - r)
+    gi, gh = torch.cat((gr, gz, gn), 1), torch.cat((gr, gz, gn * r), 1)
+    bias = (gi.sum(0), gh.sum(0)) if has_bias else (None, None)
+    return gi, gh, ghy * z, *bias
+
+
+CUDA_ONLY = {"_thnn_fused_lstm_cell": lstm_cell, "_thnn_fused_lstm_cell_backward_impl": lstm_cell_backward,
+             "_thnn_fused_gru_cell": gru_cell, "_thnn_fused_gru_cell_backward": gru_cell_backward}

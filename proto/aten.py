@@ -33,11 +33,12 @@ OP_RESET_PEAK = "wooly.reset_peak"
 OP_GET_RNG = "wooly.get_rng_state"  # -> bytes (sync only)
 OP_SET_RNG = "wooly.set_rng_state"  # args: [bytes]
 OP_SYNC = "wooly.sync"  # nothing: waits for the session's queued ops
+OP_SET_LIMIT = "wooly.set_limit"  # args: [bytes or 0]: cap this session's tensor bytes (set_per_process_memory_fraction)
 
 # Wire names of the dtypes both ends know.
 DTYPES = (
     "float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool",
-    "complex64", "complex128", "float8_e4m3fn", "float8_e5m2", "uint16", "uint32", "uint64",
+    "complex64", "complex128", "float8_e4m3fn", "float8_e5m2", "uint16", "uint32", "uint64", "complex32",
 )
 MEMORY_FORMATS = ("contiguous_format", "channels_last", "channels_last_3d", "preserve_format")
 LAYOUTS = ("strided", "sparse_coo", "sparse_csr")

@@ -24,8 +24,9 @@ def apply() -> None:
     _patched = True
     import torch  # noqa: F401
 
-    from shim.torch import cuda_api, factories, misc
+    from shim.torch import cuda_api, device, factories, misc
 
+    device.register_fallback()
     factories.patch()
     cuda_api.patch()
     misc.patch()
@@ -62,6 +63,9 @@ class _Loader(importlib.abc.Loader):
         return self.inner.create_module(spec)
 
     def exec_module(self, module: Any) -> None:
+        from shim.torch import device
+
+        device.load()  # before torch creates its CUDA hooks: NOTE [a cuda device in a CPU build]
         self.inner.exec_module(module)
         apply()
 

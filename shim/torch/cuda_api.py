@@ -16,7 +16,16 @@ from typing import Any
 import torch
 
 from proto import aten as W
+from shim.torch import cuda_memory as M
 from shim.torch import stream as S
+from shim.torch.cuda_memory import (
+    empty_cache,
+    max_memory_allocated,
+    mem_get_info,
+    memory_allocated,
+    memory_stats,
+    reset_peak_memory_stats,
+)
 
 
 def _devices() -> list[dict[str, Any]]:
@@ -97,50 +106,13 @@ class DeviceProperties:
 
 
 def get_device_properties(device: Any = None) -> DeviceProperties:
-    return DeviceProperties(_dev(device))
+    props = DeviceProperties(_dev(device))
+    props.total_memory = mem_get_info(device)[1]  # the virtual GPU's size (a tenant quota), as mem_get_info says
+    return props
 
 
 def synchronize(device: Any = None) -> None:
     S.stream().call([W.OP_SYNC, [], {}, []], "synchronize")
-
-
-def _stats() -> dict[str, Any]:
-    value, _ = S.stream().call([W.OP_STATS, [], {}, []], "memory stats")
-    return value
-
-
-def memory_allocated(device: Any = None) -> int:
-    return int(_stats()["allocated"])
-
-
-def max_memory_allocated(device: Any = None) -> int:
-    return int(_stats()["peak"])
-
-
-def memory_stats(device: Any = None) -> dict[str, Any]:
-    s = _stats()
-    return {"allocated_bytes.all.current": s["allocated"], "allocated_bytes.all.peak": s["peak"],
-            "reserved_bytes.all.current": s["allocated"], "reserved_bytes.all.peak": s["peak"],
-            "active_bytes.all.current": s["allocated"], "num_alloc_retries": 0, "num_ooms": 0}
-
-
-def reset_peak_memory_stats(device: Any = None) -> None:
-    S.stream().call([W.OP_RESET_PEAK, [], {}, []], "reset_peak_memory_stats")
-
-
-def mem_get_info(device: Any = None) -> tuple[int, int]:
-    st = S.stream()
-    # Ops stream ahead: let the queued ones (allocations, frees) run so the figures include them,
-    # as they would with CUDA's synchronous allocations (the tenant's virtual GPU: docs/hypervisor.md).
-    st.call([W.OP_SYNC, [], {}, []], "mem_get_info")
-    free, total = st.driver_call(st.driver.mem_get_info)
-    return int(free), int(total)
-
-
-def empty_cache() -> None:
-    st = S.current()
-    if st is not None:
-        st.flush()  # frees of dropped tensors reach gpud now
 
 
 def manual_seed(seed: int) -> None:
@@ -333,10 +305,7 @@ def _noop(*args: Any, **kwargs: Any) -> None:
 _CUDA = {
     "is_available": is_available, "device_count": device_count, "get_device_name": get_device_name,
     "get_device_capability": get_device_capability, "get_device_properties": get_device_properties,
-    "synchronize": synchronize, "memory_allocated": memory_allocated, "max_memory_allocated": max_memory_allocated,
-    "memory_reserved": memory_allocated, "max_memory_reserved": max_memory_allocated, "memory_stats": memory_stats,
-    "reset_peak_memory_stats": reset_peak_memory_stats, "reset_max_memory_allocated": reset_peak_memory_stats,
-    "reset_accumulated_memory_stats": _noop, "mem_get_info": mem_get_info, "empty_cache": empty_cache,
+    "synchronize": synchronize, **M.TABLE,
     "manual_seed": manual_seed, "manual_seed_all": manual_seed, "seed": seed, "seed_all": seed,
     "initial_seed": initial_seed, "get_rng_state": get_rng_state, "set_rng_state": set_rng_state,
     "get_rng_state_all": get_rng_state_all, "set_rng_state_all": set_rng_state_all,
@@ -354,7 +323,7 @@ def patch() -> None:
     for name, fn in _CUDA.items():
         if fn is not None:
             setattr(cuda, name, fn)
-    for mod_name in ("torch.cuda.random", "torch.cuda.memory"):
+    for mod_name in ("torch.cuda.random", "torch.cuda.memory", "torch.cuda.graphs"):
         mod = sys.modules.get(mod_name)
         if mod is not None:
             for name, fn in _CUDA.items():
@@ -391,3 +360,6 @@ def _patch_cudnn() -> None:
     cudnn = torch.backends.cudnn
     cudnn.is_available = lambda: True
     cudnn.version = lambda: 90100
+    # No cuDNN kernels run on this side: C++ composites pick their native paths (gpud runs them),
+    # and nn.RNN's flatten_parameters skips its cuDNN weight layout (without a warning).
+    cudnn.is_acceptable = lambda tensor: False

@@ -54,7 +54,24 @@ def is_cuda(dev: Any) -> bool:
     return False
 
 
+def check_ordinal(dev: Any) -> None:
+    """A CUDA device index the session does not have is CUDA's "invalid device ordinal" (cuda:0 costs nothing)."""
+    if isinstance(dev, str):
+        dev = torch.device(dev)
+    idx = dev.index if isinstance(dev, torch.device) else dev if isinstance(dev, int) else None
+    if idx:
+        from shim.torch.cuda_api import device_count
+
+        n = device_count()
+        if not 0 <= idx < n:
+            raise RuntimeError(f"CUDA error: invalid device ordinal (cuda:{idx} requested, {n} device(s) on this gpud)")
+        if idx != 0:
+            raise RuntimeError(f"wooly: cuda:{idx}: one device per session is supported yet (use cuda:0, or select "
+                               "the device with CUDA_VISIBLE_DEVICES)")
+
+
 def remote_factory(name: str, orig: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+    check_ordinal(kwargs.get("device"))
     if name in _HOST_BUILT:
         return _host_built(orig, args, kwargs)
     kwargs = dict(kwargs)
@@ -147,11 +164,13 @@ def _patch_tensor_methods() -> None:
                 kw["memory_format"] = memory_format
             return orig_to(self, **kw)
         if device is not None and device.type == "cuda":
+            check_ordinal(device)
             src = self if dtype is None else orig_to(self, dtype=dtype)
             return to_remote(src)
         return orig_to(self, *args, **kwargs)
 
     def cuda(self: torch.Tensor, device: Any = None, non_blocking: bool = False, memory_format: Any = torch.preserve_format) -> Any:
+        check_ordinal(device)
         if isinstance(self, RemoteTensor):
             return self
         return to_remote(self)

@@ -162,7 +162,57 @@ def _patch_foreach() -> None:
         _foreach_utils._get_foreach_kernels_supported_devices = supported
 
 
+class _NoGraphs:
+    """``torch.cuda.CUDAGraph`` and friends: refused by name (capture and replay are not implemented yet)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("CUDA error: CUDA_ERROR_NOT_SUPPORTED: torch.cuda.CUDAGraph (wooly does not capture "
+                           "CUDA graphs yet; run the captured code eagerly)")
+
+
+def _no_graph_callables(*args: Any, **kwargs: Any) -> Any:
+    _NoGraphs()
+
+
+def _refuse_dlpack(*args: Any, **kwargs: Any) -> Any:
+    raise RuntimeError("wooly: DLPack export of a cuda tensor is not supported: its memory is on gpud, not in "
+                       "this process (use .cpu() first)")
+
+
+def _patch_surface() -> None:
+    """The small rest: CUDA version, nvtx ranges as no-ops, graphs and DLPack refused by name."""
+    import types
+
+    if torch.version.cuda is None:
+        torch.version.cuda = "12.8"  # the CUDA API level the driver face implements (docs/driver-api.md)
+    nvtx = types.SimpleNamespace(rangePushA=lambda msg: 0, rangePop=lambda: 0, rangeStartA=lambda msg: 0,
+                                 rangeEnd=lambda range_id: None, markA=lambda msg: None,
+                                 deviceRangeStart=lambda *a: None, deviceRangeEnd=lambda *a: None)
+    torch.cuda.nvtx._nvtx = nvtx  # torch.cuda.nvtx's functions (and its range() context) call these
+    torch.cuda.CUDAGraph = _NoGraphs  # type: ignore[misc,assignment]
+    torch.cuda.graph = _NoGraphs  # type: ignore[assignment]
+    torch.cuda.make_graphed_callables = _no_graph_callables
+    orig_dlpack = torch.Tensor.__dlpack__
+
+    def __dlpack__(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(self, RemoteTensor):
+            _refuse_dlpack()
+        return orig_dlpack(self, *args, **kwargs)
+
+    torch.Tensor.__dlpack__ = __dlpack__  # type: ignore[method-assign]
+    orig_to = torch.utils.dlpack.to_dlpack
+
+    def to_dlpack(t: Any) -> Any:
+        if isinstance(t, RemoteTensor):
+            _refuse_dlpack()
+        return orig_to(t)
+
+    torch.utils.dlpack.to_dlpack = to_dlpack
+    torch.to_dlpack = to_dlpack  # type: ignore[attr-defined]
+
+
 def patch() -> None:
+    _patch_surface()
     _patch_foreach()
     _patch_load()
     _patch_compile()

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from shim.torch import device as _device
 from shim.torch import stream as S
 
 META = torch.device("meta")
@@ -167,11 +168,14 @@ class RemoteTensor(torch.Tensor):
 
 
 _make = torch.Tensor._make_wrapper_subclass
+# NOTE [a cuda device in a CPU build] (shim/torch/device.py): on cuda when the device library is
+# loaded, else on meta (the properties above then make the tensor report cuda).
+_WRAP_DEVICE = CUDA0 if _device.ACTIVE else META
 _DATA = torch._C.TensorBase.data
 
 
 def wrap(h: int, shape: Any, stride: Any, offset: int, dtype: torch.dtype) -> RemoteTensor:
-    r = _make(RemoteTensor, shape, strides=stride, storage_offset=offset, dtype=dtype, device=META)
+    r = _make(RemoteTensor, shape, strides=stride, storage_offset=offset, dtype=dtype, device=_WRAP_DEVICE)
     d = r.__dict__
     d["_h"] = h
     d["_x"] = S.tensor_ref(h)

@@ -24,11 +24,18 @@ def _dtype_name(dt: torch.dtype) -> str:
 def upload_handle(t: torch.Tensor) -> int:
     """Queue a host tensor's bytes for gpud; returns the new tensor's handle."""
     c = t.detach()
+    if c.layout != torch.strided:
+        raise NotImplementedError(
+            f"wooly: {c.layout} tensors on cuda are not supported yet (dense tensors only); keep it on the CPU "
+            "or convert it with .to_dense()")
     if c.device.type != "cpu":
         c = c.cpu()
-    c = c.contiguous()
+    c = c.resolve_conj().resolve_neg()
+    flat = c.reshape(-1)
+    if flat.numel() and flat.stride(0) != 1:  # non-contiguous, or size-1 dims with odd strides
+        flat = flat.clone()
     h = S.new_handle()
-    raw = c.reshape(-1).view(torch.uint8) if c.numel() else torch.empty(0, dtype=torch.uint8)
+    raw = flat.view(torch.uint8) if c.numel() else torch.empty(0, dtype=torch.uint8)
     buf = raw.numpy()  # a view: the queue keeps it (and so ``c``) alive until it is sent
     S.stream().upload(h, memoryview(buf), _dtype_name(c.dtype), list(c.shape))
     return h

@@ -1,0 +1,138 @@
+"""The CUDA device of a CPU build of PyTorch: a small native library, built on first use.
+
+NOTE [a cuda device in a CPU build] (the C++ side is shim/torch/native/cuda_device.cpp): remote
+tensors live on device ``cuda:N`` in C++ too, so C++ composites (LSTM, ``torch.where`` with
+Python scalars, index ops, dlpack...) see CUDA tensors and create their helper tensors on
+``cuda``. Such a factory reaches the CUDA dispatch key with no remote tensor among its arguments;
+a Python fallback registered for that key (``register_fallback``) sends it to gpud like any
+other op. The library must be loaded before torch creates its CUDA hooks, so ``load()`` runs
+from the import hook just before ``import torch`` executes.
+
+Without a C++ compiler (or with ``WOOLY_TORCH_CUDA_DEVICE=0``) the face falls back to wrapper
+tensors on the ``meta`` device that only *report* ``cuda`` (FACTS option C): scripts whose C++
+composites create helper tensors then fail with a clear message.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.path.join(HERE, "native", "cuda_device.cpp")
+ACTIVE = False  # remote tensors are on cuda:N in C++ (else: on meta, reporting cuda)
+_lib: ctypes.CDLL | None = None
+_why_not = ""
+
+
+def _torch_dir() -> str | None:
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return list(spec.submodule_search_locations)[0]
+
+
+def _torch_version(tdir: str) -> str:
+    try:
+        with open(os.path.join(tdir, "version.py")) as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def library_path(tdir: str) -> str:
+    """Where the library for this torch build is cached (keyed by source, torch version and path)."""
+    h = hashlib.sha256()
+    with open(SRC, "rb") as f:
+        h.update(f.read())
+    h.update(_torch_version(tdir).encode() + b"\0" + tdir.encode())
+    base = os.environ.get("WOOLY_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "wooly"
+    )
+    return os.path.join(base, "torch-device", h.hexdigest()[:16], "libwooly_torch_cuda.so")
+
+
+def _compiler() -> str | None:
+    for cxx in (os.environ.get("CXX"), "c++", "g++", "clang++"):
+        if cxx and shutil.which(cxx):
+            return cxx
+    return None
+
+
+def build(tdir: str, out: str) -> str:
+    """Compile the library against the torch in ``tdir`` (atomically: concurrent builders do not collide)."""
+    cxx = _compiler()
+    if cxx is None:
+        raise RuntimeError("no C++ compiler (set CXX or install g++)")
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=os.path.dirname(out))
+    os.close(fd)
+    lib = os.path.join(tdir, "lib")
+    cmd = [cxx, "-O1", "-g0", "-shared", "-fPIC", "-std=c++17", "-w", "-I", os.path.join(tdir, "include"),
+           "-o", tmp, SRC, "-L", lib, "-lc10", "-ltorch_cpu", f"-Wl,-rpath,{lib}"]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        os.unlink(tmp)
+        raise RuntimeError(f"compiling {os.path.basename(SRC)} failed: {p.stderr.strip().splitlines()[-1:] or p.returncode}")
+    os.replace(tmp, out)
+    return out
+
+
+def load() -> bool:
+    """Load the library ahead of ``import torch`` (idempotent). True when remote tensors are on cuda."""
+    global ACTIVE, _lib, _why_not
+    if _lib is not None or _why_not:
+        return ACTIVE
+    if os.environ.get("WOOLY_TORCH_CUDA_DEVICE", "1") == "0":
+        _why_not = "WOOLY_TORCH_CUDA_DEVICE=0"
+        return False
+    if hasattr(sys.modules.get("torch"), "Tensor"):  # (during the import hook the module exists, empty)
+        _why_not = "torch was imported before the wooly face"
+        return False
+    tdir = _torch_dir()
+    if tdir is None:
+        _why_not = "torch is not installed"
+        return False
+    path = library_path(tdir)
+    try:
+        if not os.path.exists(path):
+            build(tdir, path)
+        _lib = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+        ACTIVE = _lib.wooly_install_cuda_device(1) == 0
+        if not ACTIVE:
+            _why_not = "this torch has its own CUDA device guard (a CUDA build)"
+    except (OSError, RuntimeError) as exc:
+        _why_not = str(exc)
+        print(f"wooly: the torch face runs without its CUDA device library ({exc}); "
+              "C++ composites that create tensors will fail", file=sys.stderr)
+    return ACTIVE
+
+
+def why_not() -> str:
+    """Why remote tensors are on the meta device ('' when they are on cuda)."""
+    return "" if ACTIVE else (_why_not or "not loaded")
+
+
+def register_fallback() -> None:
+    """Ops reaching the CUDA dispatch key without a remote tensor (factories inside composites) go to gpud."""
+    if not ACTIVE:
+        return
+    import torch
+
+    from shim.torch.dispatch import dispatch
+
+    def cuda_fallback(op, *args, **kwargs):  # type: ignore[no-untyped-def]
+        return dispatch(op, args, kwargs)
+
+    global _fallback_lib
+    _fallback_lib = torch.library.Library("_", "IMPL")  # noqa: PLW0603 - kept alive: dropping it unregisters
+    _fallback_lib.fallback(cuda_fallback, "CUDA")
+
+
+_fallback_lib = None

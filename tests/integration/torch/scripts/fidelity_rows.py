@@ -1,0 +1,74 @@
+"""The PyTorch-fidelity table of issue 19, one row a line: each works, or fails with an error naming
+what is unsupported (never a wrong answer). Prints 'OK name value' or 'ERR name Type: message'."""
+
+from __future__ import annotations
+
+import io
+import sys
+
+import torch
+
+DEV = sys.argv[1] if len(sys.argv) > 1 else "cuda"  # "cpu": the LSTM row only, as the reference
+
+
+def row(name, fn):
+    try:
+        print(f"OK {name} {fn()!r}", flush=True)
+    except Exception as exc:  # noqa: BLE001
+        print(f"ERR {name} {type(exc).__name__}: {str(exc).splitlines()[0][:200]}", flush=True)
+
+
+def lstm_hidden_from_new_zeros():
+    torch.manual_seed(0)
+    m = torch.nn.LSTM(4, 5, num_layers=2).to(DEV)
+    w = next(m.parameters())
+    h = (w.new_zeros(2, 3, 5), w.new_zeros(2, 3, 5))
+    out, _ = m(torch.randn(7, 3, 4).to(DEV), h)
+    out.sum().backward()
+    return round(float(m.weight_ih_l0.grad.double().abs().sum()), 4)
+
+
+def encoder_train_dropout():
+    layer = torch.nn.TransformerEncoderLayer(16, 2, 32, dropout=0.1).cuda().train()
+    y = layer(torch.randn(5, 2, 16).cuda())
+    y.sum().backward()
+    return tuple(y.shape)
+
+
+def save_load_module():
+    buf = io.BytesIO()
+    torch.save(torch.nn.Linear(3, 2).cuda(), buf)
+    buf.seek(0)
+    w = torch.load(buf, weights_only=False).weight
+    return (type(w).__name__, str(w.device))
+
+
+row("lstm", lstm_hidden_from_new_zeros)
+if DEV == "cpu":
+    sys.exit(0)
+row("where_scalars", lambda: torch.where(torch.arange(4.).cuda() > 1, 1.0, 0.0).tolist())
+row("encoder_train_dropout", encoder_train_dropout)
+row("save_load_module", save_load_module)
+row("sparse_to_cuda", lambda: torch.eye(3).to_sparse().to("cuda"))
+row("memory_summary", lambda: "PyTorch CUDA memory summary" in torch.cuda.memory_summary())
+row("memory_stats_keys", lambda: len(torch.cuda.memory_stats()) > 100)
+row("utilization_after_stats", lambda: (torch.cuda.memory_stats(), torch.cuda.utilization())[1] >= 0)
+row("dlpack", lambda: torch.utils.dlpack.to_dlpack(torch.ones(2).cuda()))
+row("device_1", lambda: torch.ones(1, device="cuda:1"))
+row("version_cuda", lambda: torch.version.cuda)
+row("total_memory", lambda: torch.cuda.get_device_properties(0).total_memory == torch.cuda.mem_get_info()[1])
+row("cuda_graph", lambda: torch.cuda.CUDAGraph())
+row("nvtx", lambda: (torch.cuda.nvtx.range_push("a"), torch.cuda.nvtx.range_pop()))
+
+
+def fraction():
+    torch.cuda.set_per_process_memory_fraction(1e-6)
+    try:
+        torch.empty(1 << 20, device="cuda").sum().item()
+        return "not enforced"
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0)
+
+
+row("memory_fraction", fraction)
+row("peak", lambda: (torch.cuda.reset_peak_memory_stats(), torch.cuda.max_memory_allocated() >= 0)[1])
