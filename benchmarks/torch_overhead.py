@@ -6,7 +6,8 @@ Measures, in one run: steady-state step time (median step after two warm-up step
 examples under ``wooly run`` and with plain ``python`` on the CPU (each pair run alternately, best
 of the repeats: medians and best-of shrug off load spikes from other work on a shared machine), the client's cost
 per op (dispatch, metadata cache hit, queueing; gpud's execution not included) and synchronous
-round trips per training step. Prints JSON lines last, the GPT ratio as the headline.
+round trips per training step, and a training step replayed from a CUDA graph against the same step
+streamed op by op. Prints JSON lines last, the GPT ratio as the headline.
 """
 
 from __future__ import annotations
@@ -83,6 +84,9 @@ def main() -> None:
     local_op_us = (time.perf_counter() - t0) / n * 1e6
     results.append(line("client_us_per_op", probe["op_us"], local_op_us, 25.0, "us"))
     results.append(line("sync_round_trips_per_step", probe["round_trips_per_step"], 1.0, 1.0, "round trips"))
+    # A captured CUDA graph replayed (one op on the wire) against the same step streamed op by op.
+    results.append(line("cuda_graph_replay_step_ratio", probe["replayed_step_ms"], probe["streamed_step_ms"], 1.0,
+                        "ratio", value_unit="ms/step", graph_ops=probe["graph_ops"]))
     headline = results.pop(2)  # GPT
     for r in results + [headline]:
         print(json.dumps(r))

@@ -98,6 +98,9 @@ class Executor:
         from gpud.aten_portable import CUDA_ONLY, PORTABLE
 
         self.portable: dict[str, Any] = CUDA_ONLY if self.device.type == "cpu" else PORTABLE
+        from gpud.aten_graph import Graphs
+
+        self.graphs = Graphs(self)  # NOTE [aten graphs]
 
     # ------------------------------------------------------------------ tensor table
     def get(self, h: int) -> torch.Tensor:
@@ -135,6 +138,8 @@ class Executor:
         self.owner[h] = key
 
     def free(self, h: int) -> None:
+        if self.graphs.owner and self.graphs.keep(h):
+            return
         if self.tensors.pop(h, None) is None:
             self.poisoned.discard(h)
             return  # freeing an unknown handle is harmless (its creating op may have failed)
@@ -148,6 +153,7 @@ class Executor:
                 self.session.server.release_memory(self.session, entry[0])
 
     def close(self) -> None:
+        self.graphs.clear()
         for h in list(self.tensors):
             self.free(h)
 
@@ -200,9 +206,24 @@ class Executor:
         name, args, kwargs, outs = op
         if not isinstance(args, list) or not isinstance(kwargs, dict) or not isinstance(outs, list):
             raise CudaError(codes.INVALID_VALUE, "malformed aten op")
-        try:
-            if isinstance(name, str) and name.startswith("wooly."):
+        if isinstance(name, str) and name.startswith("wooly."):
+            try:
                 return self.pseudo(name, args, outs)
+            except CudaError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - malformed arguments of a pseudo-op
+                raise CudaError(codes.INVALID_VALUE, f"{name}: {type(exc).__name__}: {_first_line(exc)}") from None
+        result = self.execute(name, args, kwargs)
+        if sync:
+            return self.describe(result), []
+        for h, t in zip(outs, self.produced(name, result, outs), strict=True):
+            if h:
+                self.store(h, t)
+        return None
+
+    def execute(self, name: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
+        """Run one ATen op (its wire form decoded here); every failure becomes a CudaError naming the op."""
+        try:
             fn, has_gen, default_gen = resolve(name)
             if (alt := self.portable.get(name.split(".")[1])) is not None:
                 fn = alt
@@ -210,7 +231,7 @@ class Executor:
             k = self.decode(kwargs)
             if has_gen and k.get("generator") is None:
                 k["generator"] = self.gen
-            result = self._with_default_gen(fn, a, k) if default_gen else fn(*a, **k)
+            return self._with_default_gen(fn, a, k) if default_gen else fn(*a, **k)
         except CudaError:
             raise
         except MemoryError as exc:
@@ -219,16 +240,15 @@ class Executor:
             raise CudaError(codes.NOT_SUPPORTED, f"{name}: {_first_line(exc)}") from None
         except Exception as exc:  # noqa: BLE001 - op errors (shapes, dtypes, ...) go back to the client
             raise CudaError(codes.INVALID_VALUE, f"{name}: {type(exc).__name__}: {_first_line(exc)}") from None
-        if sync:
-            return self.describe(result), []
+
+    @staticmethod
+    def produced(name: str, result: Any, outs: list[Any]) -> list[torch.Tensor]:
+        """An op's output tensors, flattened, one per handle the client named."""
         produced: list[torch.Tensor] = []
         _flatten(result, produced)
         if len(produced) != len(outs):
             raise CudaError(codes.INVALID_VALUE, f"{name}: produced {len(produced)} tensors, client named {len(outs)} handles")
-        for h, t in zip(outs, produced, strict=True):
-            if h:
-                self.store(h, t)
-        return None
+        return produced
 
     def _with_default_gen(self, fn: Any, a: list[Any], k: dict[str, Any]) -> Any:
         dev = self.device
@@ -309,6 +329,12 @@ class Executor:
             return None
         if name == W.OP_SYNC:
             return None, []
+        if name == W.OP_GRAPH_DEFINE:
+            return self.graphs.define(args)
+        if name == W.OP_GRAPH_REPLAY:
+            return self.graphs.replay(args)
+        if name == W.OP_GRAPH_DROP:
+            return self.graphs.drop(args)
         raise CudaError(codes.NOT_SUPPORTED, f"unknown pseudo-op {name[:80]!r}")
 
 

@@ -33,6 +33,9 @@ OP_RESET_PEAK = "wooly.reset_peak"
 OP_GET_RNG = "wooly.get_rng_state"  # -> bytes (sync only)
 OP_SET_RNG = "wooly.set_rng_state"  # args: [bytes]
 OP_SYNC = "wooly.sync"  # nothing: waits for the session's queued ops
+OP_GRAPH_DEFINE = "wooly.graph_define"  # args: [graph id, [op, ...]]: a captured CUDA graph (NOTE [aten graphs])
+OP_GRAPH_REPLAY = "wooly.graph_replay"  # args: [graph id]
+OP_GRAPH_DROP = "wooly.graph_drop"  # args: [graph id]
 OP_SET_LIMIT = "wooly.set_limit"  # args: [bytes or 0]: cap this session's tensor bytes (set_per_process_memory_fraction)
 
 # Wire names of the dtypes both ends know.

@@ -59,6 +59,8 @@ class Connection:
         # Blocking recv with a timeout is ~30 us cheaper per round trip than a poll in pyzmq.
         self._sock.setsockopt(zmq.RCVTIMEO, int(C.HEARTBEAT_INTERVAL_S * 1000))
         self._rid = 0
+        self._pending: set[int] = set()  # rids whose caller is waiting (a nested call may read their replies)
+        self._stash: dict[int, tuple[dict[str, Any], list[Any]]] = {}
         self._queue: list[dict[str, Any]] = []
         self._qbulk: list[Any] = []
         self._qbytes = 0
@@ -136,34 +138,57 @@ class Connection:
             rid = body["rid"] = self._rid
             self._send(body, bulk)
             self.round_trips += 1
-            return self._wait(rid, timeout_s if timeout_s is not None else self.timeout_s)
+            self._pending.add(rid)
+            try:
+                if timeout_s is None:
+                    return self._wait(rid, self.timeout_s)
+                return self._wait(rid, timeout_s, deadline=time.monotonic() + timeout_s)
+            finally:
+                self._pending.discard(rid)
+                self._stash.pop(rid, None)
 
-    def _wait(self, rid: int, timeout_s: float) -> tuple[Any, list[Any]]:
+    def _wait(self, rid: int, timeout_s: float, deadline: float | None = None) -> tuple[Any, list[Any]]:
+        """Wait for the reply to ``rid``. Silence for ``timeout_s`` means gpud is gone; an explicit ``deadline``
+        (a caller's own timeout) ends the wait even while gpud still answers pings.
+
+        NOTE [nested calls]: the wait can run Python code on this thread (a garbage-collected tensor's
+        finaliser frees its handle, which may flush or even call), and the lock is re-entrant, so a nested
+        call may read the reply meant for an outer one: it keeps such replies in ``_stash`` for their owner
+        instead of dropping them (dropping it left the outer call waiting forever, kept alive by pongs)."""
         last_heard = time.monotonic()
         while True:
-            try:
-                frames = self._sock.recv_multipart()
-            except zmq.Again:
-                frames = None
-            if frames is not None:
-                last_heard = time.monotonic()
+            got = self._stash.pop(rid, None)
+            if got is None:
                 try:
-                    body, bulk = unpack_body(frames)
-                except ProtocolError as exc:
-                    self._dead = CudaError(exc.code, f"gpud sent an undecodable reply: {exc.message}")
-                    raise self._dead from None
-                if body.get("output"):
-                    sys.stdout.write(body["output"])
-                    sys.stdout.flush()
-                if body.get("rid") != rid:
-                    continue  # a pong, or the reply to a request abandoned earlier
+                    frames = self._sock.recv_multipart()
+                except zmq.Again:
+                    frames = None
+                if frames is not None:
+                    last_heard = time.monotonic()
+                    try:
+                        body, bulk = unpack_body(frames)
+                    except ProtocolError as exc:
+                        self._dead = CudaError(exc.code, f"gpud sent an undecodable reply: {exc.message}")
+                        raise self._dead from None
+                    if body.get("output"):
+                        sys.stdout.write(body["output"])
+                        sys.stdout.flush()
+                    other = body.get("rid")
+                    if other != rid:
+                        if other in self._pending:
+                            self._stash[other] = (body, bulk)
+                        continue  # a pong, or the reply to a request abandoned earlier
+                    got = (body, bulk)
+            if got is not None:
+                body, bulk = got
                 kind = body.get("kind")
                 if kind == "error":
                     raise CudaError(int(body.get("code", 999)), str(body.get("message", "")))
                 if kind == "hello_reply":
                     return body, bulk
                 return body.get("value"), bulk
-            if time.monotonic() - last_heard > timeout_s:
+            now = time.monotonic()
+            if now - last_heard > timeout_s or (deadline is not None and now > deadline):
                 self._dead = CudaError(
                     DEVICE_UNAVAILABLE,
                     f"gpud at {self.endpoint} stopped answering (no reply in {timeout_s:.1f} s); is the daemon running?",

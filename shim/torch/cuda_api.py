@@ -17,6 +17,7 @@ import torch
 
 from proto import aten as W
 from shim.torch import cuda_memory as M
+from shim.torch import graphs as G
 from shim.torch import stream as S
 from shim.torch.cuda_memory import (
     empty_cache,
@@ -311,7 +312,7 @@ _CUDA = {
     "get_rng_state_all": get_rng_state_all, "set_rng_state_all": set_rng_state_all,
     "current_device": current_device, "set_device": set_device, "device": device, "device_of": device_of,
     "Event": Event, "Stream": Stream, "current_stream": current_stream, "default_stream": default_stream,
-    "stream": stream, "set_stream": set_stream, "is_current_stream_capturing": lambda: False, "is_initialized": lambda: True, "init": _noop,
+    "stream": stream, "set_stream": set_stream, "is_current_stream_capturing": G.is_current_stream_capturing, "is_initialized": lambda: True, "init": _noop,
     "_lazy_init": _noop, "is_bf16_supported": lambda including_emulation=True: True, "ipc_collect": _noop,
     "get_arch_list": lambda: ["sm_80", "sm_90"],
     "get_device_properties_all": None, "_is_in_bad_fork": lambda: False,

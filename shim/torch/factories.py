@@ -190,14 +190,6 @@ def _patch_tensor_methods() -> None:
     torch.Tensor.pin_memory = pin_memory  # type: ignore[method-assign]
     torch.Tensor.is_pinned = lambda self, device=None: True  # type: ignore[method-assign]
 
-    # Storages: torch.load of files written on a GPU calls storage.cuda().
-    orig_storage_cuda = torch.UntypedStorage.cuda
-
-    def storage_cuda(self: Any, device: Any = None, non_blocking: bool = False) -> Any:
-        raise RuntimeError("wooly: storage.cuda() is not supported; load with map_location='cpu' then .cuda()")
-
-    del orig_storage_cuda, storage_cuda
-
 
 def patch() -> None:
     from torch.utils import _device as D

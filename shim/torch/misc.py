@@ -1,4 +1,4 @@
-"""The rest of the surface: torch.load onto gpud, torch.compile falling back to eager, Generator."""
+"""The rest of the surface: torch.compile falling back to eager, Generator."""
 
 from __future__ import annotations
 
@@ -18,63 +18,6 @@ def _warn_once(key: str, text: str) -> None:
     if key not in _warned:
         _warned.add(key)
         warnings.warn(text, stacklevel=3)
-
-
-def _wants_cuda(map_location: Any) -> bool:
-    if isinstance(map_location, dict):
-        return any(is_cuda(v) for v in map_location.values())
-    return is_cuda(map_location)
-
-
-def _to_cuda(obj: Any) -> Any:
-    if isinstance(obj, RemoteTensor):
-        return obj
-    if isinstance(obj, torch.nn.Parameter):
-        return torch.nn.Parameter(obj.data.cuda(), obj.requires_grad)
-    if isinstance(obj, torch.Tensor):
-        out = obj.detach().cuda()
-        if obj.requires_grad:
-            out.requires_grad_(True)
-        return out
-    if isinstance(obj, torch.nn.Module):
-        return obj.cuda()
-    if isinstance(obj, dict):
-        new = obj.__class__() if obj.__class__ is not dict else {}
-        try:
-            for k, v in obj.items():
-                new[k] = _to_cuda(v)
-        except TypeError:
-            return obj
-        if hasattr(obj, "_metadata"):
-            new._metadata = obj._metadata  # type: ignore[attr-defined]
-        return new
-    if isinstance(obj, list):
-        return [_to_cuda(v) for v in obj]
-    if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
-        return tuple(_to_cuda(v) for v in obj)
-    return obj
-
-
-def _patch_load() -> None:
-    orig = torch.load
-
-    @functools.wraps(orig)
-    def load(f: Any, map_location: Any = None, *args: Any, **kwargs: Any) -> Any:
-        if _wants_cuda(map_location):
-            return _to_cuda(orig(f, *args, map_location="cpu", **kwargs))
-        if map_location is None:
-            pos = f.tell() if hasattr(f, "tell") and hasattr(f, "seek") else None
-            try:
-                return orig(f, *args, **kwargs)
-            except (RuntimeError, AssertionError) as exc:
-                if "cuda" not in str(exc).lower() and "CUDA" not in str(exc):
-                    raise
-                if pos is not None:
-                    f.seek(pos)
-                return _to_cuda(orig(f, *args, map_location="cpu", **kwargs))
-        return orig(f, map_location, *args, **kwargs)
-
-    torch.load = load
 
 
 def _patch_compile() -> None:
@@ -162,25 +105,13 @@ def _patch_foreach() -> None:
         _foreach_utils._get_foreach_kernels_supported_devices = supported
 
 
-class _NoGraphs:
-    """``torch.cuda.CUDAGraph`` and friends: refused by name (capture and replay are not implemented yet)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        raise RuntimeError("CUDA error: CUDA_ERROR_NOT_SUPPORTED: torch.cuda.CUDAGraph (wooly does not capture "
-                           "CUDA graphs yet; run the captured code eagerly)")
-
-
-def _no_graph_callables(*args: Any, **kwargs: Any) -> Any:
-    _NoGraphs()
-
-
 def _refuse_dlpack(*args: Any, **kwargs: Any) -> Any:
     raise RuntimeError("wooly: DLPack export of a cuda tensor is not supported: its memory is on gpud, not in "
                        "this process (use .cpu() first)")
 
 
 def _patch_surface() -> None:
-    """The small rest: CUDA version, nvtx ranges as no-ops, graphs and DLPack refused by name."""
+    """The small rest: CUDA version, nvtx ranges as no-ops, DLPack refused by name."""
     import types
 
     if torch.version.cuda is None:
@@ -189,9 +120,6 @@ def _patch_surface() -> None:
                                  rangeEnd=lambda range_id: None, markA=lambda msg: None,
                                  deviceRangeStart=lambda *a: None, deviceRangeEnd=lambda *a: None)
     torch.cuda.nvtx._nvtx = nvtx  # torch.cuda.nvtx's functions (and its range() context) call these
-    torch.cuda.CUDAGraph = _NoGraphs  # type: ignore[misc,assignment]
-    torch.cuda.graph = _NoGraphs  # type: ignore[assignment]
-    torch.cuda.make_graphed_callables = _no_graph_callables
     orig_dlpack = torch.Tensor.__dlpack__
 
     def __dlpack__(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
@@ -214,10 +142,12 @@ def _patch_surface() -> None:
 def patch() -> None:
     _patch_surface()
     _patch_foreach()
-    _patch_load()
     _patch_compile()
     _patch_generator()
-    from shim.torch import autocast, composite
+    from shim.torch import autocast, composite, graphs, serialization
+
+    serialization.patch()
+    graphs.patch()
 
     composite.patch()
     autocast.patch()

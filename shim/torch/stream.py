@@ -47,6 +47,7 @@ class OpStream:
         self._bulk_bytes = 0
         self._first_t = 0.0
         self.frees: list[int] = []
+        self.capture: Any = None  # a shim.torch.graphs.Capture while a CUDA graph is captured
         self.closed = False
         self.ops_sent = 0
         self.calls = 0
@@ -56,6 +57,9 @@ class OpStream:
     # ------------------------------------------------------------------ queueing
     def push(self, op: list[Any]) -> None:
         with self._lock:
+            if self.capture is not None:
+                self.capture.record(op)
+                return
             if not self._ops:
                 self._first_t = time.monotonic()
             self._ops.append(op)
@@ -66,6 +70,8 @@ class OpStream:
         """Queue host bytes (a buffer of a contiguous tensor) to become tensor ``h`` on gpud."""
         from shim import dedup  # large tensors go content-addressed: NOTE [tensor dedup] (gpud/hypervisor)
 
+        if self.capture is not None:
+            raise self.capture.refuse("a copy from host memory")
         up = dedup.uploader_for(self.conn)
         if up is not None and memoryview(data).nbytes >= dedup.MIN_DEDUP_BYTES:
             with self._lock:
@@ -94,7 +100,14 @@ class OpStream:
     def _flush_locked(self) -> None:
         if self.frees:
             frees, self.frees = self.frees, []
-            self._ops.append([W.OP_FREE, frees, {}, []])
+            cap = self.capture
+            if cap is not None:  # temporaries of the capture are freed inside the graph (NOTE [aten graphs])
+                mine = [h for h in frees if h in cap.created]
+                if mine:
+                    cap.ops.append([W.OP_FREE, mine, {}, []])
+                    frees = [h for h in frees if h not in cap.created]
+            if frees:
+                self._ops.append([W.OP_FREE, frees, {}, []])
         if not self._ops:
             return
         ops, bulk = self._ops, self._bulk
@@ -119,9 +132,26 @@ class OpStream:
                     finally:
                         self._lock.release()
 
+    # ------------------------------------------------------------------ CUDA graph capture
+    def begin_capture(self, capture: Any) -> None:
+        with self._lock:
+            if self.capture is not None:
+                raise RuntimeError("CUDA error: operation not permitted when stream is capturing (wooly: one CUDA "
+                                   "graph capture at a time per process)")
+            self._flush_locked()
+            self.capture = capture
+
+    def end_capture(self) -> Any:
+        with self._lock:
+            self._flush_locked()  # the capture's own frees join its op list
+            cap, self.capture = self.capture, None
+            return cap
+
     # ------------------------------------------------------------------ synchronous calls
     def call(self, op: list[Any], op_name: str = "") -> tuple[Any, list[Any]]:
         with self._lock:
+            if self.capture is not None:
+                raise self.capture.refuse(f"{op_name or op[0]}, which waits for its result,")
             self._flush_locked()
             self.calls += 1
             try:
@@ -132,6 +162,8 @@ class OpStream:
     def driver_call(self, fn: Any, *args: Any) -> Any:
         """Run a driver-API call after the queued ops (events, synchronize)."""
         with self._lock:
+            if self.capture is not None:
+                raise self.capture.refuse(f"{getattr(fn, '__name__', 'a driver call')}")
             self._flush_locked()
             try:
                 return fn(*args)

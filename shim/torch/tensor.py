@@ -129,12 +129,11 @@ class RemoteTensor(torch.Tensor):
         return download(self).tolist()
 
     def __reduce_ex__(self, proto: Any) -> Any:
-        # NOTE [saving]: torch.save writes the standard format (a plain tensor, as if saved from
-        # the CPU), so a PyTorch without wooly loads the file; torch.load(map_location='cuda')
-        # under wooly moves it back to gpud.
+        # NOTE [saving] in shim/torch/serialization.py: a host copy whose storage torch.save tags cuda:0.
+        from shim.torch.serialization import saved_from_gpud
         from shim.torch.transfer import download
 
-        cpu = download(self)
+        cpu = saved_from_gpud(download(self))
         if getattr(self, "_is_param", False):
             return torch.nn.Parameter(cpu, self.requires_grad).__reduce_ex__(proto)
         if self.requires_grad:

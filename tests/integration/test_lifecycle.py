@@ -145,3 +145,30 @@ def test_wooly_devices_and_version(gpud_tcp):
     assert out.returncode == 0 and "cpu" in out.stdout
     out = _wooly("version")
     assert out.returncode == 0 and "protocol 1" in out.stdout
+
+
+def test_nested_call_keeps_the_outer_calls_reply(gpud_tcp):
+    """NOTE [nested calls] in shim/client.py: a call made while another waits on the same thread (a finaliser
+    run by the garbage collector) may read the outer call's reply; it must keep it for its owner."""
+    d = connect(gpud_tcp.endpoint)
+    c = d.conn
+    with c._lock:
+        c._rid += 1
+        outer = c._rid
+        c._pending.add(outer)
+        c._send({"kind": "mem_get_info", "rid": outer})  # the outer call, sent; its reply arrives first
+        inner = d.mem_get_info()
+        value, _ = c._wait(outer, 5.0)
+        c._pending.discard(outer)
+    assert tuple(value) == inner and not c._stash
+    c.close()
+
+
+def test_explicit_timeout_is_a_deadline_even_while_gpud_answers_pings(gpud_tcp):
+    d = connect(gpud_tcp.endpoint)
+    c = d.conn
+    c._rid += 1
+    t = time.monotonic()
+    with pytest.raises(CudaError) as e:  # a request nobody answers (its rid is never replied to)
+        c._wait(c._rid, 30.0, deadline=time.monotonic() + 1.0)
+    assert time.monotonic() - t < 3 and e.value.name == "CUDA_ERROR_DEVICE_UNAVAILABLE"

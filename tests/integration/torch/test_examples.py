@@ -42,11 +42,13 @@ def test_checkpoint_resume_same_loss(gpud: str, tmp_path) -> None:
     first = losses(check(run_wooly(gpud, EXAMPLES / "train_mlp.py", "--steps", str(half), "--save", str(ckpt))))
     second = losses(check(run_wooly(gpud, EXAMPLES / "train_mlp.py", "--steps", str(half), "--resume", str(ckpt))))
     assert first + second == pytest.approx(full, rel=1e-6)
-    # The file is plain PyTorch: a process without wooly loads it (weights_only, the default).
+    # The file is plain PyTorch, as if saved on a GPU (storages tagged cuda:0): a process without wooly
+    # and without a GPU loads it with map_location, and without one refuses it as it refuses any GPU file.
     code = (
-        "import torch,sys; c=torch.load(sys.argv[1]); w=c['model']['0.weight'];"
+        "import torch,sys\ntry: torch.load(sys.argv[1])\nexcept RuntimeError as e: print('refused', 'CUDA' in str(e))\n"
+        "c=torch.load(sys.argv[1], map_location='cpu'); w=c['model']['0.weight'];"
         "print(type(w).__name__, w.device, tuple(w.shape))"
     )
     p = subprocess.run([sys.executable, "-c", code, str(ckpt)], capture_output=True, text=True,
                        env=_env({"CUDA_VISIBLE_DEVICES": ""}), cwd=str(ROOT), timeout=60)
-    assert check(p).split() == ["Tensor", "cpu", "(256,", "32)"]
+    assert check(p).split() == ["refused", "True", "Tensor", "cpu", "(256,", "32)"]

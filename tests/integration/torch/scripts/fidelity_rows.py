@@ -40,7 +40,28 @@ def save_load_module():
     torch.save(torch.nn.Linear(3, 2).cuda(), buf)
     buf.seek(0)
     w = torch.load(buf, weights_only=False).weight
-    return (type(w).__name__, str(w.device))
+    return (isinstance(w, torch.nn.Parameter), str(w.device))
+
+
+def save_load_views():
+    # a state dict whose entries share a storage, as torch.save writes them on a GPU (tagged cuda:0)
+    t = torch.arange(10.0).cuda()
+    buf = io.BytesIO()
+    torch.save({"all": t, "part": t[2:5]}, buf)
+    buf.seek(0)
+    sd = torch.load(buf)
+    cpu = torch.load(io.BytesIO(buf.getvalue()), map_location="cpu")
+    return (str(sd["part"].device), sd["part"].tolist(), str(cpu["part"].device))
+
+
+def cuda_graph():
+    x = torch.zeros(3).cuda()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        y = x * 2 + 1
+    x.fill_(1.0)
+    g.replay()
+    return y.tolist()
 
 
 row("lstm", lstm_hidden_from_new_zeros)
@@ -49,6 +70,7 @@ if DEV == "cpu":
 row("where_scalars", lambda: torch.where(torch.arange(4.).cuda() > 1, 1.0, 0.0).tolist())
 row("encoder_train_dropout", encoder_train_dropout)
 row("save_load_module", save_load_module)
+row("save_load_views", save_load_views)
 row("sparse_to_cuda", lambda: torch.eye(3).to_sparse().to("cuda"))
 row("memory_summary", lambda: "PyTorch CUDA memory summary" in torch.cuda.memory_summary())
 row("memory_stats_keys", lambda: len(torch.cuda.memory_stats()) > 100)
@@ -57,7 +79,7 @@ row("dlpack", lambda: torch.utils.dlpack.to_dlpack(torch.ones(2).cuda()))
 row("device_1", lambda: torch.ones(1, device="cuda:1"))
 row("version_cuda", lambda: torch.version.cuda)
 row("total_memory", lambda: torch.cuda.get_device_properties(0).total_memory == torch.cuda.mem_get_info()[1])
-row("cuda_graph", lambda: torch.cuda.CUDAGraph())
+row("cuda_graph", cuda_graph)
 row("nvtx", lambda: (torch.cuda.nvtx.range_push("a"), torch.cuda.nvtx.range_pop()))
 
 

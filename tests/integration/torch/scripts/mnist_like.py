@@ -83,7 +83,7 @@ def main():
         test(model, device, test_loader)
         scheduler.step()
     torch.save(model.state_dict(), "/tmp/mnist_like_cnn.pt")
-    print("saved", type(torch.load("/tmp/mnist_like_cnn.pt")["fc2.bias"]).__name__)
+    print("saved; loads back on", torch.load("/tmp/mnist_like_cnn.pt")["fc2.bias"].device)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,150 @@
+"""torch.save / torch.load of cuda tensors, as on a real GPU.
+
+NOTE [saving]: ``torch.save`` of a cuda tensor writes the standard file format with the storage tagged
+``cuda:0``, exactly what PyTorch writes on a GPU machine: a PyTorch without wooly loads the file (with a
+GPU, or with ``map_location``), and ``torch.load`` under wooly puts those tensors back on gpud while
+tensors saved from the CPU stay on the CPU. The bytes are downloaded once, at save time
+(``RemoteTensor.__reduce_ex__`` pickles a host copy and records it here so the tagger recognises its
+storage). Loading reads every storage to the host first (``map_location`` keeps it there) and uploads
+the ones tagged for cuda afterwards, one upload per storage, so tensors that shared a storage in the
+file still share one remote storage (a view of an uploaded base) and tied weights stay tied.
+"""
+
+from __future__ import annotations
+
+import functools
+import weakref
+from typing import Any
+
+import torch
+
+from shim.torch.factories import is_cuda
+from shim.torch.tensor import RemoteTensor
+
+# the storages of host copies made by RemoteTensor.__reduce_ex__, by identity (alive while being pickled)
+_SAVED: weakref.WeakValueDictionary[int, torch.UntypedStorage] = weakref.WeakValueDictionary()
+
+
+def saved_from_gpud(cpu: torch.Tensor) -> torch.Tensor:
+    """Mark a host copy of a remote tensor so that torch.save tags its storage ``cuda:0``."""
+    storage = cpu.untyped_storage()
+    _SAVED[storage._cdata] = storage
+    return cpu
+
+
+def _tag(storage: Any) -> str | None:
+    cdata = getattr(storage, "_cdata", None)
+    return "cuda:0" if cdata is not None and _SAVED.get(cdata) is storage else None
+
+
+def _wants_cuda(map_location: Any) -> bool:
+    if isinstance(map_location, dict):
+        return any(is_cuda(v) for v in map_location.values())
+    return is_cuda(map_location)
+
+
+class _Uploader:
+    """Moves the loaded objects that belong on gpud there, one upload per storage (see NOTE [saving])."""
+
+    def __init__(self, storages: set[int] | None) -> None:
+        self.storages = storages  # data_ptrs of host storages to upload; None = every tensor
+        self.bases: dict[int, torch.Tensor] = {}  # host storage data_ptr -> the remote flat storage
+        self.memo: dict[int, Any] = {}
+
+    def wanted(self, t: torch.Tensor) -> bool:
+        if isinstance(t, RemoteTensor) or t.device.type != "cpu":
+            return False
+        return self.storages is None or t.untyped_storage().data_ptr() in self.storages
+
+    def tensor(self, t: torch.Tensor) -> torch.Tensor:
+        st = t.untyped_storage()
+        base = self.bases.get(st.data_ptr())
+        if base is None:
+            base = self.bases[st.data_ptr()] = torch.empty(0, dtype=torch.uint8).set_(st).cuda()
+        size = t.element_size()
+        if base.numel() % size or (t.storage_offset() + _span(t)) * size > base.numel():
+            return t.detach().cuda()
+        return base.view(t.dtype).as_strided(t.shape, t.stride(), t.storage_offset())
+
+    def __call__(self, obj: Any) -> Any:
+        key = id(obj)
+        if key in self.memo:
+            return self.memo[key]
+        out = self._convert(obj)
+        self.memo[key] = out
+        return out
+
+    def _convert(self, obj: Any) -> Any:
+        if isinstance(obj, torch.nn.Parameter):
+            if not self.wanted(obj):
+                return obj
+            return torch.nn.Parameter(self.tensor(obj.data), obj.requires_grad)
+        if isinstance(obj, torch.Tensor):
+            if not self.wanted(obj):
+                return obj
+            out = self.tensor(obj.detach())
+            if obj.requires_grad:
+                out.requires_grad_(True)
+            return out
+        if isinstance(obj, torch.nn.Module):
+            for mod in obj.modules():
+                for name, p in list(mod._parameters.items()):
+                    if p is not None:
+                        mod._parameters[name] = self(p)
+                for name, b in list(mod._buffers.items()):
+                    if b is not None:
+                        mod._buffers[name] = self(b)
+            return obj
+        if isinstance(obj, dict):
+            new = obj.__class__() if obj.__class__ is not dict else {}
+            try:
+                for k, v in obj.items():
+                    new[k] = self(v)
+            except TypeError:
+                return obj
+            if hasattr(obj, "_metadata"):
+                new._metadata = obj._metadata  # type: ignore[attr-defined]
+            return new
+        if isinstance(obj, list):
+            return [self(v) for v in obj]
+        if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
+            return tuple(self(v) for v in obj)
+        return obj
+
+
+def _span(t: torch.Tensor) -> int:
+    if t.numel() == 0:
+        return 0
+    return 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride(), strict=True))
+
+
+def to_cuda(obj: Any) -> Any:
+    """Every tensor in ``obj`` (a tensor, module, dict, list or tuple) moved to gpud."""
+    return _Uploader(None)(obj)
+
+
+def _patch_load() -> None:
+    orig = torch.load
+
+    @functools.wraps(orig)
+    def load(f: Any, map_location: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if _wants_cuda(map_location):
+            return to_cuda(orig(f, *args, map_location="cpu", **kwargs))
+        if map_location is not None:
+            return orig(f, map_location, *args, **kwargs)
+        tagged: set[int] = set()
+
+        def locate(storage: Any, location: str) -> Any:
+            if location.startswith("cuda"):
+                tagged.add(storage.data_ptr())
+            return storage
+
+        obj = orig(f, *args, map_location=locate, **kwargs)
+        return _Uploader(tagged)(obj) if tagged else obj
+
+    torch.load = load
+
+
+def patch() -> None:
+    torch.serialization.register_package(5, _tag, lambda storage, location: None)
+    _patch_load()
