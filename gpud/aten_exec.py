@@ -225,7 +225,8 @@ class Executor:
         """Run one ATen op (its wire form decoded here); every failure becomes a CudaError naming the op."""
         try:
             fn, has_gen, default_gen = resolve(name)
-            if (alt := self.portable.get(name.split(".")[1])) is not None:
+            if self.portable and ((alt := self.portable.get(name[5:])) is not None
+                                  or (alt := self.portable.get(name.split(".")[1])) is not None):
                 fn = alt
             a = self.decode(args)
             k = self.decode(kwargs)
@@ -268,7 +269,9 @@ class Executor:
             h = self.next_handle
             self.next_handle += 1
             self.store(h, v)
-            return {"t": [h, list(v.shape), list(v.stride()), v.storage_offset(), _DTYPE_NAMES.get(v.dtype, str(v.dtype))]}
+            desc = [h, list(v.shape), list(v.stride()), v.storage_offset(), _DTYPE_NAMES.get(v.dtype, str(v.dtype))]
+            bits = (1 if v.is_conj() else 0) | (2 if v.is_neg() else 0)  # a conjugate/negative view, as the client's
+            return {"t": desc + [bits] if bits else desc}
         if isinstance(v, (list, tuple)):
             return [self.describe(x) for x in v]
         if isinstance(v, complex):

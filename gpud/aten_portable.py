@@ -4,7 +4,8 @@
 GPU gpud. ``CUDA_ONLY``: kernels that PyTorch's C++ composites choose for CUDA tensors (the client's
 remote tensors are CUDA tensors: NOTE [a cuda device in a CPU build] in shim/torch/device.py) and
 that the CPU build lacks, run on a CPU gpud: the fused LSTM/GRU cells and their backwards, with the
-CUDA kernels' workspace layouts.
+CUDA kernels' workspace layouts, and the matmuls with an ``out_dtype``. Keys are an op's name ("mm") or,
+for one overload only, its name and overload ("mm.dtype_out").
 
 The client sends SDPA as ``_scaled_dot_product_flash_attention_for_cpu`` (+ backward) so that a
 CPU gpud computes exactly what a local CPU run computes. Those kernels exist only for CPU
@@ -115,5 +116,29 @@ def gru_cell_backward(ghy: torch.Tensor, ws: torch.Tensor, has_bias: bool) -> tu
     return gi, gh, ghy * z, *bias
 
 
-CUDA_ONLY = {"_thnn_fused_lstm_cell": lstm_cell, "_thnn_fused_lstm_cell_backward_impl": lstm_cell_backward,
+# The out_dtype matmuls (bfloat16/float16 inputs, float32 result) are CUDA kernels: float32 accumulation, as there.
+def _f32(t: torch.Tensor) -> torch.Tensor:
+    return t.to(torch.float32) if t.dtype in (torch.float16, torch.bfloat16) else t
+
+
+def _mm_dtype(fn: Any, nin: int) -> Any:
+    def run(*args: Any, **kwargs: Any) -> torch.Tensor:
+        *tensors, out_dtype = args[: nin + 1]
+        return fn(*[_f32(t) for t in tensors], **kwargs).to(out_dtype)
+
+    return run
+
+
+def _mm_dtype_out(fn: Any, nin: int) -> Any:
+    def run(*args: Any, out: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        return out.copy_(_mm_dtype(fn, nin)(*args, **kwargs))
+
+    return run
+
+
+_MATMUL_DTYPE = {f"{name}.{variant}": make(getattr(torch, name), nin)
+                 for name, nin in (("mm", 2), ("bmm", 2), ("addmm", 3), ("baddbmm", 3))
+                 for variant, make in (("dtype", _mm_dtype), ("dtype_out", _mm_dtype_out))}
+
+CUDA_ONLY = {**_MATMUL_DTYPE, "_thnn_fused_lstm_cell": lstm_cell, "_thnn_fused_lstm_cell_backward_impl": lstm_cell_backward,
              "_thnn_fused_gru_cell": gru_cell, "_thnn_fused_gru_cell_backward": gru_cell_backward}

@@ -45,12 +45,19 @@ _scalar_tensor = _E.scalar_tensor
 _CPU = torch.device("cpu")
 
 
+_COMPOSITE = torch._C.DispatchKeySet(torch._C.DispatchKey.CompositeExplicitAutograd)
+
+
 class OpInfo:
-    __slots__ = ("name", "short", "inplace", "inplace_map", "float_by_value", "meta_inplace")
+    __slots__ = ("name", "short", "inplace", "inplace_map", "float_by_value", "meta_inplace", "on_client")
 
     def __init__(self, func: Any) -> None:
         self.name = str(func)  # "aten.add.Tensor"
         schema = func._schema
+        # Ops outside aten (torch's own Python custom ops, such as torch_nn::_linear_cross_entropy_*) are run
+        # here by their composite kernel, whose ATen ops come back to us: gpud runs only the aten namespace.
+        self.on_client = func.namespace != "aten" and torch._C._dispatch_has_kernel_for_dispatch_key(
+            schema.name, "CompositeExplicitAutograd")
         self.short = schema.name.split("::", 1)[-1]
         self.float_by_value = any(s in self.short for s in _FLOAT_SHAPED)
         self.meta_inplace = self.short in _META_INPLACE
@@ -137,10 +144,16 @@ class _Enc:
 
 def _to_meta(v: Any) -> Any:
     if isinstance(v, RemoteTensor):
-        shape, stride, off, dtype = v._k
+        shape, stride, off, dtype = v._k[:4]
         need = 1 + off + sum((s - 1) * st for s, st in zip(shape, stride, strict=True) if s > 0) if all(shape) else 0
         base = torch.empty(need, dtype=dtype, device="meta")
-        return base.as_strided(shape, stride, off)
+        m = base.as_strided(shape, stride, off)
+        if len(v._k) > 4:
+            if v._k[4] & 1:
+                m = m.conj()
+            if v._k[4] & 2:
+                m = m._neg_view()
+        return m
     if isinstance(v, torch.Tensor):
         if v.dim() == 0 and v.device.type == "cpu":
             return v
@@ -157,7 +170,9 @@ def _to_meta(v: Any) -> Any:
 def _spec(v: Any, leaves: list[Any]) -> Any:
     """Structure of a meta result: tensors become leaf indices into ``leaves``."""
     if isinstance(v, torch.Tensor):
-        leaves.append((tuple(v.shape), tuple(v.stride()), v.storage_offset(), v.dtype))
+        bits = (1 if v.is_conj() else 0) | (2 if v.is_neg() else 0)
+        leaf = (tuple(v.shape), tuple(v.stride()), v.storage_offset(), v.dtype)
+        leaves.append(leaf + (bits,) if bits else leaf)
         return len(leaves) - 1
     if v is None:
         return None
@@ -192,6 +207,8 @@ def _build(tree: Any, outs: list[Any]) -> Any:
 
 def dispatch(func: Any, args: Any, kwargs: Any) -> Any:
     info = _INFO.get(func) or info_of(func)
+    if info.on_client:
+        return func.redispatch(_COMPOSITE, *args, **kwargs)
     special = _SPECIAL.get(info.short)
     if special is not None:
         r = special(func, info, args, kwargs)
@@ -213,7 +230,7 @@ def dispatch(func: Any, args: Any, kwargs: Any) -> Any:
     outs: list[Any] = []
     handles: list[int] = []
     inplace = info.inplace_map
-    for i, (shape, stride, off, dtype) in enumerate(leaves):
+    for i, leaf in enumerate(leaves):
         if inplace is not None and i in inplace:
             pos, name = inplace[i]
             obj = args[pos] if 0 <= pos < len(args) else kwargs[name]
@@ -221,7 +238,7 @@ def dispatch(func: Any, args: Any, kwargs: Any) -> Any:
             handles.append(0)
             continue
         h = S.new_handle()
-        outs.append(wrap(h, shape, stride, off, dtype))
+        outs.append(wrap(h, *leaf))
         handles.append(h)
     st.push([info.name, wargs, wkw, handles])
     if enc.temps:
@@ -240,14 +257,14 @@ def _run_sync(func: Any, info: OpInfo, args: Any, kwargs: Any, wargs: Any, wkw: 
 
     def build(v: Any) -> Any:
         if isinstance(v, dict) and "t" in v:
-            h, shape, stride, off, dt = v["t"]
+            h, shape, stride, off, dt, *bits = v["t"]
             i = counter[0]
             counter[0] += 1
             if i in inplace:
                 st.free(h)
                 pos, name = inplace[i]
                 return args[pos] if 0 <= pos < len(args) else kwargs[name]
-            return wrap(h, shape, stride, off, NAME_DTYPE[dt])
+            return wrap(h, shape, stride, off, NAME_DTYPE[dt], bits[0] if bits else 0)
         if isinstance(v, dict) and "c" in v:
             return complex(*v["c"])
         if isinstance(v, list):

@@ -138,6 +138,33 @@ def _patch_device_context() -> None:
 
 
 # ---------------------------------------------------------------------- Tensor methods
+_Uninit = torch.nn.parameter.UninitializedTensorMixin
+
+
+def _lazy_to_cuda(t: Any) -> Any:
+    """A lazy module's parameter that has no shape yet stays on the host, marked for gpud: it moves there once
+    the first forward has materialised it (``_patch_lazy_modules``)."""
+    t._wooly_cuda = True
+    return t
+
+
+def _patch_lazy_modules() -> None:
+    from torch.nn.modules.lazy import LazyModuleMixin
+
+    orig = LazyModuleMixin._infer_parameters
+
+    def _infer_parameters(self: Any, module: Any, args: Any, kwargs: Any = None) -> Any:
+        marked = [(table, name) for table in (module._parameters, module._buffers)
+                  for name, t in table.items() if getattr(t, "_wooly_cuda", False)]
+        out = orig(self, module, args, kwargs)
+        for table, name in marked:  # initialised on the host (the host's generator, as the reference); now moved
+            t = table[name]
+            table[name] = torch.nn.Parameter(t.data.cuda(), t.requires_grad) if table is module._parameters else t.cuda()
+        return out
+
+    LazyModuleMixin._infer_parameters = _infer_parameters  # type: ignore[method-assign]
+
+
 def _patch_tensor_methods() -> None:
     orig_to = torch.Tensor.to
     orig_cuda = torch.Tensor.cuda
@@ -145,6 +172,10 @@ def _patch_tensor_methods() -> None:
     parse_to = torch._C._nn._parse_to
 
     def to(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(self, _Uninit) and (args or "device" in kwargs):
+            device, dtype, _, _ = parse_to(*args, **{k: v for k, v in kwargs.items() if k != "copy"})
+            if device is not None and device.type == "cuda":
+                return _lazy_to_cuda(self if dtype is None else orig_to(self, dtype=dtype))
         remote = isinstance(self, RemoteTensor)
         if not remote and not args and "device" not in kwargs:
             return orig_to(self, *args, **kwargs)
@@ -173,6 +204,8 @@ def _patch_tensor_methods() -> None:
         check_ordinal(device)
         if isinstance(self, RemoteTensor):
             return self
+        if isinstance(self, _Uninit):
+            return _lazy_to_cuda(self)
         return to_remote(self)
 
     def cpu(self: torch.Tensor, memory_format: Any = torch.preserve_format) -> Any:
@@ -203,3 +236,4 @@ def patch() -> None:
         setattr(torch, name, _make(name, orig))
     _patch_device_context()
     _patch_tensor_methods()
+    _patch_lazy_modules()

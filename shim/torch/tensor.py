@@ -173,12 +173,21 @@ _WRAP_DEVICE = CUDA0 if _device.ACTIVE else META
 _DATA = torch._C.TensorBase.data
 
 
-def wrap(h: int, shape: Any, stride: Any, offset: int, dtype: torch.dtype) -> RemoteTensor:
+def wrap(h: int, shape: Any, stride: Any, offset: int, dtype: torch.dtype, bits: int = 0) -> RemoteTensor:
+    """The wrapper of handle ``h``. ``bits``: 1 = conjugate view, 2 = negative view, as the tensor on gpud is
+    (C++ must see them too: the Conjugate/Negative fallbacks resolve them before ops that cannot take them)."""
     r = _make(RemoteTensor, shape, strides=stride, storage_offset=offset, dtype=dtype, device=_WRAP_DEVICE)
     d = r.__dict__
     d["_h"] = h
     d["_x"] = S.tensor_ref(h)
-    d["_k"] = (tuple(shape), tuple(stride), offset, dtype)
+    if bits:
+        if bits & 1:
+            torch._C._set_conj(r, True)
+        if bits & 2:
+            torch._C._set_neg(r, True)
+        d["_k"] = (tuple(shape), tuple(stride), offset, dtype, bits)
+    else:
+        d["_k"] = (tuple(shape), tuple(stride), offset, dtype)
     return r
 
 
