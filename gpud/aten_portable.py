@@ -140,5 +140,10 @@ _MATMUL_DTYPE = {f"{name}.{variant}": make(getattr(torch, name), nin)
                  for name, nin in (("mm", 2), ("bmm", 2), ("addmm", 3), ("baddbmm", 3))
                  for variant, make in (("dtype", _mm_dtype), ("dtype_out", _mm_dtype_out))}
 
-CUDA_ONLY = {**_MATMUL_DTYPE, "_thnn_fused_lstm_cell": lstm_cell, "_thnn_fused_lstm_cell_backward_impl": lstm_cell_backward,
+def _no_cudnn(*args: Any, **kwargs: Any) -> bool:
+    return False  # cuDNN's and MIOpen's CTC losses are GPU kernels: the native _ctc_loss runs instead
+
+
+CUDA_ONLY = {**_MATMUL_DTYPE, "_use_cudnn_ctc_loss": _no_cudnn, "_use_miopen_ctc_loss": _no_cudnn,
+             "_thnn_fused_lstm_cell": lstm_cell, "_thnn_fused_lstm_cell_backward_impl": lstm_cell_backward,
              "_thnn_fused_gru_cell": gru_cell, "_thnn_fused_gru_cell_backward": gru_cell_backward}

@@ -34,11 +34,15 @@ def _source_hash() -> str:
     return h.hexdigest()[:16]
 
 
-def cache_dir() -> str:
-    base = os.environ.get("WOOLY_CACHE_DIR") or os.path.join(
+def cache_base() -> str:
+    """The root of wooly's per-user build cache (``WOOLY_CACHE_DIR``, else ``$XDG_CACHE_HOME/wooly``)."""
+    return os.environ.get("WOOLY_CACHE_DIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "wooly"
     )
-    return os.path.join(base, "native", _source_hash())
+
+
+def cache_dir() -> str:
+    return os.path.join(cache_base(), "native", _source_hash())
 
 
 def installed_library() -> str | None:
@@ -50,11 +54,28 @@ def installed_library() -> str | None:
     return None
 
 
-def find_compiler() -> str | None:
-    for cc in (os.environ.get("CC"), "cc", "gcc", "clang"):
+def find_compiler(cxx: bool = False) -> str | None:
+    """A C compiler (``$CC``, cc, gcc, clang), or with ``cxx`` a C++ one (``$CXX``, c++, g++, clang++)."""
+    names = (os.environ.get("CXX"), "c++", "g++", "clang++") if cxx else (os.environ.get("CC"), "cc", "gcc", "clang")
+    for cc in names:
         if cc and shutil.which(cc):
             return cc
     return None
+
+
+def compile_atomically(command: list[str], out_path: str) -> str:
+    """Run a compiler ``command`` whose output goes to ``out_path`` (the command names it as ``{out}``) through a
+    temporary file beside it, renamed into place: concurrent builders never see, or leave, a partial library."""
+    os.makedirs(os.path.dirname(out_path), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=os.path.dirname(out_path))
+    os.close(fd)
+    cmd = [tmp if a == "{out}" else a for a in command]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        os.unlink(tmp)
+        raise NativeBuildError(f"compiling {os.path.basename(out_path)} failed ({' '.join(cmd)}):\n{proc.stderr[-2000:]}")
+    os.replace(tmp, out_path)
+    return out_path
 
 
 def compile_library(out_path: str) -> str:
@@ -65,17 +86,8 @@ def compile_library(out_path: str) -> str:
             "no C compiler found (set CC or install gcc) and no prebuilt wooly native library; "
             "`pip install .` on a machine with a compiler builds it into the package"
         )
-    os.makedirs(os.path.dirname(out_path), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=os.path.dirname(out_path))
-    os.close(fd)
-    cmd = [cc, "-O1", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", tmp,
-           os.path.join(SRC, "wooly_native.c"), "-lpthread", "-ldl"]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        os.unlink(tmp)
-        raise NativeBuildError(f"compiling the wooly native library failed ({' '.join(cmd)}):\n{proc.stderr[-2000:]}")
-    os.replace(tmp, out_path)
-    return out_path
+    return compile_atomically([cc, "-O1", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", "{out}",
+                               os.path.join(SRC, "wooly_native.c"), "-lpthread", "-ldl"], out_path)
 
 
 def _link_dir(lib: str, folder: str) -> str:

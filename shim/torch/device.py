@@ -19,10 +19,9 @@ import ctypes
 import hashlib
 import importlib.util
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
+
+from shim.native.build import NativeBuildError, cache_base, compile_atomically, find_compiler
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.join(HERE, "native", "cuda_device.cpp")
@@ -52,36 +51,21 @@ def library_path(tdir: str) -> str:
     with open(SRC, "rb") as f:
         h.update(f.read())
     h.update(_torch_version(tdir).encode() + b"\0" + tdir.encode())
-    base = os.environ.get("WOOLY_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "wooly"
-    )
-    return os.path.join(base, "torch-device", h.hexdigest()[:16], "libwooly_torch_cuda.so")
-
-
-def _compiler() -> str | None:
-    for cxx in (os.environ.get("CXX"), "c++", "g++", "clang++"):
-        if cxx and shutil.which(cxx):
-            return cxx
-    return None
+    return os.path.join(cache_base(), "torch-device", h.hexdigest()[:16], "libwooly_torch_cuda.so")
 
 
 def build(tdir: str, out: str) -> str:
     """Compile the library against the torch in ``tdir`` (atomically: concurrent builders do not collide)."""
-    cxx = _compiler()
+    cxx = find_compiler(cxx=True)
     if cxx is None:
         raise RuntimeError("no C++ compiler (set CXX or install g++)")
-    os.makedirs(os.path.dirname(out), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=os.path.dirname(out))
-    os.close(fd)
     lib = os.path.join(tdir, "lib")
-    cmd = [cxx, "-O1", "-g0", "-shared", "-fPIC", "-std=c++17", "-w", "-I", os.path.join(tdir, "include"),
-           "-o", tmp, SRC, "-L", lib, "-lc10", "-ltorch_cpu", f"-Wl,-rpath,{lib}"]
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    if p.returncode != 0:
-        os.unlink(tmp)
-        raise RuntimeError(f"compiling {os.path.basename(SRC)} failed: {p.stderr.strip().splitlines()[-1:] or p.returncode}")
-    os.replace(tmp, out)
-    return out
+    try:
+        return compile_atomically([cxx, "-O1", "-g0", "-shared", "-fPIC", "-std=c++17", "-w", "-I",
+                                   os.path.join(tdir, "include"), "-o", "{out}", SRC, "-L", lib, "-lc10",
+                                   "-ltorch_cpu", f"-Wl,-rpath,{lib}"], out)
+    except NativeBuildError as exc:
+        raise RuntimeError(f"compiling {os.path.basename(SRC)} failed: {str(exc).strip().splitlines()[-1]}") from None
 
 
 def load() -> bool:
