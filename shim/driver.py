@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from proto import errors as codes
+from proto import launch as rules
 from proto.errors import CudaError
 from shim.client import Connection
 from shim.shm import MIN_SHM_BYTES, StagingRing
@@ -393,19 +394,20 @@ class Driver:
         shared_mem: int = 0,
         stream: int = 0,
         cooperative: bool = False,
+        checked: bool = False,
     ) -> None:
-        """``cooperative``: every block resident at once, grid sync allowed (cuLaunchCooperativeKernel)."""
+        """``cooperative``: every block resident at once, grid sync allowed (cuLaunchCooperativeKernel).
+        ``checked``: the caller has applied the launch rules already (shim/native/cu_launch.py)."""
         info = function if isinstance(function, FunctionInfo) else self.functions.get(function)
         if info is None:
             raise CudaError(codes.INVALID_HANDLE, f"cuLaunchKernel: invalid function handle {function}")
         g = [int(x) for x in grid]
         b = [int(x) for x in block]
-        if any(x < 1 for x in g + b):
-            raise CudaError(codes.INVALID_VALUE, f"cuLaunchKernel: grid {g} and block {b} must be positive")
-        threads = b[0] * b[1] * b[2]
-        limit = info.attributes.get("max_threads_per_block", 1024)
-        if threads > limit:
-            raise CudaError(codes.INVALID_VALUE, f"cuLaunchKernel({info.name}): {threads} threads per block exceed {limit}")
+        if not checked:  # proto/launch.py, with the function's own attributes (the CUDA API face checked already)
+            a = info.attributes
+            rules.check(info.name, self.devices[0]["attributes"], g, b, int(shared_mem),
+                        max_threads=a.get("max_threads_per_block"), static_shared=a.get("shared_size_bytes", 0),
+                        params=len(params), cooperative=cooperative)
         self.conn.post(
             {
                 "kind": "launch",

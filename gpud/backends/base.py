@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
 from gpud.errors import CudaError, codes
+from proto import launch as rules
 from proto.messages import DeviceInfo
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -152,33 +153,14 @@ class Backend(ABC):
         """Run a kernel to completion. ``allowed_ranges``: the (start, size) regions the launching
         session may touch, for backends that check kernel memory accesses (NOTE [bounds check]).
         ``cooperative``: a cooperative launch (cuLaunchCooperativeKernel: all blocks resident, grid sync)."""
-        attrs = function.attributes
-        threads = block[0] * block[1] * block[2]
-        limit = attrs.get("max_threads_per_block", 1024)
-        if threads > limit:
-            raise CudaError(
-                codes.INVALID_VALUE,
-                f"launch of {function.name}: {threads} threads per block exceeds the limit of {limit}",
-            )
+        # The device's limits (proto/launch.py), whatever the client checked: dynamic shared memory up to the
+        # device's opt-in bound (the client enforces cuFuncSetAttribute, the driver API's contract).
         dev = self.info().attributes
-        if block[2] > dev.get(4, 64) or block[0] > dev.get(2, 1024) or block[1] > dev.get(3, 1024):
-            raise CudaError(codes.INVALID_VALUE, f"launch of {function.name}: block {block} out of range")
-        if grid[1] > dev.get(6, 65535) or grid[2] > dev.get(7, 65535):
-            raise CudaError(codes.INVALID_VALUE, f"launch of {function.name}: grid {grid} out of range")
-        smem_limit = attrs.get("max_dynamic_shared_size_bytes", dev.get(8, 49152))
-        if shared_mem > smem_limit:
-            raise CudaError(
-                codes.INVALID_VALUE,
-                f"launch of {function.name}: {shared_mem} bytes of dynamic shared memory exceed the limit of {smem_limit}",
-            )
+        static = int(function.attributes.get("shared_size_bytes", 0))
+        rules.check(f"launch of {function.name}", dev, grid, block, shared_mem,
+                    max_threads=function.attributes.get("max_threads_per_block"), static_shared=static,
+                    dynamic_shared=rules.optin_shared_limit(dev, static), params=len(params), cooperative=cooperative)
         if cooperative:  # the client checked occupancy; gpud still bounds what it runs at once (one thread a block)
-            if not dev.get(95, 0):
-                raise CudaError(codes.NOT_SUPPORTED, f"launch of {function.name}: no cooperative launches on this device")
-            most = dev.get(16, 1) * dev.get(106, 32)  # SMs x blocks per SM
-            if grid[0] * grid[1] * grid[2] > most:
-                raise CudaError(codes.COOPERATIVE_LAUNCH_TOO_LARGE,
-                                f"cooperative launch of {function.name}: {grid[0] * grid[1] * grid[2]} blocks, at most "
-                                f"{most} can be resident on this device")
             return self._launch(function, grid, block, shared_mem, params, allowed_ranges, cooperative=True)
         return self._launch(function, grid, block, shared_mem, params, allowed_ranges)
 

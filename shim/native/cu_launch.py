@@ -14,6 +14,7 @@ import struct
 from ctypes import c_uint, c_void_p
 
 from proto import errors as codes
+from proto import launch as rules
 from proto.errors import CudaError
 from shim.driver import FunctionInfo
 from shim.native import cu_module
@@ -23,8 +24,6 @@ from shim.native.state import STATE
 P = c_void_p
 
 LAUNCH_PARAM_END, LAUNCH_PARAM_BUFFER_POINTER, LAUNCH_PARAM_BUFFER_SIZE = 0, 1, 2
-MAX_BLOCK = (1024, 1024, 64)
-MAX_GRID = (2**31 - 1, 65535, 65535)
 
 
 def marshal(info: FunctionInfo, kernel_params: int | None, extra: int | None) -> bytes:
@@ -57,7 +56,7 @@ def marshal(info: FunctionInfo, kernel_params: int | None, extra: int | None) ->
         if buf_ptr is None or buf_size is None:
             raise CudaError(codes.INVALID_VALUE, f"{info.name}: extra lacks CU_LAUNCH_PARAM_BUFFER_POINTER/SIZE")
         # A C struct of the parameters may carry trailing padding: at least the layout's size is needed.
-        if buf_size < info.param_buffer_size or buf_size > 32764:
+        if buf_size < info.param_buffer_size or buf_size > rules.MAX_PARAM_BYTES:
             raise CudaError(
                 codes.INVALID_VALUE,
                 f"{info.name}: parameter buffer is {buf_size} bytes, the kernel takes {info.param_buffer_size}",
@@ -68,50 +67,29 @@ def marshal(info: FunctionInfo, kernel_params: int | None, extra: int | None) ->
     return b""
 
 
-def validate(info: FunctionInfo, grid: tuple[int, ...], block: tuple[int, ...], shared: int) -> None:
-    for axis, (b, limit) in enumerate(zip(block, MAX_BLOCK, strict=True)):
-        if not 1 <= b <= limit:
-            raise CudaError(codes.INVALID_VALUE, f"{info.name}: blockDim.{'xyz'[axis]}={b} not in [1, {limit}]")
-    for axis, (g, limit) in enumerate(zip(grid, MAX_GRID, strict=True)):
-        if not 1 <= g <= limit:
-            raise CudaError(codes.INVALID_VALUE, f"{info.name}: gridDim.{'xyz'[axis]}={g} not in [1, {limit}]")
+def validate(info: FunctionInfo, grid: tuple[int, ...], block: tuple[int, ...], shared: int, params: int,
+             cooperative: bool = False) -> None:
+    """The driver's checks (proto/launch.py), with this function's attributes as cuFuncSetAttribute left them."""
+    device = STATE.driver().devices[STATE.current_device()]["attributes"]
     threads = block[0] * block[1] * block[2]
+    static = cu_module.attribute(info, cu_module.SHARED)
     max_threads = cu_module.attribute(info, cu_module.MAX_THREADS)
-    if threads > max_threads:
-        raise CudaError(codes.INVALID_VALUE, f"{info.name}: {threads} threads per block exceed the limit of {max_threads}")
-    max_dyn = cu_module.attribute(info, cu_module.MAX_DYN_SHARED)
-    if shared > max_dyn:
-        static = cu_module.attribute(info, cu_module.SHARED)
-        raise CudaError(
-            codes.INVALID_VALUE,
-            f"{info.name}: {shared} bytes of dynamic shared memory exceed the {max_dyn} available "
-            f"({static} static; raise CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES for more)",
-        )
+    fit = None
+    if cooperative:  # a cooperative grid must fit on the device at once: occupancy x SM count blocks
+        fit = rules.blocks_per_sm(device, threads, max_threads, static + shared) * max(1, rules.attr(device, rules.SM_COUNT))
+    rules.check(info.name, device, grid, block, shared, max_threads=max_threads, static_shared=static,
+                dynamic_shared=cu_module.attribute(info, cu_module.MAX_DYN_SHARED), params=params,
+                cooperative=cooperative, resident_blocks=fit)
 
 
 def launch(fn: int | None, grid: tuple[int, ...], block: tuple[int, ...], shared: int, stream: int | None,
            kernel_params: int | None, extra: int | None, cooperative: bool = False) -> None:
     STATE.require_current()
     info = cu_module.function(fn)
-    validate(info, grid, block, shared)
-    if cooperative:
-        _check_cooperative(info, grid, block, shared)
     params = marshal(info, kernel_params, extra)
+    validate(info, grid, block, shared, len(params), cooperative)
     STATE.driver().launch_kernel(info, grid, block, params, shared_mem=shared, stream=int(stream or 0),
-                                 cooperative=cooperative)
-
-
-def _check_cooperative(info: FunctionInfo, grid: tuple[int, ...], block: tuple[int, ...], shared: int) -> None:
-    """A cooperative grid must fit on the device at once: at most occupancy x SM count blocks, as the driver says."""
-    attrs = STATE.driver().devices[STATE.current_device()]["attributes"]
-    get = lambda k: int(attrs.get(k, attrs.get(str(k), 0)))  # noqa: E731
-    if not get(95):  # CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH
-        raise CudaError(codes.NOT_SUPPORTED, f"{info.name}: the device does not support cooperative launches")
-    limit = cu_module.blocks_per_sm(info, block[0] * block[1] * block[2], shared) * max(1, get(16))
-    if grid[0] * grid[1] * grid[2] > limit:
-        raise CudaError(codes.COOPERATIVE_LAUNCH_TOO_LARGE,
-                        f"{info.name}: a cooperative grid of {grid[0] * grid[1] * grid[2]} blocks, at most {limit} "
-                        f"blocks of {block[0] * block[1] * block[2]} threads fit on the device at once")
+                                 cooperative=cooperative, checked=True)
 
 
 @api("cuLaunchKernel", 4000, P, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, P, P, P)

@@ -12,6 +12,7 @@ import re
 from ctypes import c_char_p, c_int, c_size_t, c_uint, c_void_p
 
 from proto import errors as codes
+from proto import launch as rules
 from proto.errors import CudaError
 from shim.driver import FunctionInfo
 from shim.native import images
@@ -34,7 +35,6 @@ _MAXNREG = re.compile(r"\.maxnreg\s+(\d+)")
 
 # CUfunction_attribute
 MAX_THREADS, SHARED, CONST, LOCAL, REGS, PTX_VERSION, BINARY_VERSION, CACHE_CA, MAX_DYN_SHARED, CARVEOUT = range(10)
-OPTIN_SHARED = 166912  # sm_80 opt-in shared memory per block (attribute 97 of the CPU device)
 
 
 def ptx_facts(ptx: str) -> tuple[int, dict[str, int]]:
@@ -111,6 +111,10 @@ def get_global(out_ptr: int, out_size: int, mod: int | None, name: bytes | None)
         put_u64(out_size, size)
 
 
+def _device() -> dict:
+    return STATE.driver().devices[STATE.current_device()]["attributes"]
+
+
 def attribute(info: FunctionInfo, attrib: int) -> int:
     over = _overrides.get(info.handle, {})
     if attrib in over:
@@ -128,7 +132,7 @@ def attribute(info: FunctionInfo, attrib: int) -> int:
         PTX_VERSION: int(a.get("ptx_version", 80)),
         BINARY_VERSION: int(a.get("binary_version", 80)),
         CACHE_CA: 0,
-        MAX_DYN_SHARED: 49152 - static,
+        MAX_DYN_SHARED: rules.dynamic_shared_limit(_device(), static),
         CARVEOUT: -1,
         10: 0, 11: 0, 12: 0, 13: 0, 14: 0, 15: 0,
     }
@@ -139,7 +143,7 @@ def attribute(info: FunctionInfo, attrib: int) -> int:
 
 def set_attribute(info: FunctionInfo, attrib: int, value: int) -> None:
     if attrib == MAX_DYN_SHARED:
-        limit = OPTIN_SHARED - attribute(info, SHARED)
+        limit = rules.optin_shared_limit(_device(), attribute(info, SHARED))
         if not 0 <= value <= limit:
             raise CudaError(codes.INVALID_VALUE, f"{info.name}: dynamic shared memory {value} exceeds {limit} bytes")
     elif attrib == CARVEOUT:
@@ -331,15 +335,7 @@ def cuFuncLoad(fn: int | None) -> None:
 
 # ---------------------------------------------------------------------------- occupancy
 def blocks_per_sm(info: FunctionInfo, block: int, dyn_smem: int) -> int:
-    attrs = STATE.driver().devices[STATE.current_device()]["attributes"]
-    get = lambda k, d: int(attrs.get(k, attrs.get(str(k), d)))  # noqa: E731
-    if block <= 0 or block > attribute(info, MAX_THREADS):
-        return 0
-    by_threads = get(39, 2048) // block  # MAX_THREADS_PER_MULTIPROCESSOR
-    by_blocks = get(106, 32)  # MAX_BLOCKS_PER_MULTIPROCESSOR
-    smem = attribute(info, SHARED) + dyn_smem
-    by_smem = get(81, 167936) // smem if smem else by_blocks  # MAX_SHARED_MEMORY_PER_MULTIPROCESSOR
-    return max(0, min(by_threads, by_blocks, by_smem))
+    return rules.blocks_per_sm(_device(), block, attribute(info, MAX_THREADS), attribute(info, SHARED) + dyn_smem)
 
 
 @api("cuOccupancyMaxActiveBlocksPerMultiprocessor", 6050, P, P, c_int, c_size_t)
@@ -387,5 +383,7 @@ def cuOccupancyMaxPotentialBlockSizeWithFlags(min_grid: int, block: int, fn: int
 def cuOccupancyAvailableDynamicSMemPerBlock(out: int, fn: int | None, blocks: int, block: int) -> None:
     info = function(fn)
     blocks = max(1, blocks)
-    per_block = 167936 // blocks - attribute(info, SHARED)
-    put_u64(out, max(0, min(per_block, OPTIN_SHARED - attribute(info, SHARED))))
+    device = _device()
+    static = attribute(info, SHARED)
+    per_block = rules.attr(device, rules.MAX_SHARED_PER_SM) // blocks - static
+    put_u64(out, max(0, min(per_block, rules.optin_shared_limit(device, static))))

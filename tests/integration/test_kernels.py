@@ -108,9 +108,12 @@ def test_cooperative_launch_through_gpud(driver):
     assert np.array_equal(out, expect("nvcc", a0, 2))
     attrs = driver.devices[0]["attributes"]
     most = int(attrs.get(16, attrs.get("16"))) * int(attrs.get(106, attrs.get("106")))
-    driver.launch_kernel(fn, (most + 1, 1, 1), (1, 1, 1), params, cooperative=True)
+    with pytest.raises(CudaError) as e:  # the client's own check (proto/launch.py)
+        driver.launch_kernel(fn, (most + 1, 1, 1), (1, 1, 1), params, cooperative=True)
+    assert e.value.name == "CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE"
+    driver.launch_kernel(fn, (most + 1, 1, 1), (1, 1, 1), params, cooperative=True, checked=True)  # a client that lies
     with pytest.raises(CudaError) as e:
         driver.ctx_synchronize()
-    assert e.value.name == "CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE" and "resident" in e.value.message
+    assert e.value.name == "CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE" and "at once" in e.value.message
     driver.launch_kernel(fn, (grid, 1, 1), (block, 1, 1), params, cooperative=True)  # not sticky: runs again
     driver.ctx_synchronize()

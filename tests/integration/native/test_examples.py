@@ -58,3 +58,8 @@ def test_ipc_between_processes(wooly_gpud: str) -> None:
 def test_cooperative_launches_with_grid_sync(wooly_gpud: str) -> None:
     """numba's grid groups and nvcc's cg::this_grid().sync() through cuLaunchCooperativeKernel, on a separate gpud."""
     _check(wooly_run([os.path.join(PROGS, "grid_sync_prog.py")], server=wooly_gpud, timeout=300), "grid sync OK")
+
+
+def test_dynamic_shared_memory_opt_in(wooly_gpud: str) -> None:
+    """cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES) past 48 KiB: the client and gpud agree on the limit."""
+    _check(wooly_run([os.path.join(PROGS, "dynamic_shared.py")], server=wooly_gpud), "dynamic shared OK")
