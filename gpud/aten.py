@@ -39,10 +39,7 @@ def torch_present() -> bool:
 
 def exec_device(session: Session) -> str:
     """The torch device the session's backend computes on: the CPU, or the node's GPU."""
-    kind = session.backend.kind
-    if kind == "cpu":
-        return "cpu"
-    return f"cuda:{session.backend.ordinal}"  # NVIDIA (CUDA build) and AMD (ROCm build) alike
+    return session.backend.torch_device()
 
 
 class _Holder:

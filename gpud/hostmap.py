@@ -48,7 +48,7 @@ def _map(fd: int, size: int, hint: int) -> int | None:
 def host_map(session: Session, msg: m.HostMap, bulk: list[Any]) -> int:
     if not session.info.local:
         raise CudaError(codes.NOT_SUPPORTED, "mapped host memory needs the client on gpud's host")
-    if session.backend.kind != "cpu":
+    if not session.backend.host_memory:
         raise CudaError(codes.NOT_SUPPORTED, f"mapped host memory is not supported by the {session.backend.kind} backend")
     path = os.path.realpath(msg.path)
     if os.path.dirname(path) != os.path.realpath(_shm_dir()) or not os.path.basename(path).startswith(PREFIX):

@@ -25,6 +25,7 @@ import gpud
 from gpud import log
 from gpud.backends.base import Backend
 from gpud.errors import CudaError, codes
+from gpud.hypervisor.policy import HypervisorConfig
 from gpud.session import Later, Session, SessionInfo
 from gpud.streams import Marker, when_all
 from proto import constants as C
@@ -51,7 +52,7 @@ class Server:
         session_expiry_s: float = C.SESSION_EXPIRY_S,
         local_expiry_s: float = 60.0,
         workers: int | None = None,
-        hypervisor: Any = None,
+        hypervisor: HypervisorConfig | None = None,
     ) -> None:
         if not backends:
             raise ValueError("gpud needs at least one backend")
@@ -78,7 +79,6 @@ class Server:
             self.bound.append(self.sock.getsockopt_string(zmq.LAST_ENDPOINT))
         self.pool = ThreadPoolExecutor(max_workers=workers or max(8, 2 * (os.cpu_count() or 2)), thread_name_prefix="gpud-stream")
         self.sessions: dict[bytes, Session] = {}
-        self.used: dict[int, int] = {b.ordinal: 0 for b in backends}
         # NOTE [wake-ups]: the I/O loop blocks in recv on the ROUTER alone (a poll over several
         # sockets costs ~30 us per message in pyzmq). Other threads wake it by sending a frame to
         # the same ROUTER over inproc from an internal DEALER with a reserved identity.
@@ -98,9 +98,9 @@ class Server:
         self._copy_small = True
         self.stats = {"requests": 0, "errors": 0, "sessions_opened": 0, "sessions_expired": 0}
         # Tenants, quotas, dedup, scheduling, sleep (gpud/hypervisor); ``hypervisor`` is its config.
-        from gpud.hypervisor import attach
+        from gpud.hypervisor import Hypervisor, load
 
-        self.hv = attach(self, hypervisor)
+        self.hv = Hypervisor(self, hypervisor if hypervisor is not None else load())
 
     # ------------------------------------------------------------------ helpers for sessions
     def call_on_loop(self, fn: Callable[[], None]) -> None:
@@ -132,30 +132,15 @@ class Server:
         self.pool.submit(job)
         return marker
 
+    # Memory is the hypervisor's to account (tenants' quotas, dedup'd bytes counted once).
     def reserve_memory(self, session: Session, size: int) -> None:
-        if self.hv is not None:
-            self.hv.reserve(session, size)
-            return
-        dev = session.backend
-        total = dev.total_memory
-        if self.used[dev.ordinal] + size > total:
-            raise CudaError(
-                codes.OUT_OF_MEMORY,
-                f"cannot allocate {size} bytes: {total - self.used[dev.ordinal]} of {total} bytes free",
-            )
-        self.used[dev.ordinal] += size
+        self.hv.reserve(session, size)
 
     def release_memory(self, session: Session, size: int) -> None:
-        if self.hv is not None:
-            self.hv.release(session, size)
-            return
-        self.used[session.backend.ordinal] -= size
+        self.hv.release(session, size)
 
     def mem_info(self, session: Session) -> tuple[int, int]:
-        if self.hv is not None:
-            return self.hv.mem_info(session)
-        total = session.backend.total_memory
-        return max(0, total - self.used[session.backend.ordinal]), total
+        return self.hv.mem_info(session)
 
     # ------------------------------------------------------------------ sending
     def _send(self, identity: bytes, frames: list[Any]) -> None:
@@ -253,13 +238,11 @@ class Server:
             self.close_session(old, "rehello")
         sid = uuid.uuid4().hex[:12]
         local = bool(msg.host_id) and msg.host_id == self.host_id
-        if self.hv is not None:
-            self.hv.admit(msg.tenant, msg.token)
+        self.hv.admit(msg.tenant, msg.token)
         info = SessionInfo(tenant=msg.tenant, pid=msg.pid, host_id=msg.host_id, program=msg.program, local=local)
         session = Session(self, sid, identity, info, self.backends[0])
         self.sessions[identity] = session
-        if self.hv is not None:
-            self.hv.on_open(session)
+        self.hv.on_open(session)
         self.stats["sessions_opened"] += 1
         log.event("session.open", session=sid, tenant=msg.tenant, pid=msg.pid, local=local, program=msg.program)
         reply = m.HelloReply(
@@ -282,8 +265,7 @@ class Server:
             caps.append("shm")
         if "aten_batch" in EXTENSIONS:
             caps.append("aten")
-        if self.hv is not None:
-            caps += self.hv.capabilities()
+        caps += self.hv.capabilities()
         return caps
 
     def close_session(self, session: Session, reason: str) -> None:
@@ -301,12 +283,12 @@ class Server:
             "endpoints": self.bound,
             "uptime_s": round(time.time() - self.started, 3),
             "devices": [
-                {"ordinal": b.ordinal, "name": b.info().name, "backend": b.kind, "total_mem": b.total_memory, "used": self.used[b.ordinal]}
+                {"ordinal": b.ordinal, "name": b.info().name, "backend": b.kind, "total_mem": b.total_memory, "used": self.hv.physical[b.ordinal]}
                 for b in self.backends
             ],
             "sessions": [s.describe() for s in self.sessions.values()],
             "stats": dict(self.stats),
-            "hypervisor": self.hv.describe() if self.hv is not None else None,
+            "hypervisor": self.hv.describe(),
         }
 
     def _expire(self) -> None:
@@ -359,8 +341,7 @@ class Server:
                 if now >= next_check:
                     next_check = now + 0.25
                     self._expire()
-                    if self.hv is not None:
-                        self.hv.tick(now)
+                    self.hv.tick(now)
                     if owner_pid is not None and (
                         not pid_alive(owner_pid) or (owner_is_parent and os.getppid() != owner_pid)
                     ):
@@ -372,8 +353,7 @@ class Server:
     def shutdown(self) -> None:
         for s in list(self.sessions.values()):
             self.close_session(s, "shutdown")
-        if self.hv is not None:
-            self.hv.shutdown()
+        self.hv.shutdown()
         self.pool.shutdown(wait=False, cancel_futures=True)
         with self._wake_lock:
             self._wake.close(0)

@@ -30,10 +30,6 @@ if TYPE_CHECKING:
 EXTENSIONS: dict[str, Callable[[Session, Any, list[Any]], Any]] = {}
 # Called with the session when it closes, after its driver-level state is freed.
 CLOSE_HOOKS: list[Callable[[Session], None]] = []
-# Called with (session, msg, bulk) before every message's handler (batch members included); may
-# raise CudaError to refuse the message. The hypervisor uses it to wake a sleeping tenant and to
-# unshare deduplicated memory before a write (gpud/hypervisor).
-MESSAGE_HOOKS: list[Callable[[Session, Any, list[Any]], None]] = []
 # Asked with (session, allocation) when an allocation is freed (cuMemFree or the session closing): a hook that
 # returns True keeps the memory and frees it itself later (gpud/ipc.py: another session still has it open).
 KEEP_HOOKS: list[Callable[[Session, Any], bool]] = []
@@ -185,8 +181,7 @@ class Session:
 
     # ------------------------------------------------------------------ dispatch
     def handle(self, msg: Any, bulk: list[Any]) -> Any:
-        for hook in MESSAGE_HOOKS:
-            hook(self, msg, bulk)
+        self.server.hv.check_message(self, msg, bulk)
         handler = getattr(self, "on_" + msg.kind, None)
         if handler is not None:
             return handler(msg, bulk)
@@ -253,6 +248,7 @@ class Session:
                 import traceback
 
                 traceback.print_exc()
+        self.server.hv.on_close(self)  # last: the tenant's figures after everything it held is freed
 
     def on_mem_get_info(self, msg: m.MemGetInfo, bulk: list[Any]) -> list[int]:
         return list(self.server.mem_info(self))

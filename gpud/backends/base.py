@@ -78,6 +78,22 @@ class LaunchResult:
 
 class Backend(ABC):
     kind: ClassVar[str] = "base"
+    # Capabilities, declared by each backend so that nothing outside backends/ asks which vendor it is.
+    # ``host_memory``: device memory is host memory of gpud's own process (the CPU backend): its pages may be
+    # mapped into other ranges (dedup's shared copy-on-write pages, mapped host memory) and discarded or
+    # faulted in place (sleep and wake: ``discard_pages``, ``populate_pages``).
+    host_memory: ClassVar[bool] = False
+
+    def torch_device(self) -> str:
+        """The device gpud's torch computes ATen ops on for this backend (the PyTorch face)."""
+        return f"cuda:{self.ordinal}"  # NVIDIA (CUDA build) and AMD (ROCm build) alike
+
+    def discard_pages(self, addr: int, size: int) -> None:  # noqa: B027 - optional hook
+        """Give a range's device pages back while keeping its addresses (a tenant going to sleep). Default: keep
+        them (a CUDA backend would unmap and remap VMM pages)."""
+
+    def populate_pages(self, addr: int, size: int) -> None:  # noqa: B027 - optional hook
+        """Make a range's pages present before a bulk copy into it (a tenant waking). Default: nothing to do."""
 
     def __init__(self, ordinal: int = 0) -> None:
         self.ordinal = ordinal

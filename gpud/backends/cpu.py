@@ -17,6 +17,7 @@ import uuid
 
 import numpy as np
 
+from gpud import vmem
 from gpud.backends.base import Allocation, Backend, Function, LaunchResult, Module, ParamInfo
 from gpud.errors import CudaError, codes
 from proto.messages import DeviceInfo
@@ -78,6 +79,20 @@ def _warm_jit() -> None:
 
 class CpuBackend(Backend):
     kind = "cpu"
+    host_memory = True  # device memory is this process's own pages (see Backend)
+
+    def torch_device(self) -> str:
+        return "cpu"
+
+    def discard_pages(self, addr: int, size: int) -> None:
+        if addr % vmem.PAGE == 0:
+            # Ranges end at a page boundary or at their allocation's end, whose last page is its own.
+            vmem.remap_anonymous(addr, size)
+        else:
+            vmem.discard(addr, size)
+
+    def populate_pages(self, addr: int, size: int) -> None:
+        vmem.populate(addr, size)
 
     def __init__(
         self, ordinal: int = 0, memory_bytes: int | None = None, workers: int | None = None, bounds_check: bool = True

@@ -1,7 +1,7 @@
 """The hypervisor: tenants, memory accounting against quotas and the device, and the hooks gpud calls.
 
 gpud's server asks the hypervisor to admit a hello (token check), to reserve and release memory,
-and what cuMemGetInfo answers; the session calls ``before_message`` ahead of every handler (which
+and what cuMemGetInfo answers; the session calls ``check_message`` ahead of every handler (which
 wakes a sleeping tenant and breaks dedup sharing before a write, see NOTE [COW by the MMU]).
 Everything here runs on gpud's I/O loop thread except ``reserve``/``release`` (also called from
 stream workers by the torch face) and the dedup publish step, so the counters sit behind one lock.
@@ -109,7 +109,6 @@ class Hypervisor:
         self.physical[ordinal] = value
         if value > self.peak_physical[ordinal]:
             self.peak_physical[ordinal] = value
-        self.server.used[ordinal] = value
 
     def adjust_physical(self, ordinal: int, delta: int) -> None:
         with self.lock:
@@ -197,6 +196,16 @@ class Hypervisor:
         return max(0, free), t.quota
 
     # ------------------------------------------------------------------ per-message hook
+    def check_message(self, session: Session, msg: Any, bulk: list[Any]) -> None:
+        """Called by the session before every message's handler (batch members included): wakes a sleeping tenant,
+        unshares deduplicated memory before a write, may refuse the message (CudaError)."""
+        try:
+            self.before_message(session, msg, bulk)
+        except CudaError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - client input must never take the daemon down
+            raise CudaError(codes.UNKNOWN, f"hypervisor: {type(exc).__name__}: {exc}") from None
+
     def before_message(self, session: Session, msg: Any, bulk: list[Any]) -> None:
         kind = msg.kind
         if kind in _PASSIVE:

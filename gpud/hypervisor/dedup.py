@@ -32,9 +32,8 @@ from typing import TYPE_CHECKING, Any
 
 import xxhash
 
-from gpud import log
+from gpud import log, vmem
 from gpud.errors import CudaError, codes
-from gpud.hypervisor import vmem
 from gpud.session import Session, extension
 
 if TYPE_CHECKING:
@@ -132,7 +131,7 @@ class DedupEngine:
 
     @staticmethod
     def _mappable(session: Session, start: int, length: int) -> bool:
-        if session.backend.kind != "cpu" or start % vmem.PAGE:
+        if not session.backend.host_memory or start % vmem.PAGE:
             return False
         region = session.find(start, length, "dedup")
         if region.allocation is None:
@@ -368,7 +367,7 @@ class DedupEngine:
 
 
 def _device_digest(session: Session, addr: int, size: int, algo: str) -> bytes:
-    if session.backend.kind == "cpu":  # device memory is ours to read in place
+    if session.backend.host_memory:  # device memory is ours to read in place
         return digest(algo, (ctypes.c_char * size).from_address(addr))
     return digest(algo, session.backend.copyout(addr, size))
 

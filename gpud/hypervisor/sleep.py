@@ -23,8 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gpud import log
-from gpud.hypervisor import vmem
+from gpud import log, vmem
 from gpud.hypervisor.tenants import ASLEEP, AWAKE, Tenant
 
 if TYPE_CHECKING:
@@ -67,17 +66,8 @@ def _addr_of(mm: mmap.mmap) -> int:
 
 
 def release_pages(backend: Backend, addr: int, size: int) -> None:
-    """Give a range's device pages back while keeping its addresses (backend-specific)."""
-    hook = getattr(backend, "discard_pages", None)
-    if hook is not None:
-        hook(addr, size)
-    elif backend.kind == "cpu":
-        if addr % vmem.PAGE == 0:
-            # Ranges end at a page boundary or at their allocation's end, whose last page is its own.
-            vmem.remap_anonymous(addr, size)
-        else:
-            vmem.discard(addr, size)
-    # Other backends keep the pages until they grow a discard hook (VMM unmap/remap on CUDA).
+    """Give a range's device pages back while keeping its addresses (the backend's hook)."""
+    backend.discard_pages(addr, size)
 
 
 class SleepManager:
@@ -199,12 +189,10 @@ class SleepManager:
 
     def _restore(self, backend: Backend, item: Saved) -> None:
         addr, size = item.addr, item.size
-        cpu = backend.kind == "cpu"
         if item.host is not None:
             def piece(o: int) -> None:
                 n = min(_PIECE, size - o)
-                if cpu:
-                    vmem.populate(addr + o, n)
+                backend.populate_pages(addr + o, n)
                 backend.copyin_from(addr + o, n, item.host_addr + o)
 
             self._parallel([(lambda o=o: piece(o)) for o in range(0, size, _PIECE)])

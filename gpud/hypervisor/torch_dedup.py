@@ -19,8 +19,8 @@ import mmap
 import weakref
 from typing import TYPE_CHECKING, Any
 
+from gpud import vmem
 from gpud.errors import CudaError, codes
-from gpud.hypervisor import vmem
 from gpud.hypervisor.dedup import Chunk, digest
 from gpud.session import CLOSE_HOOKS, Session, extension
 
@@ -30,8 +30,8 @@ if TYPE_CHECKING:
 
 
 def _hv(session: Session) -> Hypervisor:
-    hv = getattr(session.server, "hv", None)
-    if hv is None or not hv.config.dedup.enabled:
+    hv = session.server.hv
+    if not hv.config.dedup.enabled:
         raise CudaError(codes.NOT_SUPPORTED, "dedup is disabled on this gpud")
     return hv
 
@@ -194,9 +194,9 @@ def vmem_copy(addr: int, data: Any) -> None:
 
 def _close(session: Session) -> None:
     pins = session.ext.pop("hv.pins", None)
-    hv = getattr(session.server, "hv", None)
-    if not pins or hv is None:
+    if not pins:
         return
+    hv = session.server.hv
     with hv.lock:
         for chunks in pins.values():
             for c in chunks:
