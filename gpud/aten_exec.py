@@ -17,9 +17,17 @@ from gpud.errors import CudaError, codes
 from proto import aten as W
 
 _NAME_RE = re.compile(r"^aten\.([A-Za-z0-9_]+)(?:\.([A-Za-z0-9_]+))?$")
-# Ops that read files or index memory without bounds checks: never run for a client.
+# NOTE [unsafe ops]: every tenant's tensors live in gpud's heap, so an op that reads or writes out of bounds
+# reads or writes another tenant's memory. Refused, by name: ops that read files or index memory without bounds
+# checks, and the sparse constructors that skip validating their indices; by argument: ``unsafe=True``
+# (segment_reduce, _index_put_impl_ skip their checks with it); by result: any tensor that is not strided
+# (a sparse tensor's indices can be rewritten in place through ``_indices()``, and every later op trusts them).
 _DENIED = frozenset({"from_file", "_unsafe_index", "_unsafe_index_put", "_unsafe_masked_index",
-                     "_unsafe_masked_index_put_accumulate", "_unsafe_set_version_counter"})
+                     "_unsafe_masked_index_put_accumulate", "_unsafe_set_version_counter",
+                     "_sparse_coo_tensor_unsafe", "_sparse_coo_tensor_with_dims_and_tensors",
+                     "_sparse_compressed_tensor_unsafe", "_sparse_csr_tensor_unsafe", "_sparse_csc_tensor_unsafe",
+                     "_sparse_bsr_tensor_unsafe", "_sparse_bsc_tensor_unsafe"})
+_UNSAFE_ARG = "unsafe"
 # Random ops without a generator argument: they draw from the device's default generator, which
 # is swapped with the session's around the call (under a lock: it is shared by all sessions).
 _DEFAULT_GEN_OPS = frozenset({"native_dropout", "_fused_dropout", "dropout", "feature_dropout",
@@ -28,13 +36,14 @@ _DEFAULT_GEN_LOCK = threading.Lock()
 # The wire decoding is proto's (NOTE [aten values] in proto/aten.py).
 _DEC = W.decoder()
 _DTYPE_NAMES = _DEC.dtype_name
-_OPS: dict[str, tuple[Any, bool, bool]] = {}  # name -> (OpOverload, has generator arg, default-gen op)
+# name -> (OpOverload, has generator arg, default-gen op, position of an ``unsafe`` argument or -1)
+_OPS: dict[str, tuple[Any, bool, bool, int]] = {}
 _SERVER_HANDLES = 1 << 62  # handles gpud picks itself (outputs of synchronous ops)
 _MAX_HANDLE = (1 << 63) - 1
 CUDA_DEFAULT_SEED = 67280421310721  # what a fresh torch.cuda generator starts from
 
 
-def resolve(name: str) -> tuple[Any, bool, bool]:
+def resolve(name: str) -> tuple[Any, bool, bool, int]:
     hit = _OPS.get(name)
     if hit is not None:
         return hit
@@ -58,7 +67,8 @@ def resolve(name: str) -> tuple[Any, bool, bool]:
             if alt_op is not None:
                 op, has_gen = alt_op, True
     seeded = torch.Tag.nondeterministic_seeded in getattr(op, "tags", ())
-    hit = (op, has_gen, not has_gen and (seeded or base in _DEFAULT_GEN_OPS))
+    unsafe = next((i for i, a in enumerate(op._schema.arguments) if a.name == _UNSAFE_ARG), -1)
+    hit = (op, has_gen, not has_gen and (seeded or base in _DEFAULT_GEN_OPS), unsafe)
     _OPS[name] = hit
     return hit
 
@@ -224,12 +234,15 @@ class Executor:
     def execute(self, name: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
         """Run one ATen op (its wire form decoded here); every failure becomes a CudaError naming the op."""
         try:
-            fn, has_gen, default_gen = resolve(name)
+            fn, has_gen, default_gen, unsafe = resolve(name)
             if self.portable and ((alt := self.portable.get(name[5:])) is not None
                                   or (alt := self.portable.get(name.split(".")[1])) is not None):
                 fn = alt
             a = self.decode(args)
             k = self.decode(kwargs)
+            if unsafe >= 0 and (a[unsafe] if unsafe < len(a) else k.get(_UNSAFE_ARG)) is True:
+                raise CudaError(codes.NOT_PERMITTED, f"{name}: unsafe=True is refused by gpud (it skips the op's "
+                                "bounds checks; NOTE [unsafe ops])")
             if has_gen and k.get("generator") is None:
                 k["generator"] = self.gen
             return self._with_default_gen(fn, a, k) if default_gen else fn(*a, **k)
@@ -249,6 +262,8 @@ class Executor:
         _flatten(result, produced)
         if len(produced) != len(outs):
             raise CudaError(codes.INVALID_VALUE, f"{name}: produced {len(produced)} tensors, client named {len(outs)} handles")
+        for t in produced:
+            _strided(name, t)
         return produced
 
     def _with_default_gen(self, fn: Any, a: list[Any], k: dict[str, Any]) -> Any:
@@ -266,6 +281,7 @@ class Executor:
     def describe(self, v: Any) -> Any:
         """A synchronous op's result: tensors are stored under new handles and described."""
         if isinstance(v, torch.Tensor):
+            _strided("a synchronous op", v)
             h = self.next_handle
             self.next_handle += 1
             self.store(h, v)
@@ -351,6 +367,12 @@ def _flatten(v: Any, out: list[torch.Tensor]) -> None:
     elif isinstance(v, (list, tuple)):
         for x in v:
             _flatten(x, out)
+
+
+def _strided(name: str, t: torch.Tensor) -> None:
+    if t.layout != torch.strided:
+        raise CudaError(codes.NOT_SUPPORTED, f"{name}: {str(t.layout).removeprefix('torch.')} tensors are not kept on "
+                        "gpud (their indices could be rewritten to point anywhere; NOTE [unsafe ops])")
 
 
 def _first_line(exc: BaseException) -> str:

@@ -29,6 +29,7 @@ from gpud.hypervisor.policy import HypervisorConfig
 from gpud.session import Later, Session, SessionInfo
 from gpud.streams import Marker, when_all
 from proto import constants as C
+from proto import curve
 from proto import messages as m
 from proto.codec import ProtocolError, encode, encode_body, unpack_body, validate
 from woolyhv.hostinfo import host_id, pid_alive
@@ -53,6 +54,7 @@ class Server:
         local_expiry_s: float = 60.0,
         workers: int | None = None,
         hypervisor: HypervisorConfig | None = None,
+        insecure: bool = False,
     ) -> None:
         if not backends:
             raise ValueError("gpud needs at least one backend")
@@ -74,9 +76,15 @@ class Server:
         self.sock.setsockopt(zmq.RCVHWM, 0)
         self.sock.setsockopt(zmq.SNDHWM, 0)
         self.bound: list[str] = []
-        for ep in endpoints:
+        for ep in endpoints:  # NOTE [curve] in proto/curve.py: tcp listeners encrypt unless --insecure
+            secure = curve.is_tcp(ep) and not insecure
+            if secure:
+                curve.secure_server(self.sock)
             self.sock.bind(ep)
+            if secure:
+                curve.plain(self.sock)
             self.bound.append(self.sock.getsockopt_string(zmq.LAST_ENDPOINT))
+        self.insecure = insecure
         self.pool = ThreadPoolExecutor(max_workers=workers or max(8, 2 * (os.cpu_count() or 2)), thread_name_prefix="gpud-stream")
         self.sessions: dict[bytes, Session] = {}
         # NOTE [wake-ups]: the I/O loop blocks in recv on the ROUTER alone (a poll over several
@@ -189,6 +197,7 @@ class Server:
                 self._send(identity, encode(m.Pong(rid=rid)))
                 return
             if kind == "list_sessions":
+                self.hv.admit_admin(msg.token)
                 self._reply(identity, rid, self.describe(), [], session)
                 return
             if session is None:

@@ -94,7 +94,10 @@ class Sync(_Req):
 
 
 class ListSessions(_Req):
+    """An admin call: every tenant's sessions. Needs gpud's admin token where one is set (or tenants need tokens)."""
+
     kind: Literal["list_sessions"] = "list_sessions"
+    token: Name = ""
 
 
 # ---------------------------------------------------------------- memory

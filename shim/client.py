@@ -26,6 +26,7 @@ from typing import Any
 import zmq
 
 from proto import constants as C
+from proto import curve
 from proto.codec import ProtocolError, encode_body, unpack_body
 from proto.errors import DEVICE_UNAVAILABLE, NOT_INITIALIZED, CudaError
 from shim import __version__
@@ -55,6 +56,14 @@ class Connection:
         self._sock.setsockopt(zmq.LINGER, 1000)
         self._sock.setsockopt(zmq.SNDHWM, 0)
         self._sock.setsockopt(zmq.RCVHWM, 0)
+        # A send blocks only while no connection to gpud is up (none yet, or its handshake failed: a wrong
+        # CURVE key): bounded, so that the call fails with DEVICE_UNAVAILABLE instead of hanging.
+        self._sock.setsockopt(zmq.SNDTIMEO, int(max(timeout_s, connect_timeout_s) * 1000))
+        try:
+            curve.secure_client(self._sock, endpoint)  # NOTE [curve] in proto/curve.py
+        except ValueError as exc:
+            self._sock.close(0)
+            raise CudaError(DEVICE_UNAVAILABLE, str(exc)) from None
         self._sock.connect(endpoint)
         # Blocking recv with a timeout is ~30 us cheaper per round trip than a poll in pyzmq.
         self._sock.setsockopt(zmq.RCVTIMEO, int(C.HEARTBEAT_INTERVAL_S * 1000))
@@ -124,7 +133,9 @@ class Connection:
         try:
             self._sock.send_multipart(encode_body(body, bulk), copy=not bulk)
         except zmq.ZMQError as exc:
-            self._dead = CudaError(DEVICE_UNAVAILABLE, f"cannot send to gpud at {self.endpoint}: {exc}")
+            hint = " (no connection came up: is the daemon running, and is WOOLY_SERVER_KEY its key?)" \
+                if isinstance(exc, zmq.Again) else ""
+            self._dead = CudaError(DEVICE_UNAVAILABLE, f"cannot send to gpud at {self.endpoint}: {exc}{hint}")
             raise self._dead from None
         self._last_sent = time.monotonic()
 
@@ -189,9 +200,11 @@ class Connection:
                 return body.get("value"), bulk
             now = time.monotonic()
             if now - last_heard > timeout_s or (deadline is not None and now > deadline):
+                hint = " (or is WOOLY_SERVER_KEY not its key?)" if curve.is_tcp(self.endpoint) else ""
                 self._dead = CudaError(
                     DEVICE_UNAVAILABLE,
-                    f"gpud at {self.endpoint} stopped answering (no reply in {timeout_s:.1f} s); is the daemon running?",
+                    f"gpud at {self.endpoint} stopped answering (no reply in {timeout_s:.1f} s); is the daemon "
+                    f"running{hint}?",
                 )
                 raise self._dead
             self._send({"kind": "ping", "rid": 0})

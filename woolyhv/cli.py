@@ -56,6 +56,8 @@ def gpud(
     metrics_port: Annotated[int | None, typer.Option(help="serve Prometheus metrics on this port (0 = off)")] = None,
     scheduler: Annotated[bool | None, typer.Option("--scheduler/--no-scheduler", help="weighted fair device scheduling")] = None,
     overcommit_ratio: Annotated[float | None, typer.Option(help="tenants' memory may total this times the device")] = None,
+    admin_token: Annotated[str | None, typer.Option(envvar="WOOLY_ADMIN_TOKEN", show_default=False, help="token admin calls (wooly ps) must carry; prefer the environment variable to the flag")] = None,
+    insecure: Annotated[bool, typer.Option("--insecure", help="tcp listeners speak in clear (no CURVE): tokens and tensors are readable on the network")] = False,
     bounds_check: Annotated[bool, typer.Option("--bounds-check/--no-bounds-check", help="CPU backend: check every global access of a kernel against the launching session's memory (CUDA_ERROR_ILLEGAL_ADDRESS instead of touching another tenant's data)")] = True,
 ) -> None:
     """Run the gpud daemon."""
@@ -67,13 +69,15 @@ def gpud(
     overrides: dict[str, object] = {}
     if overcommit_ratio is not None:
         overrides["overcommit_ratio"] = overcommit_ratio
+    if admin_token:
+        overrides["admin_token"] = admin_token
     try:
         hv_config = load_policy(config, tenant_specs=tenant, metrics_port=metrics_port, overrides=overrides)
     except (OSError, ValueError) as exc:
         raise typer.BadParameter(f"hypervisor config: {exc}") from None
     if scheduler is not None:
         hv_config.scheduler.enabled = scheduler
-    server = Server(listen, _make_backends(backend, cpu_memory, bounds_check), hypervisor=hv_config)
+    server = Server(listen, _make_backends(backend, cpu_memory, bounds_check), hypervisor=hv_config, insecure=insecure)
     server.install_signal_handlers()
     server.serve_forever(owner_pid=owner_pid)
 
@@ -107,24 +111,44 @@ def devices(
 
 
 @app.command()
+def keys() -> None:
+    """Print gpud's public CURVE key, creating the key pair on first use (NOTE [curve]): clients on other hosts
+    need it as WOOLY_SERVER_KEY."""
+    from proto import curve
+
+    public, _ = curve.server_keys()
+    typer.echo(public.decode())
+
+
+@app.command()
 def ps(
     server: Annotated[str, typer.Option(envvar="WOOLY_SERVER", help="gpud endpoint")] = "tcp://127.0.0.1:5555",
     as_json: Annotated[bool, typer.Option("--json")] = False,
+    admin_token: Annotated[str, typer.Option(envvar="WOOLY_ADMIN_TOKEN", show_default=False, help="gpud's admin token, where it has one")] = "",
 ) -> None:
-    """List a gpud's live sessions."""
+    """List a gpud's live sessions (an admin call)."""
     import zmq
 
+    from proto import curve
     from proto.codec import encode_body, unpack_body
 
     sock = zmq.Context.instance().socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
+    try:
+        curve.secure_client(sock, server)
+    except ValueError as exc:
+        typer.echo(f"wooly ps: {exc}", err=True)
+        raise typer.Exit(1) from None
     sock.connect(server)
-    sock.send_multipart(encode_body({"kind": "list_sessions", "rid": 1}))
+    sock.send_multipart(encode_body({"kind": "list_sessions", "rid": 1, "token": admin_token}))
     if not sock.poll(5000, zmq.POLLIN):
         typer.echo(f"wooly ps: gpud at {server} did not answer", err=True)
         raise typer.Exit(1)
     body, _ = unpack_body(sock.recv_multipart())
     sock.close(0)
+    if body.get("kind") == "error":
+        typer.echo(f"wooly ps: gpud refused: {body.get('message', '')}", err=True)
+        raise typer.Exit(1)
     info = body["value"]
     if as_json:
         typer.echo(json.dumps(info, indent=2))

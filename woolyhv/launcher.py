@@ -17,6 +17,7 @@ import tempfile
 import time
 import uuid
 
+from proto import curve
 from woolyhv.config import Settings
 
 
@@ -43,12 +44,15 @@ def start_gpud(
     if owner_pid is not None:
         cmd += ["--owner-pid", str(owner_pid)]
     cmd += extra_args or []
+    insecure = "--insecure" in cmd
+    if curve.is_tcp(endpoint) and not insecure:
+        curve.server_keys()  # made now, so that this process can check the daemon's key (NOTE [curve])
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, env=env, start_new_session=True)
-    wait_ready(endpoint, proc, wait_s)
+    wait_ready(endpoint, proc, wait_s, insecure)
     return endpoint, proc
 
 
-def wait_ready(endpoint: str, proc: subprocess.Popen[bytes] | None, wait_s: float) -> None:
+def wait_ready(endpoint: str, proc: subprocess.Popen[bytes] | None, wait_s: float, insecure: bool = False) -> None:
     import zmq
 
     from proto.codec import encode_body, unpack_body
@@ -66,6 +70,8 @@ def wait_ready(endpoint: str, proc: subprocess.Popen[bytes] | None, wait_s: floa
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"gpud did not create {path} within {wait_s:.0f} s")
                 time.sleep(0.02)
+        if not insecure:
+            curve.secure_client(sock, endpoint)
         sock.connect(endpoint)
         while True:
             sock.send_multipart(encode_body({"kind": "ping", "rid": 0}))

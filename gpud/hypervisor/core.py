@@ -64,6 +64,16 @@ class Hypervisor:
             t = self.tenants[name] = Tenant(name=name, policy=policy, quota=policy.quota_bytes(total))
         return t
 
+    def admit_admin(self, token: str) -> None:
+        """Check an admin call's token (``list_sessions``): raises CUDA_ERROR_NOT_PERMITTED to refuse it."""
+        need = self.config.admin_token
+        if need:
+            if not hmac.compare_digest(need.encode(), token.encode()):
+                raise CudaError(codes.NOT_PERMITTED, "wrong or missing admin token for an admin call (WOOLY_ADMIN_TOKEN)")
+        elif self.config.require_token:
+            raise CudaError(codes.NOT_PERMITTED, "admin calls are off: this gpud requires tenant tokens and has no "
+                            "admin_token configured")
+
     def admit(self, tenant: str, token: str) -> None:
         """Check a hello's tenant and token; raises CUDA_ERROR_NOT_PERMITTED to refuse it."""
         policy = self.config.tenants.get(tenant)

@@ -8,6 +8,7 @@ A config file looks like this (TOML; the same keys work in YAML)::
     spill_dir = "/var/tmp/wooly"  # where spilled memory goes
     metrics_port = 9400           # Prometheus endpoint (0 = off)
     require_token = false         # refuse tenants that are not listed (or whose token is wrong)
+    admin_token = "..."           # admin calls (wooly ps) must carry it; with require_token and none set: refused
 
     [scheduler]
     enabled = true
@@ -111,6 +112,7 @@ class HypervisorConfig(_Cfg):
     metrics_port: int = Field(0, ge=0, le=65535)
     metrics_addr: str = "127.0.0.1"
     require_token: bool = False
+    admin_token: str = ""
     idle_check_s: float = Field(1.0, gt=0)
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
     dedup: DedupConfig = Field(default_factory=DedupConfig)

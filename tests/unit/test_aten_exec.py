@@ -81,6 +81,30 @@ def test_bad_ops_become_errors(op: list[object]) -> None:
     assert len(s.errors) == 1 and 7 in ex.tensors
 
 
+I64 = msgpack.ExtType(W.EXT_DTYPE, b"int64")
+
+
+@pytest.mark.parametrize("op,code,needle", [
+    # the cross-tenant read of issue 21: lengths far past the data, bounds checks switched off
+    (["aten.segment_reduce.default", [ref(1), "sum"], {"lengths": ref(2), "unsafe": True}, [9]], 800, "unsafe=True"),
+    (["aten.segment_reduce.default", [ref(1), "sum", None, None, ref(2), 0, True], {}, [9]], 800, "unsafe=True"),
+    (["aten.segment_reduce.default", [ref(1), "sum"], {"lengths": ref(2)}, [9]], 1, "Expected all rows of lengths"),
+    (["aten._index_put_impl_.default", [ref(1), [ref(2)], ref(1), False, True], {}, [0]], 800, "unsafe=True"),
+    (["aten._sparse_coo_tensor_unsafe.default", [ref(2), ref(1), [4]], {}, [9]], 800, "not allowed"),
+    (["aten._sparse_coo_tensor_with_dims_and_tensors.default", [1, 0, [4], ref(2), ref(1)], {}, [9]], 800,
+     "not allowed"),
+    (["aten._to_sparse.default", [ref(1)], {}, [9]], 801, "sparse_coo tensors are not kept on gpud"),
+])
+def test_unsafe_ops_are_refused(op: list[object], code: int, needle: str) -> None:
+    """NOTE [unsafe ops]: nothing that skips bounds checks runs, and no sparse tensor is kept."""
+    ex, s = make()
+    ex.run_batch([["aten.arange.default", [4.0], {}, [1]],
+                  ["aten.ones.default", [[65536]], {"dtype": I64}, [2]]], [], 0)
+    ex.run_batch([op], [], 0)
+    assert len(s.errors) == 1 and s.errors[0].code == code and needle in s.errors[0].message, s.errors
+    assert 9 not in ex.tensors and ex.tensors[1].tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
 def test_quota_exceeded_is_out_of_memory() -> None:
     ex, s = make(limit=1024)
     ex.run_batch([["aten.ones.default", [[1024]], {}, [1]]], [], 0)  # 4 KiB of float32

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 
 from proto.errors import CudaError
@@ -108,3 +113,34 @@ def test_memory_returns_to_baseline_after_clients_leave(gpud):
         assert all(t["memory_used"] == 0 for t in state["tenants"])
     finally:
         obs.conn.close()
+
+
+def _ps(endpoint: str, token: str | None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "WOOLY_ADMIN_TOKEN"}
+    if token is not None:
+        env["WOOLY_ADMIN_TOKEN"] = token
+    return subprocess.run([sys.executable, "-m", "woolyhv", "ps", "--server", endpoint, "--json"], capture_output=True,
+                          text=True, env=env, timeout=60)
+
+
+def test_admin_calls_need_the_admin_token() -> None:
+    """`wooly ps` (list_sessions) names every tenant, pid and program: with tokens required it needs the admin token."""
+    g = start_with_config('[hypervisor]\nrequire_token = true\nadmin_token = "root-of-trust"\n'
+                          '[tenants.alice]\ntoken = "a"\n', transport="tcp")
+    try:
+        d = connect(g.endpoint, tenant="alice", token="a")
+        for token in (None, "wrong", "a"):
+            p = _ps(g.endpoint, token)
+            assert p.returncode == 1 and "wrong or missing admin token" in p.stderr and "alice" not in p.stdout
+        p = _ps(g.endpoint, "root-of-trust")
+        assert p.returncode == 0, p.stderr
+        assert [s["tenant"] for s in json.loads(p.stdout)["sessions"]] == ["alice"]
+        d.conn.close()
+    finally:
+        g.stop()
+    g = start_with_config('[hypervisor]\nrequire_token = true\n', transport="tcp")
+    try:
+        p = _ps(g.endpoint, "anything")
+        assert p.returncode == 1 and "admin calls are off" in p.stderr
+    finally:
+        g.stop()

@@ -1,0 +1,111 @@
+"""Transport security: ZeroMQ CURVE on tcp, so tokens and tensor bytes never cross a network in clear.
+
+NOTE [curve]: gpud's tcp listeners are CURVE servers unless started ``--insecure``: the daemon loads its key
+pair from the key directory, creating it on first start (the secret file mode 0600, the directory 0700).
+A client needs the server's public key: ``WOOLY_SERVER_KEY`` (the Z85 text, or a path to a key file), else
+the key directory's own ``server.key`` when the client runs as the same user on gpud's host. Each client
+connection uses a fresh key pair of its own (the server accepts any client key: tenants still prove who
+they are with their token, which now travels encrypted). ipc endpoints are local files guarded by their
+mode (0700 directory) and need no keys; ``WOOLY_INSECURE=1`` lets a client speak in clear to a gpud
+started ``--insecure``. ``wooly keys`` prints the public key (and creates the pair if there is none).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+SERVER_KEY = "server.key"  # "public <z85>\nsecret <z85>\n"; a copy holding only the public line may be handed out
+
+
+def key_dir() -> str:
+    return os.environ.get("WOOLY_KEY_DIR") or os.path.join(
+        os.environ.get("XDG_CONFIG_HOME") or os.path.expanduser("~/.config"), "wooly", "keys")
+
+
+def is_tcp(endpoint: str) -> bool:
+    return endpoint.startswith("tcp://")
+
+
+def _read(path: str) -> dict[str, bytes]:
+    keys: dict[str, bytes] = {}
+    with open(path, "rb") as f:
+        for line in f.read().splitlines():
+            name, _, value = line.strip().partition(b" ")
+            if name in (b"public", b"secret") and len(value) == 40:
+                keys[name.decode()] = value
+    return keys
+
+
+def server_keys(create: bool = True) -> tuple[bytes, bytes]:
+    """gpud's (public, secret) key pair from the key directory, made there on first use."""
+    import zmq
+
+    folder = key_dir()
+    path = os.path.join(folder, SERVER_KEY)
+    if not os.path.exists(path):
+        if not create:
+            raise FileNotFoundError(path)
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        public, secret = zmq.curve_keypair()
+        tmp = f"{path}.{os.getpid()}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(b"public " + public + b"\nsecret " + secret + b"\n")
+        try:
+            os.link(tmp, path)  # first writer wins when several daemons start at once
+        except FileExistsError:
+            pass
+        os.unlink(tmp)
+    keys = _read(path)
+    if "public" not in keys or "secret" not in keys:
+        raise ValueError(f"{path}: not a wooly key file (expected 'public <z85>' and 'secret <z85>' lines)")
+    return keys["public"], keys["secret"]
+
+
+def server_public_key() -> bytes | None:
+    """The public key a client should expect: WOOLY_SERVER_KEY (Z85 text or a key file), else this user's own."""
+    given = os.environ.get("WOOLY_SERVER_KEY", "").strip()
+    if given:
+        if len(given) == 40 and not os.path.exists(given):
+            return given.encode()
+        keys = _read(given)
+        if "public" not in keys:
+            raise ValueError(f"WOOLY_SERVER_KEY: {given!r} is neither a 40-character Z85 key nor a wooly key file")
+        return keys["public"]
+    path = os.path.join(key_dir(), SERVER_KEY)
+    if os.path.exists(path):
+        return _read(path).get("public")
+    return None
+
+
+def secure_server(sock: Any) -> None:
+    """Make the next ``bind`` of ``sock`` a CURVE server (call ``plain`` before binding ipc/inproc endpoints)."""
+    import zmq
+
+    public, secret = server_keys()
+    sock.setsockopt(zmq.CURVE_SERVER, 1)
+    sock.setsockopt(zmq.CURVE_PUBLICKEY, public)
+    sock.setsockopt(zmq.CURVE_SECRETKEY, secret)
+
+
+def plain(sock: Any) -> None:
+    import zmq
+
+    sock.setsockopt(zmq.CURVE_SERVER, 0)
+
+
+def secure_client(sock: Any, endpoint: str) -> None:
+    """Before ``connect``: a CURVE client for a tcp endpoint (a no-op for ipc), or ValueError saying what is missing."""
+    if not is_tcp(endpoint) or os.environ.get("WOOLY_INSECURE", "") == "1":
+        return
+    import zmq
+
+    server = server_public_key()
+    if server is None:
+        raise ValueError(f"gpud at {endpoint} speaks CURVE: set WOOLY_SERVER_KEY to its public key (`wooly keys` on "
+                         "gpud's host prints it), or WOOLY_INSECURE=1 for a gpud started --insecure")
+    public, secret = zmq.curve_keypair()
+    sock.setsockopt(zmq.CURVE_SERVERKEY, server)
+    sock.setsockopt(zmq.CURVE_PUBLICKEY, public)
+    sock.setsockopt(zmq.CURVE_SECRETKEY, secret)

@@ -1,0 +1,43 @@
+"""Issue 21's attack, as a hostile tenant runs it: ordinary ATen ops that read past their inputs. Each line
+printed is 'name: outcome'; a result containing the victim's value 1234.5 is printed as 'LEAK'."""
+
+import torch
+
+from proto import aten as W
+from shim.torch import stream as S
+
+
+def attempt(name, fn):
+    try:
+        out = fn()
+        torch.cuda.synchronize()
+        vals = out.detach().cpu().reshape(-1) if isinstance(out, torch.Tensor) else torch.tensor([])
+        print(f"{name}: {'LEAK' if bool((vals == 1234.5).any()) else 'no leak'}", flush=True)
+    except Exception as exc:  # noqa: BLE001
+        print(f"{name}: refused: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}", flush=True)
+
+
+data = torch.arange(4.0, device="cuda")
+lengths = torch.ones(65536, dtype=torch.long, device="cuda")
+attempt("segment_reduce_unsafe", lambda: torch.segment_reduce(data, "sum", lengths=lengths, unsafe=True))
+attempt("segment_reduce", lambda: torch.segment_reduce(data, "sum", lengths=lengths))
+attempt("index_select", lambda: torch.index_select(data, 0, torch.tensor([0, 1 << 20], device="cuda")))
+attempt("gather", lambda: torch.gather(data, 0, torch.tensor([1 << 20], device="cuda")))
+attempt("embedding", lambda: torch.nn.functional.embedding(torch.tensor([1 << 20], device="cuda"),
+                                                          data.reshape(4, 1)))
+attempt("as_strided", lambda: data.as_strided((1 << 20,), (1,)))
+attempt("sparse_coo", lambda: torch.sparse_coo_tensor(torch.tensor([[1 << 20]]), torch.ones(1), (4,),
+                                                      check_invariants=False).to("cuda").to_dense())
+
+
+def raw(op):  # a client that skips the shim's own checks and sends the op itself
+    value, _ = S.stream().call(op, op[0])
+    return value
+
+
+idx, row, one = torch.tensor([[1 << 20]], device="cuda"), torch.tensor([1 << 20], device="cuda"), data[:1]
+attempt("raw_sparse_unsafe", lambda: raw(["aten._sparse_coo_tensor_unsafe.default", [idx._x, one._x, [4]], {}, []]))
+attempt("raw_to_sparse", lambda: raw(["aten._to_sparse.default", [data._x], {}, []]))
+attempt("raw_index_put_unsafe", lambda: raw(["aten._index_put_impl_.default",
+                                            [data._x, [row._x], one._x, False, True], {}, []]))
+print("attacker done", flush=True)

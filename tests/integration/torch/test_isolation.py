@@ -1,0 +1,34 @@
+"""Issue 21's attack on one gpud, two tenants: ordinary ATen ops that read past their inputs (unsafe flags,
+out-of-range indices, sparse tensors with indices anywhere) see none of the other tenant's data, gpud keeps
+serving, and the victim's data is intact (NOTE [unsafe ops] in gpud/aten_exec.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from .conftest import ROOT, _env, check, run_wooly
+
+SCRIPTS = ROOT / "tests" / "integration" / "torch" / "scripts"
+
+
+def test_another_tenants_tensors_stay_out_of_reach(gpud: str) -> None:
+    victim = subprocess.Popen([sys.executable, "-m", "woolyhv", "run", str(SCRIPTS / "tenant_victim.py")],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=_env({"WOOLY_SERVER": gpud, "WOOLY_TENANT": "victim"}), cwd=str(ROOT))
+    try:
+        assert victim.stdout.readline().strip() == "ready"
+        out = check(run_wooly(gpud, SCRIPTS / "tenant_attack.py", env={"WOOLY_TENANT": "mallory"}, timeout=240))
+        lines = dict(line.split(": ", 1) for line in out.splitlines() if ": " in line)
+        assert "attacker done" in out and not [k for k, v in lines.items() if "LEAK" in v], out
+        for name in ("segment_reduce_unsafe", "raw_index_put_unsafe"):
+            assert "unsafe=True is refused" in lines[name], lines[name]
+        assert "not allowed on gpud" in lines["raw_sparse_unsafe"]
+        assert "not kept on gpud" in lines["raw_to_sparse"]
+        for name in ("segment_reduce", "index_select", "gather", "embedding", "as_strided", "sparse_coo"):
+            assert lines[name].startswith("refused"), (name, lines[name])
+        stdout, stderr = victim.communicate("go\n", timeout=120)
+        assert victim.returncode == 0 and stdout.strip() == "intact", stderr[-2000:]
+    finally:
+        if victim.poll() is None:
+            victim.kill()
