@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from gpud.aten_graph import Graphs
 from gpud.errors import CudaError, codes
 from proto import aten as W
 
@@ -87,6 +88,7 @@ _shape = W.check_shape
 
 
 class Executor:
+    resolve = staticmethod(resolve)  # for gpud/aten_graph.py, which this module imports
     def __init__(self, session: Any, device: str) -> None:
         self.session = session
         self.device = torch.device(device)
@@ -108,8 +110,6 @@ class Executor:
         from gpud.aten_portable import CUDA_ONLY, PORTABLE
 
         self.portable: dict[str, Any] = CUDA_ONLY if self.device.type == "cpu" else PORTABLE
-        from gpud.aten_graph import Graphs
-
         self.graphs = Graphs(self)  # NOTE [aten graphs]
 
     # ------------------------------------------------------------------ tensor table

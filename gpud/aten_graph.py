@@ -22,7 +22,6 @@ from typing import Any
 
 import torch
 
-from gpud.aten_exec import resolve
 from gpud.errors import CudaError, codes
 from proto import aten as W
 
@@ -71,7 +70,7 @@ class Graphs:
                 continue
             if not isinstance(name, str) or name.startswith("wooly."):
                 raise CudaError(codes.NOT_SUPPORTED, f"{str(name)[:80]!r} cannot be part of a CUDA graph")
-            resolve(name)  # an op gpud cannot run fails now, at capture_end, not at every replay
+            self.ex.resolve(name)  # an op gpud cannot run fails now, at capture_end, not at every replay
             for h in outs:
                 if not isinstance(h, int) or isinstance(h, bool) or h < 0:
                     raise CudaError(codes.INVALID_VALUE, f"invalid output handle in a CUDA graph: {str(h)[:40]}")
@@ -95,7 +94,7 @@ class Graphs:
             if name == W.OP_FREE:
                 continue
             try:
-                fn = resolve(name)[0]
+                fn = self.ex.resolve(name)[0]
                 result = fn(*_DEC.decode(a, run), **_DEC.decode(k, run))
                 produced = self.ex.produced(name, result, outs)
             except Exception:  # noqa: BLE001 - no meta kernel, data-dependent shape, an input not live yet

@@ -28,7 +28,6 @@ BASELINE_CIRCLES = [
     {"shim.dedup", "shim.driver"},
     {"shim.torch.device", "shim.torch.dispatch", "shim.torch.factories", "shim.torch.serialization",
      "shim.torch.tensor", "shim.torch.transfer"},
-    {"gpud.aten_exec", "gpud.aten_graph"},
     {"gpud.aten", "gpud.hypervisor", "gpud.hypervisor.core", "gpud.hypervisor.dedup", "gpud.hypervisor.metrics",
      "gpud.hypervisor.scheduler", "gpud.hypervisor.sleep", "gpud.hypervisor.tenants", "gpud.hypervisor.torch_dedup",
      "gpud.server", "gpud.session"},
