@@ -115,16 +115,25 @@ def main() -> None:
     from woolyhv.launcher import start_gpud
 
     results = []
-    for transport in ("tcp", "ipc"):
-        if transport == "tcp":
+    # tcp: CURVE, gpud's default (NOTE [curve] in proto/curve.py), against raw pyzmq in clear; tcp_insecure: both in
+    # clear (gpud --insecure), the figure comparable with runs before CURVE.
+    for transport in ("tcp", "tcp_insecure", "ipc"):
+        if transport.startswith("tcp"):
             ep_raw, ep_gpud = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
         else:
             ep_raw = f"ipc:///tmp/wooly-bench-raw-{os.getpid()}.sock"
             ep_gpud = f"ipc:///tmp/wooly-bench-gpud-{os.getpid()}.sock"
-        endpoint, proc = start_gpud(ep_gpud, backend="cpu", log_level="warning")
+        insecure = transport == "tcp_insecure"
+        endpoint, proc = start_gpud(ep_gpud, backend="cpu", log_level="warning",
+                                    extra_args=["--insecure"] if insecure else None)
         time.sleep(2.0)  # steady state: let gpud's background JIT warm-up finish before timing
         try:
-            driver = Driver(Connection(endpoint))
+            if insecure:
+                os.environ["WOOLY_INSECURE"] = "1"
+            try:
+                driver = Driver(Connection(endpoint))
+            finally:
+                os.environ.pop("WOOLY_INSECURE", None)
             raw = _raw_rtt(ep_raw, n)
             ours = _client_rtt(driver, n)
             raw_p50, raw_p99 = percentile(raw, 50) * 1e6, percentile(raw, 99) * 1e6

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from gpud.aten_graph import Graphs
+from gpud.aten_guards import guard_for
 from gpud.errors import CudaError, codes
 from proto import aten as W
 
@@ -37,14 +38,15 @@ _DEFAULT_GEN_LOCK = threading.Lock()
 # The wire decoding is proto's (NOTE [aten values] in proto/aten.py).
 _DEC = W.decoder()
 _DTYPE_NAMES = _DEC.dtype_name
-# name -> (OpOverload, has generator arg, default-gen op, position of an ``unsafe`` argument or -1)
-_OPS: dict[str, tuple[Any, bool, bool, int]] = {}
+# name -> (OpOverload, has generator arg, default-gen op, position of an ``unsafe`` argument or -1,
+#          argument check or None: gpud/aten_guards.py)
+_OPS: dict[str, tuple[Any, bool, bool, int, Any]] = {}
 _SERVER_HANDLES = 1 << 62  # handles gpud picks itself (outputs of synchronous ops)
 _MAX_HANDLE = (1 << 63) - 1
 CUDA_DEFAULT_SEED = 67280421310721  # what a fresh torch.cuda generator starts from
 
 
-def resolve(name: str) -> tuple[Any, bool, bool, int]:
+def resolve(name: str) -> tuple[Any, bool, bool, int, Any]:
     hit = _OPS.get(name)
     if hit is not None:
         return hit
@@ -69,7 +71,7 @@ def resolve(name: str) -> tuple[Any, bool, bool, int]:
                 op, has_gen = alt_op, True
     seeded = torch.Tag.nondeterministic_seeded in getattr(op, "tags", ())
     unsafe = next((i for i, a in enumerate(op._schema.arguments) if a.name == _UNSAFE_ARG), -1)
-    hit = (op, has_gen, not has_gen and (seeded or base in _DEFAULT_GEN_OPS), unsafe)
+    hit = (op, has_gen, not has_gen and (seeded or base in _DEFAULT_GEN_OPS), unsafe, guard_for(base, op._schema))
     _OPS[name] = hit
     return hit
 
@@ -234,7 +236,7 @@ class Executor:
     def execute(self, name: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
         """Run one ATen op (its wire form decoded here); every failure becomes a CudaError naming the op."""
         try:
-            fn, has_gen, default_gen, unsafe = resolve(name)
+            fn, has_gen, default_gen, unsafe, guard = resolve(name)
             if self.portable and ((alt := self.portable.get(name[5:])) is not None
                                   or (alt := self.portable.get(name.split(".")[1])) is not None):
                 fn = alt
@@ -243,6 +245,8 @@ class Executor:
             if unsafe >= 0 and (a[unsafe] if unsafe < len(a) else k.get(_UNSAFE_ARG)) is True:
                 raise CudaError(codes.NOT_PERMITTED, f"{name}: unsafe=True is refused by gpud (it skips the op's "
                                 "bounds checks; NOTE [unsafe ops])")
+            if guard is not None:
+                guard(name, a, k)
             if has_gen and k.get("generator") is None:
                 k["generator"] = self.gen
             return self._with_default_gen(fn, a, k) if default_gen else fn(*a, **k)

@@ -13,8 +13,11 @@ from tests.conftest import connect
 
 
 def raw_roundtrip(endpoint: str, frames: list[bytes], timeout_ms: int = 5000) -> dict:
+    from proto import curve
+
     sock = zmq.Context.instance().socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
+    curve.secure_client(sock, endpoint)  # a hostile client that has the key: past the transport, at the decoder
     sock.connect(endpoint)
     try:
         sock.send_multipart(frames)

@@ -148,3 +148,37 @@ def test_failure_does_not_cascade() -> None:
         ex.run_call(["aten._local_scalar_dense.default", [ref(3)], {}, []], [], 0)
     ex.run_batch([[W.OP_FREE, [1, 2, 3], {}, []]], [], 0)
     assert not ex.poisoned
+
+
+def _upload(ex, h: int, t) -> None:
+    raw = t.contiguous().view(torch.uint8).reshape(-1).numpy().tobytes()
+    ex.run_batch([[W.OP_UPLOAD, [0, str(t.dtype).removeprefix("torch."), list(t.shape)], {}, [h]]], [raw], 0)
+
+
+@pytest.mark.parametrize("case", ["ctc_targets", "ctc_lengths", "pool_indices", "unpool_indices", "segment_lengths"])
+def test_kernels_that_trust_their_arguments_are_guarded(case: str) -> None:
+    """gpud/aten_guards.py: arguments the ATen fuzzer crashed gpud with (out-of-range reads and writes)."""
+    ex, s = make()
+    g = torch.Generator().manual_seed(0)
+    if case.startswith("ctc"):
+        _upload(ex, 1, torch.randn(50, 2, 20, generator=g).log_softmax(2))
+        _upload(ex, 2, torch.full((2, 30), 1 << 40) if case == "ctc_targets" else torch.ones(2, 30, dtype=torch.long))
+        lengths = [50, 50] if case == "ctc_targets" else [-7, 50]
+        op = ["aten._ctc_loss.default", [ref(1), ref(2), lengths, [10, 10]], {}, [9, 10]]
+    elif case == "pool_indices":
+        _upload(ex, 1, torch.randn(1, 1, 4, 4, generator=g))
+        _upload(ex, 2, torch.randn(1, 1, 2, 2, generator=g))
+        _upload(ex, 3, torch.full((1, 1, 2, 2), 1 << 40))
+        op = ["aten.max_pool2d_with_indices_backward.default", [ref(2), ref(1), [2, 2], [2, 2], [0, 0], [1, 1], False,
+                                                                ref(3)], {}, [9]]
+    elif case == "unpool_indices":
+        _upload(ex, 1, torch.randn(1, 1, 2, 2, generator=g))
+        _upload(ex, 3, torch.full((1, 1, 2, 2), 1 << 40))
+        op = ["aten.max_unpool2d.default", [ref(1), ref(3), [4, 4]], {}, [9]]
+    else:
+        _upload(ex, 1, torch.arange(4.0))
+        _upload(ex, 2, torch.tensor([-1, 5]))
+        op = ["aten.segment_reduce.default", [ref(1), "sum"], {"lengths": ref(2)}, [9]]
+    ex.run_batch([op], [], 0)
+    assert len(s.errors) == 1 and "gpud checks what this kernel does not" in s.errors[0].message, s.errors
+    assert 9 not in ex.tensors

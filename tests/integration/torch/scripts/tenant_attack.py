@@ -3,7 +3,6 @@ printed is 'name: outcome'; a result containing the victim's value 1234.5 is pri
 
 import torch
 
-from proto import aten as W
 from shim.torch import stream as S
 
 

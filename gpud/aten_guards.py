@@ -1,0 +1,135 @@
+"""Argument checks for ATen kernels that trust their inputs (NOTE [unsafe ops] in gpud/aten_exec.py).
+
+Every tenant's tensors share gpud's heap, so a CPU kernel that reads or writes where an argument points,
+unchecked, is a cross-tenant read or a crash of gpud. The kernels listed here were found by the ATen fuzzer
+(tests/integration/test_fuzz_aten.py) to do that on bad arguments; each gets the checks its kernel skips,
+and an argument out of range is CUDA_ERROR_INVALID_VALUE naming the op and the argument. (Per-tenant executor
+processes, issue 21, are the structural fix; these remain as defence in depth.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from gpud.errors import CudaError, codes
+
+
+def _bind(schema: Any, args: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    return {a.name: (args[i] if i < len(args) else kwargs.get(a.name, a.default_value))
+            for i, a in enumerate(schema.arguments)}
+
+
+def _ints(name: str, what: str, v: Any) -> list[int]:
+    if isinstance(v, torch.Tensor):
+        if v.is_floating_point() or v.is_complex() or v.dim() > 1:
+            raise CudaError(codes.INVALID_VALUE, f"{name}: {what} must be a 1-d integer tensor")
+        return [int(x) for x in v.tolist()] if v.dim() else [int(v)]
+    if isinstance(v, (list, tuple)) and all(isinstance(x, int) and not isinstance(x, bool) for x in v):
+        return list(v)
+    raise CudaError(codes.INVALID_VALUE, f"{name}: {what} must be integers")
+
+
+def _bad(name: str, text: str) -> CudaError:
+    return CudaError(codes.INVALID_VALUE, f"{name}: {text} (gpud checks what this kernel does not)")
+
+
+def ctc_loss(name: str, named: dict[str, Any]) -> None:
+    lp, tg = named["log_probs"], named["targets"]
+    if not isinstance(lp, torch.Tensor) or not isinstance(tg, torch.Tensor) or lp.dim() not in (2, 3):
+        return  # the kernel's own checks refuse these
+    if tg.is_floating_point() or tg.is_complex() or tg.dtype == torch.bool:
+        raise _bad(name, "targets must be integer class indices")
+    steps, classes = lp.shape[0], lp.shape[-1]
+    batch = lp.shape[1] if lp.dim() == 3 else 1
+    il = _ints(name, "input_lengths", named["input_lengths"])
+    tl = _ints(name, "target_lengths", named["target_lengths"])
+    if len(il) != batch or len(tl) != batch:
+        raise _bad(name, f"input_lengths and target_lengths need {batch} entries, got {len(il)} and {len(tl)}")
+    if any(not 0 <= x <= steps for x in il):
+        raise _bad(name, f"input_lengths must lie in [0, {steps}]")
+    if tg.dim() == 2:
+        if tg.shape[0] < batch or any(not 0 <= x <= tg.shape[1] for x in tl):
+            raise _bad(name, f"target_lengths must lie in [0, {tg.shape[1]}] for padded targets of {batch} rows")
+    elif any(x < 0 for x in tl) or sum(tl) > tg.numel():
+        raise _bad(name, f"target_lengths must be >= 0 and sum to at most the {tg.numel()} targets")
+    blank = named.get("blank", 0)
+    if not isinstance(blank, int) or not 0 <= blank < classes:
+        raise _bad(name, f"blank must lie in [0, {classes})")
+    if tg.numel() and (int(tg.min()) < 0 or int(tg.max()) >= classes):
+        raise _bad(name, f"targets must lie in [0, {classes})")
+
+
+def _in_range(name: str, indices: Any, size: int, what: str) -> None:
+    if not isinstance(indices, torch.Tensor) or indices.numel() == 0:
+        return
+    if indices.is_floating_point() or indices.is_complex() or indices.dtype == torch.bool:
+        raise _bad(name, "indices must be integers")
+    if int(indices.min()) < 0 or int(indices.max()) >= size:
+        raise _bad(name, f"indices must lie in [0, {size}) ({what})")
+
+
+def _plane(v: Any, dims: int) -> int | None:
+    if not isinstance(v, torch.Tensor) or v.dim() < dims:
+        return None
+    n = 1
+    for d in v.shape[-dims:]:
+        n *= int(d)
+    return n
+
+
+def pool_backward(dims: int) -> Callable[[str, dict[str, Any]], None]:
+    """max/adaptive/fractional pooling backwards scatter the gradient to ``indices`` within each input plane."""
+    def check(name: str, named: dict[str, Any]) -> None:
+        plane = _plane(named.get("self"), dims)
+        if plane is not None:
+            _in_range(name, named.get("indices"), plane, "positions within an input plane")
+
+    return check
+
+
+def max_unpool(name: str, named: dict[str, Any]) -> None:
+    size = named.get("output_size")
+    if isinstance(size, (list, tuple)) and all(isinstance(x, int) for x in size) and size:
+        n = 1
+        for d in size:
+            n *= d
+        _in_range(name, named.get("indices"), n, "positions within an output plane")
+
+
+def segment_reduce(name: str, named: dict[str, Any]) -> None:
+    """Segments must be non-negative and, as offsets, non-decreasing within the reduced axis."""
+    data, axis = named.get("data"), named.get("axis", 0)
+    if not isinstance(data, torch.Tensor) or not isinstance(axis, int) or not -data.dim() <= axis < max(data.dim(), 1):
+        return
+    size = int(data.shape[axis]) if data.dim() else 1
+    lengths, offsets = named.get("lengths"), named.get("offsets")
+    if isinstance(lengths, torch.Tensor) and lengths.numel():
+        if lengths.is_floating_point() or lengths.is_complex() or int(lengths.min()) < 0:
+            raise _bad(name, "lengths must be non-negative integers")
+    if isinstance(offsets, torch.Tensor) and offsets.numel():
+        if offsets.is_floating_point() or offsets.is_complex():
+            raise _bad(name, "offsets must be integers")
+        if int(offsets.min()) < 0 or int(offsets.max()) > size or (offsets.dim() and offsets.shape[-1] > 1 and bool(
+                (offsets[..., 1:] < offsets[..., :-1]).any())):
+            raise _bad(name, f"offsets must be non-decreasing within [0, {size}]")
+
+
+# base name -> check(op name, arguments by name)
+GUARDS: dict[str, Callable[[str, dict[str, Any]], None]] = {
+    "_ctc_loss": ctc_loss, "_ctc_loss_backward": ctc_loss, "ctc_loss": ctc_loss,
+    "max_pool2d_with_indices_backward": pool_backward(2), "max_pool3d_with_indices_backward": pool_backward(3),
+    "adaptive_max_pool2d_backward": pool_backward(2), "adaptive_max_pool3d_backward": pool_backward(3),
+    "fractional_max_pool2d_backward": pool_backward(2), "fractional_max_pool3d_backward": pool_backward(3),
+    "max_unpool2d": max_unpool, "max_unpool3d": max_unpool,
+    "segment_reduce": segment_reduce, "_segment_reduce_backward": segment_reduce,
+}
+
+
+def guard_for(base: str, schema: Any) -> Callable[[str, list[Any], dict[str, Any]], None] | None:
+    check = GUARDS.get(base)
+    if check is None:
+        return None
+    return lambda name, args, kwargs: check(name, _bind(schema, args, kwargs))
