@@ -167,7 +167,12 @@ class Connection:
         call may read the reply meant for an outer one: it keeps such replies in ``_stash`` for their owner
         instead of dropping them (dropping it left the outer call waiting forever, kept alive by pongs)."""
         last_heard = time.monotonic()
+        heard = False  # anything at all from gpud: a silent one is reported as gone, below
         while True:
+            if deadline is not None and time.monotonic() > deadline and heard:
+                self._dead = CudaError(DEVICE_UNAVAILABLE, f"gpud at {self.endpoint} did not answer within "
+                                       f"{timeout_s:.1f} s (it answers pings: busy, or the reply was lost)")
+                raise self._dead
             got = self._stash.pop(rid, None)
             if got is None:
                 try:
@@ -176,6 +181,7 @@ class Connection:
                     frames = None
                 if frames is not None:
                     last_heard = time.monotonic()
+                    heard = True
                     try:
                         body, bulk = unpack_body(frames)
                     except ProtocolError as exc:

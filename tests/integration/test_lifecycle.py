@@ -171,4 +171,4 @@ def test_explicit_timeout_is_a_deadline_even_while_gpud_answers_pings(gpud_tcp):
     t = time.monotonic()
     with pytest.raises(CudaError) as e:  # a request nobody answers (its rid is never replied to)
         c._wait(c._rid, 30.0, deadline=time.monotonic() + 1.0)
-    assert time.monotonic() - t < 3 and e.value.name == "CUDA_ERROR_DEVICE_UNAVAILABLE"
+    assert time.monotonic() - t < 4 and e.value.name == "CUDA_ERROR_DEVICE_UNAVAILABLE"  # 1 s + one receive wait
