@@ -26,8 +26,8 @@ _CACHE: dict[Any, Any] = {}
 _INFO: dict[Any, OpInfo] = {}
 _FLOAT_SHAPED = ("arange", "range", "linspace", "logspace", "upsample", "interpolate", "histc")
 # Ops that change a tensor's own metadata in place: the wrapper's metadata is updated too.
-_META_INPLACE = frozenset({"resize_", "resize_as_", "t_", "transpose_", "squeeze_", "unsqueeze_",
-                           "as_strided_", "swapdims_", "swapaxes_"})
+# (resize_ and ops writing into a resized out= argument take their new metadata from ``_retarget``.)
+_META_INPLACE = frozenset({"t_", "transpose_", "squeeze_", "unsqueeze_", "as_strided_", "swapdims_", "swapaxes_"})
 
 # The wire encoding is proto's (NOTE [aten values] in proto/aten.py); its precomputed tables are
 # bound here so the hot path below indexes them without a call.
@@ -234,6 +234,8 @@ def dispatch(func: Any, args: Any, kwargs: Any) -> Any:
         if inplace is not None and i in inplace:
             pos, name = inplace[i]
             obj = args[pos] if 0 <= pos < len(args) else kwargs[name]
+            if isinstance(obj, RemoteTensor) and obj._k != leaf and not info.meta_inplace:
+                _retarget(obj, leaf)  # resize_, or an out= argument the op resizes (arange(..., out=t))
             outs.append(obj)
             handles.append(0)
             continue
@@ -277,6 +279,22 @@ def _run_sync(func: Any, info: OpInfo, args: Any, kwargs: Any, wargs: Any, wkw: 
     if info.meta_inplace:
         _apply_meta_inplace(func, args, kwargs)
     return out
+
+
+def _retarget(obj: RemoteTensor, leaf: tuple[Any, ...]) -> None:
+    """Give a wrapper the metadata its tensor on gpud now has (resize_, an out= argument the op resized). C++ cannot
+    resize a tensor of the CUDA device in a CPU build, but it can restride one within its storage: empty wrappers
+    (the usual ``out=`` and ``resize_`` targets) are made with room to grow (``wrap``)."""
+    shape, stride, off, dtype = leaf[:4]
+    if dtype != obj.dtype:
+        return  # a dtype the op could not change: its own error comes back from gpud
+    try:
+        with torch._C._DisableTorchDispatch():
+            obj.as_strided_(shape, stride, off)
+    except RuntimeError:
+        raise NotImplementedError(f"wooly: growing a non-empty cuda tensor of {tuple(obj.shape)} in place to {shape} "
+                                  "(resize_ or out=) is not supported; start from an empty tensor") from None
+    obj.__dict__["_k"] = leaf
 
 
 def _apply_meta_inplace(func: Any, args: Any, kwargs: Any) -> None:

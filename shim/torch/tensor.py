@@ -167,6 +167,7 @@ class RemoteTensor(torch.Tensor):
 
 
 _make = torch.Tensor._make_wrapper_subclass
+_ROOM = 1 << 48  # bytes an empty wrapper's (never allocated) storage may describe
 # NOTE [a cuda device in a CPU build] (shim/torch/device.py): on cuda when the device library is
 # loaded, else on meta (the properties above then make the tensor report cuda).
 _WRAP_DEVICE = CUDA0 if _device.ACTIVE else META
@@ -176,7 +177,11 @@ _DATA = torch._C.TensorBase.data
 def wrap(h: int, shape: Any, stride: Any, offset: int, dtype: torch.dtype, bits: int = 0) -> RemoteTensor:
     """The wrapper of handle ``h``. ``bits``: 1 = conjugate view, 2 = negative view, as the tensor on gpud is
     (C++ must see them too: the Conjugate/Negative fallbacks resolve them before ops that cannot take them)."""
-    r = _make(RemoteTensor, shape, strides=stride, storage_offset=offset, dtype=dtype, device=_WRAP_DEVICE)
+    if 0 in shape:  # room to grow: resize_ and out= restride empty wrappers (dispatch._retarget)
+        r = _make(RemoteTensor, shape, strides=stride, storage_offset=offset, dtype=dtype, device=_WRAP_DEVICE,
+                  storage_size=_ROOM)
+    else:
+        r = _make(RemoteTensor, shape, strides=stride, storage_offset=offset, dtype=dtype, device=_WRAP_DEVICE)
     d = r.__dict__
     d["_h"] = h
     d["_x"] = S.tensor_ref(h)
