@@ -216,6 +216,15 @@ def _patch_tensor_methods() -> None:
     def pin_memory(self: torch.Tensor, device: Any = None) -> Any:
         return self
 
+    from shim.torch.tensor import _host_index
+
+    orig_getitem = torch.Tensor.__getitem__
+
+    def __getitem__(self: torch.Tensor, index: Any) -> Any:  # also when called as torch.Tensor.__getitem__(t, i)
+        return orig_getitem(self, _host_index(index) if isinstance(self, RemoteTensor) else index)
+
+    torch.Tensor.__getitem__ = __getitem__  # type: ignore[method-assign,assignment]
+
     del orig_cuda
     torch.Tensor.to = to  # type: ignore[method-assign]
     torch.Tensor.cuda = cuda  # type: ignore[method-assign]

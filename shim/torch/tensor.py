@@ -111,7 +111,7 @@ class RemoteTensor(torch.Tensor):
         # holds no value: make it a host scalar tensor, which travels with the op.
         if isinstance(value, (int, float, bool, complex)):
             value = torch.tensor(value, dtype=self.dtype)
-        torch.Tensor.__setitem__(self, index, value)
+        torch.Tensor.__setitem__(self, _host_index(index), value)
 
     def numpy(self, *, force: bool = False) -> Any:  # type: ignore[override]
         if force:
@@ -172,6 +172,20 @@ _ROOM = 1 << 48  # bytes an empty wrapper's (never allocated) storage may descri
 # loaded, else on meta (the properties above then make the tensor report cuda).
 _WRAP_DEVICE = CUDA0 if _device.ACTIVE else META
 _DATA = torch._C.TensorBase.data
+
+
+def _host_index(index: Any) -> Any:
+    """Python lists in an index become host tensors here: C++ would build them on the CPU and copy them to the
+    index's device through a kernel stub the CPU build lacks for CUDA. A host index tensor travels with the op."""
+    if type(index) is list and _plain(index):
+        return torch.tensor(index)
+    if type(index) is tuple and any(type(i) is list for i in index):
+        return tuple(torch.tensor(i) if type(i) is list and _plain(i) else i for i in index)
+    return index
+
+
+def _plain(items: list[Any]) -> bool:
+    return bool(items) and all(type(i) in (int, bool) or (type(i) is list and _plain(i)) for i in items)
 
 
 def wrap(h: int, shape: Any, stride: Any, offset: int, dtype: torch.dtype, bits: int = 0) -> RemoteTensor:
