@@ -13,7 +13,6 @@ this class.
 from __future__ import annotations
 
 import itertools
-import threading
 from typing import Any
 
 import torch
@@ -23,7 +22,6 @@ from shim.torch import stream as S
 
 _ids = itertools.count(1)
 _pools = itertools.count(1)
-_capturing = threading.Event()
 
 CAPTURE_REFUSED = "CUDA error: operation not permitted when stream is capturing"
 
@@ -68,14 +66,12 @@ class CUDAGraph:
             self._pool = tuple(pool) if isinstance(pool, tuple) else (0, int(pool))
         st = S.stream()
         st.begin_capture(Capture())
-        _capturing.set()
         self._stream = st
 
     def capture_end(self) -> None:
         st = self._stream
         if st is None or st.capture is None:
             raise RuntimeError("CUDA error: capture_end called without a capture under way (call capture_begin first)")
-        _capturing.clear()
         cap = st.end_capture()
         if cap.failed:
             raise RuntimeError(f"CUDA error: operation failed due to a previous error during capture "
@@ -126,7 +122,8 @@ def graph_pool_handle() -> tuple[int, int]:
 
 
 def is_current_stream_capturing() -> bool:
-    return _capturing.is_set()
+    st = S.current()
+    return st is not None and st.capture is not None
 
 
 def patch() -> None:
