@@ -247,6 +247,16 @@ def main() -> None:
     kq = mq.get_kernel(mq.kernel_names[0])
     tq = best(lambda: kq.launch(((n + 255) // 256,), (256,), 0, p), reps)
     emit("saxpy_quick_tier_ms", tq * 1e3, tj * 1e3, 0.0, "ms", n=n, note="baseline = optimised JIT code")
+
+    def granted_for(*arrays: np.ndarray) -> list:
+        return [GlobalRange(a.ctypes.data, a.nbytes) for a in arrays]
+
+    def checked_time(name: str, launch: Any) -> float:
+        """The best time of ``launch`` on kernel ``name`` compiled with bounds checks (gpud's default)."""
+        mc = compile_module(ptxs[name], bounds_check=True, tier="optimized")
+        kc = mc.get_kernel(mc.kernel_names[0])
+        return best(lambda: launch(kc), reps)
+
     mb = compile_module(ptxs["saxpy"], bounds_check=True, tier="optimized")
     kb = mb.get_kernel(mb.kernel_names[0])
     granted = [GlobalRange(a.ctypes.data, a.nbytes) for a in (x, y, out)]
@@ -260,6 +270,9 @@ def main() -> None:
     tj, tn = best_pair(lambda: kern["reduce"].launch((nb,), (256,), 0, p), lambda: n_reduce(x, part2, nb), reps)
     assert abs(part.sum() - x.sum(dtype=np.float64)) / n < 1e-3
     ratios.append(emit("reduction_ms", tj * 1e3, tn * 1e3, 1.5, "ms", n=n)["ratio"])
+    # shared memory through registers, checked (NOTE [state space checks]): baseline = the same kernel unchecked
+    tb = checked_time("reduce", lambda k: k.launch((nb,), (256,), 0, p, allowed_ranges=granted_for(x, part)))
+    emit("reduction_bounds_checked_ms", tb * 1e3, tj * 1e3, 3.0, "ms", n=n, note="baseline = unchecked JIT")
 
     m = 256 if q else 640
     A, B, C = (rng.random((m, m), dtype=np.float32) for _ in range(3))
@@ -269,6 +282,9 @@ def main() -> None:
                        lambda: n_matmul(A, B, C2), reps)
     assert np.allclose(C, A @ B, rtol=1e-3)
     ratios.append(emit("matmul_ms", tj * 1e3, tn * 1e3, 1.5, "ms", n=m)["ratio"])
+    tb = checked_time("matmul", lambda k: k.launch((m // TILE, m // TILE), (TILE, TILE), 0, p,
+                                                   allowed_ranges=granted_for(A, B, C)))
+    emit("matmul_bounds_checked_ms", tb * 1e3, tj * 1e3, 3.0, "ms", n=m, note="baseline = unchecked JIT")
 
     d = rng.integers(0, 1 << 30, n, dtype=np.uint32)
     bins = np.zeros(256, np.uint32)

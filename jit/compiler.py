@@ -70,6 +70,7 @@ class Worker:
         env = dict(os.environ)
         env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
         env["WOOLY_JIT_WORKER_NICE"] = str(self.nice)  # the worker lowers its own priority (no preexec_fn: threads)
+        env["WOOLY_JIT_PARENT"] = str(os.getpid())  # NOTE [bounded compiler] (jit/worker.py): it dies with us
         return subprocess.Popen([sys.executable, "-m", "jit.worker"], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, env=env, cwd=root)
 
@@ -82,6 +83,16 @@ class Worker:
         with self.lock:
             p = self.ensure()
             assert p.stdin is not None and p.stdout is not None
+            # NOTE [bounded compiler] (jit/worker.py): a worker that does not answer in time is killed
+            late = threading.Event()
+
+            def overdue() -> None:
+                late.set()
+                p.kill()
+
+            timer = threading.Timer(float(os.environ.get("WOOLY_JIT_COMPILE_WALL_S", "300") or 300), overdue)
+            timer.daemon = True
+            timer.start()
             try:
                 write_frame(p.stdin, json.dumps({"target": target, "bounds_check": bounds_check, "opt": opt}).encode())
                 write_frame(p.stdin, ptx)
@@ -90,11 +101,12 @@ class Worker:
                 payload = read_frame(p.stdout)
             except (BrokenPipeError, OSError):
                 hdr = payload = None
+            finally:
+                timer.cancel()
             if hdr is None or payload is None:
                 rc = p.wait()
                 self.proc = None
-                raise JitError(CUDA_ERROR_INVALID_PTX,
-                               f"PTX compiler worker died (exit status {rc}); LLVM rejected this module")
+                raise JitError(CUDA_ERROR_INVALID_PTX, _death(rc, late.is_set()))
         reply = json.loads(hdr)
         if not reply["ok"]:
             raise JitError(reply["code"], reply["message"])
@@ -108,6 +120,21 @@ class Worker:
             except Exception:
                 self.proc.kill()
             self.proc = None
+
+
+def _death(rc: int, late: bool) -> str:
+    """Why a compile worker died, as the error of the compile it was doing (NOTE [bounded compiler])."""
+    import signal
+    if late:
+        return (f"compiling this module took longer than {os.environ.get('WOOLY_JIT_COMPILE_WALL_S', '300')} s "
+                "(WOOLY_JIT_COMPILE_WALL_S); the compile was stopped")
+    if rc == -signal.SIGXCPU:
+        return (f"compiling this module needs more than {os.environ.get('WOOLY_JIT_COMPILE_CPU_S', '60')} s of CPU "
+                "time (WOOLY_JIT_COMPILE_CPU_S); the compile was stopped")
+    if rc in (-signal.SIGABRT, -signal.SIGSEGV, -signal.SIGKILL):
+        return (f"PTX compiler worker died (exit status {rc}): LLVM rejected this module, or it needs more memory "
+                "than a compile may use (WOOLY_JIT_WORKER_MEMORY)")
+    return f"PTX compiler worker died (exit status {rc}); LLVM rejected this module"
 
 
 _POOL: list[Worker] = []

@@ -49,9 +49,11 @@ from jit.errors import (
     CUDA_ERROR_ILLEGAL_ADDRESS,
     CUDA_ERROR_INVALID_VALUE,
     CUDA_ERROR_LAUNCH_FAILED,
+    CUDA_ERROR_LAUNCH_TIMEOUT,
     CUDA_ERROR_NOT_FOUND,
     JitError,
 )
+from jit import watchdog
 from jit.loader import LAUNCH_LOCK, LAUNCHES, loaded
 
 
@@ -134,13 +136,16 @@ class CpuKernel:
                shared_mem: int = 0, params: bytes | bytearray | memoryview | Any = b"",
                workers: int | None = None,
                allowed_ranges: Sequence[GlobalRange] | Sequence[tuple[int, int]] | None = None,
-               cooperative: bool = False) -> LaunchResult:
+               cooperative: bool = False, deadline_s: float | None = None,
+               cancel: watchdog.Cancel | None = None) -> LaunchResult:
         """Run the kernel. ``allowed_ranges`` (modules compiled with bounds_check=True only): the allocations this
         launch may access through global/generic pointers, besides the module's own globals and the block's
         shared/local memory; an access outside them fails the launch with CUDA_ERROR_ILLEGAL_ADDRESS (700). Pass
         the same tuple to many launches and its sorted table is built once (jit.checked.for_ranges).
         ``cooperative``: every block resident at once, on an OS thread of its own, with a grid-sync workspace
-        (NOTE [grid sync], jit/emit/cpu_grid.py); at most COOPERATIVE_MAX_BLOCKS blocks."""
+        (NOTE [grid sync], jit/emit/cpu_grid.py); at most COOPERATIVE_MAX_BLOCKS blocks.
+        ``deadline_s``, ``cancel`` (bounds-checked modules): stop the launch when it runs longer, or when the token is
+        cancelled, with CUDA_ERROR_LAUNCH_TIMEOUT (NOTE [watchdog], jit/watchdog.py)."""
         checked = self._module is not None and self._module.bounds_check
         if allowed_ranges is not None and not checked:
             raise JitError(CUDA_ERROR_INVALID_VALUE,
@@ -176,7 +181,7 @@ class CpuKernel:
         lctx[L_DYN], lctx[L_NTHREADS], lctx[L_ASSERT] = shared_mem, nt, 0
         keep: list[Any] = [pbuf]
         wctxs = []
-        extra_ranges: list[tuple[int, int]] = []
+        extra_ranges: list[tuple[int, int]] = [(paddr, max(len(raw), self.param_buffer_size))]
         if cooperative:
             keep.append(ws)
             extra_ranges.append((lctx[L_GRID_WS], ctypes.sizeof(ws)))
@@ -213,6 +218,7 @@ class CpuKernel:
         rec: dict[str, Any] = {"printf": [], "assert": None}
         with LAUNCH_LOCK:
             LAUNCHES[key] = rec
+        running = watchdog.start(lctx, deadline_s, cancel) if checked and (deadline_s or cancel) else None
         try:
             fn = code.fn
             if cooperative:
@@ -230,17 +236,22 @@ class CpuKernel:
         finally:
             with LAUNCH_LOCK:
                 LAUNCHES.pop(key, None)
+            if running is not None:
+                watchdog.finish(running, cancel)
         text = "".join(rec["printf"])
         err = int(lctx[L_ERROR])
         if err:
-            if err == CUDA_ERROR_ILLEGAL_ADDRESS:
+            if err == CUDA_ERROR_LAUNCH_TIMEOUT and running is not None:
+                e = JitError(err, f"kernel {self.name} was stopped: {running.why}")
+            elif err == CUDA_ERROR_ILLEGAL_ADDRESS:
                 e = JitError(err, f"kernel {self.name}: illegal address 0x{int(lctx[L_BADADDR]) & (2**64 - 1):x} "
                                   "outside the launch's allowed ranges")
             elif err == CUDA_ERROR_ASSERT:
                 e = JitError(err, f"device-side assert triggered in {self.name}: {rec['assert'] or ''}".strip())
             elif err == CUDA_ERROR_LAUNCH_FAILED:
                 e = JitError(err, f"trap executed in kernel {self.name} (a trap instruction, or a thread out of "
-                                  "stack: alloca past its 4 KiB, NOTE [dynamic stack], or .func frames)")
+                                  "stack: alloca past its 4 KiB, NOTE [dynamic stack], .func frames, or .func "
+                                  "recursion too deep)")
             else:
                 e = JitError(err, f"kernel {self.name} failed")
             e.printf = text  # type: ignore[attr-defined]
@@ -299,8 +310,8 @@ class CpuModule:
         # see NOTE [module globals live in a data block] (jit/lower/module.py)
         self.bounds_check = bool(meta.get("bounds_check", False))
         image = bytes.fromhex(meta.get("gdata", ""))
-        self._data_size = len(image)
-        self._data, self._data_addr = _buffer(len(image))
+        self._data_size = max(len(image), int(meta.get("gsize", 0)))  # the image's zero tail is not in it
+        self._data, self._data_addr = _buffer(self._data_size)
         ctypes.memmove(self._data_addr, image, len(image))
         for where, target, size in meta.get("grelocs", []):
             v = (self._data_addr + target) & ((1 << (8 * size)) - 1)

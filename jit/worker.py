@@ -63,7 +63,8 @@ def compile_ptx(ptx: bytes, target: str, opt: int = 2, bounds_check: bool = Fals
     obj = tm.emit_object(mod)
     meta = {"kernels": [asdict(k) for k in low.kernels], "globals": low.globals, "dyn_offset": low.dyn_offset,
             "bounds_check": bounds_check,
-            "gdata": low.gdata.hex(), "grelocs": low.grelocs, "frelocs": low.frelocs, "ftab": low.ftab}
+            "gdata": low.gdata.rstrip(b"\0").hex(), "gsize": len(low.gdata),  # the zero tail is not sent
+            "grelocs": low.grelocs, "frelocs": low.frelocs, "ftab": low.ftab}
     return obj, meta
 
 
@@ -85,12 +86,16 @@ def serve(inp: BinaryIO, out: BinaryIO) -> None:
         ptx = read_frame(inp) or b""
         req = json.loads(hdr)
         gc.disable()
+        _cpu_budget()
         try:
             obj, meta = compile_ptx(ptx, req.get("target", "cpu"), int(req.get("opt", 2)),
                                     bool(req.get("bounds_check", False)))
             reply, payload = {"ok": True, "meta": meta}, obj
         except JitError as e:
             reply, payload = {"ok": False, "code": e.code, "message": e.message}, b""
+        except MemoryError:  # NOTE [bounded compiler]: past RLIMIT_AS
+            reply, payload = {"ok": False, "code": 218, "message": "compiling this module needs more memory than a "
+                              "compile may use (WOOLY_JIT_WORKER_MEMORY)"}, b""
         except Exception as e:  # a bug in the translator: report it, keep serving
             msg = f"internal JIT error: {type(e).__name__}: {e}\n{traceback.format_exc(limit=6)}"
             reply, payload = {"ok": False, "code": 218, "message": msg}, b""
@@ -105,9 +110,56 @@ def serve(inp: BinaryIO, out: BinaryIO) -> None:
         gc.collect()
 
 
+# NOTE [bounded compiler]
+# A PTX module is a tenant's input, and compiling it must end, in bounded memory, whatever it declares. Absurd
+# declarations are refused by the parser (NOTE [declaration limits]); what is left is bounded here, by the kernel:
+# - memory: RLIMIT_AS (WOOLY_JIT_WORKER_MEMORY bytes of address space, 4 GiB by default; the idle worker maps
+#   ~0.2 GiB). Python's allocations past it are a MemoryError, answered as an error; LLVM's abort the worker, which
+#   the parent reports (jit/compiler.py);
+# - CPU: before each compile the soft RLIMIT_CPU is set to the CPU time used so far plus WOOLY_JIT_COMPILE_CPU_S
+#   (60 s by default); past it the kernel sends SIGXCPU, whose default action ends the worker wherever it is (in
+#   LLVM's C++ too, where a Python handler would never run), and the parent reports the bound. The parent also
+#   kills a worker that has not answered within WOOLY_JIT_COMPILE_WALL_S (a stopped or starved one);
+# - lifetime: a worker dies with its parent. PR_SET_PDEATHSIG fires when the parent *thread* exits (gpud starts
+#   workers from pool threads), so a watcher thread compares getppid() with the parent it started with instead,
+#   twice a second, and exits the worker when it changed (it runs while the main thread is inside LLVM: llvmlite
+#   releases the GIL). An idle worker also exits at EOF on stdin.
+def _bound_process() -> None:
+    import os
+    import resource
+    import threading
+    import time
+
+    mem = int(os.environ.get("WOOLY_JIT_WORKER_MEMORY", str(4 << 30)) or 0)
+    if mem > 0:
+        resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
+    parent = int(os.environ.get("WOOLY_JIT_PARENT", "0") or 0) or os.getppid()
+
+    def watch() -> None:
+        while True:
+            if os.getppid() != parent:
+                os._exit(3)
+            time.sleep(0.5)
+
+    threading.Thread(target=watch, name="wooly-jit-parent-watch", daemon=True).start()
+
+
+def _cpu_budget() -> None:
+    """Allow this compile WOOLY_JIT_COMPILE_CPU_S more seconds of CPU (see NOTE [bounded compiler])."""
+    import os
+    import resource
+    limit = float(os.environ.get("WOOLY_JIT_COMPILE_CPU_S", "60") or 0)
+    if limit <= 0:
+        return
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    soft = int(ru.ru_utime + ru.ru_stime + limit) + 1
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, resource.getrlimit(resource.RLIMIT_CPU)[1]))
+
+
 def main() -> None:
     sys.setrecursionlimit(20000)
     import os
+    _bound_process()
     nice = int(os.environ.get("WOOLY_JIT_WORKER_NICE", "0") or 0)
     if nice and hasattr(os, "nice"):
         os.nice(nice)  # the background tier-up worker (NOTE [compile tiers])

@@ -29,7 +29,9 @@ RED_BYTES = RB_DENSE + 8 * DENSE_SLOTS
 # thread context passed to .func code (i64 slots)
 T_TID, T_NTID, T_CTAID, T_NCTAID, T_SHARED, T_LCTX, T_LINEAR, T_EXITED = 0, 3, 6, 9, 12, 13, 14, 15
 T_LSP, T_LEND = 16, 17  # .func frame stack of a bounds-checked kernel (NOTE [checked .func stack], jit/emit/cpu_func.py)
-T_SLOTS = 18
+T_LLO, T_LHI = 18, 19  # the worker's .local area of a bounds-checked kernel (NOTE [state space checks], bounds.py)
+T_STACK_FLOOR = 20  # the lowest native stack address a .func call may reach (NOTE [bounded recursion], cpu_func.py)
+T_SLOTS = 21
 # per-thread scheduler record (bytes)
 R_PC, R_PARK, R_XA, R_XB, R_XC, R_XMASK, R_XPRED, R_RVAL, R_RPRED, R_DONE, R_SLOTS = 0, 4, 8, 16, 20, 24, 28, 32, 40, 44, 48
 

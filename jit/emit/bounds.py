@@ -17,6 +17,23 @@ the launching session's allowed ranges.
 # values live across the whole kernel (the thread loop included), i.e. ~2*S phis at every join, and LLVM 22's SLP
 # vectoriser is superlinear in the phis per block (numba's NRT kernels with ~140 sites took ~60 s to optimise
 # instead of ~1 s; tests/unit/jit/test_numba_suite_fixes.py::test_bounds_check_many_sites_compile_time).
+#
+# NOTE [state space checks]
+# Every other state space is checked too (``guard`` is the one entry point of every load, store, atomic, async copy
+# and mbarrier site), because on the CPU each of them is host memory and a register can hold any address:
+# - .shared through a register or an immediate: the offset must lie in the block's window,
+#   `off + n <= static shared + dynamic shared` (unsigned, so a negative offset fails too): two compares against a
+#   loop-invariant bound;
+# - .local through a register or an immediate: the address must lie in the worker's .local area (every thread's
+#   .local and .func frames, L[L_NTHREADS] * stride bytes from W[W_LOCAL]; tc[T_LLO], tc[T_LHI] inside a .func);
+# - .const and .param through a register or an immediate: the table search above (the module's data block holds
+#   the .const variables; the launch's parameter buffer is in the table too);
+# - an access through a symbol, `[sym+imm]`, is free when it stays inside the symbol's declared size (what compilers
+#   emit); beyond it a .shared/.global/.const symbol gets the runtime check of its space, and a .local or .param
+#   symbol (a thread's own frame) is invalid PTX, refused at compile time with its line.
+# In a kernel body a failure takes the rooted check's path (no call, no atomic: the thread loop still vectorises);
+# in a .func it records the address and traps. Either way the launch fails with CUDA_ERROR_ILLEGAL_ADDRESS and no
+# byte outside the tenant's own memory was read or written.
 """
 
 from __future__ import annotations
@@ -24,8 +41,9 @@ from __future__ import annotations
 from llvmlite import ir
 
 from jit.emit import L_BADADDR, L_HEAP, L_HEAP_ALLOC, L_HEAP_FREE, L_NRANGES, L_RANGES
-from jit.errors import CUDA_ERROR_ILLEGAL_ADDRESS
+from jit.errors import CUDA_ERROR_ILLEGAL_ADDRESS, invalid_ptx
 from jit.lower.types import I64, PTR
+from jit.ptx import ast as A
 
 BC_NAME = "wooly.bc"
 
@@ -81,9 +99,11 @@ def define_bc(module: ir.Module) -> ir.Function:
     return fn
 
 
-def emit_check(fl, ptr: ir.Value, nbytes: int, root: tuple[str, int] | None = None) -> None:  # type: ignore[no-untyped-def]
+def emit_check(fl, ptr: ir.Value, nbytes: int | ir.Value,  # type: ignore[no-untyped-def]
+               root: tuple[str, int] | None = None) -> None:
     """Guard one access of nbytes at ptr (see NOTE [bounds checking]); ``root``: the kernel pointer parameter the
     address derives from, if known (NOTE [rooted bounds checks])."""
+    nbytes = _i64(nbytes) if isinstance(nbytes, int) else nbytes
     if root is not None and hasattr(fl.env, "root_range"):
         _rooted_check(fl, ptr, nbytes, root)
         return
@@ -95,7 +115,7 @@ def emit_check(fl, ptr: ir.Value, nbytes: int, root: tuple[str, int] | None = No
     fl.ab.store(_i64(1), hint)
     fl.ab.store(_i64(0), hint_hi)
     addr = b.ptrtoint(ptr, I64)
-    end = b.add(addr, _i64(nbytes))
+    end = b.add(addr, nbytes)
     lo, hi = b.load(hint, typ=I64), b.load(hint_hi, typ=I64)
     fast = b.and_(b.icmp_unsigned("<=", lo, addr), b.and_(b.icmp_unsigned("<=", end, hi),
                                                           b.icmp_unsigned(">=", end, addr)))
@@ -104,7 +124,7 @@ def emit_check(fl, ptr: ir.Value, nbytes: int, root: tuple[str, int] | None = No
     cont = fl.block("inb")
     b.cbranch(fast, cont, slow).set_weights([1000, 1])
     b.position_at_end(slow)
-    ok = b.call(define_bc(fl.module), [L, addr, _i64(nbytes), hint])
+    ok = b.call(define_bc(fl.module), [L, addr, nbytes, hint])
     b.cbranch(ok, cont, bad).set_weights([1000, 1])
     b.position_at_end(bad)
     b.cmpxchg(b.gep(L, [_i64(L_BADADDR)], source_etype=I64), _i64(0), addr, "monotonic", "monotonic")
@@ -123,23 +143,106 @@ def emit_check(fl, ptr: ir.Value, nbytes: int, root: tuple[str, int] | None = No
 # The rule is stricter than "any allowed range": an address derived from p must stay inside p's allocation, which
 # is what CUDA C++ requires of pointer arithmetic anyway. Accesses through other registers (pointers loaded from
 # memory, returned by malloc, ...) keep the table search.
-def _rooted_check(fl, ptr: ir.Value, nbytes: int, root: tuple[str, int]) -> None:  # type: ignore[no-untyped-def]
-    b = fl.b
+def _rooted_check(fl, ptr: ir.Value, nbytes: ir.Value, root: tuple[str, int]) -> None:  # type: ignore[no-untyped-def]
     lo, hi = fl.env.root_range(fl, root)
-    addr = b.ptrtoint(ptr, I64)
-    end = b.add(addr, _i64(nbytes))
+    _span_check(fl, fl.b.ptrtoint(ptr, I64), nbytes, lo, hi, "oob_rooted")
+
+
+def _span_check(fl, addr: ir.Value, nbytes: ir.Value, lo: ir.Value, hi: ir.Value,  # type: ignore[no-untyped-def]
+                name: str = "oob_span") -> None:
+    """``lo <= addr && addr + nbytes <= hi`` (no wrap-around), or the access fails (NOTE [rooted bounds checks])."""
+    b = fl.b
+    end = b.add(addr, nbytes)
     ok = b.and_(b.icmp_unsigned("<=", lo, addr), b.and_(b.icmp_unsigned("<=", end, hi),
                                                         b.icmp_unsigned(">=", end, addr)))
-    bad = fl.block("oob_rooted")
+    bad = fl.block(name)
     cont = fl.block("inb")
     b.cbranch(ok, cont, bad).set_weights([1000, 1])
     b.position_at_end(bad)
-    acc = fl.env.bc_bad
+    fl.env.bad_access(fl, addr)
+    b.position_at_end(cont)
+
+
+def fail_soft(fl, addr: ir.Value) -> None:  # type: ignore[no-untyped-def]
+    """A kernel body's failed check: record ``addr`` in the worker's maximum and end the thread; the worker turns it
+    into CUDA_ERROR_ILLEGAL_ADDRESS after the block (NOTE [rooted bounds checks])."""
+    b = fl.b
+    acc = fl.env.bad_slot(fl)
     cur = b.load(acc)
     one_past = b.add(addr, _i64(1))  # stored + 1 so that a null dereference is non-zero too
     b.store(b.select(b.icmp_unsigned(">", one_past, cur), one_past, cur), acc)
     fl.env.exit_thread(fl)
-    b.position_at_end(cont)
+
+
+def fail_trap(fl, addr: ir.Value) -> None:  # type: ignore[no-untyped-def]
+    """A .func's failed check: record ``addr`` and trap with CUDA_ERROR_ILLEGAL_ADDRESS."""
+    b = fl.b
+    b.cmpxchg(b.gep(fl.env.launch_ctx(fl), [_i64(L_BADADDR)], source_etype=I64), _i64(0), addr, "monotonic",
+              "monotonic")
+    fl.env.trap(fl, CUDA_ERROR_ILLEGAL_ADDRESS)
+
+
+def guard(fl, o: A.Operand, space: str, ptr: ir.Value, nbytes: int | ir.Value,  # type: ignore[no-untyped-def]
+          root: tuple[str, int] | None = None) -> None:
+    """Check one access of ``nbytes`` at ``ptr`` (= fl.addr(o, space)) in a bounds-checked module: NOTE [bounds
+    checking] for global and generic addresses, NOTE [state space checks] for the others."""
+    if not getattr(fl.cg, "bounds_check", False):
+        return
+    n = _i64(nbytes) if isinstance(nbytes, int) else nbytes
+    base = o.base if isinstance(o, A.Addr) else o
+    if isinstance(base, (A.Sym, A.SymOff)):
+        name = base.name
+        off = (o.offset if isinstance(o, A.Addr) else 0) + (base.offset if isinstance(base, A.SymOff) else 0)
+        space = _symbol_space(fl, name, off, nbytes)
+        if space is None:
+            return  # inside the symbol's declared size
+    if space in ("global", "generic"):
+        if needs_check(fl, o, space):
+            emit_check(fl, ptr, n, root)
+    elif space == "shared":
+        b = fl.b
+        off = b.sub(b.ptrtoint(ptr, I64), b.ptrtoint(fl.env.shared_base(fl), I64))
+        _span_check(fl, off, n, _i64(0), fl.env.shared_window(fl))
+    elif space == "local":
+        lo, hi = fl.env.local_span(fl)
+        _span_check(fl, fl.b.ptrtoint(ptr, I64), n, lo, hi)
+    elif space in ("const", "param"):
+        emit_check(fl, ptr, n)
+
+
+def _symbol_space(fl, name: str, off: int, nbytes: int | ir.Value) -> str | None:  # type: ignore[no-untyped-def]
+    """None when ``[name+off]`` of ``nbytes`` lies inside the symbol's declared size; otherwise the state space whose
+    runtime check the access needs (a .local/.param symbol past its size is invalid PTX)."""
+    decl = _decl(fl, name)
+    size = 0
+    if decl is not None:
+        size = A.type_bytes(decl.type) * getattr(decl, "vec", 1)
+        for d in decl.dims:
+            size *= d
+    if isinstance(nbytes, int) and decl is not None and size and 0 <= off and off + nbytes <= size:
+        return None
+    kind = fl.storage(name).kind
+    if kind == "shared":
+        return "shared"
+    if kind == "global":
+        return "global"
+    if decl is not None and getattr(decl, "space", "param") in ("local", "param"):
+        raise invalid_ptx(f"access to [{name}{off:+d}] of {nbytes if isinstance(nbytes, int) else 'a register'} bytes "
+                          f"is outside {name} ({size} bytes)", fl.cur.line if fl.cur is not None else 0)
+    return "global"
+
+
+def _decl(fl, name: str):  # type: ignore[no-untyped-def]
+    """The declaration (VarDecl or Param) of a symbol visible in the function being lowered."""
+    decls = getattr(fl, "_decls", None)
+    if decls is None:
+        decls = {}
+        for v in fl.cg.ast.globals:
+            decls[v.name] = v
+        for v in [*fl.fn.params, *fl.fn.rets, *fl.fn.vars]:
+            decls[v.name] = v
+        fl._decls = decls
+    return decls.get(name)
 
 
 # NOTE [device heap]

@@ -58,12 +58,15 @@ from jit.emit import (  # noqa: F401 (re-exported: jit/emit/cpu_*.py use them fr
     T_EXITED,
     T_LCTX,
     T_LEND,
+    T_LHI,
     T_LINEAR,
+    T_LLO,
     T_LSP,
     T_NCTAID,
     T_NTID,
     T_SHARED,
     T_SLOTS,
+    T_STACK_FLOOR,
     T_TID,
     W_LOCAL,
     W_RED,
@@ -83,6 +86,30 @@ _XYZ = {"x": 0, "y": 1, "z": 2}
 def ld_slot(b: ir.IRBuilder, base: ir.Value, slot: int) -> ir.Value:
     """The i64 in slot ``slot`` of a launch/worker/thread context."""
     return b.load(b.gep(base, [_i64(slot)], source_etype=I64), typ=I64)
+
+
+# NOTE [bounded recursion] (jit/emit/cpu_func.py): the native stack .func calls of one worker may use. gpud's worker
+# threads have glibc's default stack (RLIMIT_STACK, 8 MiB almost everywhere), of which this is a small part.
+FUNC_NATIVE_STACK = 256 << 10
+
+
+def emit_poll(fl: FuncLowering, L: ir.Value, leave: Any) -> None:
+    """if (L[L_ERROR] != 0) leave(); as a relaxed atomic load, so that LLVM reads it on every pass of a loop."""
+    b = fl.b
+    err = b.load_atomic(b.gep(L, [_i64(L_ERROR)], source_etype=I64), "monotonic", 8, typ=I64)
+    stop, cont = fl.block("poll_stop"), fl.block("poll_go")
+    b.cbranch(b.icmp_unsigned("!=", err, _i64(0)), stop, cont).set_weights([1, 1000])
+    b.position_at_end(stop)
+    leave()
+    b.position_at_end(cont)
+
+
+def stacksave(module: ir.Module) -> ir.Function:
+    """llvm.stacksave: the native stack pointer."""
+    fn = module.globals.get("llvm.stacksave.p0")
+    if fn is None:
+        fn = ir.Function(module, ir.FunctionType(PTR, []), "llvm.stacksave.p0")
+    return fn  # type: ignore[return-value]
 
 
 FUNC_STACK_HEADROOM = 4096  # beyond one frame of every .func: room for recursion, as CUDA's default 1 KiB stack
@@ -135,6 +162,10 @@ class EntryEnv(ThreadRecords):
         self.yields = any(sp.kind == "yield" for sp in fn.sync_points.values())
         self.root_ranges: dict[tuple[str, int], tuple[ir.Value, ir.Value]] = {}
         self.bc_bad: ir.Value | None = None  # max(bad address + 1) of rooted checks (NOTE [rooted bounds checks])
+        self._shared_window: ir.Value | None = None
+        self._local_span: tuple[ir.Value, ir.Value] | None = None
+        self._stack_floor: ir.Value | None = None
+        self.W: ir.Value | None = None  # the worker context (W_* slots)
         self.rec_ptrs: dict[int, int] = {}  # id(record address) -> field: accesses get per-field alias scopes
         # (id(block), id(thread index), field or -element size) -> (block, index, value): record addresses a block
         # computed already (fewer instructions for Python to build and LLVM to clean up; see rec_addr). The value
@@ -173,6 +204,48 @@ class EntryEnv(ThreadRecords):
             r = self.root_ranges[root] = tuple(  # type: ignore[assignment]
                 ab.load(ab.gep(tab, [_i64(2 * i + k)], source_etype=I64), typ=I64) for k in (0, 1))
         return r  # type: ignore[return-value]
+
+    def bad_slot(self, fl: FuncLowering) -> ir.Value:
+        """The worker's max(bad address + 1) of failed checks in this block (NOTE [rooted bounds checks])."""
+        if self.bc_bad is None:
+            self.bc_bad = fl.ab.alloca(I64, name="bc_bad")
+            fl.ab.store(_i64(0), self.bc_bad)
+        return self.bc_bad
+
+    def bad_access(self, fl: FuncLowering, addr: ir.Value) -> None:
+        from jit.emit.bounds import fail_soft
+        fail_soft(fl, addr)
+
+    def poll(self, fl: FuncLowering) -> None:
+        """NOTE [watchdog] (jit/watchdog.py): leave the launch when its error word was set (from outside too)."""
+        emit_poll(fl, self.L, lambda: fl.b.branch(self.abort))
+
+    def stack_floor(self, fl: FuncLowering) -> ir.Value:
+        """The lowest native stack address .func calls of this worker may reach (NOTE [bounded recursion] in
+        jit/emit/cpu_func.py), computed once."""
+        if self._stack_floor is None:
+            sp = fl.ab.ptrtoint(fl.ab.call(stacksave(fl.module), []), I64)
+            self._stack_floor = fl.ab.sub(sp, _i64(FUNC_NATIVE_STACK))
+        return self._stack_floor
+
+    def shared_window(self, fl: FuncLowering) -> ir.Value:
+        """The block's shared window in bytes, static plus dynamic (NOTE [state space checks]), loaded once."""
+        if self._shared_window is None:
+            ab = fl.ab
+            dyn = ab.load(ab.gep(self.L, [_i64(L_DYN)], source_etype=I64), typ=I64)
+            self._shared_window = ab.add(dyn, _i64(self.cg.dyn_offset))
+        return self._shared_window
+
+    def local_span(self, fl: FuncLowering) -> tuple[ir.Value, ir.Value]:
+        """[lo, hi) of the worker's .local area: every thread's .local and .func frames (NOTE [state space
+        checks]), computed once."""
+        if self._local_span is None:
+            ab = fl.ab
+            lo = ab.load(ab.gep(self.W, [_i64(W_LOCAL)], source_etype=I64), typ=I64)
+            nt = ab.load(ab.gep(self.L, [_i64(L_NTHREADS)], source_etype=I64), typ=I64)
+            size = ab.mul(nt, _i64(self.meta.local_bytes + self.meta.func_stack))
+            self._local_span = (lo, ab.add(lo, size))
+        return self._local_span
 
     def root_ptr(self, fl: FuncLowering, name: str, off: int) -> tuple[ir.Value, ir.Value]:
         """A pointer parameter as (i64, ptr), both made once in the entry block (NOTE [pointer roots])."""

@@ -8,23 +8,29 @@ from __future__ import annotations
 from llvmlite import ir
 
 from jit.emit.cpu import (
+    L_DYN,
     L_ERROR,
     L_GLOBALS,
     T_CTAID,
     T_EXITED,
     T_LCTX,
     T_LEND,
+    T_LHI,
+    T_LLO,
     T_LINEAR,
     T_LSP,
     T_NCTAID,
     T_NTID,
     T_SHARED,
+    T_STACK_FLOOR,
     T_TID,
     _i32,
     _i64,
     call_assert,
     call_printf,
+    emit_poll,
     ld_slot,
+    stacksave,
 )
 from jit.errors import CUDA_ERROR_ASSERT, CUDA_ERROR_LAUNCH_FAILED, not_supported
 from jit.lower.core import FuncLowering, Storage
@@ -41,6 +47,14 @@ from jit.ptx import ast as A
 # worker's local memory; a .func with locals takes its frame from tc[T_LSP] on entry and gives it back before every
 # return; running past tc[T_LEND] is CUDA_ERROR_LAUNCH_FAILED (a GPU's stack overflow), never a write outside.
 
+# NOTE [bounded recursion]
+# A .func that calls itself without end must fail its launch, not overflow the worker's native stack (a SIGSEGV
+# that takes gpud and every tenant down). In a bounds-checked kernel each thread's prologue stores a floor, the
+# native stack pointer at the kernel's entry less FUNC_NATIVE_STACK (jit/emit/cpu.py), in tc[T_STACK_FLOOR], and
+# every .func compares its own stack pointer (llvm.stacksave, after its frame is allocated) with it on entry:
+# below it is CUDA_ERROR_LAUNCH_FAILED, a thread out of stack, as a GPU reports its own stack overflow. The .local
+# frames of recursive calls have their own bound (NOTE [checked .func stack]).
+
 
 class FuncEnv:
     """Env for .func bodies: everything per-thread comes from the thread context passed as the first argument."""
@@ -50,6 +64,8 @@ class FuncEnv:
         self.local_align = 16
         self.tc = llfn.args[0]
         self.local: ir.Value | None = None
+        self._shared_window: ir.Value | None = None
+        self._local_span: tuple[ir.Value, ir.Value] | None = None
 
     def _slot(self, fl: FuncLowering, slot: int) -> ir.Value:
         return ld_slot(fl.b, self.tc, slot)
@@ -114,6 +130,39 @@ class FuncEnv:
                 b = ir.IRBuilder(blk)
                 b.position_before(term)
                 b.store(self.frame_sp, b.gep(self.tc, [_i64(T_LSP)], source_etype=I64))
+
+    def check_stack(self, fl: FuncLowering) -> None:
+        """NOTE [bounded recursion]: trap when this call's frame reaches below the thread's stack floor."""
+        b = fl.b
+        sp = b.ptrtoint(b.call(stacksave(fl.module), []), I64)
+        over, fits = fl.block("stack_overflow"), fl.block("stack_ok")
+        b.cbranch(b.icmp_unsigned("<", sp, self._slot(fl, T_STACK_FLOOR)), over, fits).set_weights([1, 1000])
+        b.position_at_end(over)
+        self.trap(fl, CUDA_ERROR_LAUNCH_FAILED)
+        b.position_at_end(fits)
+
+    def shared_window(self, fl: FuncLowering) -> ir.Value:
+        """The block's shared window in bytes (NOTE [state space checks], jit/emit/bounds.py)."""
+        if self._shared_window is None:
+            ab = fl.ab
+            L = ab.inttoptr(ld_slot(ab, self.tc, T_LCTX), PTR)
+            self._shared_window = ab.add(ld_slot(ab, L, L_DYN), _i64(self.cg.dyn_offset))
+        return self._shared_window
+
+    def local_span(self, fl: FuncLowering) -> tuple[ir.Value, ir.Value]:
+        """[lo, hi) of the worker's .local area, as the thread's prologue stored it."""
+        if self._local_span is None:
+            self._local_span = (ld_slot(fl.ab, self.tc, T_LLO), ld_slot(fl.ab, self.tc, T_LHI))
+        return self._local_span
+
+    def bad_access(self, fl: FuncLowering, addr: ir.Value) -> None:
+        from jit.emit.bounds import fail_trap
+        fail_trap(fl, addr)
+
+    def poll(self, fl: FuncLowering) -> None:
+        """NOTE [watchdog] (jit/watchdog.py): leave this call when the launch's error word was set; the callers'
+        after_call checks take the thread out."""
+        emit_poll(fl, self.launch_ctx(fl), lambda: self.exit_thread(fl))
 
     def param_base(self, fl: FuncLowering) -> ir.Value:
         raise not_supported("kernel parameters referenced from a .func")
@@ -185,6 +234,8 @@ def emit_funcs(cg: ModuleCodegen) -> None:
         checked_frame = cg.bounds_check and env.local_bytes > 0
         if checked_frame:
             env.push_frame(fl)
+        if cg.bounds_check:  # after the frame: every return (this trap's too) gives the frame back
+            env.check_stack(fl)
         fl.declare_labels()
         fl.lower_body()
         ab.branch(body)

@@ -51,7 +51,7 @@ def emit_kernel(cg: ModuleCodegen, fn: A.Function, env: EntryEnv, meta: KernelMe
     setup = llfn.append_basic_block("setup")
     b = ir.IRBuilder(setup)
     fl = FuncLowering(cg, fn, llfn, env, ab, b)
-    env.L = L
+    env.L, env.W = L, W
     env.params = b.inttoptr(ld_slot(b, L, L_PARAMS), PTR)
     env.gbase = b.inttoptr(ld_slot(b, L, L_GLOBALS), PTR)
     # The masks are the launch limits launch() enforces (grid x < 2^31, y/z < 2^16; block x/y <= 1024, z <= 64): they

@@ -16,8 +16,11 @@ from jit.emit.cpu import (
     T_EXITED,
     T_LCTX,
     T_LEND,
+    T_LHI,
+    T_LLO,
     T_LINEAR,
     T_LSP,
+    T_STACK_FLOOR,
     T_NCTAID,
     T_NTID,
     T_SHARED,
@@ -57,6 +60,11 @@ def thread_prologue(fl: FuncLowering, env: EntryEnv, tz: ir.Value, ty: ir.Value,
         b.store(b.ptrtoint(env.shared, I64), b.gep(env.tc, [_i64(T_SHARED)], source_etype=I64))
         b.store(b.ptrtoint(env.L, I64), b.gep(env.tc, [_i64(T_LCTX)], source_etype=I64))
         b.store(_i64(0), b.gep(env.tc, [_i64(T_EXITED)], source_etype=I64))
+        if fl.cg.bounds_check:  # NOTE [state space checks], NOTE [bounded recursion]
+            lo, hi = env.local_span(fl)
+            b.store(lo, b.gep(env.tc, [_i64(T_LLO)], source_etype=I64))
+            b.store(hi, b.gep(env.tc, [_i64(T_LHI)], source_etype=I64))
+            b.store(env.stack_floor(fl), b.gep(env.tc, [_i64(T_STACK_FLOOR)], source_etype=I64))
         if meta.func_stack:
             sp = b.add(b.ptrtoint(env.local, I64), _i64(meta.local_bytes))
             b.store(sp, b.gep(env.tc, [_i64(T_LSP)], source_etype=I64))

@@ -102,6 +102,8 @@ class FuncLowering:
         self.labels: dict[str, ir.Block] = {}
         self.sym: dict[str, Storage] = {}  # function-level variables and parameters
         self.cur: A.Instr | None = None
+        self._order: dict[int, int] | None = None  # id(statement) -> position in fn.body (branches_back)
+        self._label_at: dict[str, int] = {}
         self.prechecked: frozenset[int] = frozenset()  # ids of accesses whose bounds check the block already did
         for name, t in fn.regs.items():
             self.regs[name] = self.ab.alloca(reg_type(t), name=name.lstrip("%").replace("$", "_"))
@@ -126,6 +128,16 @@ class FuncLowering:
 
     def block(self, name: str) -> ir.Block:
         return self.llfn.append_basic_block(name)
+
+    def branches_back(self, label: str) -> bool:
+        """Whether the instruction being lowered branches to ``label`` at or before itself in the function's body:
+        every cycle of the control flow takes such a branch (NOTE [watchdog], jit/watchdog.py)."""
+        if self._order is None:
+            body = self.fn.body or []
+            self._order = {id(st): i for i, st in enumerate(body)}
+            self._label_at = {st.name: i for i, st in enumerate(body) if isinstance(st, A.Label)}
+        here = self._order.get(id(self.cur))
+        return here is None or self._label_at.get(label, -1) <= here
 
     def lower_body(self, body: list[A.Instr | A.Label] | None = None, finish: bool = True) -> None:
         """Emit ``body`` (default: the function's) at the builder's position, with the labels of self.labels;

@@ -145,6 +145,9 @@ class ModuleCodegen:
         ext_align += [var_align(v) for f in self.ast.functions if f.is_entry for v in f.vars
                       if v.space == "shared" and v.name in extern]
         self.dyn_offset = align_up(biggest, max([16] + ext_align))
+        from jit.ptx.parser import MAX_VAR_BYTES  # NOTE [declaration limits]: the totals too
+        if self.dyn_offset > MAX_VAR_BYTES["shared"]:
+            raise invalid_ptx(f"{self.dyn_offset} bytes of static shared memory: at most {MAX_VAR_BYTES['shared']}")
         for name in extern:
             self.shared[name] = self.dyn_offset
 
@@ -160,6 +163,10 @@ class ModuleCodegen:
     def _define_global(self, v: A.VarDecl) -> None:
         size = max(var_size(v), 1)
         off = align_up(len(self.gdata), max(var_align(v), 8))
+        from jit.ptx.parser import MAX_VAR_BYTES  # NOTE [declaration limits]: the module's data block in all
+        if off + size > MAX_VAR_BYTES["global"]:
+            raise invalid_ptx(f"the module's .global and .const variables need more than {MAX_VAR_BYTES['global']} "
+                              "bytes", v.line)
         self.gdata += bytes(off - len(self.gdata))
         self.gdata += self._initializer(v, size, off)
         self.globals[v.name] = (off, size)
@@ -214,6 +221,10 @@ class ModuleCodegen:
                 off = align_up(off, var_align(v))
                 out[v.name] = off
                 off += var_size(v)
+        from jit.ptx.parser import MAX_VAR_BYTES  # NOTE [declaration limits]: the total too
+        if off > MAX_VAR_BYTES["local"]:
+            raise invalid_ptx(f"{f.name} declares {off} bytes of .local memory per thread: at most "
+                              f"{MAX_VAR_BYTES['local']}", f.line)
         # the per-thread stride keeps every thread's area aligned like the first (the base is page-aligned)
         return out, align_up(off, self.local_align(f))
 

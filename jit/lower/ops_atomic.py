@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from jit.emit.bounds import emit_check, needs_check
+from jit.emit.bounds import guard
 from jit.errors import invalid_ptx, not_supported
 from jit.lower.core import FuncLowering, op
 from jit.lower.ops_mem import vector_count
@@ -21,8 +21,7 @@ def atomic(fl: FuncLowering, ins: A.Instr, addr_op: A.Operand, vals: list[A.Oper
     b = fl.b
     sp = fl.space(ins)
     p = fl.addr(addr_op, sp)
-    if needs_check(fl, addr_op, sp):
-        emit_check(fl, p, type_bytes(t) * vector_count(ins), fl.root_of(addr_op, sp))
+    guard(fl, addr_op, sp, p, type_bytes(t) * vector_count(ins), fl.root_of(addr_op, sp))
     opn = next(m for m in ins.mods if m in _RMW or m in ("inc", "dec", "cas"))
     red = getattr(fl.env, "red", None)
     if red is not None and sp != "shared":

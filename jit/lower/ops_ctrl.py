@@ -18,6 +18,8 @@ def bra(fl: FuncLowering, ins: A.Instr) -> None:
         raise invalid_ptx(f"branch to unknown label {tgt}", ins.line, ins.col)
     dest = fl.labels[tgt.name]
     b = fl.b
+    if fl.cg.bounds_check and hasattr(fl.env, "poll") and fl.branches_back(tgt.name):
+        fl.env.poll(fl)  # NOTE [watchdog] (jit/watchdog.py): a loop can be stopped from outside
     if ins.pred:
         p = fl.get(A.Reg(ins.pred), "pred")
         nxt = fl.block("fall")

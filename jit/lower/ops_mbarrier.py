@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
+from jit.emit.bounds import guard
 from jit.errors import not_supported
 from jit.lower.core import FuncLowering, op
 from jit.lower.types import I32, I64
@@ -45,7 +46,10 @@ def _word(fl: FuncLowering, ins: A.Instr, o: A.Operand) -> ir.Value:
         raise not_supported("mbarrier on this target", ins.line)
     if ins.has("cluster"):
         raise not_supported(f"'{'.'.join([ins.opcode, *ins.mods])}'", ins.line)
-    return fl.addr(o, fl.space(ins))
+    sp = fl.space(ins)
+    p = fl.addr(o, sp)
+    guard(fl, o, sp, p, 8)
+    return p
 
 
 def _count(fl: FuncLowering, o: A.Operand | None) -> ir.Value:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from jit.emit.bounds import emit_check, needs_check
-from jit.errors import not_supported
+from jit.emit.bounds import guard
+from jit.errors import invalid_ptx, not_supported
 from jit.lower.core import FuncLowering, op
 from jit.lower.types import I8, I32, I64, compute_type, convert_bits
 from jit.ptx import ast as A
@@ -77,8 +77,7 @@ def ld(fl: FuncLowering, ins: A.Instr) -> None:
     mt = _mem_type(t)
     n = vector_count(ins)
     size = type_bytes(t)
-    if needs_check(fl, ins.operands[1], sp):
-        emit_check(fl, base, n * size, fl.root_of(ins.operands[1], sp))
+    guard(fl, ins.operands[1], sp, base, n * size, fl.root_of(ins.operands[1], sp))
     _red_guard(fl, ins, sp, base, n * size)
     order = _ordering(ins)
     dsts = fl.dst_ops(ins.operands[0])
@@ -112,8 +111,7 @@ def st(fl: FuncLowering, ins: A.Instr) -> None:
     mt = _mem_type(t)
     n = vector_count(ins)
     size = type_bytes(t)
-    if needs_check(fl, ins.operands[0], sp):
-        emit_check(fl, base, n * size, fl.root_of(ins.operands[0], sp))
+    guard(fl, ins.operands[0], sp, base, n * size, fl.root_of(ins.operands[0], sp))
     _red_guard(fl, ins, sp, base, n * size)
     srcs = fl.dst_ops(ins.operands[1])
     order = _ordering(ins)
@@ -195,14 +193,17 @@ def cp_async(fl: FuncLowering, ins: A.Instr) -> None:
         return
     dst = fl.addr(ins.operands[0], "shared")
     src = fl.addr(ins.operands[1], "global")
-    if needs_check(fl, ins.operands[1], "global"):
-        cp = ins.operands[2]
-        emit_check(fl, src, int(cp.value) if isinstance(cp, A.Imm) else 16, fl.root_of(ins.operands[1], "global"))
+    cp = ins.operands[2]
+    if not isinstance(cp, A.Imm) or int(cp.value) not in (4, 8, 16):
+        raise invalid_ptx("cp.async: cp-size must be 4, 8 or 16", ins.line)
+    guard(fl, ins.operands[0], "shared", dst, int(cp.value))
+    guard(fl, ins.operands[1], "global", src, int(cp.value), fl.root_of(ins.operands[1], "global"))
     _red_guard(fl, ins, "global", src, 16)
     size = fl.get(ins.operands[2], "u32")
     n = size
-    if len(ins.operands) > 3:
-        n = fl.get(ins.operands[3], "u32")  # src-size: the rest is zero-filled
+    if len(ins.operands) > 3:  # src-size: the rest is zero-filled; more than cp-size reads no further (a GPU's
+        src_size = fl.get(ins.operands[3], "u32")  # behaviour is undefined there; here it is bounded)
+        n = fl.b.select(fl.b.icmp_unsigned("<", src_size, size), src_size, size)
     fl.call_intr("llvm.memset.p0.i32", ir.VoidType(), [dst, ir.Constant(I8, 0), size, ir.Constant(ir.IntType(1), 0)])
     fl.call_intr("llvm.memcpy.p0.p0.i32", ir.VoidType(), [dst, src, n, ir.Constant(ir.IntType(1), 0)])
 
@@ -223,16 +224,18 @@ def _bulk_copy(fl: FuncLowering, ins: A.Instr) -> None:
     ops = ins.operands
     dst, src = fl.addr(ops[0], spaces[0]), fl.addr(ops[1], spaces[1])
     n = ops[2]
-    for o, p, sp in ((ops[0], dst, spaces[0]), (ops[1], src, spaces[1])):
-        if sp == "global":
-            if needs_check(fl, o, "global"):
-                emit_check(fl, p, int(n.value) if isinstance(n, A.Imm) else 16, fl.root_of(o, "global"))
-            _red_guard(fl, ins, "global", p, 16)
     size = fl.get(n, "u32")
+    nbytes = int(n.value) if isinstance(n, A.Imm) else fl.b.zext(size, I64)
+    for o, p, sp in ((ops[0], dst, spaces[0]), (ops[1], src, spaces[1])):
+        guard(fl, o, sp, p, nbytes, fl.root_of(o, sp))
+        if sp == "global":
+            _red_guard(fl, ins, "global", p, 16)
     fl.call_intr("llvm.memcpy.p0.p0.i32", ir.VoidType(), [dst, src, size, ir.Constant(ir.IntType(1), 0)])
     if on_mbarrier:
         from jit.lower.ops_mbarrier import complete_tx
-        complete_tx(fl, fl.addr(ops[3], "shared"), size)
+        bar = fl.addr(ops[3], "shared")
+        guard(fl, ops[3], "shared", bar, 8)
+        complete_tx(fl, bar, size)
 
 
 __all__ = ["store_atomic", "vector_count"]

@@ -12,10 +12,24 @@ _FUNC_ATTRS = {"maxntid", "reqntid", "minnctapersm", "maxnctapersm", "maxnreg", 
                "reqnctapercluster", "explicitcluster", "blocksareclusters", "noreturn", "pragma"}
 
 
+# NOTE [declaration limits]
+# A declaration costs the translator and the runtime in proportion to what it declares (the parser names every
+# register of `%r<N>`, the lowering makes a slot for each, the runtime allocates a variable's bytes per module,
+# block or thread), so absurd ones are refused up front as CUDA_ERROR_INVALID_PTX naming line and column, before
+# they cost anything: `.reg .b64 %r<4294967295>` grew the compile worker to 4 GB, `.shared .b8 x[2^64 - 1]` never
+# came back. The bounds are far above what any compiler emits and at or above every GPU's own limits (ptxas refuses
+# more than 48 KiB of static shared memory, 64 KiB of constants, 512 KiB of local memory per thread).
+MAX_REGISTERS = 1 << 20  # registers one declaration may name
+MAX_MODULE_REGISTERS = 4 << 20  # and all the declarations of a module
+MAX_VAR_BYTES = {"shared": 227 << 10, "local": 512 << 10, "const": 64 << 10, "param": 32 << 10, "global": 256 << 20}
+MAX_ALIGN = 1 << 16
+
+
 class Parser(OperandParser):
     def __init__(self, text: str) -> None:
         self.toks = tokenize(text)
         self.i = 0
+        self.nregs = 0  # registers declared so far (NOTE [declaration limits])
 
     # -- token helpers -------------------------------------------------------------------------
     def peek(self, k: int = 0) -> Tok:
@@ -153,7 +167,10 @@ class Parser(OperandParser):
         while self.peek().kind == "dir":
             d = self.next().text[1:]
             if d == "align":
+                at = self.peek()
                 align = self.integer()
+                if align <= 0 or align & (align - 1) or align > MAX_ALIGN:
+                    raise self.error(f".align {align}: expected a power of two up to {MAX_ALIGN}", at)
             elif d in ("v2", "v4", "v8"):
                 vec = int(d[1:])
             elif d == "ptr":
@@ -180,13 +197,31 @@ class Parser(OperandParser):
             if self.accept("<"):  # %r<10> register-like range for .local/.param is not PTX; reject
                 raise self.error("range not allowed here")
             while self.accept("["):
-                v.dims.append(0 if self.peek().text == "]" else self.integer())
+                at = self.peek()
+                v.dims.append(0 if at.text == "]" else self.integer())
+                if v.dims[-1] < 0:
+                    raise self.error(f"negative array size in the declaration of {v.name}", at)
                 self.expect("]")
+            self._check_size(v, name_tok)
             if self.accept("="):
                 v.init = self.parse_initializer()
             out.append(v)
             if not multi or not self.accept(","):
                 return out
+
+    def _check_size(self, v: A.VarDecl, at: Tok) -> None:
+        """NOTE [declaration limits]: a variable's bytes against its space's bound."""
+        limit = MAX_VAR_BYTES.get(v.space)
+        if limit is None:
+            return
+        n = A.type_bytes(v.type) * v.vec
+        for d in v.dims:
+            n *= d
+            if n > limit:
+                break
+        if n > limit:
+            raise self.error(f".{v.space} variable {v.name} declares more than {limit} bytes (the most this "
+                             f"state space can hold)", at)
 
     def parse_initializer(self) -> list:
         vals: list = []
@@ -324,14 +359,21 @@ class Parser(OperandParser):
         while True:
             name = self.ident()
             if self.accept("<"):
+                at = self.peek()
                 n = self.integer()
+                if not 0 <= n <= MAX_REGISTERS - len(names):
+                    raise self.error(f"%{name.lstrip('%')}<{n}>: at most {MAX_REGISTERS} registers may be declared "
+                                     "at once", at)
                 self.expect(">")
+                if self.nregs + len(names) + n > MAX_MODULE_REGISTERS:
+                    raise self.error(f"more than {MAX_MODULE_REGISTERS} registers declared in one module", at)
                 names.extend(f"{name}{k}" for k in range(n))
             else:
                 names.append(name)
             if not self.accept(","):
                 break
         self.expect(";")
+        self.nregs += len(names)
         return A.RegDecl(typ, names, vec)
 
     # -- instructions --------------------------------------------------------------------------
