@@ -1,6 +1,6 @@
 """``python -m gpud`` — same as ``wooly gpud``."""
 
-from woolyhv.cli import app
+from woolyhv.cli import main
 
 if __name__ == "__main__":
-    app(["gpud", *__import__("sys").argv[1:]])
+    main(["gpud", *__import__("sys").argv[1:]])

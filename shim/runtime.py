@@ -48,9 +48,12 @@ def driver() -> Driver:
             return _driver
         if _driver is not None:  # the connection died: report it, don't silently reconnect
             raise CudaError(codes.DEVICE_UNAVAILABLE, "the connection to gpud was lost")
-        from woolyhv.config import settings
+        from woolyhv.config import ConfigError, settings
 
-        s = settings()
+        try:
+            s = settings()
+        except ConfigError as exc:
+            raise CudaError(codes.NOT_INITIALIZED, str(exc)) from None
         if not s.server:
             raise CudaError(
                 codes.NO_DEVICE,

@@ -22,6 +22,7 @@ def _human(n: float) -> str:
 
 def _make_backends(kind: str, cpu_memory: int, bounds_check: bool = True):
     from gpud.backends.cpu import CpuBackend
+    from woolyhv.config import ConfigError
 
     if kind in ("auto", "cpu"):
         if kind == "auto":
@@ -39,9 +40,9 @@ def _make_backends(kind: str, cpu_memory: int, bounds_check: bool = True):
 
         devs = nvidia.available()
         if not devs:
-            raise typer.BadParameter("no NVIDIA device found")
+            raise ConfigError("--backend=nvidia: no NVIDIA device found on this machine")
         return devs
-    raise typer.BadParameter(f"unknown backend {kind!r} (auto, cpu, nvidia)")
+    raise ConfigError(f"--backend={kind!r}: expected one of auto, cpu, nvidia")
 
 
 @app.command()
@@ -63,7 +64,15 @@ def gpud(
     """Run the gpud daemon."""
     from gpud import log
     from gpud.hypervisor.policy import load as load_policy
-    from gpud.server import Server
+    from gpud.server import ListenError, Server
+    from woolyhv.config import ConfigError, check_endpoint
+
+    for ep in listen:
+        check_endpoint(ep, "--listen", listen=True)
+    if log_level.lower() not in ("debug", "info", "warning", "error"):
+        raise ConfigError(f"--log-level={log_level!r}: expected one of debug, info, warning, error")
+    if cpu_memory < 0:
+        raise ConfigError(f"--cpu-memory={cpu_memory}: expected a number of bytes >= 0 (0: the host's memory)")
 
     log.setup(log_level)
     overrides: dict[str, object] = {}
@@ -74,10 +83,15 @@ def gpud(
     try:
         hv_config = load_policy(config, tenant_specs=tenant, metrics_port=metrics_port, overrides=overrides)
     except (OSError, ValueError) as exc:
-        raise typer.BadParameter(f"hypervisor config: {exc}") from None
+        where = f"--config {config}" if config else "--tenant"
+        raise ConfigError(f"{where}: {' '.join(str(exc).split())}") from None
     if scheduler is not None:
         hv_config.scheduler.enabled = scheduler
-    server = Server(listen, _make_backends(backend, cpu_memory, bounds_check), hypervisor=hv_config, insecure=insecure)
+    try:
+        server = Server(listen, _make_backends(backend, cpu_memory, bounds_check), hypervisor=hv_config,
+                        insecure=insecure)
+    except ListenError as exc:
+        raise ConfigError(str(exc)) from None
     server.install_signal_handlers()
     server.serve_forever(owner_pid=owner_pid)
 
@@ -89,6 +103,9 @@ def devices(
 ) -> None:
     """List the devices of a gpud (or of this machine)."""
     if server:
+        from woolyhv.config import check_endpoint
+
+        check_endpoint(server, "--server (WOOLY_SERVER)")
         from shim.client import Connection
 
         conn = Connection(server, program="wooly devices")
@@ -112,8 +129,8 @@ def devices(
 
 @app.command()
 def keys() -> None:
-    """Print gpud's public CURVE key, creating the key pair on first use (NOTE [curve]): clients on other hosts
-    need it as WOOLY_SERVER_KEY."""
+    """Print gpud's public CURVE key, creating the key pair on first use (proto/curve.py): clients on other
+    hosts need it as WOOLY_SERVER_KEY."""
     from proto import curve
 
     public, _ = curve.server_keys()
@@ -131,6 +148,9 @@ def ps(
 
     from proto import curve
     from proto.codec import encode_body, unpack_body
+    from woolyhv.config import check_endpoint
+
+    check_endpoint(server, "--server (WOOLY_SERVER)")
 
     sock = zmq.Context.instance().socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
@@ -210,5 +230,13 @@ def version() -> None:
     typer.echo(f"woolyhv {__import__('woolyhv').__version__} (gpud {gpud.__version__}, shim {shim.__version__}, protocol {PROTOCOL_VERSION}, python {sys.version.split()[0]}, pid {os.getpid()})")
 
 
-def main() -> None:
-    app()
+def main(argv: list[str] | None = None) -> None:
+    """The ``wooly`` entry point: a bad setting (flag, environment variable, config file) is one line naming it
+    on stderr and exit status 2, never a traceback."""
+    from woolyhv.config import ConfigError
+
+    try:
+        app(argv)
+    except ConfigError as exc:
+        typer.echo(f"wooly: {exc}", err=True)
+        raise SystemExit(2) from None

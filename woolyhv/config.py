@@ -1,13 +1,43 @@
-"""Settings from the environment (``WOOLY_*``), shared by the CLI, the shim and gpud."""
+"""Settings from the environment (``WOOLY_*``), shared by the CLI, the shim and gpud.
+
+A bad value is a ``ConfigError`` whose message is one line naming the variable and what it expects
+(``WOOLY_TIMEOUT_S='abc': expected a number of seconds > 0``); the CLI prints it and exits with 2, the shim turns it
+into a CUDA error of the call that needed the setting.
+"""
 
 from __future__ import annotations
 
-from pydantic import Field
+import re
+
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+ENV_PREFIX = "WOOLY_"
+
+
+class ConfigError(ValueError):
+    """A setting (environment variable, flag or config file entry) with a value it cannot have: one line."""
+
+
+_TCP = re.compile(r"^tcp://(\*|[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\]):(\d{1,5})$")
+
+
+def check_endpoint(value: str, what: str, listen: bool = False) -> str:
+    """``value`` if it is an endpoint gpud can use (tcp://host:port, ipc:///path), else ConfigError naming ``what``
+    (the variable or flag it came from)."""
+    m = _TCP.match(value)
+    if m is not None:
+        port = int(m.group(2))
+        if 0 < port < 65536 and (listen or m.group(1) != "*"):
+            return value
+    elif value.startswith("ipc://") and len(value) > len("ipc://") and "\0" not in value:
+        return value
+    example = "tcp://0.0.0.0:5555 or ipc:///run/wooly/gpud.sock" if listen else "tcp://host:5555 or ipc:///path"
+    raise ConfigError(f"{what}={value!r}: expected an endpoint such as {example}")
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="WOOLY_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
 
     server: str = Field("", description="gpud endpoint (tcp://host:5555, ipc:///path); empty = embedded local gpud")
     tenant: str = Field("default", description="tenant this client belongs to")
@@ -19,6 +49,57 @@ class Settings(BaseSettings):
     backend: str = Field("auto", description="gpud backend: auto, cpu, nvidia, amd")
     shm: bool = Field(True, description="use shared memory for bulk copies when gpud is on this host")
 
+    @field_validator("server")
+    @classmethod
+    def _server(cls, v: str) -> str:
+        return check_endpoint(v, "WOOLY_SERVER") if v else v
+
+    @field_validator("timeout_s", "connect_timeout_s")
+    @classmethod
+    def _positive(cls, v: float) -> float:
+        if not v > 0 or v != v or v == float("inf"):
+            raise ValueError("expected a number of seconds > 0")
+        return v
+
+    @field_validator("cpu_memory")
+    @classmethod
+    def _bytes(cls, v: int) -> int:
+        if v < 0:
+            raise ValueError("expected a number of bytes >= 0 (0: the host's memory)")
+        return v
+
+    @field_validator("log_level")
+    @classmethod
+    def _level(cls, v: str) -> str:
+        if v.lower() not in ("debug", "info", "warning", "error"):
+            raise ValueError("expected one of debug, info, warning, error")
+        return v.lower()
+
+    @field_validator("backend")
+    @classmethod
+    def _backend(cls, v: str) -> str:
+        if v not in ("auto", "cpu", "nvidia", "amd"):
+            raise ValueError("expected one of auto, cpu, nvidia, amd")
+        return v
+
+
+_EXPECTED = {"float_parsing": "expected a number", "int_parsing": "expected a whole number",
+             "bool_parsing": "expected 1/0, true/false, yes/no or on/off"}
+_FIELD_EXPECTS = {"timeout_s": "expected a number of seconds > 0", "connect_timeout_s": "expected a number of seconds > 0",
+                  "cpu_memory": "expected a number of bytes >= 0 (0: the host's memory)"}
+
 
 def settings() -> Settings:
-    return Settings()
+    """The settings of this process's environment; ConfigError (one line) for the first bad variable."""
+    try:
+        return Settings()
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = str(err["loc"][0]) if err.get("loc") else "?"
+        msg = str(err.get("msg", ""))
+        if isinstance(err.get("ctx"), dict) and isinstance(err["ctx"].get("error"), ConfigError):
+            raise err["ctx"]["error"] from None
+        if err.get("type") in _EXPECTED:
+            msg = _FIELD_EXPECTS.get(field, _EXPECTED[err["type"]])
+        msg = msg.removeprefix("Value error, ")
+        raise ConfigError(f"{ENV_PREFIX}{field.upper()}={err.get('input')!r}: {msg}") from None

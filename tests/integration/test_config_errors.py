@@ -1,0 +1,74 @@
+"""Bad configuration is one line naming the variable or flag and what it expects, exit status 2, no traceback;
+a gpud that was never reached is reported as such."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT, free_port, start
+
+SCRIPT = "import torch; print(torch.zeros(2, device='cuda').sum().item())\n"
+
+
+def _run(args: list[str], env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    e = dict(os.environ)
+    e.update(env or {})
+    return subprocess.run([sys.executable, "-m", "woolyhv", *args], capture_output=True, text=True, env=e,
+                          timeout=timeout, cwd=ROOT)
+
+
+def _one_line(p: subprocess.CompletedProcess[str], *needles: str) -> None:
+    assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1, p.stderr
+    assert "Traceback" not in p.stderr
+    for n in needles:
+        assert n in lines[0], lines[0]
+
+
+@pytest.mark.parametrize(("var", "value", "expect"), [
+    ("WOOLY_TIMEOUT_S", "abc", "seconds"),
+    ("WOOLY_TIMEOUT_S", "-5", "> 0"),
+    ("WOOLY_CONNECT_TIMEOUT_S", "0", "> 0"),
+    ("WOOLY_SERVER", "garbage", "tcp://"),
+    ("WOOLY_SERVER", "http://gpu-node:5555", "tcp://"),
+    ("WOOLY_SHM", "maybe", "true/false"),
+    ("WOOLY_BACKEND", "tpu", "auto, cpu"),
+])
+def test_bad_environment_is_one_line(tmp_path, var: str, value: str, expect: str) -> None:
+    script = tmp_path / "s.py"
+    script.write_text(SCRIPT)
+    _one_line(_run(["run", str(script)], {var: value}), var, expect)
+
+
+@pytest.mark.parametrize(("args", "expect"), [
+    (["--listen", "garbage"], "--listen"),
+    (["--listen", "tcp://127.0.0.1:99999"], "--listen"),
+    (["--backend", "tpu"], "--backend"),
+    (["--log-level", "loud"], "--log-level"),
+    (["--tenant", "bad:quota"], "--tenant"),
+    (["--tenant", "a:max_kernel_s=-1"], "--tenant"),
+])
+def test_bad_gpud_flags_are_one_line(args: list[str], expect: str) -> None:
+    _one_line(_run(["gpud", *args], timeout=30), expect)
+
+
+def test_port_in_use_is_one_line() -> None:
+    g = start("tcp")
+    try:
+        _one_line(_run(["gpud", "--listen", g.endpoint, "--backend", "cpu"], timeout=30), "--listen", "in use")
+    finally:
+        g.stop()
+
+
+def test_a_gpud_never_reached_did_not_answer(tmp_path) -> None:
+    script = tmp_path / "s.py"
+    script.write_text(SCRIPT)
+    p = _run(["run", str(script)], {"WOOLY_SERVER": f"tcp://127.0.0.1:{free_port()}", "WOOLY_CONNECT_TIMEOUT_S": "2",
+                                    "WOOLY_INSECURE": "1"})
+    assert p.returncode != 0
+    assert "did not answer" in p.stderr and "stopped answering" not in p.stderr, p.stderr[-2000:]
