@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import ctypes
 import os
-import tempfile
 from typing import Any
 
 from gpud.errors import CudaError, codes
 from gpud.session import CLOSE_HOOKS, Region, Session, extension
 from gpud.streams import when_all
 from proto import messages as m
+from woolyhv.hostinfo import shm_dir
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mmap.restype = ctypes.c_void_p
@@ -27,10 +27,6 @@ MAP_SHARED = 0x01
 MAP_FIXED_NOREPLACE = 0x100000
 MAP_FAILED = ctypes.c_void_p(-1).value
 PREFIX = "wooly-host-"
-
-
-def _shm_dir() -> str:
-    return "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
 
 
 def _map(fd: int, size: int, hint: int) -> int | None:
@@ -51,7 +47,7 @@ def host_map(session: Session, msg: m.HostMap, bulk: list[Any]) -> int:
     if not session.backend.host_memory:
         raise CudaError(codes.NOT_SUPPORTED, f"mapped host memory is not supported by the {session.backend.kind} backend")
     path = os.path.realpath(msg.path)
-    if os.path.dirname(path) != os.path.realpath(_shm_dir()) or not os.path.basename(path).startswith(PREFIX):
+    if os.path.dirname(path) != os.path.realpath(shm_dir()) or not os.path.basename(path).startswith(PREFIX):
         raise CudaError(codes.INVALID_VALUE, f"host_map: {msg.path!r} is not a wooly host-memory file")
     if msg.size == 0:
         raise CudaError(codes.INVALID_VALUE, "host_map: size must be > 0")
@@ -60,7 +56,10 @@ def host_map(session: Session, msg: m.HostMap, bulk: list[Any]) -> int:
     except OSError as exc:
         raise CudaError(codes.INVALID_VALUE, f"host_map: {exc}") from None
     try:
-        if os.fstat(fd).st_size < msg.size:
+        st = os.fstat(fd)
+        if st.st_uid != session.info.uid:  # NOTE [proven locality] (gpud/shm.py): only the client's own files
+            raise CudaError(codes.NOT_PERMITTED, f"host_map: {msg.path!r} belongs to another user")
+        if st.st_size < msg.size:
             raise CudaError(codes.INVALID_VALUE, "host_map: the file is smaller than the mapping")
         addr = _map(fd, msg.size, msg.hint)
         if addr is None and msg.hint and not msg.exact:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import os
 import queue
+import secrets
 import signal
 import threading
 import time
@@ -32,7 +33,7 @@ from proto import constants as C
 from proto import curve
 from proto import messages as m
 from proto.codec import ProtocolError, encode, encode_body, unpack_body, validate
-from woolyhv.hostinfo import host_id, pid_alive
+from woolyhv.hostinfo import PROOF_PREFIX, host_id, pid_alive, shm_dir
 
 # gpud modules that register message handlers with ``gpud.session.extension`` (imported at start;
 # each imports its heavy dependencies, such as torch, lazily).
@@ -42,6 +43,13 @@ WAKE_IDENTITY = b"\x00gpud-wake"
 
 # Requests that report pending asynchronous errors before they run (CUDA's "next API call").
 _NO_ERROR_CHECK = frozenset({"batch", "ping", "bye", "list_sessions", "hello"})
+
+
+SEND_HWM = 100_000  # replies a peer may leave unread (NOTE [bounded daemon state] in gpud/session.py)
+
+
+class ListenError(OSError):
+    """An endpoint gpud cannot bind (in use, no such directory, not allowed): one line naming it."""
 
 
 class Server:
@@ -74,13 +82,21 @@ class Server:
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.MAXMSGSIZE, C.MAX_MESSAGE_BYTES)
         self.sock.setsockopt(zmq.RCVHWM, 0)
-        self.sock.setsockopt(zmq.SNDHWM, 0)
+        # NOTE [bounded daemon state] (gpud/session.py): a peer that leaves SEND_HWM replies unread is not reading
+        # at all (big replies are bounded in bytes before that: ``_hold``); sends never block (ROUTER_MANDATORY +
+        # NOBLOCK: a full or vanished peer is an error of that peer's, not a stall of the loop)
+        self.sock.setsockopt(zmq.SNDHWM, SEND_HWM)
+        self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self.bound: list[str] = []
         for ep in endpoints:  # NOTE [curve] in proto/curve.py: tcp listeners encrypt unless --insecure
             secure = curve.is_tcp(ep) and not insecure
             if secure:
                 curve.secure_server(self.sock)
-            self.sock.bind(ep)
+            try:
+                self.sock.bind(ep)
+            except zmq.ZMQError as exc:
+                self.sock.close(0)
+                raise ListenError(f"--listen {ep}: cannot listen there ({exc.strerror})") from None
             if secure:
                 curve.plain(self.sock)
             self.bound.append(self.sock.getsockopt_string(zmq.LAST_ENDPOINT))
@@ -100,6 +116,7 @@ class Server:
         self._wake.connect(wake_ep)
         self._wake_lock = threading.Lock()
         self._stop = threading.Event()
+        self._parked: set[Session] = set()  # sessions with requests waiting (NOTE [bounded daemon state])
         self.started = time.time()
         # Small messages are cheaper to receive as bytes; big bulk frames arrive over shared memory
         # from same-host clients, so the remaining copy=True cost is confined to remote uploads.
@@ -151,17 +168,55 @@ class Server:
         return self.hv.mem_info(session)
 
     # ------------------------------------------------------------------ sending
-    def _send(self, identity: bytes, frames: list[Any]) -> None:
+    def _send(self, identity: bytes, frames: list[Any], session: Session | None = None) -> None:
         try:
             # zero-copy only pays for big frames; small ones are cheaper copied
-            big = len(frames) > 1 and any(len(f) > 65536 for f in frames[1:])
-            self.sock.send_multipart([identity, *frames], copy=not big)
-        except zmq.ZMQError as exc:
-            log.warning("send.failed", error=str(exc))
+            big = sum(len(f) for f in frames[1:] if len(f) > 65536) if len(frames) > 1 else 0
+            if big and session is not None:  # counted until zmq has written it (NOTE [bounded daemon state])
+                tracker = self.sock.send_multipart([identity, *frames], flags=zmq.NOBLOCK, copy=False, track=True)
+                session.outbound.append((tracker, big))
+            else:
+                self.sock.send_multipart([identity, *frames], flags=zmq.NOBLOCK, copy=not big)
+        except zmq.Again:  # SEND_HWM replies unread
+            s = session or self.sessions.get(identity)
+            log.warning("send.peer-not-reading", session=s.id if s else "-")
+            if s is not None:
+                self.close_session(s, "not-reading-replies")
+        except zmq.ZMQError as exc:  # the peer is gone (EHOSTUNREACH)
+            log.debug("send.failed", error=str(exc))
 
     def _reply(self, identity: bytes, rid: int, value: Any, bulk: list[Any], session: Session | None) -> None:
         out = session.take_output() if session is not None else ""
-        self._send(identity, encode_body({"kind": "result", "rid": rid, "value": value, "output": out}, bulk))
+        self._send(identity, encode_body({"kind": "result", "rid": rid, "value": value, "output": out}, bulk), session)
+
+    def _hold(self, session: Session, frames: list[Any]) -> bool:
+        """Whether ``session``'s request must wait because it has not read its replies (NOTE [bounded daemon
+        state]); if so it is parked, or the session closed once too much waits."""
+        if session.outbound:
+            session.outbound = [(t, n) for t, n in session.outbound if not t.done]
+        if not session.parked and sum(n for _, n in session.outbound) <= self.hv.config.limits.reply_bytes:
+            return False
+        session.parked.append(frames)
+        session.parked_bytes += sum(len(f) for f in frames)
+        self._parked.add(session)
+        if session.parked_bytes > self.hv.config.limits.parked_bytes:
+            log.warning("session.not-reading", session=session.id, unsent=sum(n for _, n in session.outbound))
+            self.close_session(session, "not-reading-replies")
+        return True
+
+    def _unpark(self) -> None:
+        """Serve the parked requests of sessions that have read enough of their replies since."""
+        for s in list(self._parked):
+            if s.closed:
+                self._parked.discard(s)
+                continue
+            s.outbound = [(t, n) for t, n in s.outbound if not t.done]
+            while s.parked and sum(n for _, n in s.outbound) <= self.hv.config.limits.reply_bytes:
+                frames = s.parked.pop(0)
+                s.parked_bytes -= sum(len(f) for f in frames)
+                self.handle(frames, unparked=True)
+            if not s.parked:
+                self._parked.discard(s)
 
     def _error(self, identity: bytes, rid: int, exc: CudaError, session: Session | None) -> None:
         self.stats["errors"] += 1
@@ -170,13 +225,15 @@ class Server:
         self._send(identity, encode_body(body))
 
     # ------------------------------------------------------------------ request handling
-    def handle(self, frames: list[Any]) -> None:
+    def handle(self, frames: list[Any], unparked: bool = False) -> None:
         identity = bytes(frames[0].buffer) if hasattr(frames[0], "buffer") else frames[0]
         if identity == WAKE_IDENTITY:
             return
         session = self.sessions.get(identity)
         if session is not None:
             session.last_seen = time.monotonic()
+            if not unparked and self._hold(session, frames):
+                return
         rid = 0
         try:
             body, bulk = unpack_body(frames[1:])
@@ -246,14 +303,19 @@ class Server:
         if old is not None:
             self.close_session(old, "rehello")
         sid = uuid.uuid4().hex[:12]
-        local = bool(msg.host_id) and msg.host_id == self.host_id
+        claims_local = bool(msg.host_id) and msg.host_id == self.host_id
         self.hv.admit(msg.tenant, msg.token)
-        info = SessionInfo(tenant=msg.tenant, pid=msg.pid, host_id=msg.host_id, program=msg.program, local=local)
+        # NOTE [proven locality] (gpud/shm.py): a claim is not proof; the session is local once it proves it
+        info = SessionInfo(tenant=msg.tenant, pid=msg.pid, host_id=msg.host_id, program=msg.program, local=False)
         session = Session(self, sid, identity, info, self.backends[0])
+        proof = ""
+        if claims_local:
+            proof = session.ext["local_proof"] = os.path.join(shm_dir(), PROOF_PREFIX + secrets.token_hex(16))
         self.sessions[identity] = session
         self.hv.on_open(session)
         self.stats["sessions_opened"] += 1
-        log.event("session.open", session=sid, tenant=msg.tenant, pid=msg.pid, local=local, program=msg.program)
+        log.event("session.open", session=sid, tenant=msg.tenant, pid=msg.pid, claims_local=claims_local,
+                  program=msg.program)
         reply = m.HelloReply(
             rid=msg.rid,
             session=sid,
@@ -263,6 +325,7 @@ class Server:
             heartbeat_s=C.HEARTBEAT_INTERVAL_S,
             capabilities=self.capabilities(),
             devices=[b.info() for b in self.backends],
+            local_proof=proof,
         )
         self._send(identity, encode(reply))
 
@@ -346,6 +409,8 @@ class Server:
                         fn()
                     except Exception as exc:  # noqa: BLE001
                         log.warning("loop.call.crash", error=f"{type(exc).__name__}: {exc}")
+                if self._parked:
+                    self._unpark()
                 now = time.monotonic()
                 if now >= next_check:
                     next_check = now + 0.25

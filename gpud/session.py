@@ -85,8 +85,9 @@ class SessionInfo:
     pid: int
     host_id: str
     program: str
-    local: bool
+    local: bool  # proven on gpud's host (NOTE [proven locality] in gpud/shm.py), not claimed
     created: float = field(default_factory=time.time)
+    uid: int = -1  # the client's user on gpud's host, once local
 
 
 class Session:
@@ -109,6 +110,11 @@ class Session:
         self.functions: dict[int, Function] = {}
         self.events: dict[int, Event] = {}
         self.engine = StreamEngine(server.pool, on_error=self.record_error)
+        self.stop_launches = backend.new_cancel()  # NOTE [watchdog]: cancelled when the session closes
+        self.loads_in_flight = 0  # NOTE [bounded daemon state]
+        self.outbound: list[tuple[Any, int]] = []  # (zmq MessageTracker, bytes) of big replies not yet sent
+        self.parked: list[list[Any]] = []  # requests waiting for the client to read its replies
+        self.parked_bytes = 0
         self.closed = False
         self.ext: dict[str, Any] = {}  # per-session state of extensions, by extension name
 
@@ -202,9 +208,22 @@ class Session:
         return None
 
     # ------------------------------------------------------------------ memory
+    # NOTE [bounded daemon state]
+    # Nothing a client sends may make gpud hold without bound: sessions in all and per tenant (Hypervisor.admit),
+    # handles per session (``room``: allocations, modules, functions, streams, events; OUT_OF_MEMORY past gpud's
+    # limits.*), module loads queued at once (each is a compile on gpud's pool), and replies it has not read
+    # (Server: past limits.reply_bytes of unsent replies the session's requests wait unread; past
+    # limits.parked_bytes of waiting requests the session is closed).
+    def room(self, held: int, what: str) -> None:
+        limit = getattr(self.server.hv.config.limits, what)
+        if held >= limit:
+            raise CudaError(codes.OUT_OF_MEMORY, f"this session holds {held} {what}, the most gpud allows one "
+                            f"(limits.{what})")
+
     def on_mem_alloc(self, msg: m.MemAlloc, bulk: list[Any]) -> int:
         if msg.size == 0:
             raise CudaError(codes.INVALID_VALUE, "cuMemAlloc: size must be > 0")
+        self.room(len(self.regions), "allocations")
         self.server.reserve_memory(self, msg.size)
         try:
             a = self.backend.alloc(msg.size)
@@ -232,6 +251,7 @@ class Session:
             when_all(self.engine.tails(), lambda: self.backend.free(alloc))
 
     def free_all(self) -> None:
+        self.backend.cancel(self.stop_launches, "its session closed")  # a dead client's kernels stop now
         for start in list(self.regions):
             r = self._remove_region(start)
             if r.allocation is not None:
@@ -296,6 +316,7 @@ class Session:
     def on_stream_create(self, msg: m.StreamCreate, bulk: list[Any]) -> None:
         if msg.stream < 16:
             raise CudaError(codes.INVALID_VALUE, f"stream handles below 16 are reserved, got {msg.stream}")
+        self.room(len(self.engine.streams), "streams")
         self.engine.create(msg.stream, msg.flags, msg.priority)
 
     def on_stream_destroy(self, msg: m.StreamDestroy, bulk: list[Any]) -> None:
@@ -334,6 +355,7 @@ class Session:
     def on_event_create(self, msg: m.EventCreate, bulk: list[Any]) -> None:
         if msg.event in self.events:
             raise CudaError(codes.INVALID_HANDLE, f"event handle {msg.event} is already in use")
+        self.room(len(self.events), "events")
         self.events[msg.event] = Event(flags=msg.flags)
 
     def on_event_record(self, msg: m.EventRecord, bulk: list[Any]) -> None:
@@ -369,10 +391,22 @@ class Session:
     def on_module_load(self, msg: m.ModuleLoad, bulk: list[Any]) -> Later:
         if msg.module in self.modules:
             raise CudaError(codes.INVALID_HANDLE, f"module handle {msg.module} is already in use")
+        self.room(len(self.modules), "modules")
+        self.room(self.loads_in_flight, "loads_in_flight")
         image = bytes(_frame(bulk, msg.frame))
         # Compilation can take a while: run it off the I/O loop and reply when it is done.
         box: dict[str, Any] = {}
-        marker = self.server.run_async(lambda: box.__setitem__("mod", self.backend.load_module(image, msg.format)))
+        with self._lock:
+            self.loads_in_flight += 1
+
+        def load() -> None:
+            try:
+                box["mod"] = self.backend.load_module(image, msg.format)
+            finally:
+                with self._lock:
+                    self.loads_in_flight -= 1
+
+        marker = self.server.run_async(load)
 
         def produce() -> tuple[Any, list[Any]]:
             if marker.error is not None:
@@ -405,6 +439,8 @@ class Session:
         mod = self.modules.get(msg.module)
         if mod is None:
             raise CudaError(codes.INVALID_HANDLE, f"invalid module handle {msg.module}")
+        if msg.function not in self.functions:
+            self.room(len(self.functions), "functions")
         fn = self.backend.get_function(mod, msg.name)
         fn.module = mod  # type: ignore[attr-defined]
         self.functions[msg.function] = fn
@@ -435,10 +471,11 @@ class Session:
             )
         grid, block, params = tuple(msg.grid), tuple(msg.block), msg.params
         allowed = self.allowed_ranges()  # this session's regions at launch time
+        limit = self.server.hv.config.policy(self.info.tenant).max_kernel_s or None  # NOTE [watchdog]
 
         def run() -> None:
             res = self.backend.launch(fn, grid, block, msg.shared_mem, params, allowed,  # type: ignore[arg-type]
-                                      cooperative=msg.cooperative)
+                                      cooperative=msg.cooperative, deadline_s=limit, cancel=self.stop_launches)
             if res.printf:
                 self.add_output(res.printf)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import mmap
 import os
 import secrets
-import tempfile
+import stat
 from typing import Any
 
 import numpy as np
@@ -13,6 +13,7 @@ import numpy as np
 from gpud.errors import CudaError, codes
 from gpud.session import CLOSE_HOOKS, INLINE_BYTES, Session, extension
 from proto import messages as m
+from woolyhv.hostinfo import shm_dir
 
 SLOTS = 16
 SLOT_SIZE = 2 << 20
@@ -20,13 +21,37 @@ HEADER = 4096
 ERROR_BIT = 1 << 63
 
 
-def _shm_dir() -> str:
-    return "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+# NOTE [proven locality]
+# Same-host privileges (staging rings in shared memory, mapped host memory, sessions expired by their pid's death)
+# go to a client that proves it runs on gpud's host, never to one that claims it: a hello's host id is no proof
+# (gpud's reply tells every peer its own). When a hello claims gpud's host id, the reply names a fresh file in the
+# shared-memory directory (``local_proof``, 128 random bits); the client creates it (O_EXCL, mode 0600) and sends
+# ``prove_local``. gpud lstat()s the name it made up: a regular file, not a link, is proof that the peer writes to
+# this host's /dev/shm, and its owner is the peer's user id, which host memory mapping then checks each file
+# against. A remote peer cannot create the file; a local one of another user cannot pass for this one. One try per
+# session: the name is forgotten after it.
+@extension("prove_local")
+def prove_local(session: Session, msg: m.ProveLocal, bulk: list[Any]) -> bool:
+    path = session.ext.pop("local_proof", None)
+    if path is None:
+        raise CudaError(codes.NOT_PERMITTED, "prove_local: no proof was asked of this session (or it was tried)")
+    try:
+        st = os.lstat(path)
+    except OSError:
+        raise CudaError(codes.NOT_PERMITTED, "prove_local: the file was not created on gpud's host") from None
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+        raise CudaError(codes.NOT_PERMITTED, "prove_local: not a plain file")
+    try:
+        os.unlink(path)
+    except OSError:
+        pass  # another user's file in a sticky directory: its owner removes it
+    session.info.local, session.info.uid = True, st.st_uid
+    return True
 
 
 class Staging:
     def __init__(self) -> None:
-        self.path = os.path.join(_shm_dir(), f"wooly-{os.getpid()}-{secrets.token_hex(16)}")
+        self.path = os.path.join(shm_dir(), f"wooly-{os.getpid()}-{secrets.token_hex(16)}")
         size = HEADER + SLOTS * SLOT_SIZE
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         try:

@@ -137,7 +137,7 @@ TIMEOUT = 909
 UNKNOWN = 999
 
 # Launch failures poison the context, as on a real GPU: every later call reports them.
-STICKY_CODES = frozenset({ILLEGAL_ADDRESS, ASSERT, LAUNCH_FAILED, 714, 715, 716, 717, 718})
+STICKY_CODES = frozenset({ILLEGAL_ADDRESS, 702, ASSERT, LAUNCH_FAILED, 714, 715, 716, 717, 718})  # 702: LAUNCH_TIMEOUT
 
 
 def error_name(code: int) -> str:

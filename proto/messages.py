@@ -73,6 +73,13 @@ class HelloReply(_Req):
     heartbeat_s: float
     capabilities: list[Name] = Field(default_factory=list)
     devices: list[DeviceInfo] = Field(default_factory=list)
+    local_proof: Name = ""  # NOTE [proven locality] (gpud/shm.py): the file a same-host client creates
+
+
+class ProveLocal(_Req):
+    """NOTE [proven locality]: the client created the file named in its hello reply (``local_proof``)."""
+
+    kind: Literal["prove_local"] = "prove_local"
 
 
 class Bye(_Req):
@@ -439,7 +446,7 @@ class Batch(_Req):
 
 
 Message = Annotated[
-    Hello | HelloReply | Bye | Ping | Pong | Sync | ListSessions | MemAlloc | MemFree | MemGetInfo | MemcpyHtoD | MemcpyDtoH | MemcpyDtoD | Memset | StreamCreate | StreamDestroy | StreamSynchronize | StreamQuery | StreamWaitEvent | EventCreate | EventRecord | EventQuery | EventSynchronize | EventElapsed | EventDestroy | CtxSynchronize | ModuleLoad | ModuleUnload | ModuleGetFunction | ModuleGetGlobal | Launch | AtenBatch | AtenCall | DedupUpload | DedupPublish | DedupQuery | DedupTensor | Batch | ShmOpen | ShmHtoD | ShmDtoH | HostMap | HostUnmap | IpcGet | IpcOpen | IpcClose | Result | Error,
+    Hello | HelloReply | ProveLocal | Bye | Ping | Pong | Sync | ListSessions | MemAlloc | MemFree | MemGetInfo | MemcpyHtoD | MemcpyDtoH | MemcpyDtoD | Memset | StreamCreate | StreamDestroy | StreamSynchronize | StreamQuery | StreamWaitEvent | EventCreate | EventRecord | EventQuery | EventSynchronize | EventElapsed | EventDestroy | CtxSynchronize | ModuleLoad | ModuleUnload | ModuleGetFunction | ModuleGetGlobal | Launch | AtenBatch | AtenCall | DedupUpload | DedupPublish | DedupQuery | DedupTensor | Batch | ShmOpen | ShmHtoD | ShmDtoH | HostMap | HostUnmap | IpcGet | IpcOpen | IpcClose | Result | Error,
     Field(discriminator="kind"),
 ]
 

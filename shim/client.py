@@ -74,6 +74,7 @@ class Connection:
         self._qbulk: list[Any] = []
         self._qbytes = 0
         self._dead: CudaError | None = None
+        self._ever_heard = False  # any reply at all on this connection: "did not answer" vs "stopped answering"
         self._closed = False
         self._last_sent = time.monotonic()
         self.pid = os.getpid()  # the process this connection belongs to (NOTE [fork] in shim/runtime.py)
@@ -96,7 +97,7 @@ class Connection:
         self.devices: list[dict[str, Any]] = reply["devices"]
         self.server_version: str = reply["server_version"]
         self.server_capabilities: list[str] = reply.get("capabilities", [])
-        self.same_host = reply["host_id"] == host_id()
+        self.same_host = reply["host_id"] == host_id() and self._prove_local(reply.get("local_proof", ""))
         self.heartbeat_s = float(reply["heartbeat_s"])
         _CONNECTIONS.add(self)
         self._hb = threading.Thread(target=self._heartbeat, name="wooly-heartbeat", daemon=True)
@@ -181,7 +182,7 @@ class Connection:
                     frames = None
                 if frames is not None:
                     last_heard = time.monotonic()
-                    heard = True
+                    heard = self._ever_heard = True
                     try:
                         body, bulk = unpack_body(frames)
                     except ProtocolError as exc:
@@ -207,13 +208,38 @@ class Connection:
             now = time.monotonic()
             if now - last_heard > timeout_s or (deadline is not None and now > deadline):
                 hint = " (or is WOOLY_SERVER_KEY not its key?)" if curve.is_tcp(self.endpoint) else ""
+                what = "stopped answering" if self._ever_heard else "did not answer"
                 self._dead = CudaError(
                     DEVICE_UNAVAILABLE,
-                    f"gpud at {self.endpoint} stopped answering (no reply in {timeout_s:.1f} s); is the daemon "
-                    f"running{hint}?",
+                    f"gpud at {self.endpoint} {what} (no reply in {timeout_s:.1f} s); is the daemon running{hint}?",
                 )
                 raise self._dead
             self._send({"kind": "ping", "rid": 0})
+
+    def _prove_local(self, path: str) -> bool:
+        """NOTE [proven locality] (gpud/shm.py): create the file gpud named, so that it knows this client shares its
+        host. Only a fresh file of the expected name in this host's shared-memory directory is ever created."""
+        import os
+
+        from woolyhv.hostinfo import PROOF_PREFIX, shm_dir
+
+        name = os.path.basename(path)
+        if os.path.dirname(path) != shm_dir() or not name.startswith(PROOF_PREFIX) or "/" in name or len(name) > 64:
+            return False
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+        except OSError:
+            return False
+        try:
+            self.call({"kind": "prove_local"})
+            return True
+        except CudaError:
+            return False
+        finally:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
 
     # ------------------------------------------------------------------ lifetime
     def _heartbeat(self) -> None:

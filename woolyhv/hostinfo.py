@@ -5,6 +5,10 @@ from __future__ import annotations
 import functools
 import os
 import socket
+import tempfile
+
+# NOTE [proven locality]: the file a client creates to prove it shares gpud's host (and its /dev/shm)
+PROOF_PREFIX = "wooly-proof-"
 
 
 @functools.cache
@@ -32,3 +36,8 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def shm_dir() -> str:
+    """Where same-host shared memory files live (staging rings, mapped host memory, locality proofs)."""
+    return "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()

@@ -165,10 +165,15 @@ class Backend(ABC):
         params: bytes,
         allowed_ranges: Sequence[tuple[int, int]] | None = None,
         cooperative: bool = False,
+        deadline_s: float | None = None,
+        cancel: Any = None,
     ) -> LaunchResult:
         """Run a kernel to completion. ``allowed_ranges``: the (start, size) regions the launching
         session may touch, for backends that check kernel memory accesses (NOTE [bounds check]).
-        ``cooperative``: a cooperative launch (cuLaunchCooperativeKernel: all blocks resident, grid sync)."""
+        ``cooperative``: a cooperative launch (cuLaunchCooperativeKernel: all blocks resident, grid sync).
+        ``deadline_s``, ``cancel`` (a token from ``new_cancel``): backends that can stop a running kernel stop it
+        after that long, or when the token is cancelled, with CUDA_ERROR_LAUNCH_TIMEOUT (NOTE [watchdog] in
+        jit/watchdog.py); the others run it to its end."""
         # The device's limits (proto/launch.py), whatever the client checked: dynamic shared memory up to the
         # device's opt-in bound (the client enforces cuFuncSetAttribute, the driver API's contract).
         dev = self.info().attributes
@@ -176,9 +181,17 @@ class Backend(ABC):
         rules.check(f"launch of {function.name}", dev, grid, block, shared_mem,
                     max_threads=function.attributes.get("max_threads_per_block"), static_shared=static,
                     dynamic_shared=rules.optin_shared_limit(dev, static), params=len(params), cooperative=cooperative)
+        stop = {"deadline_s": deadline_s, "cancel": cancel} if (deadline_s or cancel is not None) else {}
         if cooperative:  # the client checked occupancy; gpud still bounds what it runs at once (one thread a block)
-            return self._launch(function, grid, block, shared_mem, params, allowed_ranges, cooperative=True)
-        return self._launch(function, grid, block, shared_mem, params, allowed_ranges)
+            return self._launch(function, grid, block, shared_mem, params, allowed_ranges, cooperative=True, **stop)
+        return self._launch(function, grid, block, shared_mem, params, allowed_ranges, **stop)
+
+    def new_cancel(self) -> Any:
+        """A token that stops the launches given it (``cancel``), or None where kernels cannot be stopped."""
+        return None
+
+    def cancel(self, token: Any, why: str) -> None:
+        """Stop the running launches of ``token`` and fail later ones, saying ``why``."""
 
     def synchronize(self) -> None:  # noqa: B027 - optional hook
         """Wait for work the vendor runtime still runs asynchronously (none on the CPU)."""

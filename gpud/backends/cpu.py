@@ -14,6 +14,7 @@ import os
 import platform
 import threading
 import uuid
+from typing import Any
 
 import numpy as np
 
@@ -225,13 +226,22 @@ class CpuBackend(Backend):
         }
         return Function(name=name, params=params, attributes=attrs, native=k)
 
-    def _launch(self, function, grid, block, shared_mem, params, allowed_ranges=None, cooperative=False) -> LaunchResult:
+    def new_cancel(self) -> Any:
+        from jit.watchdog import Cancel
+        return Cancel() if self.bounds_check else None  # unchecked code has no polls (NOTE [watchdog])
+
+    def cancel(self, token: Any, why: str) -> None:
+        if token is not None:
+            token.cancel(why)
+
+    def _launch(self, function, grid, block, shared_mem, params, allowed_ranges=None, cooperative=False,
+                deadline_s=None, cancel=None) -> LaunchResult:
         jit = self._jit()
         ranges = allowed_ranges if self.bounds_check else None
         try:
             res = function.native.launch(
                 grid=tuple(grid), block=tuple(block), shared_mem=shared_mem, params=params, allowed_ranges=ranges,
-                cooperative=cooperative,
+                cooperative=cooperative, deadline_s=deadline_s if self.bounds_check else None, cancel=cancel,
             )
         except jit.JitError as exc:
             raise CudaError(exc.code, f"{function.name}: {exc.message}") from None

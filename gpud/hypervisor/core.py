@@ -75,7 +75,17 @@ class Hypervisor:
                             "admin_token configured")
 
     def admit(self, tenant: str, token: str) -> None:
-        """Check a hello's tenant and token; raises CUDA_ERROR_NOT_PERMITTED to refuse it."""
+        """Check a hello's tenant and token, and room for one more session (NOTE [bounded daemon state]); raises
+        CUDA_ERROR_NOT_PERMITTED to refuse it."""
+        lim = self.config.limits
+        if len(self.server.sessions) >= lim.sessions:
+            raise CudaError(codes.NOT_PERMITTED, f"gpud holds {lim.sessions} sessions, its limit (limits.sessions)")
+        with self.lock:
+            t = self.tenants.get(tenant)
+            n = len(t.sessions) if t is not None else 0
+        if n >= lim.sessions_per_tenant:
+            raise CudaError(codes.NOT_PERMITTED, f"tenant {tenant!r} has {n} sessions, its limit "
+                            "(limits.sessions_per_tenant)")
         policy = self.config.tenants.get(tenant)
         if policy is None:
             if self.config.require_token:

@@ -20,6 +20,11 @@ A config file looks like this (TOML; the same keys work in YAML)::
     hash = "xxh3_128"             # or "sha256" where tenants do not trust each other
     chunk = "4MiB"
 
+    [limits]                      # what one client may make gpud hold (NOTE [bounded daemon state])
+    sessions = 1024
+    sessions_per_tenant = 256
+    reply_bytes = "256MiB"        # unsent replies of a session before gpud stops reading it
+
     [tenants.default]             # template for tenants not listed
     quota = 1.0                   # bytes ("2GiB", 2147483648) or a fraction of the device
     weight = 1
@@ -30,6 +35,7 @@ A config file looks like this (TOML; the same keys work in YAML)::
     weight = 3
     priority = 3
     idle_timeout_s = 300          # put to sleep after this much idleness (0 = never)
+    max_kernel_s = 30             # a kernel running longer fails with CUDA_ERROR_LAUNCH_TIMEOUT (0 = no limit)
     token = "s3cret"
 
 CLI flags (``wooly gpud --tenant alice:quota=6GiB,weight=3 --metrics-port 9400``) override the file.
@@ -71,6 +77,7 @@ class TenantPolicy(_Cfg):
     priority: int = Field(2, ge=0, le=4)
     overcommit: bool = True  # may displace (sleep) lower-priority idle tenants when the device is full
     idle_timeout_s: float = Field(0.0, ge=0)  # 0 = never sleeps for idleness
+    max_kernel_s: float = Field(0.0, ge=0)  # a kernel running longer is stopped (LAUNCH_TIMEOUT); 0 = no limit
     token: str = ""
     sleepable: bool = True  # may be put to sleep at all
 
@@ -105,6 +112,29 @@ class DedupConfig(_Cfg):
         return n
 
 
+class LimitsConfig(_Cfg):
+    """NOTE [bounded daemon state] (gpud/session.py): what one client may make gpud hold."""
+
+    sessions: int = Field(1024, ge=1)  # live sessions in all
+    sessions_per_tenant: int = Field(256, ge=1)
+    allocations: int = Field(1 << 20, ge=1)  # per session: device allocations
+    modules: int = Field(4096, ge=1)  # per session: loaded modules
+    functions: int = Field(1 << 16, ge=1)
+    streams: int = Field(1 << 14, ge=1)
+    events: int = Field(1 << 16, ge=1)
+    loads_in_flight: int = Field(8, ge=1)  # module loads (compiles) a session may have queued at once
+    reply_bytes: int = 256 << 20  # replies of one session gpud may hold unsent; past them it stops reading it
+    parked_bytes: int = 64 << 20  # requests held meanwhile; past them the session is closed
+
+    @field_validator("reply_bytes", "parked_bytes", mode="before")
+    @classmethod
+    def _bytes(cls, v: Any) -> int:
+        n = parse_size(v)
+        if not isinstance(n, int) or n < 1 << 20:
+            raise ValueError("must be a byte count of at least 1 MiB")
+        return n
+
+
 class HypervisorConfig(_Cfg):
     overcommit_ratio: float = Field(1.0, ge=1.0, le=100.0)
     host_budget: int = 4 << 30
@@ -116,6 +146,7 @@ class HypervisorConfig(_Cfg):
     idle_check_s: float = Field(1.0, gt=0)
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
     dedup: DedupConfig = Field(default_factory=DedupConfig)
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
     tenants: dict[str, TenantPolicy] = Field(default_factory=dict)
 
     @field_validator("host_budget", mode="before")
@@ -152,10 +183,10 @@ def _read_file(path: str) -> dict[str, Any]:
 def _flatten(data: dict[str, Any]) -> dict[str, Any]:
     """File layout ([hypervisor], [scheduler], [dedup], [tenants.*]) -> HypervisorConfig fields."""
     out: dict[str, Any] = dict(data.get("hypervisor", {}))
-    for key in ("scheduler", "dedup", "tenants"):
+    for key in ("scheduler", "dedup", "limits", "tenants"):
         if key in data:
             out[key] = data[key]
-    unknown = set(data) - {"hypervisor", "scheduler", "dedup", "tenants"}
+    unknown = set(data) - {"hypervisor", "scheduler", "dedup", "limits", "tenants"}
     if unknown:
         raise ValueError(f"unknown config section(s): {', '.join(sorted(unknown))}")
     return out
@@ -175,7 +206,7 @@ def parse_tenant_spec(spec: str) -> tuple[str, dict[str, Any]]:
         key = key.strip().replace("-", "_")
         if key in ("overcommit", "sleepable"):
             fields[key] = val.strip().lower() in ("1", "true", "yes", "on")
-        elif key in ("weight", "idle_timeout_s"):
+        elif key in ("weight", "idle_timeout_s", "max_kernel_s"):
             fields[key] = float(val)
         elif key == "priority":
             fields[key] = int(val)

@@ -12,7 +12,6 @@ import ctypes
 import itertools
 import os
 import secrets
-import tempfile
 from dataclasses import dataclass
 
 from proto import errors as codes
@@ -51,7 +50,8 @@ def _mmap(length: int, fd: int = -1, at: int = 0) -> int | None:
 
 
 def _shm_path() -> str:
-    base = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+    from woolyhv.hostinfo import shm_dir
+    base = shm_dir()
     return os.path.join(base, f"wooly-host-{os.getpid()}-{next(_seq)}-{secrets.token_hex(8)}")
 
 
