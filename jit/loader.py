@@ -26,7 +26,70 @@ LAUNCH_LOCK = threading.Lock()
 _CONV = re.compile(rb"%([-+ #0]*)(\d+|\*)?(?:\.(\d+|\*))?(hh|h|ll|l|L|z|j|t|q)?([diouxXeEfFgGaAcspn%])")
 
 
-def format_printf(fmt: bytes, args: int) -> str:
+# NOTE [checked host services]
+# printf and assert read device memory the kernel points them at: the format, the argument buffer, every %s
+# string, the assertion's message and file name. In a bounds-checked launch those pointers are a tenant's input
+# like any address, so the host reads them only inside the launch's allowed ranges (the table the kernel's own
+# checks use, NOTE [bounds checking]), strings up to the end of their range and at most MAX_STRING bytes: a wild
+# one fails the launch with CUDA_ERROR_ILLEGAL_ADDRESS, as the kernel's own access would (a mutated format pointer
+# made gpud's printf dereference 0x7f1c and die).
+MAX_STRING = 4096
+
+
+class WildPointer(Exception):
+    def __init__(self, addr: int) -> None:
+        self.addr = addr
+
+
+class DeviceReader:
+    """Reads of device memory on behalf of one launch (NOTE [checked host services])."""
+
+    def __init__(self, lctx: int) -> None:
+        from jit.emit import L_NRANGES, L_RANGES, L_SLOTS
+        slots = (ctypes.c_int64 * L_SLOTS).from_address(lctx) if lctx else None
+        self.table = int(slots[L_RANGES]) if slots is not None else 0
+        self.n = int(slots[L_NRANGES]) if slots is not None else 0
+
+    def room(self, addr: int) -> int:
+        """Bytes readable from ``addr`` on (to the end of its allowed range)."""
+        if not self.table:
+            return 1 << 62  # an unchecked launch: trusted code
+        spans = (ctypes.c_uint64 * (2 * self.n)).from_address(self.table)
+        lo, hi = 0, self.n
+        while lo < hi:  # the last range starting at or below addr
+            mid = (lo + hi) // 2
+            if spans[2 * mid] <= addr:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo == 0 or addr >= spans[2 * (lo - 1) + 1]:
+            return 0
+        return int(spans[2 * (lo - 1) + 1]) - addr
+
+    def read(self, addr: int, n: int) -> bytes:
+        if addr <= 0 or self.room(addr) < n:
+            raise WildPointer(addr)
+        return ctypes.string_at(addr, n)
+
+    def cstr(self, addr: int) -> bytes:
+        room = min(self.room(addr), MAX_STRING) if addr > 0 else 0
+        if room <= 0:
+            raise WildPointer(addr)
+        raw = ctypes.string_at(addr, room)
+        end = raw.find(b"\0")
+        return raw if end < 0 else raw[:end]
+
+
+def _fail_launch(lctx: int, addr: int) -> None:
+    from jit.emit import L_BADADDR, L_ERROR, L_SLOTS
+    from jit.errors import CUDA_ERROR_ILLEGAL_ADDRESS
+    slots = (ctypes.c_int64 * L_SLOTS).from_address(lctx)
+    if not slots[L_ERROR]:
+        slots[L_BADADDR] = addr & ((1 << 63) - 1)
+        slots[L_ERROR] = CUDA_ERROR_ILLEGAL_ADDRESS
+
+
+def format_printf(fmt: bytes, args: int, mem: DeviceReader | None = None) -> str:
     """Render a device printf: args points at the packed argument buffer (each value naturally aligned)."""
     out: list[str] = []
     pos, off = 0, 0
@@ -44,13 +107,13 @@ def format_printf(fmt: bytes, args: int) -> str:
         else:
             size, code = 4, "<i" if conv in "di" else "<I"
         off = (off + size - 1) // size * size
-        raw = ctypes.string_at(args + off, size) if args else bytes(size)
+        raw = (mem.read(args + off, size) if mem else ctypes.string_at(args + off, size)) if args else bytes(size)
         off += size
         (val,) = struct.unpack(code, raw)
         spec = "%" + flags + (width if width != "*" else "") + ("." + prec if prec and prec != "*" else "")
         try:
             if conv == "s":
-                s = ctypes.string_at(val).decode("utf-8", "replace") if val else "(null)"
+                s = (mem.cstr(val) if mem else ctypes.string_at(val)).decode("utf-8", "replace") if val else "(null)"
                 out.append((spec + "s") % s)
             elif conv == "p":
                 out.append(hex(val))
@@ -71,12 +134,16 @@ def format_printf(fmt: bytes, args: int) -> str:
 @ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64)
 def _rt_printf(lctx: int, fmt: int, args: int) -> int:
     try:
-        text = format_printf(ctypes.string_at(fmt), args) if fmt else ""
+        mem = DeviceReader(lctx or 0)
+        text = format_printf(mem.cstr(fmt), args, mem) if fmt else ""
         with LAUNCH_LOCK:
             rec = LAUNCHES.get(lctx or 0)
             if rec is not None:
                 rec["printf"].append(text)
         return len(text)
+    except WildPointer as w:
+        _fail_launch(lctx, w.addr)
+        return -1
     except Exception:
         return -1
 
@@ -84,12 +151,15 @@ def _rt_printf(lctx: int, fmt: int, args: int) -> int:
 @ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int32)
 def _rt_assert(lctx: int, msg: int, file: int, line: int) -> int:
     try:
-        m = ctypes.string_at(msg).decode("utf-8", "replace") if msg else "?"
-        f = ctypes.string_at(file).decode("utf-8", "replace") if file else "?"
+        mem = DeviceReader(lctx or 0)
+        m = mem.cstr(msg).decode("utf-8", "replace") if msg else "?"
+        f = mem.cstr(file).decode("utf-8", "replace") if file else "?"
         with LAUNCH_LOCK:
             rec = LAUNCHES.get(lctx or 0)
             if rec is not None and rec.get("assert") is None:
                 rec["assert"] = f"{f}:{line}: Assertion `{m}` failed."
+    except WildPointer:
+        pass  # the assert still fails the launch; its message is not read from a wild pointer
     except Exception:
         pass
     return 0

@@ -20,6 +20,7 @@ from jit.checked import (  # noqa: F401 (GlobalRange: part of this module's API)
     for_ranges,
 )
 from jit.emit import (
+    WINDOW_GUARD,
     L_ASSERT,
     L_BADADDR,
     L_BLOCK,
@@ -185,10 +186,12 @@ class CpuKernel:
         if cooperative:
             keep.append(ws)
             extra_ranges.append((lctx[L_GRID_WS], ctypes.sizeof(ws)))
+        area = self.local_bytes_per_thread + self._func_stack  # .local, then .func frames (bounds checks)
+        guard = WINDOW_GUARD if checked else 0  # NOTE [confined windows] (jit/emit/bounds.py): zones either side
         for _ in range(nw):
-            sb, sa = _buffer(self._dyn_offset + shared_mem)
-            area = self.local_bytes_per_thread + self._func_stack  # .local, then .func frames (bounds checks)
-            lb, la = _buffer(nt * area)
+            sb, sa = _buffer(self._dyn_offset + shared_mem + 2 * guard)
+            lb, la = _buffer(nt * area + 2 * guard)
+            sa, la = sa + guard, la + guard
             rec_threads = code.rec_threads or (nt + 15) // 16 * 16  # NOTE [thread records] (jit/emit/cpu.py)
             rb, ra = _buffer(rec_threads * code.rec_bytes)
             extra_ranges += [(sa, self._dyn_offset + shared_mem), (la, nt * area)]

@@ -13,6 +13,7 @@ L_CHUNK = 18  # blocks a worker claims at once
 L_HEAP_ALLOC, L_HEAP_FREE, L_HEAP = 19, 20, 21  # device malloc/free of bounds-checked modules (NOTE [device heap])
 L_ROOTS = 22  # [lo, hi) per rooted pointer parameter of a bounds-checked kernel (NOTE [rooted bounds checks])
 L_OS_YIELD, L_GRID_WS = 23, 24  # cooperative launches: sched_yield's address; the grid-sync workspace (NOTE [grid sync])
+WINDOW_GUARD = 4096  # bytes of a launch's own before and after each shared window and .local area (NOTE [confined windows])
 L_NEXT = 32   # the shared block counter: >= 64 bytes from every other slot, so claims do not evict them
 L_SLOTS = 40
 # worker context

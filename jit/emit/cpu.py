@@ -74,7 +74,7 @@ from jit.emit import (  # noqa: F401 (re-exported: jit/emit/cpu_*.py use them fr
     W_SHARED,
 )
 from jit.emit.cpu_records import HEADER_SIZES, ThreadRecords, _i32, _i64
-from jit.errors import CUDA_ERROR_ASSERT
+from jit.errors import CUDA_ERROR_ASSERT, CUDA_ERROR_ILLEGAL_ADDRESS
 from jit.lower.core import FuncLowering
 from jit.lower.module import KernelMeta, ModuleCodegen, ParamLayout, align_up, var_align, var_size
 from jit.lower.types import F64, I1, I32, I64, PTR, VOID, convert_bits, reg_type
@@ -93,10 +93,13 @@ def ld_slot(b: ir.IRBuilder, base: ir.Value, slot: int) -> ir.Value:
 FUNC_NATIVE_STACK = 256 << 10
 
 
-def emit_poll(fl: FuncLowering, L: ir.Value, leave: Any) -> None:
-    """if (L[L_ERROR] != 0) leave(); as a relaxed atomic load, so that LLVM reads it on every pass of a loop."""
+def emit_poll(fl: FuncLowering, L: ir.Value, leave: Any, extra: ir.Value | None = None) -> None:
+    """if (L[L_ERROR] | extra) != 0: leave(); as a relaxed atomic load, so that LLVM reads it on every pass of a
+    loop."""
     b = fl.b
     err = b.load_atomic(b.gep(L, [_i64(L_ERROR)], source_etype=I64), "monotonic", 8, typ=I64)
+    if extra is not None:
+        err = b.or_(err, extra)
     stop, cont = fl.block("poll_stop"), fl.block("poll_go")
     b.cbranch(b.icmp_unsigned("!=", err, _i64(0)), stop, cont).set_weights([1, 1000])
     b.position_at_end(stop)
@@ -217,8 +220,23 @@ class EntryEnv(ThreadRecords):
         fail_soft(fl, addr)
 
     def poll(self, fl: FuncLowering) -> None:
-        """NOTE [watchdog] (jit/watchdog.py): leave the launch when its error word was set (from outside too)."""
-        emit_poll(fl, self.L, lambda: fl.b.branch(self.abort))
+        """NOTE [watchdog] (jit/watchdog.py): leave the launch when its error word was set (from outside too), or
+        when this worker's confined accesses went wild (NOTE [confined windows])."""
+        bad = fl.b.load(self.bad_slot(fl))
+
+        def leave() -> None:
+            b = fl.b
+            fault, out = fl.block("poll_fault"), fl.block("poll_out")
+            b.cbranch(b.icmp_unsigned("!=", bad, _i64(0)), fault, out)
+            b.position_at_end(fault)
+            b.cmpxchg(b.gep(self.L, [_i64(L_BADADDR)], source_etype=I64), _i64(0), b.sub(bad, _i64(1)), "monotonic",
+                      "monotonic")
+            self.set_error(fl, self.L, CUDA_ERROR_ILLEGAL_ADDRESS)
+            b.branch(out)
+            b.position_at_end(out)
+            b.branch(self.abort)
+
+        emit_poll(fl, self.L, leave, bad)
 
     def stack_floor(self, fl: FuncLowering) -> ir.Value:
         """The lowest native stack address .func calls of this worker may reach (NOTE [bounded recursion] in

@@ -162,3 +162,37 @@ def test_cp_async_src_size_is_bounded_by_cp_size() -> None:
     ranges = [(src.ctypes.data, 16), (out.ctypes.data, 4)]  # only the first 16 bytes of src are the tenant's
     k.launch(1, 1, 0, struct.pack("<QQI", src.ctypes.data, out.ctypes.data, 1 << 20), allowed_ranges=ranges)
     assert out[0] == 0  # s[16..] was never written: the copy stopped at 16 bytes
+
+
+PRINTF = """
+.extern .func (.param .b32 r) vprintf(.param .b64 f, .param .b64 a);
+.global .align 1 .b8 fmt[6] = {37, 115, 32, 37, 100, 0};
+.visible .entry k(.param .u64 p, .param .u64 s)
+{
+  .reg .b64 %rd<6>; .reg .b32 %r<3>; .local .align 8 .b8 buf[16];
+  ld.param.u64 %rd1, [p]; ld.param.u64 %rd2, [s];
+  mov.u64 %rd3, buf; st.local.u64 [%rd3], %rd2; mov.u32 %r1, 42; st.local.u32 [%rd3+8], %r1;
+  cvta.local.u64 %rd4, %rd3;
+  { .param .b64 f; .param .b64 a; .param .b32 r; st.param.b64 [f], %rd1; st.param.b64 [a], %rd4;
+    call.uni (r), vprintf, (f, a); ld.param.b32 %r2, [r]; }
+  ret;
+}
+"""
+
+
+def test_printf_reads_only_the_tenants_memory() -> None:
+    """NOTE [checked host services]: the format and %s strings are device pointers, checked like any access (a
+    mutated format pointer made gpud's printf read 0x7f1c and die)."""
+    m = compile_module(HEADER + PRINTF, bounds_check=True)
+    k = m.get_kernel("k")
+    fmt = m.get_global("fmt").address if hasattr(m, "get_global") else m.globals["fmt"].address
+    mine = np.frombuffer(b"mine\0", dtype=np.uint8).copy()
+    secret = np.frombuffer(b"secret\0", dtype=np.uint8).copy()
+    ranges = [(mine.ctypes.data, mine.nbytes)]
+    res = k.launch(1, 1, 0, struct.pack("<QQ", fmt, mine.ctypes.data), allowed_ranges=ranges)
+    assert res.printf == "mine 42"
+    for f, s in ((fmt, secret.ctypes.data), (0x7F1C, mine.ctypes.data), (secret.ctypes.data, mine.ctypes.data)):
+        with pytest.raises(JitError) as ei:
+            k.launch(1, 1, 0, struct.pack("<QQ", f, s), allowed_ranges=ranges)
+        assert ei.value.code == ILLEGAL_ADDRESS
+        assert "secret" not in getattr(ei.value, "printf", "")
