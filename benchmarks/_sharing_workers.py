@@ -162,3 +162,58 @@ def soak(endpoint: str, tenant: str, seconds: float, seed: int, out: Any, pause_
     finally:
         out.put({"tenant": tenant, "ops": ops, "errors": errors})
         d.conn.close()
+
+
+# A kernel whose cost is all compute: each thread runs an LCG for ``iters`` rounds (NOTE [spatial sharing] lines).
+BURN = b""".version 7.0
+.target sm_80
+.address_size 64
+.visible .entry burn(.param .u64 o, .param .u32 n)
+{
+  .reg .b32 %r<6>; .reg .b64 %rd<4>; .reg .pred %p;
+  ld.param.u32 %r1, [n]; mov.u32 %r2, 0; mov.u32 %r3, %tid.x;
+$L: mad.lo.u32 %r3, %r3, 1664525, 1013904223; add.u32 %r2, %r2, 1; setp.lt.u32 %p, %r2, %r1; @%p bra $L;
+  ld.param.u64 %rd1, [o]; mov.u32 %r4, %ctaid.x; mul.wide.u32 %rd2, %r4, 4; add.s64 %rd3, %rd1, %rd2;
+  st.global.u32 [%rd3], %r3;
+  ret;
+}
+"""
+
+
+def burn(endpoint: str, tenant: str, seconds: float, blocks: int, iters: int, barrier: Any, out: Any,
+         ahead: bool = False) -> None:
+    """Launch ``burn`` (``blocks`` blocks of 32 threads) back to back for ``seconds`` (``ahead``: one launch queued
+    behind the running one); report each launch's (start, end) wall-clock times."""
+    import struct
+    d = connect(endpoint, tenant)
+    o = d.mem_alloc(4 * max(blocks, 1))
+    fn = d.module_get_function(d.module_load_data(BURN), "burn")
+    params = fn.pack_params([struct.pack("<Q", o), struct.pack("<I", iters)])
+    d.launch_kernel(fn, (1, 1, 1), (32, 1, 1), params)  # compiled and warm
+    d.ctx_synchronize()
+    if barrier is not None:
+        barrier.wait()
+    spans = []
+    end = time.time() + seconds
+    if ahead:  # saturating: one launch always queued behind the running one (no gap between launches)
+        evs = [d.event_create() for _ in range(2)]
+        starts = []
+        i = 0
+        while time.time() < end:
+            starts.append(time.time())
+            d.launch_kernel(fn, (blocks, 1, 1), (32, 1, 1), params)
+            d.event_record(evs[i % 2])
+            if i >= 1:
+                d.event_synchronize(evs[(i - 1) % 2])
+                spans.append((starts[i - 1], time.time()))
+            i += 1
+        d.ctx_synchronize()
+        spans.append((starts[-1], time.time()))
+    else:  # latency-bound: launch, wait, again
+        while time.time() < end:
+            t = time.time()
+            d.launch_kernel(fn, (blocks, 1, 1), (32, 1, 1), params)
+            d.ctx_synchronize()
+            spans.append((t, time.time()))
+    out.put((tenant, spans))
+    d.conn.close()

@@ -133,7 +133,10 @@ def _run_saturating(
 
 def bench_fairness(quick: bool) -> dict[str, Any]:
     seconds = 4.0 if quick else 10.0
-    endpoint, proc, path = _gpud("[tenants.w1]\nweight = 1\n[tenants.w3]\nweight = 3\n", "--cpu-memory", str(2 << 30))
+    # one memset stream per tenant uses one core: two of them fit side by side on two cores, so weights show only
+    # when the device is time-sliced (the spatial division of cores is measured by bench_spatial)
+    endpoint, proc, path = _gpud("[scheduler]\nmode = \"timeslice\"\n[tenants.w1]\nweight = 1\n[tenants.w3]\nweight = 3\n",
+                                 "--cpu-memory", str(2 << 30))
     try:
         dt, ops = _run_saturating(endpoint, ["w1", "w3"], seconds)
         sched = _hv(W.connect(endpoint, "observer"))["scheduler"]
@@ -273,12 +276,85 @@ def bench_soak(quick: bool) -> dict[str, Any]:
     return line
 
 
+# ---------------------------------------------------------------------- (e) spatial sharing
+def _burners(endpoint: str, plan: list[tuple[str, float, int, int, bool]]) -> dict[str, list[tuple[float, float]]]:
+    """Run W.burn in one process per (tenant, seconds, blocks, iters, ahead); each tenant's (start, end) spans."""
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Barrier(len(plan) + 1)
+    out = ctx.Queue()
+    procs = [ctx.Process(target=W.burn, args=(endpoint, t, secs, blocks, iters, barrier, out, ahead))
+             for t, secs, blocks, iters, ahead in plan]
+    for p in procs:
+        p.start()
+    barrier.wait(timeout=180)
+    spans = dict(out.get(timeout=300) for _ in procs)
+    for p in procs:
+        p.join(30)
+    return spans
+
+
+def _rate(spans: list[tuple[float, float]], lo: float, hi: float) -> float:
+    """Launches per second completed inside [lo, hi]."""
+    return sum(1 for _, e in spans if lo <= e <= hi) / max(hi - lo, 1e-9)
+
+
+def bench_spatial(quick: bool) -> dict[str, Any]:
+    """NOTE [spatial sharing] (jit/cores.py): tenants run at once on shares of the cores."""
+    secs = 3.0 if quick else 6.0
+    cfg = "[tenants.w1]\nweight = 1\n[tenants.w3]\nweight = 3\n"
+    endpoint, proc, path = _gpud(cfg, "--cpu-memory", str(1 << 30))
+    try:
+        # 1. two latency-bound tenants: one block each (one worker: ~one core of the two)
+        small_iters = 60000
+        solo_a = _burners(endpoint, [("lat_a", secs, 1, small_iters, False)])["lat_a"]
+        solo_b = _burners(endpoint, [("lat_b", secs, 1, small_iters, False)])["lat_b"]
+        both = _burners(endpoint, [("lat_a", secs, 1, small_iters, False), ("lat_b", secs, 1, small_iters, False)])
+        def steady(sp: list[tuple[float, float]]) -> float:
+            t0 = sp[0][0]
+            return _rate(sp, t0 + 0.3, sp[-1][1])
+        ra, rb = steady(both["lat_a"]) / steady(solo_a), steady(both["lat_b"]) / steady(solo_b)
+        emit(BENCH, "latency_bound_pair_min_ratio", min(ra, rb), 1.0, 0.8, "x", higher_is_better=True,
+             each=[round(ra, 3), round(rb, 3)], note="each tenant's throughput together / alone (time slicing: <= 0.5)")
+        emit(BENCH, "latency_bound_pair_aggregate", (steady(both["lat_a"]) + steady(both["lat_b"])) / steady(solo_a),
+             1.0, 1.6, "x", higher_is_better=True, note="both together / one alone")
+        # 2. saturating tenants, weights 3:1: 64 blocks each (more work than cores); w3 stops first
+        iters = 10000
+        solo = _burners(endpoint, [("w1", secs / 2, 64, iters, True)])["w1"]
+        solo_rate = steady(solo)
+        sp = _burners(endpoint, [("w3", secs, 64, iters, True), ("w1", secs + 2.0, 64, iters, True)])
+        w3_end = sp["w3"][-1][1]
+        lo = max(sp["w3"][0][0], sp["w1"][0][0]) + 0.5
+        hi = w3_end - 0.2
+        ratio = _rate(sp["w3"], lo, hi) / _rate(sp["w1"], lo, hi)  # same kernel: launches = core-time
+        line = _emit_band("weighted_core_time_ratio", ratio, 3.0, 0.10, "x", measured_over="both saturating",
+                          launches={k: len(v) for k, v in sp.items()})
+        after = _rate(sp["w1"], w3_end + 0.1, w3_end + 1.1)
+        emit(BENCH, "recovery_throughput_ratio", after / solo_rate, 1.0, 0.95, "x", higher_is_better=True,
+             note="w1 launches/s from 100 ms after w3 stopped, over solo")
+        # 3. a very long kernel of one tenant, small kernels of another of equal priority: their p99 latency
+        def p99(sp: list[tuple[float, float]]) -> float:
+            lat = sorted(e - s for s, e in sp[3:])
+            return lat[min(len(lat) - 1, int(0.99 * len(lat)))]
+        solo_small = _burners(endpoint, [("small", secs / 2, 1, 2000, False)])["small"]
+        mixed = _burners(endpoint, [("long", secs + 1.0, 12000, 20000, False), ("small", secs, 1, 2000, False)])
+        emit(BENCH, "small_kernel_p99_latency_ratio", p99(mixed["small"]), p99(solo_small), 5.0, "s",
+             note="p99 launch-to-completion of 1-block kernels beside a tenant's long kernel, over alone",
+             long_launches=len(mixed["long"]))
+        hv = _hv(W.connect(endpoint, "observer"))
+        emit(BENCH, "concurrency", max(t.get("concurrency", 0.0) for t in hv["tenants"]), 1.0, 0.0, "x",
+             higher_is_better=True, note="the largest share of a tenant's busy time spent running beside another")
+    finally:
+        _stop(proc, path)
+    return line
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--only", default="soak,wake,fairness,dedup")
+    ap.add_argument("--only", default="soak,wake,fairness,spatial,dedup")
     args = ap.parse_args()
-    parts = {"dedup": bench_dedup, "fairness": bench_fairness, "wake": bench_wake, "soak": bench_soak}
+    parts = {"dedup": bench_dedup, "fairness": bench_fairness, "wake": bench_wake, "soak": bench_soak,
+             "spatial": bench_spatial}
     headline = None
     for name in args.only.split(","):
         line = parts[name.strip()](args.quick)

@@ -79,6 +79,13 @@ def _mapped_extent(r: Region) -> int:
     return r.size
 
 
+def _mark() -> None:
+    """The op of an event record or a stream wait: a point in the stream, no work (and no core: TenantGate.run)."""
+
+
+_mark.spatial = True  # type: ignore[attr-defined]
+
+
 @dataclass
 class SessionInfo:
     tenant: str
@@ -336,7 +343,7 @@ class Session:
     def on_stream_wait_event(self, msg: m.StreamWaitEvent, bulk: list[Any]) -> None:
         ev = self._event(msg.event)
         deps = [ev.marker] if ev.marker is not None else []
-        self.engine.enqueue(msg.stream, lambda: None, deps)
+        self.engine.enqueue(msg.stream, _mark, deps)
 
     def on_ctx_synchronize(self, msg: m.CtxSynchronize, bulk: list[Any]) -> Later:
         return Later(self.engine.tails(), self._sync_reply)
@@ -360,7 +367,7 @@ class Session:
 
     def on_event_record(self, msg: m.EventRecord, bulk: list[Any]) -> None:
         ev = self._event(msg.event)
-        ev.marker = self.engine.enqueue(msg.stream, lambda: None)
+        ev.marker = self.engine.enqueue(msg.stream, _mark)
 
     def on_event_query(self, msg: m.EventQuery, bulk: list[Any]) -> None:
         ev = self._event(msg.event)
@@ -473,12 +480,16 @@ class Session:
         allowed = self.allowed_ranges()  # this session's regions at launch time
         limit = self.server.hv.config.policy(self.info.tenant).max_kernel_s or None  # NOTE [watchdog]
 
+        share = getattr(self.engine.gate, "share", None)  # NOTE [spatial sharing]: the tenant's cores
+
         def run() -> None:
             res = self.backend.launch(fn, grid, block, msg.shared_mem, params, allowed,  # type: ignore[arg-type]
-                                      cooperative=msg.cooperative, deadline_s=limit, cancel=self.stop_launches)
+                                      cooperative=msg.cooperative, deadline_s=limit, cancel=self.stop_launches,
+                                      share=share)
             if res.printf:
                 self.add_output(res.printf)
 
+        run.spatial = True  # type: ignore[attr-defined]  # takes its cores itself (TenantGate.run)
         self.engine.enqueue(msg.stream, run)
 
     # ------------------------------------------------------------------ description

@@ -151,7 +151,10 @@ class Stream:
             error: CudaError | None = None
             t0 = time.perf_counter_ns() if gate is not None else 0
             try:
-                op.fn()
+                if gate is not None:
+                    gate.run(op.fn)  # NOTE [spatial sharing] (jit/cores.py): on the tenant's cores
+                else:
+                    op.fn()
             except CudaError as exc:
                 error = exc
             except Exception as exc:  # noqa: BLE001 - an operation must never kill a worker

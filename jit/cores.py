@@ -6,12 +6,16 @@
 # share the device spatially: the arbiter here gives each tenant with kernels running a number of cores, and each
 # launch may run only that many workers. A worker reads its launch's allowance L[L_ALLOWED] before it claims the
 # next chunk of blocks and leaves when its index W[W_INDEX] is not below it, so a re-division takes effect at the
-# next block boundary, and nothing is ever interrupted inside a block. When an allowance grows, the arbiter starts
-# the launch's idle workers (``Launch.grow``). A launch allowed no core waits (its launching thread sleeps) until it
-# is given one.
+# next block boundary, and nothing is ever interrupted inside a block (while tenants compete, workers claim one block
+# at a time instead of a chunk). When an allowance grows, the arbiter starts the launch's idle workers. A launch
+# allowed no core waits (its launching thread sleeps) until it is given one.
+#
+# Work arriving is divided at once (a newcomer's small kernel does not wait for a tick); work ending hands its cores
+# to the others at the next tick, because the same tenant's next launch usually follows within microseconds.
 #
 # The division, recomputed whenever a launch starts or ends and on a 10 ms tick while tenants compete:
-# 1. by priority class, highest first: a class's tenants get cores in proportion to their weights, each capped by
+# 1. by effective priority class, highest first (a tenant's priority plus one level for every ``aging_s`` it has
+#    waited with work and no core, so a low-priority tenant is never starved for good): a class's tenants get cores in proportion to their weights, each capped by
 #    its demand (the workers its running launches can use); what a capped tenant leaves goes to the others of its
 #    class (water filling), what the class leaves goes to the next class (work-conserving: an idle tenant's cores go
 #    to the busy ones at once). A higher-priority tenant's launch therefore takes cores from lower ones at their
@@ -20,6 +24,8 @@
 #    whole cores by largest remainder of (share + credit) and credits each tenant what it got less than its share:
 #    over a few ticks every tenant gets its fraction of core-time, and a tenant whose share is below one core runs
 #    on a whole core part of the time. Every tenant of the top class with work gets a core within a few ticks.
+# Work that is not a kernel (a copy, a memset, an ATen op: one core's worth) goes through the same division as a
+# launch that can use one worker (``Share.op``): it starts when its tenant has a core, and holds it until it ends.
 # Each tenant's figures (cores now, core-seconds used, and the time it ran while another tenant ran too: its
 # concurrency) go to `wooly ps` and the metrics.
 """
@@ -29,6 +35,8 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 TICK_S = 0.01
@@ -39,23 +47,63 @@ class Share:
 
     def __init__(self, arbiter: Arbiter, name: str, weight: float, priority: int) -> None:
         self.arbiter, self.name, self.weight, self.priority = arbiter, name, weight, priority
-        self.launches: list[Any] = []  # jit.runtime launches of this tenant now running
+        self.launches: list[Any] = []  # work of this tenant now running or waiting (launches, ops)
         self.cores = 0  # whole cores now
         self.target = 0.0  # fractional share now
-        self.credit = 0.0
-        self.core_s = 0.0  # core-seconds its workers used
-        self.busy_s = 0.0  # time it had kernels running
+        self.credit = 0.0  # core-ticks owed (see the NOTE)
+        self.waiting_since: float | None = None  # had work and no core since (aging)
+        self.core_s = 0.0  # core-seconds its work used
+        self.alloc_s = 0.0  # core-seconds it was given
+        self.busy_s = 0.0  # time it had work
         self.together_s = 0.0  # ... while another tenant had too
+
+    @contextmanager
+    def op(self) -> Iterator[None]:
+        """Run one core's worth of work (a copy, an ATen op) when this tenant has a core (see the NOTE)."""
+        w = _OneCore()
+        self.arbiter.enter(self, w, quick=True)
+        t = time.thread_time()
+        try:
+            w.wait(self.arbiter)
+            yield
+        finally:
+            self.arbiter.leave(self, w, time.thread_time() - t)
 
     def describe(self) -> dict[str, Any]:
         return {"cores": self.cores, "core_share": round(self.target, 3), "core_s": round(self.core_s, 4),
+                "given_s": round(self.alloc_s, 4),
                 "busy_s": round(self.busy_s, 4), "concurrent_s": round(self.together_s, 4),
                 "concurrency": round(self.together_s / self.busy_s, 4) if self.busy_s else 0.0}
 
 
+class _OneCore:
+    """A unit of work that uses one core: runs while allowed one."""
+
+    demand = 1
+    __slots__ = ("allowed", "event")
+
+    def __init__(self) -> None:
+        self.allowed = 0
+        self.event: threading.Event | None = None  # made only when it has to wait
+
+    def allow(self, n: int, contended: bool = False) -> None:  # (under the arbiter's lock)
+        self.allowed = n
+        if n >= 1 and self.event is not None:
+            self.event.set()
+
+    def wait(self, arbiter: Arbiter) -> None:
+        with arbiter.lock:
+            if self.allowed >= 1:
+                return
+            self.event = threading.Event()
+        while not self.event.wait(0.05):
+            pass
+
+
 class Arbiter:
-    def __init__(self, cores: int) -> None:
+    def __init__(self, cores: int, aging_s: float = 0.25) -> None:
         self.cores = max(1, cores)
+        self.aging_s = aging_s
         self.lock = threading.RLock()
         self.shares: dict[str, Share] = {}
         self._last = time.monotonic()
@@ -70,20 +118,36 @@ class Arbiter:
             s.weight, s.priority = max(weight, 1e-6), priority
             return s
 
-    # -- launches come and go
-    def enter(self, share: Share, launch: Any) -> None:
+    # -- work comes and goes
+    def enter(self, share: Share, launch: Any, quick: bool = False) -> None:
+        """Work begins. ``quick`` (one core's worth): when no other tenant has work and this one has a core to spare
+        there is nothing to divide, and the op just runs (a tenant alone pays ~3 us per op, not ~15)."""
         with self.lock:
             self._account()
+            if quick:
+                need = 1 + sum(lc.demand for lc in share.launches)
+                if need <= self.cores and not any(o.launches for o in self.shares.values() if o is not share):
+                    share.launches.append(launch)
+                    share.cores = max(share.cores, need)
+                    share.target = float(share.cores)
+                    launch.allow(1)
+                    return
             share.launches.append(launch)
             self._divide()
 
     def leave(self, share: Share, launch: Any, core_s: float) -> None:
+        """Work ended. Its cores go to the others at the next tick, not at once: a tenant's next launch usually
+        follows within microseconds, and growing another tenant's launch only to shrink it again at its next block
+        boundary would hand it a chunk of blocks' worth of cores every time."""
         with self.lock:
             self._account()
             share.core_s += core_s
             if launch in share.launches:
                 share.launches.remove(launch)
-            self._divide()
+            if not share.launches:
+                share.target, share.cores = 0.0, 0
+            if any(o.launches for o in self.shares.values()):
+                self._start_ticker()  # the others get what it leaves at the next tick
 
     # -- the division (see the NOTE)
     def _account(self) -> None:
@@ -94,17 +158,26 @@ class Arbiter:
             s.busy_s += dt
             if len(active) > 1:
                 s.together_s += dt
+            # what it was owed over dt: its share less the whole cores it had
+            s.credit = max(-2.0, min(2.0, s.credit + (s.target - s.cores) * dt / TICK_S))
+            s.alloc_s += s.cores * dt
 
-    def _divide(self, tick: bool = False) -> None:
-        """Recompute shares and whole cores; ``tick``: a tick's worth of time passed, so credits move on (a launch
-        coming or going re-divides without moving them)."""
+    def _effective(self, s: Share, now: float) -> int:
+        if s.waiting_since is None:
+            return s.priority
+        return s.priority + int((now - s.waiting_since) / self.aging_s)
+
+    def _divide(self) -> None:
+        """Recompute the shares and hand out whole cores by (share + credit), largest remainder first."""
+        now = time.monotonic()
         active = [s for s in self.shares.values() if s.launches]
         for s in self.shares.values():
-            if not s.launches:
-                s.target, s.credit, s.cores = 0.0, 0.0, 0
+            if not s.launches:  # (its credit stays: a tenant between two launches keeps what it is owed)
+                s.target, s.cores, s.waiting_since = 0.0, 0, None
         left = float(self.cores)
-        for prio in sorted({s.priority for s in active}, reverse=True):
-            cls = [s for s in active if s.priority == prio]
+        eff = {s.name: self._effective(s, now) for s in active}
+        for prio in sorted(set(eff.values()), reverse=True):
+            cls = [s for s in active if eff[s.name] == prio]
             demand = {s.name: float(sum(lc.demand for lc in s.launches)) for s in cls}
             open_ = list(cls)
             for s in cls:
@@ -122,32 +195,32 @@ class Arbiter:
                     s.target += give
                     left -= give
                     open_.remove(s)
-        # whole cores by largest remainder of (share + credit); credit carries the difference to the next tick
         want = {s.name: s.target + s.credit for s in active}
         cores = {s.name: min(int(math.floor(max(want[s.name], 0.0))), int(math.ceil(s.target))) for s in active}
         spare = self.cores - sum(cores.values())
         for s in sorted(active, key=lambda s: want[s.name] - cores[s.name], reverse=True):
             if spare <= 0:
                 break
-            if cores[s.name] < math.ceil(s.target) and s.target > 0:
+            if cores[s.name] < math.ceil(s.target):
                 cores[s.name] += 1
                 spare -= 1
         for s in active:
             s.cores = cores[s.name]
-            if tick:
-                s.credit = max(-1.0, min(1.0, want[s.name] - s.cores))
-            self._apply(s)
-        fractional = len(active) > 1 and any(abs(s.target - round(s.target)) > 1e-6 for s in active)
-        if fractional:
+            if s.cores == 0:
+                s.waiting_since = s.waiting_since or now
+            else:
+                s.waiting_since = None
+            self._apply(s, len(active) > 1)
+        if len(active) > 1:
             self._start_ticker()
 
-    def _apply(self, s: Share) -> None:
-        """Spread the tenant's cores over its launches (oldest first) and let them grow or shrink."""
+    def _apply(self, s: Share, contended: bool) -> None:
+        """Spread the tenant's cores over its work (oldest first), so launches grow or shrink."""
         left = s.cores
         for lc in s.launches:
             n = min(lc.demand, left)
             left -= n
-            lc.allow(n)
+            lc.allow(n, contended)
 
     def _start_ticker(self) -> None:
         if self._ticker is None:
@@ -158,13 +231,11 @@ class Arbiter:
     def _tick(self) -> None:
         with self.lock:
             while True:
-                active = [s for s in self.shares.values() if s.launches]
-                if len(active) < 2:
-                    self._wake.wait()
-                    continue
                 self._wake.wait(TICK_S)
                 self._account()
-                self._divide(tick=True)
+                self._divide()
+                if not any(s.launches for s in self.shares.values()):
+                    self._wake.wait()  # idle until work comes (enter/leave notify)
 
     def describe(self) -> dict[str, dict[str, Any]]:
         with self.lock:
@@ -176,6 +247,7 @@ _ARBITER: Arbiter | None = None
 
 
 def arbiter() -> Arbiter:
+    """The process's arbiter over the JIT's worker pool (one per process: the cores are the process's)."""
     global _ARBITER
     if _ARBITER is None:
         from jit.runtime import _POOL_SIZE

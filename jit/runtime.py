@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
+import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -20,7 +21,9 @@ from jit.checked import (  # noqa: F401 (GlobalRange: part of this module's API)
     for_ranges,
 )
 from jit.emit import (
+    W_SLOTS,
     WINDOW_GUARD,
+    L_ALLOWED,
     L_ASSERT,
     L_BADADDR,
     L_BLOCK,
@@ -76,6 +79,7 @@ class GlobalInfo:
 @dataclass
 class LaunchResult:
     printf: str = ""
+    core_s: float = 0.0  # CPU seconds its workers used (shared launches: NOTE [spatial sharing])
 
 
 # -- host services called from kernel code -------------------------------------------------------
@@ -138,7 +142,7 @@ class CpuKernel:
                workers: int | None = None,
                allowed_ranges: Sequence[GlobalRange] | Sequence[tuple[int, int]] | None = None,
                cooperative: bool = False, deadline_s: float | None = None,
-               cancel: watchdog.Cancel | None = None) -> LaunchResult:
+               cancel: watchdog.Cancel | None = None, share: Any = None) -> LaunchResult:
         """Run the kernel. ``allowed_ranges`` (modules compiled with bounds_check=True only): the allocations this
         launch may access through global/generic pointers, besides the module's own globals and the block's
         shared/local memory; an access outside them fails the launch with CUDA_ERROR_ILLEGAL_ADDRESS (700). Pass
@@ -146,7 +150,9 @@ class CpuKernel:
         ``cooperative``: every block resident at once, on an OS thread of its own, with a grid-sync workspace
         (NOTE [grid sync], jit/emit/cpu_grid.py); at most COOPERATIVE_MAX_BLOCKS blocks.
         ``deadline_s``, ``cancel`` (bounds-checked modules): stop the launch when it runs longer, or when the token is
-        cancelled, with CUDA_ERROR_LAUNCH_TIMEOUT (NOTE [watchdog], jit/watchdog.py)."""
+        cancelled, with CUDA_ERROR_LAUNCH_TIMEOUT (NOTE [watchdog], jit/watchdog.py).
+        ``share`` (a jit.cores.Share): the launch runs on the cores the arbiter gives that tenant, re-divided between
+        blocks (NOTE [spatial sharing], jit/cores.py); cooperative launches keep every block resident."""
         checked = self._module is not None and self._module.bounds_check
         if allowed_ranges is not None and not checked:
             raise JitError(CUDA_ERROR_INVALID_VALUE,
@@ -180,6 +186,7 @@ class CpuKernel:
             ws = (ctypes.c_uint64 * 8)()  # the grid-sync workspace, zeroed
             lctx[L_GRID_WS], lctx[L_OS_YIELD] = ctypes.addressof(ws), _sched_yield()
         lctx[L_DYN], lctx[L_NTHREADS], lctx[L_ASSERT] = shared_mem, nt, 0
+        lctx[L_ALLOWED] = nw  # every worker may run, unless an arbiter says less (NOTE [spatial sharing])
         keep: list[Any] = [pbuf]
         wctxs = []
         extra_ranges: list[tuple[int, int]] = [(paddr, max(len(raw), self.param_buffer_size))]
@@ -201,7 +208,7 @@ class CpuKernel:
                 rbuf[RB_LO // 8] = -1
                 red = ctypes.addressof(rbuf)
                 keep.append(rbuf)
-            w = (ctypes.c_int64 * 4)(sa, la, ra, red)
+            w = (ctypes.c_int64 * W_SLOTS)(sa, la, ra, red, len(wctxs))
             keep += [sb, lb, rb, w]
             wctxs.append(w)
         if checked:
@@ -222,10 +229,13 @@ class CpuKernel:
         with LAUNCH_LOCK:
             LAUNCHES[key] = rec
         running = watchdog.start(lctx, deadline_s, cancel) if checked and (deadline_s or cancel) else None
+        core_s = 0.0
         try:
             fn = code.fn
             if cooperative:
                 _run_resident(fn, key, wctxs)
+            elif share is not None:
+                core_s = _SharedLaunch(fn, key, lctx, wctxs, nblocks).run(share)
             elif nw == 1:
                 fn(key, ctypes.addressof(wctxs[0]))
             else:  # NOTE [the launching thread works too]
@@ -259,7 +269,75 @@ class CpuKernel:
                 e = JitError(err, f"kernel {self.name} failed")
             e.printf = text  # type: ignore[attr-defined]
             raise e
-        return LaunchResult(printf=text)
+        return LaunchResult(printf=text, core_s=core_s)
+
+
+class _SharedLaunch:
+    """A launch whose workers run while the arbiter allows (NOTE [spatial sharing], jit/cores.py): worker i runs
+    while i < L[L_ALLOWED]; the launching thread runs worker 0 and waits while it is allowed none."""
+
+    def __init__(self, fn: Any, key: int, lctx: Any, wctxs: list[Any], nblocks: int) -> None:
+        self.fn, self.key, self.lctx, self.wctxs, self.nblocks = fn, key, lctx, wctxs, nblocks
+        self.demand = len(wctxs)
+        self.chunk = int(lctx[L_CHUNK])
+        self.cond = threading.Condition()
+        self.running: set[int] = set()
+        self.core_s = 0.0
+        self.finished = False
+
+    def done(self) -> bool:
+        return bool(self.lctx[L_ERROR]) or self.lctx[L_NEXT] >= self.nblocks
+
+    def allow(self, n: int, contended: bool = False) -> None:
+        """The arbiter's word (under its lock): n workers may run. While tenants compete, workers claim one block
+        at a time, so that a re-division takes effect at the next block boundary, not after a chunk of them."""
+        self.lctx[L_CHUNK] = 1 if contended else self.chunk
+        self.lctx[L_ALLOWED] = n
+        with self.cond:
+            self.cond.notify_all()
+        self._grow()
+
+    def _grow(self) -> None:
+        with self.cond:
+            if self.finished or self.done():
+                return
+            for i in range(1, min(int(self.lctx[L_ALLOWED]), self.demand)):
+                if i not in self.running:
+                    self.running.add(i)
+                    _pool().submit(self._work, i)
+
+    def _call(self, i: int) -> None:
+        t = time.thread_time()
+        try:
+            self.fn(self.key, ctypes.addressof(self.wctxs[i]))
+        finally:
+            with self.cond:
+                self.running.discard(i)
+                self.core_s += time.thread_time() - t
+                self.cond.notify_all()
+
+    def _work(self, i: int) -> None:
+        self._call(i)
+        self._grow()  # the allowance may have grown while this worker was leaving
+
+    def run(self, share: Any) -> float:
+        arbiter = share.arbiter
+        arbiter.enter(share, self)
+        try:
+            while True:
+                with self.cond:
+                    while self.lctx[L_ALLOWED] < 1 and not self.done():
+                        self.cond.wait(0.05)
+                    if self.done():
+                        while self.running:
+                            self.cond.wait(0.05)
+                        self.finished = True
+                        return self.core_s
+                    self.running.add(0)
+                self._grow()
+                self._call(0)
+        finally:
+            arbiter.leave(share, self, self.core_s)
 
 
 # Blocks of one cooperative launch: each gets an OS thread (NOTE [grid sync]); the devices gpud exposes report an

@@ -167,13 +167,15 @@ class Backend(ABC):
         cooperative: bool = False,
         deadline_s: float | None = None,
         cancel: Any = None,
+        share: Any = None,
     ) -> LaunchResult:
         """Run a kernel to completion. ``allowed_ranges``: the (start, size) regions the launching
         session may touch, for backends that check kernel memory accesses (NOTE [bounds check]).
         ``cooperative``: a cooperative launch (cuLaunchCooperativeKernel: all blocks resident, grid sync).
         ``deadline_s``, ``cancel`` (a token from ``new_cancel``): backends that can stop a running kernel stop it
         after that long, or when the token is cancelled, with CUDA_ERROR_LAUNCH_TIMEOUT (NOTE [watchdog] in
-        jit/watchdog.py); the others run it to its end."""
+        jit/watchdog.py); the others run it to its end. ``share`` (from ``new_share``): run on that tenant's part
+        of the device (NOTE [spatial sharing] in jit/cores.py)."""
         # The device's limits (proto/launch.py), whatever the client checked: dynamic shared memory up to the
         # device's opt-in bound (the client enforces cuFuncSetAttribute, the driver API's contract).
         dev = self.info().attributes
@@ -182,9 +184,19 @@ class Backend(ABC):
                     max_threads=function.attributes.get("max_threads_per_block"), static_shared=static,
                     dynamic_shared=rules.optin_shared_limit(dev, static), params=len(params), cooperative=cooperative)
         stop = {"deadline_s": deadline_s, "cancel": cancel} if (deadline_s or cancel is not None) else {}
+        if share is not None:
+            stop["share"] = share
         if cooperative:  # the client checked occupancy; gpud still bounds what it runs at once (one thread a block)
             return self._launch(function, grid, block, shared_mem, params, allowed_ranges, cooperative=True, **stop)
         return self._launch(function, grid, block, shared_mem, params, allowed_ranges, **stop)
+
+    #: whether ``new_share`` divides this device between tenants at run time (NOTE [spatial sharing])
+    divides_cores: ClassVar[bool] = False
+
+    def new_share(self, tenant: str, weight: float, priority: int, aging_s: float) -> Any:
+        """The tenant's claim on a device this backend divides between tenants at run time (NOTE [spatial
+        sharing] in jit/cores.py), or None where it cannot (the scheduler then time-slices)."""
+        return None
 
     def new_cancel(self) -> Any:
         """A token that stops the launches given it (``cancel``), or None where kernels cannot be stopped."""

@@ -226,6 +226,14 @@ class CpuBackend(Backend):
         }
         return Function(name=name, params=params, attributes=attrs, native=k)
 
+    divides_cores = True
+
+    def new_share(self, tenant: str, weight: float, priority: int, aging_s: float) -> Any:
+        from jit.cores import arbiter
+        a = arbiter()
+        a.aging_s = aging_s
+        return a.share(tenant, weight, priority)
+
     def new_cancel(self) -> Any:
         from jit.watchdog import Cancel
         return Cancel() if self.bounds_check else None  # unchecked code has no polls (NOTE [watchdog])
@@ -235,13 +243,14 @@ class CpuBackend(Backend):
             token.cancel(why)
 
     def _launch(self, function, grid, block, shared_mem, params, allowed_ranges=None, cooperative=False,
-                deadline_s=None, cancel=None) -> LaunchResult:
+                deadline_s=None, cancel=None, share=None) -> LaunchResult:
         jit = self._jit()
         ranges = allowed_ranges if self.bounds_check else None
         try:
             res = function.native.launch(
                 grid=tuple(grid), block=tuple(block), shared_mem=shared_mem, params=params, allowed_ranges=ranges,
                 cooperative=cooperative, deadline_s=deadline_s if self.bounds_check else None, cancel=cancel,
+                share=share,
             )
         except jit.JitError as exc:
             raise CudaError(exc.code, f"{function.name}: {exc.message}") from None

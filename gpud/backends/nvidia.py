@@ -171,7 +171,7 @@ class NvidiaBackend(Backend):
         return Function(name=name, params=params, attributes=attrs, native=fn)
 
     def _launch(self, function, grid, block, shared_mem, params, allowed_ranges=None, cooperative=False,
-                deadline_s=None, cancel=None) -> LaunchResult:
+                deadline_s=None, cancel=None, share=None) -> LaunchResult:
         # deadline_s/cancel: a CUDA kernel cannot be stopped from the host short of destroying its context; this
         # backend runs every kernel to its end (NOTE [watchdog] in jit/watchdog.py: the CPU backend's mechanism)
         cu = self._bind()

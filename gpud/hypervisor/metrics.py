@@ -37,6 +37,10 @@ class _Collector(Collector):
             "priority": GaugeMetricFamily("wooly_tenant_priority", "Scheduling priority (0..4)", labels=tl),
             "max_wait_s": GaugeMetricFamily("wooly_tenant_max_wait_seconds", "Longest wait for the device", labels=tl),
             "last_wake_s": GaugeMetricFamily("wooly_tenant_last_wake_seconds", "Duration of the last wake", labels=tl),
+            "core_share": GaugeMetricFamily("wooly_tenant_core_share", "Cores the tenant's share is now (spatial "
+                                            "sharing)", labels=tl),
+            "concurrency": GaugeMetricFamily("wooly_tenant_concurrency", "Part of its busy time the tenant ran at "
+                                             "once with another (0..1)", labels=tl),
         }
         awake = GaugeMetricFamily("wooly_tenant_awake", "1 when awake, 0 when asleep", labels=tl)
         c = {
@@ -44,6 +48,8 @@ class _Collector(Collector):
             "contended_time_s": CounterMetricFamily("wooly_tenant_contended_device_seconds",
                                                     "Device time used while another tenant waited", labels=tl),
             "ops": CounterMetricFamily("wooly_tenant_ops", "Device operations run", labels=tl),
+            "core_s": CounterMetricFamily("wooly_tenant_core_seconds", "Core-seconds its kernels and ops used",
+                                          labels=tl),
             "sleeps": CounterMetricFamily("wooly_tenant_sleeps", "Times put to sleep", labels=tl),
             "wakes": CounterMetricFamily("wooly_tenant_wakes", "Times woken", labels=tl),
             "oom_refusals": CounterMetricFamily("wooly_tenant_oom_refusals", "Allocations refused", labels=tl),

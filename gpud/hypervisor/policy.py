@@ -94,6 +94,10 @@ class TenantPolicy(_Cfg):
 
 class SchedulerConfig(_Cfg):
     enabled: bool = True
+    # spatial: tenants run at once on shares of the device's cores, re-divided between blocks (NOTE [spatial
+    # sharing], jit/cores.py; backends that cannot divide their device fall back to timeslice); timeslice: one
+    # tenant holds the device at a time (NOTE [scheduling])
+    mode: Literal["spatial", "timeslice"] = "spatial"
     slots: int = Field(16, ge=1, le=256)
     aging_s: float = Field(0.25, gt=0)
 

@@ -43,21 +43,35 @@ _WAITS_KEPT = 20000
 
 
 class TenantGate:
-    """What a session's StreamEngine sees (``engine.gate``): submit a drain, charge an op, yield?"""
+    """What a session's StreamEngine sees (``engine.gate``): submit a drain, run an op, charge it, yield?"""
 
-    __slots__ = ("sched", "tenant")
+    __slots__ = ("sched", "tenant", "share")
 
-    def __init__(self, sched: Scheduler, tenant: Tenant) -> None:
+    def __init__(self, sched: Scheduler, tenant: Tenant, share: Any = None) -> None:
         self.sched = sched
         self.tenant = tenant
+        self.share = share  # spatial mode: the tenant's jit.cores.Share (NOTE [spatial sharing])
 
     def submit(self, fn: Callable[[], Any]) -> None:
+        if self.share is not None:  # spatial: streams of every tenant run at once, on their tenants' cores
+            self.sched.submit_spatial(self.tenant, fn)
+            return
         self.sched.submit(self.tenant, fn)
+
+    def run(self, fn: Callable[[], Any]) -> None:
+        """Run one op: a kernel launch takes its cores itself (``fn.spatial``), any other op one core's worth."""
+        if self.share is None or getattr(fn, "spatial", False):
+            fn()
+            return
+        with self.share.op():
+            fn()
 
     def charge(self, ns: int) -> None:
         self.sched.charge(self.tenant, ns)
 
     def should_yield(self) -> bool:
+        if self.share is not None:
+            return False  # spatial: nobody holds the device; cores change hands between blocks and ops
         ready = self.sched.ready  # read without the lock: a stale answer costs one op of latency
         return len(ready) > (1 if self.tenant.name in ready else 0)
 
@@ -68,6 +82,8 @@ class Scheduler:
         self.pool = pool
         self.slots = hv.config.scheduler.slots
         self.aging_s = hv.config.scheduler.aging_s
+        # NOTE [spatial sharing] (jit/cores.py), where the device can be divided; time slicing elsewhere
+        self.spatial = hv.config.scheduler.mode == "spatial" and all(b.divides_cores for b in hv.server.backends)
         self.lock = threading.Lock()
         self.ready: dict[str, deque[tuple[Callable[[], Any], float]]] = {}
         self.tenants: dict[str, Tenant] = {}
@@ -84,7 +100,26 @@ class Scheduler:
         with self.lock:
             self.tenants[tenant.name] = tenant
             self.vtime.setdefault(tenant.name, 0.0)
-        session.engine.gate = TenantGate(self, tenant)
+        share = None
+        if self.spatial:
+            share = session.backend.new_share(tenant.name, tenant.weight, tenant.priority, self.aging_s)
+            tenant.core_share = share
+        session.engine.gate = TenantGate(self, tenant, share)
+
+    def submit_spatial(self, tenant: Tenant, fn: Callable[[], Any]) -> None:
+        """Spatial mode: the drain runs now; its ops wait for their tenant's cores (TenantGate.run)."""
+        with self.lock:
+            name = tenant.name
+            self.tenants[name] = tenant
+            self.outstanding[name] = self.outstanding.get(name, 0) + 1
+            self.running += 1
+            self.dispatched += 1
+        try:
+            self.pool.submit(self._run, name, fn)
+        except RuntimeError:  # the pool is shut down: gpud is stopping
+            with self.lock:
+                self.running -= 1
+                self.outstanding[name] -= 1
 
     def forget(self, tenant: Tenant) -> None:
         """A tenant left for good: drop its bookkeeping once it has nothing queued or running."""
@@ -169,14 +204,18 @@ class Scheduler:
             with self.lock:
                 self.running -= 1
                 self.outstanding[name] -= 1
-            self._dispatch()
+            if not self.spatial:
+                self._dispatch()
 
     def charge(self, tenant: Tenant, ns: int) -> None:
         with self.lock:
             tenant.device_ns += ns
             tenant.ops += 1
             self.vtime[tenant.name] += ns / tenant.weight
-            if len(self.ready) > (1 if tenant.name in self.ready else 0):
+            if self.spatial:
+                if any(k for n, k in self.outstanding.items() if n != tenant.name):
+                    tenant.contended_ns += ns  # another tenant had work meanwhile
+            elif len(self.ready) > (1 if tenant.name in self.ready else 0):
                 tenant.contended_ns += ns  # another tenant was waiting: this time was a choice
 
     # ------------------------------------------------------------------ figures
@@ -194,6 +233,7 @@ class Scheduler:
             waits = sorted(self.waits)
         p99 = waits[min(len(waits) - 1, int(0.99 * len(waits)))] if waits else 0.0
         return {
+            "mode": "spatial" if self.spatial else "timeslice",
             "slots": self.slots,
             "running": self.running,
             "waiting": self.waiting,

@@ -47,6 +47,7 @@ class Tenant:
     recent_ns: float = 0.0  # exponentially decayed device time, for "share" in wooly ps
     max_wait_s: float = 0.0
     ops: int = 0
+    core_share: Any = None  # spatial mode: its jit.cores.Share (NOTE [spatial sharing])
 
     @property
     def priority(self) -> int:
@@ -82,4 +83,8 @@ class Tenant:
             "last_wake_s": round(self.last_wake_s, 6),
             "oom_refusals": self.oom_refusals,
             "idle_s": round(time.monotonic() - self.last_active, 3),
+            # spatial sharing: cores now, fractional share, core-seconds used, and the part of its busy time that
+            # it ran at once with another tenant (its concurrency)
+            **({"cores": 0, "core_share": 0.0, "core_s": 0.0, "concurrency": 0.0} if self.core_share is None
+               else {k: v for k, v in self.core_share.describe().items() if k != "busy_s"}),
         }

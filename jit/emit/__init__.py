@@ -13,11 +13,14 @@ L_CHUNK = 18  # blocks a worker claims at once
 L_HEAP_ALLOC, L_HEAP_FREE, L_HEAP = 19, 20, 21  # device malloc/free of bounds-checked modules (NOTE [device heap])
 L_ROOTS = 22  # [lo, hi) per rooted pointer parameter of a bounds-checked kernel (NOTE [rooted bounds checks])
 L_OS_YIELD, L_GRID_WS = 23, 24  # cooperative launches: sched_yield's address; the grid-sync workspace (NOTE [grid sync])
+L_ALLOWED = 25  # workers of this launch that may run now (NOTE [spatial sharing], jit/cores.py)
 WINDOW_GUARD = 4096  # bytes of a launch's own before and after each shared window and .local area (NOTE [confined windows])
 L_NEXT = 32   # the shared block counter: >= 64 bytes from every other slot, so claims do not evict them
 L_SLOTS = 40
 # worker context
 W_SHARED, W_LOCAL, W_SCRATCH, W_RED = 0, 1, 2, 3  # W_RED: NOTE [combined global reductions]
+W_INDEX = 4  # the worker's index in its launch: it runs while W_INDEX < L[L_ALLOWED] (NOTE [spatial sharing])
+W_SLOTS = 5
 # per-worker combining buffer of relaxed reductions (bytes; NOTE [combined global reductions], jit/emit/cpu_red.py):
 # count, lo, hi, the dense region's base, shift, count (0: none) and is64, pad, tags[RED_SLOTS], deltas[RED_SLOTS],
 # dense[DENSE_SLOTS] (NOTE [dense reduction slots])

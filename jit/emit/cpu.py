@@ -26,6 +26,7 @@ from typing import Any
 from llvmlite import ir
 
 from jit.emit import (  # noqa: F401 (re-exported: jit/emit/cpu_*.py use them from here)
+    L_ALLOWED,
     L_ASSERT,
     L_BADADDR,
     L_BLOCK,
@@ -68,6 +69,7 @@ from jit.emit import (  # noqa: F401 (re-exported: jit/emit/cpu_*.py use them fr
     T_SLOTS,
     T_STACK_FLOOR,
     T_TID,
+    W_INDEX,
     W_LOCAL,
     W_RED,
     W_SCRATCH,

@@ -10,6 +10,7 @@ from llvmlite import ir
 
 from jit.emit import RED_BYTES
 from jit.emit.cpu import (
+    L_ALLOWED,
     L_BADADDR,
     L_BLOCK,
     L_CHUNK,
@@ -20,6 +21,7 @@ from jit.emit.cpu import (
     L_NEXT,
     L_PARAMS,
     T_SLOTS,
+    W_INDEX,
     W_LOCAL,
     W_RED,
     W_SCRATCH,
@@ -89,6 +91,11 @@ def emit_kernel(cg: ModuleCodegen, fn: A.Function, env: EntryEnv, meta: KernelMe
     head = fl.block("chunk_head")
     b.branch(head)
     b.position_at_end(head)
+    # NOTE [spatial sharing] (jit/cores.py): a worker past its launch's allowance leaves before it claims more
+    allowed = b.load_atomic(b.gep(L, [_i64(L_ALLOWED)], source_etype=I64), "monotonic", 8, typ=I64)
+    stay = fl.block("chunk_claim")
+    b.cbranch(b.icmp_unsigned("<", ld_slot(b, W, W_INDEX), allowed), stay, env.abort).set_weights([1000, 1])
+    b.position_at_end(stay)
     first = b.atomic_rmw("add", b.gep(L, [_i64(L_NEXT)], source_etype=I64), chunk, "monotonic")
     claimed = fl.block("chunk_claimed")
     b.cbranch(b.icmp_unsigned(">=", first, nblocks), env.abort, claimed)

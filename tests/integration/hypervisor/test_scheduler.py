@@ -1,4 +1,5 @@
-"""The device scheduler: weighted shares, priorities without starvation, per-tenant accounting."""
+"""The time-slicing scheduler (scheduler.mode = "timeslice"): weighted shares, priorities without starvation,
+per-tenant accounting. The spatial division of cores (the default) is tested in test_spatial.py."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from tests.integration.hypervisor._helpers import connect, hv_state, saturate, s
 
 CONFIG = """
 [scheduler]
+mode = "timeslice"
 aging_s = 0.25
 
 [tenants.w1]
