@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from jit import watchdog
 from jit.checked import (  # noqa: F401 (GlobalRange: part of this module's API)
     HEAP_ALLOC_ADDR,
     HEAP_FREE_ADDR,
@@ -21,8 +22,6 @@ from jit.checked import (  # noqa: F401 (GlobalRange: part of this module's API)
     for_ranges,
 )
 from jit.emit import (
-    W_SLOTS,
-    WINDOW_GUARD,
     L_ALLOWED,
     L_ASSERT,
     L_BADADDR,
@@ -46,6 +45,8 @@ from jit.emit import (
     L_ROOTS,
     L_SLOTS,
     RB_LO,
+    W_SLOTS,
+    WINDOW_GUARD,
 )
 from jit.errors import (
     CUDA_ERROR_ASSERT,
@@ -57,7 +58,6 @@ from jit.errors import (
     CUDA_ERROR_NOT_FOUND,
     JitError,
 )
-from jit import watchdog
 from jit.loader import LAUNCH_LOCK, LAUNCHES, loaded
 
 

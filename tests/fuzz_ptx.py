@@ -88,6 +88,7 @@ def run(endpoint: str, seconds: float, seed: int, alive: Any = None) -> dict[str
     out: Counter[str] = Counter()
     stats: dict[str, Any] = {"seed": seed, "modules": 0, "launches": 0, "crashes": 0, "hangs": 0}
     slowest = 0.0
+    previous = ""
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         text = mutate(rng.choice(texts), rng)
@@ -119,6 +120,7 @@ def run(endpoint: str, seconds: float, seed: int, alive: Any = None) -> dict[str
                 if alive is not None and not alive():
                     stats["crashes"] += 1
                     stats["crash_text"] = text
+                    stats["before_crash_text"] = previous
                     break
                 stats["hangs"] += 1
                 stats.setdefault("hang_texts", []).append(text)
@@ -132,7 +134,9 @@ def run(endpoint: str, seconds: float, seed: int, alive: Any = None) -> dict[str
         if alive is not None and not alive():
             stats["crashes"] += 1
             stats["crash_text"] = text
+            stats["before_crash_text"] = previous
             break
+        previous = text
     stats["outcomes"] = dict(out.most_common())
     stats["slowest_module_s"] = round(slowest, 2)
     return stats
@@ -150,9 +154,11 @@ def main() -> None:
     finally:
         g.stop()
     stats.pop("hang_texts", None)
-    print(json.dumps({"bench": "fuzz_ptx", **{k: v for k, v in stats.items() if k != "crash_text"}}))
+    print(json.dumps({"bench": "fuzz_ptx", "gpud_exit": g.proc.returncode,
+                      **{k: v for k, v in stats.items() if not k.endswith("crash_text")}}))
     if stats.get("crash_text"):
-        print(stats["crash_text"])
+        print("---- the module tried when gpud was found dead:\n" + stats["crash_text"])
+        print("---- the one before it:\n" + stats.get("before_crash_text", ""))
 
 
 if __name__ == "__main__":

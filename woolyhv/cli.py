@@ -62,6 +62,9 @@ def gpud(
     bounds_check: Annotated[bool, typer.Option("--bounds-check/--no-bounds-check", help="CPU backend: check every global access of a kernel against the launching session's memory (CUDA_ERROR_ILLEGAL_ADDRESS instead of touching another tenant's data)")] = True,
 ) -> None:
     """Run the gpud daemon."""
+    import faulthandler
+
+    faulthandler.enable()  # a fault in native code (a kernel, a vendor library) leaves its Python stack on stderr
     from gpud import log
     from gpud.hypervisor.policy import load as load_policy
     from gpud.server import ListenError, Server

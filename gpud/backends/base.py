@@ -202,7 +202,7 @@ class Backend(ABC):
         """A token that stops the launches given it (``cancel``), or None where kernels cannot be stopped."""
         return None
 
-    def cancel(self, token: Any, why: str) -> None:
+    def cancel(self, token: Any, why: str) -> None:  # noqa: B027 - optional hook
         """Stop the running launches of ``token`` and fail later ones, saying ``why``."""
 
     def synchronize(self) -> None:  # noqa: B027 - optional hook

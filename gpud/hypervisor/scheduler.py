@@ -114,12 +114,18 @@ class Scheduler:
             self.outstanding[name] = self.outstanding.get(name, 0) + 1
             self.running += 1
             self.dispatched += 1
+        self._start(name, fn)
+
+    def _start(self, name: str, fn: Callable[[], Any]) -> bool:
+        """Run a counted drain on the pool; False when gpud is stopping (the pool is shut down)."""
         try:
             self.pool.submit(self._run, name, fn)
-        except RuntimeError:  # the pool is shut down: gpud is stopping
+            return True
+        except RuntimeError:
             with self.lock:
                 self.running -= 1
                 self.outstanding[name] -= 1
+            return False
 
     def forget(self, tenant: Tenant) -> None:
         """A tenant left for good: drop its bookkeeping once it has nothing queued or running."""
@@ -187,12 +193,7 @@ class Scheduler:
                     t.max_wait_s = wait
                 if wait > self.max_wait_s:
                     self.max_wait_s = wait
-            try:
-                self.pool.submit(self._run, name, fn)
-            except RuntimeError:  # the pool is shut down: gpud is stopping
-                with self.lock:
-                    self.running -= 1
-                    self.outstanding[name] -= 1
+            if not self._start(name, fn):
                 return
 
     def _run(self, name: str, fn: Callable[[], Any]) -> None:

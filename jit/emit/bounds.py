@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from jit.emit import L_BADADDR, WINDOW_GUARD, L_HEAP, L_HEAP_ALLOC, L_HEAP_FREE, L_NRANGES, L_RANGES
+from jit.emit import L_BADADDR, L_HEAP, L_HEAP_ALLOC, L_HEAP_FREE, L_NRANGES, L_RANGES, WINDOW_GUARD
 from jit.errors import CUDA_ERROR_ILLEGAL_ADDRESS, invalid_ptx
 from jit.lower.types import I64, PTR, convert_bits
 from jit.ptx import ast as A

@@ -143,6 +143,13 @@ def emit_kernel(cg: ModuleCodegen, fn: A.Function, env: EntryEnv, meta: KernelMe
     b.position_at_end(more)
     bid.add_incoming(nxt, more)
     b.cbranch(b.icmp_unsigned("<", nxt, last), body, head)
+    if cg.bounds_check:
+        # NOTE [uninitialised registers] (cpu_sched.py) leaves a register that a thread reads before writing undefined
+        # under the scheduler, and LLVM may treat a branch on an undefined value as unreachable: a bounds check on an
+        # address read from such a register could vanish (the PTX fuzzer's SIGSEGV). Checked kernels start every
+        # register at zero once per worker, in the entry block: it costs a store per register per worker, and no
+        # phis, since a register that is always written before it is read is never live into the thread loop.
+        fl.zero_regs(ab)
     ab.branch(setup)
 
 

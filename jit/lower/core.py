@@ -115,9 +115,10 @@ class FuncLowering:
         return self._fwd.value(self.b, a)
 
     # -- setup ---------------------------------------------------------------------------------
-    def zero_regs(self) -> None:
+    def zero_regs(self, builder: ir.IRBuilder | None = None) -> None:
+        b = builder or self.b
         for a in self.regs.values():
-            self.b.store(ir.Constant(a.allocated_type, 0 if isinstance(a.allocated_type, ir.IntType) else 0.0), a)
+            b.store(ir.Constant(a.allocated_type, 0 if isinstance(a.allocated_type, ir.IntType) else 0.0), a)
 
     def declare_labels(self) -> None:
         for st in self.fn.body or []:

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from benchmarks import _sharing_workers as W
-from tests.integration.hypervisor._helpers import connect, hv_state, start_with_config, tenant_state, wait_for
+from tests.integration.hypervisor._helpers import connect, hv_state, start_with_config, tenant_state
 
 CONFIG = """
 [scheduler]
