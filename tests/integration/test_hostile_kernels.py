@@ -5,6 +5,7 @@ and results are bit-exact."""
 
 from __future__ import annotations
 
+import os
 import struct
 import threading
 import time
@@ -135,8 +136,12 @@ def test_kernel_of_a_dead_client_stops(gpud) -> None:
     d = connect(gpud.endpoint, tenant="nolimit")
     fn = d.module_get_function(d.module_load_data(SPIN), "spin")
     d.launch_kernel(fn, (2, 1, 1), (1, 1, 1), struct.pack("<Q", 0))
+    d.synchronize_errors()  # sent (launches are batched until a call needs a reply)
     time.sleep(0.3)
+    assert _cpu_s(gpud.proc.pid, 0.5) > 0.5  # two spinning blocks: about two cores busy
     d.conn.close()  # bye: the session closes with its kernel running
+    time.sleep(0.3)
+    assert _cpu_s(gpud.proc.pid, 1.0) < 0.5  # stopped: gpud is idle again
     other = connect(gpud.endpoint, tenant="other")
     try:
         t = time.monotonic()
@@ -146,12 +151,24 @@ def test_kernel_of_a_dead_client_stops(gpud) -> None:
         other.conn.close()
 
 
+def _cpu_s(pid: int, over: float) -> float:
+    """CPU seconds process ``pid`` used during the next ``over`` seconds."""
+    def used() -> float:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    a = used()
+    time.sleep(over)
+    return used() - a
+
+
 def test_sigterm_stops_gpud_with_a_kernel_running() -> None:
     g = start("tcp")
     d = connect(g.endpoint)
     try:
         fn = d.module_get_function(d.module_load_data(SPIN), "spin")
         d.launch_kernel(fn, (2, 1, 1), (1, 1, 1), struct.pack("<Q", 0))
+        d.synchronize_errors()  # sent (launches are batched until a call needs a reply)
         time.sleep(0.3)
         t = time.monotonic()
         g.proc.terminate()
@@ -163,3 +180,22 @@ def test_sigterm_stops_gpud_with_a_kernel_running() -> None:
             d.conn.close()
         except Exception:  # noqa: BLE001 - gpud is gone
             pass
+
+
+def test_a_spinning_block_does_not_hold_other_tenants(gpud) -> None:
+    """A tenant with no max_kernel_s spinning in one block holds one core: another tenant's work runs on the other
+    (NOTE [spatial sharing] in jit/cores.py), where time slicing kept it waiting until the spinner ended."""
+    spinner = connect(gpud.endpoint, tenant="spinner")
+    other = connect(gpud.endpoint, tenant="other")
+    try:
+        fn = spinner.module_get_function(spinner.module_load_data(SPIN), "spin")
+        spinner.launch_kernel(fn, (1, 1, 1), (1, 1, 1), struct.pack("<Q", 0))
+        spinner.synchronize_errors()  # sent (launches are batched until a call needs a reply)
+        time.sleep(0.3)
+        t = time.monotonic()
+        for _ in range(3):
+            assert np.array_equal(_saxpy(other), 2 * np.arange(4096, dtype=np.float32) + 1)
+        assert time.monotonic() - t < 10
+    finally:
+        other.conn.close()
+        spinner.conn.close()  # its session ends: the spinning kernel stops
