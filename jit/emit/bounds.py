@@ -21,11 +21,10 @@ the launching session's allowed ranges.
 # NOTE [state space checks]
 # Every other state space is checked too (``guard`` is the one entry point of every load, store, atomic, async copy
 # and mbarrier site), because on the CPU each of them is host memory and a register can hold any address:
-# - .shared through a register or an immediate: the offset must lie in the block's window,
-#   `off + n <= static shared + dynamic shared` (unsigned, so a negative offset fails too): two compares against a
-#   loop-invariant bound;
-# - .local through a register or an immediate: the address must lie in the worker's .local area (every thread's
-#   .local and .func frames, L[L_NTHREADS] * stride bytes from W[W_LOCAL]; tc[T_LLO], tc[T_LHI] inside a .func);
+# - .shared through a register or an immediate: the offset must lie in the block's window (static shared plus
+#   dynamic shared); .local: the address must lie in the worker's .local area (every thread's .local and .func
+#   frames, L[L_NTHREADS] * stride bytes from W[W_LOCAL]; tc[T_LLO], tc[T_LHI] inside a .func). Usually checked once
+#   per register value with guard zones for the immediates (NOTE [confined windows]), exactly otherwise;
 # - .const and .param through a register or an immediate: the table search above (the module's data block holds
 #   the .const variables; the launch's parameter buffer is in the table too);
 # - an access through a symbol, `[sym+imm]`, is free when it stays inside the symbol's declared size (what compilers
@@ -183,12 +182,11 @@ def fail_trap(fl, addr: ir.Value) -> None:  # type: ignore[no-untyped-def]
 
 
 def guard(fl, o: A.Operand, space: str, ptr: ir.Value, nbytes: int | ir.Value,  # type: ignore[no-untyped-def]
-          root: tuple[str, int] | None = None) -> ir.Value:
+          root: tuple[str, int] | None = None) -> None:
     """Check one access of ``nbytes`` at ``ptr`` (= fl.addr(o, space)) in a bounds-checked module: NOTE [bounds
-    checking] for global and generic addresses, NOTE [state space checks] for the others. Returns the pointer the
-    access must use (a .shared/.local one may be confined: NOTE [confined windows])."""
+    checking] for global and generic addresses, NOTE [state space checks] for the others."""
     if not getattr(fl.cg, "bounds_check", False):
-        return ptr
+        return
     n = _i64(nbytes) if isinstance(nbytes, int) else nbytes
     base = o.base if isinstance(o, A.Addr) else o
     if isinstance(base, (A.Sym, A.SymOff)):
@@ -196,7 +194,7 @@ def guard(fl, o: A.Operand, space: str, ptr: ir.Value, nbytes: int | ir.Value,  
         off = (o.offset if isinstance(o, A.Addr) else 0) + (base.offset if isinstance(base, A.SymOff) else 0)
         space = _symbol_space(fl, name, off, nbytes)
         if space is None:
-            return ptr  # inside the symbol's declared size
+            return  # inside the symbol's declared size
     if space in ("global", "generic"):
         if needs_check(fl, o, space):
             emit_check(fl, ptr, n, root)
@@ -207,12 +205,10 @@ def guard(fl, o: A.Operand, space: str, ptr: ir.Value, nbytes: int | ir.Value,  
             hi = b.add(lo, fl.env.shared_window(fl))
         else:
             lo, hi = fl.env.local_span(fl)
-        if isinstance(nbytes, int) and nbytes <= 64 and _confined(fl, o, space, ptr, lo, hi):
-            return ptr
-        _span_check(fl, b.ptrtoint(ptr, I64), n, lo, hi)
+        if not (isinstance(nbytes, int) and nbytes <= 64 and _confined(fl, o, space, lo, hi)):
+            _span_check(fl, b.ptrtoint(ptr, I64), n, lo, hi)
     elif space in ("const", "param"):
         emit_check(fl, ptr, n)
-    return ptr
 
 
 # NOTE [confined windows]
@@ -230,8 +226,7 @@ def guard(fl, o: A.Operand, space: str, ptr: ir.Value, nbytes: int | ir.Value,  
 # never hold another tenant's bytes (nor are they reported). Accesses with larger immediates take the exact check.
 # Tried and dropped: masking every address into a power-of-two buffer (software fault isolation, no branch) was
 # slower still (2x): the mask hides that neighbouring threads touch neighbouring words, so nothing vectorises.
-def _confined(fl, o: A.Operand, space: str, ptr: ir.Value, lo: ir.Value,  # type: ignore[no-untyped-def]
-              hi: ir.Value) -> bool:
+def _confined(fl, o: A.Operand, space: str, lo: ir.Value, hi: ir.Value) -> bool:  # type: ignore[no-untyped-def]
     """Check the register ``o`` goes through against [lo, hi] (see NOTE [confined windows]); False when the access
     cannot be confined that way (its immediate reaches past the guard zones) and needs the exact check."""
     b = fl.b
@@ -255,11 +250,7 @@ def _symbol_space(fl, name: str, off: int, nbytes: int | ir.Value) -> str | None
     """None when ``[name+off]`` of ``nbytes`` lies inside the symbol's declared size; otherwise the state space whose
     runtime check the access needs (a .local/.param symbol past its size is invalid PTX)."""
     decl = _decl(fl, name)
-    size = 0
-    if decl is not None:
-        size = A.type_bytes(decl.type) * getattr(decl, "vec", 1)
-        for d in decl.dims:
-            size *= d
+    size = A.var_size(decl) if decl is not None else 0
     if isinstance(nbytes, int) and decl is not None and size and 0 <= off and off + nbytes <= size:
         return None
     kind = fl.storage(name).kind

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
-from math import prod
 
 from llvmlite import ir
 
@@ -25,12 +24,7 @@ from jit.lower.core import FuncLowering, Storage
 from jit.lower.types import I8, I64, PTR, VOID, opaque_alloca
 from jit.passes.warp_matrix import SCRATCH as HIDDEN_SHARED
 from jit.ptx import ast as A
-from jit.ptx.ast import type_bytes
-
-
-def var_size(v: A.VarDecl | A.Param) -> int:
-    n = prod(d for d in v.dims) if v.dims else 1
-    return type_bytes(v.type) * getattr(v, "vec", 1) * n
+from jit.ptx.ast import type_bytes, var_size  # noqa: F401 (var_size: re-exported to the emitters)
 
 
 def var_align(v: A.VarDecl | A.Param) -> int:

@@ -21,7 +21,7 @@ def atomic(fl: FuncLowering, ins: A.Instr, addr_op: A.Operand, vals: list[A.Oper
     b = fl.b
     sp = fl.space(ins)
     p = fl.addr(addr_op, sp)
-    p = guard(fl, addr_op, sp, p, type_bytes(t) * vector_count(ins), fl.root_of(addr_op, sp))
+    guard(fl, addr_op, sp, p, type_bytes(t) * vector_count(ins), fl.root_of(addr_op, sp))
     opn = next(m for m in ins.mods if m in _RMW or m in ("inc", "dec", "cas"))
     red = getattr(fl.env, "red", None)
     if red is not None and sp != "shared":

@@ -48,7 +48,8 @@ def _word(fl: FuncLowering, ins: A.Instr, o: A.Operand) -> ir.Value:
         raise not_supported(f"'{'.'.join([ins.opcode, *ins.mods])}'", ins.line)
     sp = fl.space(ins)
     p = fl.addr(o, sp)
-    return guard(fl, o, sp, p, 8)
+    guard(fl, o, sp, p, 8)
+    return p
 
 
 def _count(fl: FuncLowering, o: A.Operand | None) -> ir.Value:

@@ -77,7 +77,7 @@ def ld(fl: FuncLowering, ins: A.Instr) -> None:
     mt = _mem_type(t)
     n = vector_count(ins)
     size = type_bytes(t)
-    base = guard(fl, ins.operands[1], sp, base, n * size, fl.root_of(ins.operands[1], sp))
+    guard(fl, ins.operands[1], sp, base, n * size, fl.root_of(ins.operands[1], sp))
     _red_guard(fl, ins, sp, base, n * size)
     order = _ordering(ins)
     dsts = fl.dst_ops(ins.operands[0])
@@ -111,7 +111,7 @@ def st(fl: FuncLowering, ins: A.Instr) -> None:
     mt = _mem_type(t)
     n = vector_count(ins)
     size = type_bytes(t)
-    base = guard(fl, ins.operands[0], sp, base, n * size, fl.root_of(ins.operands[0], sp))
+    guard(fl, ins.operands[0], sp, base, n * size, fl.root_of(ins.operands[0], sp))
     _red_guard(fl, ins, sp, base, n * size)
     srcs = fl.dst_ops(ins.operands[1])
     order = _ordering(ins)
@@ -196,8 +196,8 @@ def cp_async(fl: FuncLowering, ins: A.Instr) -> None:
     cp = ins.operands[2]
     if not isinstance(cp, A.Imm) or int(cp.value) not in (4, 8, 16):
         raise invalid_ptx("cp.async: cp-size must be 4, 8 or 16", ins.line)
-    dst = guard(fl, ins.operands[0], "shared", dst, int(cp.value))
-    src = guard(fl, ins.operands[1], "global", src, int(cp.value), fl.root_of(ins.operands[1], "global"))
+    guard(fl, ins.operands[0], "shared", dst, int(cp.value))
+    guard(fl, ins.operands[1], "global", src, int(cp.value), fl.root_of(ins.operands[1], "global"))
     _red_guard(fl, ins, "global", src, 16)
     size = fl.get(ins.operands[2], "u32")
     n = size
@@ -226,8 +226,8 @@ def _bulk_copy(fl: FuncLowering, ins: A.Instr) -> None:
     n = ops[2]
     size = fl.get(n, "u32")
     nbytes = int(n.value) if isinstance(n, A.Imm) else fl.b.zext(size, I64)
-    dst = guard(fl, ops[0], spaces[0], dst, nbytes, fl.root_of(ops[0], spaces[0]))
-    src = guard(fl, ops[1], spaces[1], src, nbytes, fl.root_of(ops[1], spaces[1]))
+    guard(fl, ops[0], spaces[0], dst, nbytes, fl.root_of(ops[0], spaces[0]))
+    guard(fl, ops[1], spaces[1], src, nbytes, fl.root_of(ops[1], spaces[1]))
     for p, sp in ((dst, spaces[0]), (src, spaces[1])):
         if sp == "global":
             _red_guard(fl, ins, "global", p, 16)
@@ -235,7 +235,7 @@ def _bulk_copy(fl: FuncLowering, ins: A.Instr) -> None:
     if on_mbarrier:
         from jit.lower.ops_mbarrier import complete_tx
         bar = fl.addr(ops[3], "shared")
-        bar = guard(fl, ops[3], "shared", bar, 8)
+        guard(fl, ops[3], "shared", bar, 8)
         complete_tx(fl, bar, size)
 
 

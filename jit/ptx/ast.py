@@ -212,3 +212,11 @@ def type_bits(t: str) -> int:
 
 def type_bytes(t: str) -> int:
     return max(1, type_bits(t) // 8)
+
+
+def var_size(v: VarDecl | Param) -> int:
+    """Bytes a variable or parameter declares (0 for an unsized extern array)."""
+    n = type_bytes(v.type) * getattr(v, "vec", 1)
+    for d in v.dims:
+        n *= d
+    return n

@@ -214,12 +214,7 @@ class Parser(OperandParser):
         limit = MAX_VAR_BYTES.get(v.space)
         if limit is None:
             return
-        n = A.type_bytes(v.type) * v.vec
-        for d in v.dims:
-            n *= d
-            if n > limit:
-                break
-        if n > limit:
+        if A.var_size(v) > limit:
             raise self.error(f".{v.space} variable {v.name} declares more than {limit} bytes (the most this "
                              f"state space can hold)", at)
 

@@ -134,10 +134,7 @@ def test_kernel_of_a_dead_client_stops(gpud) -> None:
     """A client that closes while its kernel spins (no max_kernel_s for its tenant): the kernel stops with the
     session, and the cores are free again (a saxpy of another session does not wait for it)."""
     d = connect(gpud.endpoint, tenant="nolimit")
-    fn = d.module_get_function(d.module_load_data(SPIN), "spin")
-    d.launch_kernel(fn, (2, 1, 1), (1, 1, 1), struct.pack("<Q", 0))
-    d.synchronize_errors()  # sent (launches are batched until a call needs a reply)
-    time.sleep(0.3)
+    _spin(d, 2)
     assert _cpu_s(gpud.proc.pid, 0.5) > 0.5  # two spinning blocks: about two cores busy
     d.conn.close()  # bye: the session closes with its kernel running
     time.sleep(0.3)
@@ -149,6 +146,14 @@ def test_kernel_of_a_dead_client_stops(gpud) -> None:
         assert time.monotonic() - t < 10
     finally:
         other.conn.close()
+
+
+def _spin(d, blocks: int) -> None:  # noqa: ANN001
+    """Start SPIN in ``blocks`` blocks and let it run a moment (launches are batched: sent by the sync)."""
+    fn = d.module_get_function(d.module_load_data(SPIN), "spin")
+    d.launch_kernel(fn, (blocks, 1, 1), (1, 1, 1), struct.pack("<Q", 0))
+    d.synchronize_errors()
+    time.sleep(0.3)
 
 
 def _cpu_s(pid: int, over: float) -> float:
@@ -166,10 +171,7 @@ def test_sigterm_stops_gpud_with_a_kernel_running() -> None:
     g = start("tcp")
     d = connect(g.endpoint)
     try:
-        fn = d.module_get_function(d.module_load_data(SPIN), "spin")
-        d.launch_kernel(fn, (2, 1, 1), (1, 1, 1), struct.pack("<Q", 0))
-        d.synchronize_errors()  # sent (launches are batched until a call needs a reply)
-        time.sleep(0.3)
+        _spin(d, 2)
         t = time.monotonic()
         g.proc.terminate()
         g.proc.wait(10)
@@ -188,10 +190,7 @@ def test_a_spinning_block_does_not_hold_other_tenants(gpud) -> None:
     spinner = connect(gpud.endpoint, tenant="spinner")
     other = connect(gpud.endpoint, tenant="other")
     try:
-        fn = spinner.module_get_function(spinner.module_load_data(SPIN), "spin")
-        spinner.launch_kernel(fn, (1, 1, 1), (1, 1, 1), struct.pack("<Q", 0))
-        spinner.synchronize_errors()  # sent (launches are batched until a call needs a reply)
-        time.sleep(0.3)
+        _spin(spinner, 1)
         t = time.monotonic()
         for _ in range(3):
             assert np.array_equal(_saxpy(other), 2 * np.arange(4096, dtype=np.float32) + 1)

@@ -10,6 +10,21 @@ from typing import Any
 
 from tests.conftest import Gpud, connect, start
 
+# Tenants the scheduling tests contend with: weights 1 and 3, priorities 4 and 0.
+TENANTS = """
+[tenants.w1]
+weight = 1
+
+[tenants.w3]
+weight = 3
+
+[tenants.hi]
+priority = 4
+
+[tenants.lo]
+priority = 0
+"""
+
 
 def start_with_config(toml: str, *extra: str, transport: str = "ipc") -> Gpud:
     fd, path = tempfile.mkstemp(suffix=".toml", prefix="wooly-hv-test-")
@@ -49,7 +64,7 @@ def upload(d: Any, dst: int, data: bytes, stream: int = 0) -> None:
     up.upload(d, dst, memoryview(data), stream, d.memcpy_htod)
 
 
-__all__ = ["connect", "hv_state", "start_with_config", "tenant_state", "upload", "wait_for"]
+__all__ = ["TENANTS", "connect", "hv_state", "start_with_config", "tenant_state", "upload", "wait_for"]
 
 
 def saturate(

@@ -8,25 +8,13 @@ import time
 
 import pytest
 
-from tests.integration.hypervisor._helpers import connect, hv_state, saturate, start_with_config
+from tests.integration.hypervisor._helpers import TENANTS, connect, hv_state, saturate, start_with_config
 
 CONFIG = """
 [scheduler]
 mode = "timeslice"
 aging_s = 0.25
-
-[tenants.w1]
-weight = 1
-
-[tenants.w3]
-weight = 3
-
-[tenants.hi]
-priority = 4
-
-[tenants.lo]
-priority = 0
-"""
+""" + TENANTS
 
 
 @pytest.fixture(scope="module")

@@ -9,24 +9,12 @@ import time
 import pytest
 
 from benchmarks import _sharing_workers as W
-from tests.integration.hypervisor._helpers import connect, hv_state, start_with_config, tenant_state
+from tests.integration.hypervisor._helpers import TENANTS, connect, hv_state, start_with_config, tenant_state
 
 CONFIG = """
 [scheduler]
 aging_s = 0.25
-
-[tenants.w1]
-weight = 1
-
-[tenants.w3]
-weight = 3
-
-[tenants.hi]
-priority = 4
-
-[tenants.lo]
-priority = 0
-"""
+""" + TENANTS
 
 
 @pytest.fixture(scope="module")
