@@ -44,8 +44,8 @@ setup(
     ext_modules=[
         Extension(
             "shim.native._wooly_native",
-            sources=["shim/native/src/wooly_native.c"],
-            depends=["shim/native/src/exports.h"],
+            sources=["shim/native/src/wooly_native.c", "shim/native/src/export_tables.c"],
+            depends=["shim/native/src/exports.h", "shim/native/src/native.h"],
             extra_compile_args=["-O1", "-g0"],
             extra_link_args=["-Wl,-soname,libcuda.so.1"],
             libraries=["pthread", "dl"],

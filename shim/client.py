@@ -36,6 +36,17 @@ _CONNECTIONS: weakref.WeakSet[Connection] = weakref.WeakSet()
 _ABANDONED: list[Connection] = []
 
 
+
+def _python_stdout(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+# Where device printf output goes: the program's stdout. A native program (NOTE [embedded
+# interpreter]) replaces this with a write through its own C stdio buffer, so device lines and
+# host lines keep the order the program printed them in.
+write_device_output = _python_stdout
+
 class Connection:
     def __init__(
         self,
@@ -189,8 +200,7 @@ class Connection:
                         self._dead = CudaError(exc.code, f"gpud sent an undecodable reply: {exc.message}")
                         raise self._dead from None
                     if body.get("output"):
-                        sys.stdout.write(body["output"])
-                        sys.stdout.flush()
+                        write_device_output(body["output"])
                     other = body.get("rid")
                     if other != rid:
                         if other in self._pending:

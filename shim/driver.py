@@ -25,7 +25,7 @@ from shim.client import Connection
 from shim.shm import MIN_SHM_BYTES, StagingRing
 from woolyhv.config import settings
 
-DRIVER_VERSION = 12090  # the CUDA version the API surface corresponds to (12.9)
+DRIVER_VERSION = 13000  # the CUDA version the API surface corresponds to (13.0: CUDA 13 runtimes require it)
 
 
 @dataclass(frozen=True)

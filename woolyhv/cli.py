@@ -193,8 +193,8 @@ def ps(
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def run(ctx: typer.Context, program: Annotated[str, typer.Argument(help="script.py, or -m module")]) -> None:
-    """Run a Python program with the shim loaded (embedded gpud unless WOOLY_SERVER is set)."""
+def run(ctx: typer.Context, program: Annotated[str, typer.Argument(help="script.py, -m module, or any executable (an nvcc-built binary)")]) -> None:
+    """Run a program (a Python script or module, or a native executable) with the shim loaded (embedded gpud unless WOOLY_SERVER is set)."""
     from woolyhv.config import settings
     from woolyhv.launcher import run as launch
 

@@ -11,8 +11,10 @@ program does.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 import uuid
@@ -99,6 +101,55 @@ def native_lib_dir() -> str | None:
         return None
 
 
+def native_program(argv: list[str]) -> str | None:
+    """The path of ``argv[0]`` when it is a program that is not Python (an ELF binary, or a script
+    whose ``#!`` names another interpreter); None for a Python file or ``-m module``."""
+    if not argv or argv[0] == "-m":
+        return None
+    path = argv[0]
+    if not os.path.exists(path) and os.sep not in path:
+        path = shutil.which(path) or path
+    try:
+        with open(path, "rb") as f:
+            head = f.read(128)
+    except OSError:
+        return None
+    if head.startswith(b"\x7fELF"):
+        return path
+    if head.startswith(b"#!") and b"python" not in head.split(b"\n", 1)[0] and os.access(path, os.X_OK):
+        return path
+    return None
+
+
+def libpython() -> str | None:
+    """This interpreter's shared libpython, which a native program loads to run the client side
+    (NOTE [embedded interpreter] in shim/native/src/wooly_native.c); None for a static build."""
+    if not sysconfig.get_config_var("Py_ENABLE_SHARED"):
+        return None
+    for name in (sysconfig.get_config_var("INSTSONAME"), sysconfig.get_config_var("LDLIBRARY")):
+        for folder in (sysconfig.get_config_var("LIBDIR"), os.path.join(sys.base_prefix, "lib")):
+            if name and folder and os.path.exists(os.path.join(folder, name)):
+                return os.path.join(folder, name)
+    return None
+
+
+def native_env(env: dict[str, str]) -> None:
+    """What the embedded interpreter of a native program needs: this Python's runtime, home and path."""
+    lib = libpython()
+    if lib is None:
+        print(
+            f"wooly: native programs need a Python with a shared libpython; {sys.executable} was built "
+            "without --enable-shared, so CUDA calls of this program will fail",
+            file=sys.stderr,
+        )
+        return
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    paths = [here] + [p for p in sys.path if p and os.path.isdir(p) and p != here]
+    env["WOOLY_LIBPYTHON"] = lib
+    env["WOOLY_PYTHONHOME"] = sys.base_prefix
+    env["WOOLY_PYTHONPATH"] = os.pathsep.join(paths)
+
+
 def run(argv: list[str], settings: Settings) -> None:
     """Replace this process with the user's program under the shim. Does not return."""
     env = dict(os.environ)
@@ -115,4 +166,12 @@ def run(argv: list[str], settings: Settings) -> None:
         env["WOOLY_NATIVE_LIBDIR"] = libdir
     sys.stdout.flush()
     sys.stderr.flush()
+    native = native_program(argv)
+    if native is not None:
+        native_env(env)
+        try:
+            os.execve(native, argv, env)
+        except OSError as exc:
+            print(f"wooly run: {argv[0]}: {exc.strerror}", file=sys.stderr)
+            raise SystemExit(126) from None
     os.execve(sys.executable, [sys.executable, "-m", "woolyhv.bootstrap", *argv], env)

@@ -18,6 +18,7 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.join(HERE, "src")
+SOURCES = [os.path.join(SRC, name) for name in ("wooly_native.c", "export_tables.c")]
 SONAMES = ("libcuda.so.1", "libcuda.so", "libnvidia-ml.so.1", "libnvidia-ml.so")
 
 
@@ -47,9 +48,13 @@ def cache_dir() -> str:
 
 def installed_library() -> str | None:
     """The library compiled by ``pip install`` into the package, if its source is current."""
+    newest = max(os.path.getmtime(os.path.join(SRC, n)) for n in os.listdir(SRC) if n.endswith((".c", ".h")))
     for path in sorted(glob.glob(os.path.join(HERE, "_wooly_native*.so"))):
         stamp = path + ".srchash"
-        if not os.path.exists(stamp) or open(stamp).read().strip() == _source_hash():
+        if os.path.exists(stamp):
+            if open(stamp).read().strip() == _source_hash():
+                return path
+        elif os.path.getmtime(path) >= newest:  # an in-place build without its stamp: current if newer
             return path
     return None
 
@@ -87,7 +92,7 @@ def compile_library(out_path: str) -> str:
             "`pip install .` on a machine with a compiler builds it into the package"
         )
     return compile_atomically([cc, "-O1", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", "{out}",
-                               os.path.join(SRC, "wooly_native.c"), "-lpthread", "-ldl"], out_path)
+                               *SOURCES, "-lpthread", "-ldl"], out_path)
 
 
 def _link_dir(lib: str, folder: str) -> str:

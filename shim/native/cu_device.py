@@ -252,6 +252,12 @@ def cuCtxGetDevice(out: int) -> None:
     put_i32(out, STATE.require_current().device)
 
 
+@api("cuCtxGetDevice", 13000, P, P)
+def cuCtxGetDevice_v2(out: int, ctx: int | None) -> None:
+    """CUDA 13: the device of ``ctx``, or of the current context when ``ctx`` is NULL."""
+    put_i32(out, (STATE.context(ctx) if ctx else STATE.require_current()).device)
+
+
 @api("cuCtxGetFlags", 7000, P)
 def cuCtxGetFlags(out: int) -> None:
     put_u32(out, STATE.require_current().flags)
@@ -280,6 +286,13 @@ def cuCtxGetApiVersion(handle: int | None, out: int) -> None:
 @api("cuCtxSynchronize", 2000)
 def cuCtxSynchronize() -> None:
     STATE.require_current()
+    STATE.driver().ctx_synchronize()
+
+
+@api("cuCtxSynchronize", 13000, P)
+def cuCtxSynchronize_v2(ctx: int | None) -> None:
+    """CUDA 13: wait for ``ctx`` (NULL: the current one); all contexts share the process's session."""
+    STATE.context(ctx) if ctx else STATE.require_current()
     STATE.driver().ctx_synchronize()
 
 

@@ -53,8 +53,10 @@ def ptx_facts(ptx: str) -> tuple[int, dict[str, int]]:
     return const, maxnreg
 
 
-def load(ptx: bytes) -> int:
-    STATE.require_current()
+def load(ptx: bytes, *, library: bool = False) -> int:
+    """Load a module; a library (cuLibraryLoad*) is context-independent and needs no current context."""
+    if not library:
+        STATE.require_current()
     h = STATE.driver().module_load_data(ptx, "ptx")
     _facts[h] = ptx_facts(ptx.decode(errors="replace"))
     return h
@@ -210,14 +212,14 @@ def cuModuleGetFunctionCount(out: int, mod: int | None) -> None:
 # ---------------------------------------------------------------------------- libraries and kernels
 @api("cuLibraryLoadData", 12000, P, P, P, P, c_uint, P, P, c_uint)
 def cuLibraryLoadData(out: int, code: int | None, *_options: object) -> None:
-    h = load(images.read_image(code))
+    h = load(images.read_image(code), library=True)
     _libraries.add(h)
     put_u64(out, h)
 
 
 @api("cuLibraryLoadFromFile", 12000, P, c_char_p, P, P, c_uint, P, P, c_uint)
 def cuLibraryLoadFromFile(out: int, path: bytes | None, *_options: object) -> None:
-    h = load(images.read_file(path))
+    h = load(images.read_file(path), library=True)
     _libraries.add(h)
     put_u64(out, h)
 

@@ -77,3 +77,43 @@ def activate() -> bool:
         # numba-cuda probes for the driver by path; point it at ours when LD_LIBRARY_PATH does not.
         os.environ.setdefault("NUMBA_CUDA_DRIVER", path)
         return True
+
+
+def activate_embedded() -> bool:
+    """Activation inside the interpreter that the native library started for a program with no Python
+    of its own (NOTE [embedded interpreter] in src/wooly_native.c): the program's own argv names it,
+    the launcher's sys.path is completed with its folders' .pth files (editable installs: Python
+    does not read them for PYTHONPATH entries), and device printf output goes through the
+    program's C stdio buffer, so it interleaves with the program's own lines as on a GPU."""
+    import site
+
+    try:
+        with open("/proc/self/cmdline", "rb") as f:
+            sys.argv = [a.decode(errors="replace") for a in f.read().split(b"\0") if a] or ["native"]
+    except OSError:
+        sys.argv = ["native"]
+    for folder in os.environ.get("WOOLY_PYTHONPATH", "").split(os.pathsep):
+        if folder.endswith(("site-packages", "dist-packages")):
+            site.addsitedir(folder)
+    from shim import client
+
+    libc = ctypes.CDLL(None)
+    c_stdout = ctypes.c_void_p.in_dll(libc, "stdout")
+    libc.fputs.argtypes = [ctypes.c_char_p, ctypes.c_void_p]
+
+    def through_stdio(text: str) -> None:
+        libc.fputs(text.encode(), c_stdout)
+
+    client.write_device_output = through_stdio
+    return activate()
+
+
+def embedded_exit() -> None:
+    """The native program is exiting: flush its queued work and let nothing enter Python again."""
+    _shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - exiting anyway
+            pass
+

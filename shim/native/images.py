@@ -2,60 +2,122 @@
 
 The driver API passes images without a length: PTX is NUL-terminated text, a cubin is an ELF file
 (its length follows from the section headers), a fatbin starts with a header that gives its size.
-Kernels must reach gpud as PTX (its backends compile PTX); a fatbin is searched for a PTX entry,
-a cubin (machine code for one real GPU) is refused with CUDA_ERROR_NO_BINARY_FOR_GPU.
+Kernels must reach gpud as PTX (its backends compile PTX); a fatbin is searched for a PTX entry
+(decompressed: nvcc 13 compresses with zstd, CUDA 12 with LZ4), nvcc's fatbin wrapper (what the
+CUDA runtime registers) is unwrapped, and a cubin or a fatbin with machine code only is refused
+with CUDA_ERROR_NO_BINARY_FOR_GPU naming the nvcc flag that embeds PTX.
 """
 
 from __future__ import annotations
 
 import ctypes
 import struct
+from dataclasses import dataclass
 
 from proto import errors as codes
 from proto.errors import CudaError
 
 FATBIN_MAGIC = 0xBA55ED50
-_FATBIN_KIND_PTX = 1
-_FATBIN_COMPRESSED = 0x2000
+FATBINC_MAGIC = 0x466243B1  # the wrapper that __cudaRegisterFatBinary and cuLibraryLoadData receive from nvcc
+_KIND_PTX, _KIND_ELF = 1, 2
+_LZ4, _ZSTD = 0x2000, 0x8000
+MAX_PTX_BYTES = 256 << 20  # a decompressed entry larger than this is refused, not inflated
 
 
-def elf_size(ptr: int) -> int:
-    """Length of an ELF64 image from its header (the section header table ends it)."""
-    hdr = ctypes.string_at(ptr, 64)
-    shoff = struct.unpack_from("<Q", hdr, 0x28)[0]
-    shentsize, shnum = struct.unpack_from("<HH", hdr, 0x3A)
-    return int(shoff + shentsize * shnum)
+@dataclass
+class FatbinEntry:
+    """One file of a fatbin: ``kind`` 1 PTX / 2 cubin, the GPU architecture, its (decoded) payload."""
+
+    kind: int
+    arch: int
+    flags: int
+    payload: bytes
+    size: int  # the uncompressed size the header gives (0 when not compressed)
 
 
-def ptx_from_fatbin(data: bytes) -> bytes:
-    """The PTX of the best entry of a fatbin (the highest arch not above sm_80), or raise."""
+def fatbin_entries(data: bytes) -> list[FatbinEntry]:
+    """The entries of one fatbin (header magic 0xBA55ED50), compressed payloads still compressed."""
     magic, _version, header_size, fat_size = struct.unpack_from("<IHHQ", data, 0)
     if magic != FATBIN_MAGIC:
         raise CudaError(codes.INVALID_IMAGE, "not a fatbin")
-    off, end = header_size, header_size + fat_size
-    best: tuple[int, bytes] | None = None
-    saw_compressed = False
-    while off + 16 <= min(end, len(data)):
-        kind, _u, hsize, size = struct.unpack_from("<HHIQ", data, off)
-        if hsize == 0:
+    out: list[FatbinEntry] = []
+    off, end = header_size, min(header_size + fat_size, len(data))
+    while off + 16 <= end:
+        kind, _v, hsize, payload_size, _u0, compressed = struct.unpack_from("<HHIIII", data, off)
+        if hsize < 16:
             break
         arch = struct.unpack_from("<I", data, off + 28)[0] if hsize >= 32 else 0
         flags = struct.unpack_from("<Q", data, off + 40)[0] if hsize >= 48 else 0
-        payload = data[off + hsize : off + hsize + size]
-        if kind == _FATBIN_KIND_PTX:
-            if flags & _FATBIN_COMPRESSED:
-                saw_compressed = True
-            elif arch <= 80 and (best is None or arch > best[0]):
-                best = (arch, payload.rstrip(b"\0"))
-        off += hsize + size
-    if best is None:
-        why = "its PTX is compressed (rebuild with -Xfatbin -compress=false)" if saw_compressed else "it holds no PTX"
-        raise CudaError(codes.NO_BINARY_FOR_GPU, f"fatbin cannot run on a wooly device: {why}")
-    return best[1]
+        size = struct.unpack_from("<Q", data, off + 56)[0] if hsize >= 64 else 0
+        length = compressed if flags & (_LZ4 | _ZSTD) and compressed else payload_size
+        out.append(FatbinEntry(kind, arch, flags, data[off + hsize : off + hsize + length], size))
+        off += hsize + max(payload_size, compressed)
+    return out
+
+
+def _decompress(entry: FatbinEntry) -> bytes:
+    """The entry's payload as written by the compiler (nvcc 13 compresses with zstd, CUDA 12 with LZ4)."""
+    try:
+        if entry.flags & _ZSTD:
+            import zstandard
+
+            return zstandard.ZstdDecompressor().decompress(entry.payload, max_output_size=MAX_PTX_BYTES)
+        if entry.flags & _LZ4:
+            import lz4.block
+
+            if not 0 < entry.size <= MAX_PTX_BYTES:
+                raise ValueError(f"uncompressed size {entry.size} out of range")
+            return lz4.block.decompress(entry.payload, uncompressed_size=entry.size)
+    except ImportError as exc:
+        raise CudaError(codes.NOT_SUPPORTED, f"the fatbin's PTX is compressed and {exc.name} is not installed") from None
+    except Exception as exc:  # noqa: BLE001 - a corrupt payload is the image's fault
+        raise CudaError(codes.INVALID_IMAGE, f"the fatbin's compressed PTX does not decompress: {exc}") from None
+    return entry.payload
+
+
+def _elf_kernels(image: bytes) -> list[str]:
+    """Kernel names of a cubin (its ``.text.<name>`` sections), for the message that it cannot run here."""
+    try:
+        shoff = struct.unpack_from("<Q", image, 0x28)[0]
+        shentsize, shnum, shstrndx = struct.unpack_from("<HHH", image, 0x3A)
+        strtab = struct.unpack_from("<Q", image, shoff + shstrndx * shentsize + 0x18)[0]
+        names = []
+        for i in range(shnum):
+            name_off = struct.unpack_from("<I", image, shoff + i * shentsize)[0]
+            name = image[strtab + name_off : image.index(b"\0", strtab + name_off)].decode(errors="replace")
+            if name.startswith(".text."):
+                names.append(name[len(".text."):])
+        return names
+    except (struct.error, ValueError):
+        return []
+
+
+def ptx_from_fatbin(data: bytes) -> bytes:
+    """The PTX of the best entry of a fatbin (the highest arch not above sm_80), or raise.
+
+    A fatbin with machine code only (nvcc's default for a real architecture without its virtual
+    one) gets CUDA_ERROR_NO_BINARY_FOR_GPU naming its kernels and the flag that embeds PTX.
+    """
+    entries = fatbin_entries(data)
+    ptx = [e for e in entries if e.kind == _KIND_PTX]
+    fitting = [e for e in ptx if e.arch <= 80] or ptx
+    if fitting:
+        best = max(fitting, key=lambda e: e.arch)
+        return _decompress(best).rstrip(b"\0")
+    archs = sorted({e.arch for e in entries if e.kind == _KIND_ELF})
+    kernels = sorted({k for e in entries if e.kind == _KIND_ELF and not e.flags & (_LZ4 | _ZSTD) for k in _elf_kernels(e.payload)})
+    arch = archs[-1] if archs else 80
+    what = f"machine code for {', '.join(f'sm_{a}' for a in archs)} only" if archs else "no PTX"
+    named = f" (kernels: {', '.join(kernels[:8])}{', ...' if len(kernels) > 8 else ''})" if kernels else ""
+    raise CudaError(
+        codes.NO_BINARY_FOR_GPU,
+        f"the fatbin holds {what}{named}; wooly devices run PTX: rebuild with "
+        f"-gencode arch=compute_{arch},code=compute_{arch} added to embed it",
+    )
 
 
 def read_image(ptr: int | None) -> bytes:
-    """The PTX text of the image at ``ptr`` (PTX, or a fatbin carrying PTX)."""
+    """The PTX text of the image at ``ptr``: PTX, a fatbin carrying PTX, or nvcc's wrapper of a fatbin."""
     if not ptr:
         raise CudaError(codes.INVALID_VALUE, "module image pointer is NULL")
     head = ctypes.string_at(ptr, 4)
@@ -64,8 +126,18 @@ def read_image(ptr: int | None) -> bytes:
             codes.NO_BINARY_FOR_GPU,
             "a cubin holds machine code for one real GPU; wooly devices load PTX (compile to PTX instead)",
         )
-    if struct.unpack("<I", head)[0] == FATBIN_MAGIC:
+    magic = struct.unpack("<I", head)[0]
+    if magic == FATBINC_MAGIC:
+        ptr = ctypes.c_void_p.from_address(ptr + 8).value
+        if not ptr:
+            raise CudaError(codes.INVALID_IMAGE, "fatbin wrapper holds a NULL fatbin")
+        magic = struct.unpack("<I", ctypes.string_at(ptr, 4))[0]
+        if magic != FATBIN_MAGIC:
+            raise CudaError(codes.INVALID_IMAGE, f"fatbin wrapper points at no fatbin (magic 0x{magic:08x})")
+    if magic == FATBIN_MAGIC:
         header_size, fat_size = struct.unpack_from("<HQ", ctypes.string_at(ptr, 16), 6)
+        if fat_size > MAX_PTX_BYTES * 4:
+            raise CudaError(codes.INVALID_IMAGE, f"fatbin claims {fat_size} bytes")
         return ptx_from_fatbin(ctypes.string_at(ptr, header_size + fat_size))
     return ctypes.string_at(ptr)
 

@@ -106,10 +106,15 @@ def _guard(name: str, func: Callable[..., Any], nvml: bool) -> Callable[..., int
     return call
 
 
+_ALWAYS_SAID = {codes.NO_BINARY_FOR_GPU}  # a runtime on top shows only its own string for these: say why
+_said: set[str] = set()
+
+
 def set_last_error(code: int, message: str) -> None:
     """Remember the detail of the calling thread's last failure (cuGetErrorString shows it)."""
     _tls.last = (code, message)
-    if os.environ.get("WOOLY_DEBUG"):
+    if os.environ.get("WOOLY_DEBUG") or (code in _ALWAYS_SAID and message not in _said):
+        _said.add(message)
         print(f"wooly: {codes.error_name(code)}: {message}", file=sys.stderr)
 
 

@@ -24,10 +24,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef int CUresult;
-typedef uint64_t A;
-#define ARGS A a0, A a1, A a2, A a3, A a4, A a5, A a6, A a7, A a8, A a9, A a10, A a11, A a12, A a13, A a14, A a15
-#define PASS a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15
+#include "native.h"
+
 typedef CUresult (*impl_fn)(ARGS);
 /* resolver(name, version, flags, &impl) -> 1 implemented, 0 known but unsupported, -1 unknown.
  * version -1 means "name is an exact exported symbol name". */
@@ -74,23 +72,96 @@ static void find_python(void) {
     if (!py_finalizing) *(void **)&py_finalizing = dlsym(RTLD_DEFAULT, "_Py_IsFinalizing");
 }
 
-/* First call with no resolver: if we live inside a Python interpreter, activate the face. */
-static void bootstrap(void) {
-    static int tried;
-    if (resolver || tried) return;
-    tried = 1;
-    find_python();
+/* NOTE [embedded interpreter]: a program with no Python of its own (an nvcc-built binary, any
+ * native CUDA application) gets one here. `wooly run ./app` sets WOOLY_LIBPYTHON (the launcher's
+ * libpython), WOOLY_PYTHONHOME and WOOLY_PYTHONPATH (its prefix and sys.path); at the first driver
+ * call this library loads that libpython, starts an interpreter without signal handlers (the
+ * program's own stay in force), activates the face exactly as in a Python program, and releases
+ * the GIL: from then on every trampoline enters Python through its ctypes callback, which takes
+ * the GIL on whichever of the program's threads calls. The wire format therefore has one
+ * definition (proto/), shared with every other face. At exit a C atexit handler flushes queued
+ * work and stops the trampolines; the interpreter is not finalized (other threads may be inside
+ * it, and the process is ending anyway). */
+static pthread_once_t boot_once = PTHREAD_ONCE_INIT;
+static int embedded;
+
+static void embedded_exit(void) {
     int (*ensure)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "PyGILState_Ensure");
     void (*release)(int) = (void (*)(int))dlsym(RTLD_DEFAULT, "PyGILState_Release");
     int (*run)(const char *) = (int (*)(const char *))dlsym(RTLD_DEFAULT, "PyRun_SimpleString");
-    if (!ensure || !release || !run || !py_initialized || !py_initialized() || finalizing()) {
+    if (shutting_down || !ensure || !release || !run) return;
+    int g = ensure();
+    run("import shim.native.face as _wooly_face\n_wooly_face.embedded_exit()\n");
+    release(g);
+    shutting_down = 1;
+}
+
+/* setenv NAME to the value of FROM for the interpreter's start; returns the old value to restore. */
+static char *swap_env(const char *name, const char *from) {
+    const char *value = getenv(from);
+    char *old = getenv(name) ? strdup(getenv(name)) : NULL;
+    if (value && *value) setenv(name, value, 1);
+    return old;
+}
+
+static void restore_env(const char *name, char *old) {
+    if (old) { setenv(name, old, 1); free(old); }
+    else unsetenv(name);
+}
+
+static void start_interpreter(void) {
+    const char *path = getenv("WOOLY_LIBPYTHON");
+    if (!path || !*path) {
         fprintf(stderr, "wooly: libcuda shim loaded outside a Python process with the wooly face; "
                         "run the program with `wooly run`\n");
         return;
     }
+    void *h = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
+    if (!h) {
+        fprintf(stderr, "wooly: cannot load the Python runtime for a native program (WOOLY_LIBPYTHON=%s): %s\n",
+                path, dlerror());
+        return;
+    }
+    void (*init)(int) = (void (*)(int))dlsym(h, "Py_InitializeEx");
+    int (*run)(const char *) = (int (*)(const char *))dlsym(h, "PyRun_SimpleString");
+    void *(*save)(void) = (void *(*)(void))dlsym(h, "PyEval_SaveThread");
+    if (!init || !run || !save) {
+        fprintf(stderr, "wooly: %s is not a usable Python runtime (no Py_InitializeEx)\n", path);
+        return;
+    }
+    char *home = swap_env("PYTHONHOME", "WOOLY_PYTHONHOME");
+    char *pypath = swap_env("PYTHONPATH", "WOOLY_PYTHONPATH");
+    init(0); /* 0: keep the program's signal handlers */
+    restore_env("PYTHONHOME", home);
+    restore_env("PYTHONPATH", pypath);
+    find_python();
+    embedded = 1;
+    if (run("import shim.native.face as _wooly_face\n_wooly_face.activate_embedded()\n") != 0)
+        fprintf(stderr, "wooly: activating the CUDA face in the embedded interpreter failed\n");
+    atexit(embedded_exit);
+    save(); /* release the GIL: trampolines take it on whichever thread calls */
+}
+
+static void boot(void) {
+    find_python();
+    int (*ensure)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "PyGILState_Ensure");
+    void (*release)(int) = (void (*)(int))dlsym(RTLD_DEFAULT, "PyGILState_Release");
+    int (*run)(const char *) = (int (*)(const char *))dlsym(RTLD_DEFAULT, "PyRun_SimpleString");
+    if (!ensure || !release || !run || !py_initialized) {
+        start_interpreter(); /* no Python in this process: bring one (NOTE [embedded interpreter]) */
+        return;
+    }
+    if (!py_initialized() || finalizing()) return;
+    /* A Python program that inherited LD_LIBRARY_PATH (a subprocess, say): activate the face in it. */
     int g = ensure();
     run("import shim.native.face as _wooly_face\n_wooly_face.activate()\n");
     release(g);
+}
+
+/* First call with no resolver: activate the face, bringing an interpreter if the process has none. */
+static void bootstrap(void) {
+    if (resolver) return;
+    pthread_once(&boot_once, boot);
 }
 
 static CUresult body(int i, ARGS) {
@@ -184,6 +255,12 @@ static CUresult get_proc(const char *symbol, void **pfn, int version, uint64_t f
         if (status) *status = 0;
         return 0;
     }
+    if (strcmp(symbol, "cuGetExportTable") == 0) {
+        extern CUresult cuGetExportTable(const void **, const uint8_t *);
+        *pfn = (void *)cuGetExportTable;
+        if (status) *status = 0;
+        return 0;
+    }
     int i = bind_slot(symbol, version, flags & 3);
     if (i < 0) {
         if (status) *status = 1; /* CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND */
@@ -212,6 +289,9 @@ CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, uint64_t 
     }
 #include "exports.h"
 #undef X
+
+/* NVIDIA's private tables, for its CUDA runtime: NOTE [export tables] in export_tables.c. */
+CUresult cuGetExportTable(const void **out, const uint8_t *id) { return wooly_get_export_table(out, id); }
 
 /* nvmlErrorString returns a string, so it cannot go through an int trampoline. */
 const char *nvmlErrorString(int result) {

@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+from shim.driver import DRIVER_VERSION
 from tests.integration.native.conftest import PROGS, wooly_run
 
 pytest.importorskip("pynvml")
@@ -28,7 +29,7 @@ def test_pynvml_sees_remote_device(wooly_gpud: str) -> None:
     assert seen["uuid"] == "GPU-" + remote["uuid"]
     assert seen["total"] == remote["total_mem"] or seen["total"] > 0
     assert seen["cc"] == list(remote["compute_capability"])
-    assert seen["cuda_version"] == 12090
+    assert seen["cuda_version"] == DRIVER_VERSION
     assert seen["used_after_alloc"] >= seen["used_before"] + (64 << 20)
     assert seen["temperature"] == "Not Supported"
 

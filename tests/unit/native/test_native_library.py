@@ -42,13 +42,30 @@ SCRIPT = textwrap.dedent(
     import os; os.environ.pop("WOOLY_SERVER", None)
     assert lib.cuInit(0) == 100, lib.cuInit(0)
     drv = ctypes.c_int()
-    assert lib.cuDriverGetVersion(ctypes.byref(drv)) == 0 and drv.value == 12090
+    assert lib.cuDriverGetVersion(ctypes.byref(drv)) == 0 and drv.value == 13000
     name = ctypes.c_char_p()
     assert lib.cuGetErrorName(1, ctypes.byref(name)) == 0 and name.value == b"CUDA_ERROR_INVALID_VALUE"
     assert lib.cuMemAlloc_v2(ctypes.byref(ctypes.c_uint64()), 16) in (3, 201)  # not initialized
     lib.nvmlErrorString.restype = ctypes.c_char_p
     assert lib.nvmlErrorString(3) == b"Not Supported"
     assert lib.nvmlInit_v2() == 9                       # NVML_ERROR_DRIVER_NOT_LOADED
+    # NVIDIA's private tables for its CUDA runtime (NOTE [export tables]): known ids answer with a
+    # table whose slot 0 is its size, unknown ids CUDA_ERROR_NOT_FOUND; both ways of asking agree.
+    table = ctypes.c_void_p()
+    cudart_id = bytes.fromhex("6bd5fb6c5bf4e74a8987d93912fd9df9")
+    assert lib.cuGetExportTable(ctypes.byref(table), cudart_id) == 0 and table.value
+    assert ctypes.c_uint64.from_address(table.value).value == 13 * 8
+    get_table = get(b"cuGetExportTable", 12000)[1]
+    assert get_table == ctypes.cast(lib.cuGetExportTable, ctypes.c_void_p).value
+    assert lib.cuGetExportTable(ctypes.byref(table), bytes(16)) == 500 and not table.value
+    assert lib.cuGetExportTable(ctypes.byref(table), None) == 1
+    # the integrity check is HMAC over MD2: the MD2 must match RFC 1319's test vectors
+    for text, digest in [(b"", "8350e5a3e24c153df2275c9f80692773"), (b"abc", "da853b0d3f88d99b30283a69e6ded6bb"),
+                         (b"12345678901234567890123456789012345678901234567890123456789012345678901234567890",
+                          "d5976f79d83d3a0dc9806c3c66f3efd8")]:
+        out = ctypes.create_string_buffer(16)
+        lib.wooly_md2(text, len(text), out)
+        assert out.raw.hex() == digest, (text, out.raw.hex())
     lib.wooly_shutdown()
     print("native library OK")
     """

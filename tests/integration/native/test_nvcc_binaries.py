@@ -1,0 +1,82 @@
+"""nvcc-built programs, unmodified, under ``wooly run`` against a real gpud.
+
+One CUDA runtime program (progs/runtime_app.cu: streams, events, shared memory, symbols, device
+printf, an invalid copy) is built the ways users build: nvcc's default (static cudart), with
+``-cudart shared``, and PTX-only; each must print PASS. A build with machine code only must fail
+with CUDA_ERROR_NO_BINARY_FOR_GPU naming the nvcc flag that fixes it. What runs is NVIDIA's own
+cudart on the shim's libcuda (NOTE [export tables]) with the client in an interpreter the shim
+starts (NOTE [embedded interpreter]).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from tests.conftest import ROOT
+from tests.integration.native.conftest import PROGS, wooly_run
+
+NVCC = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
+pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc is not installed")
+
+BUILDS = {
+    "static": [],
+    "shared": ["-cudart", "shared"],
+    "ptx": ["-gencode", "arch=compute_80,code=compute_80"],
+    "sass": ["-gencode", "arch=compute_80,code=sm_80"],
+}
+
+
+@pytest.fixture(scope="module")
+def binaries(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    out = tmp_path_factory.mktemp("nvcc")
+    src = os.path.join(PROGS, "runtime_app.cu")
+
+    def build(name: str) -> str:
+        exe = str(out / f"app_{name}")
+        proc = subprocess.run([NVCC, *BUILDS[name], "-o", exe, src], capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        return exe
+
+    with ThreadPoolExecutor(2) as pool:
+        return dict(zip(BUILDS, pool.map(build, BUILDS), strict=True))
+
+
+@pytest.mark.parametrize("build", ["static", "shared", "ptx"])
+def test_runtime_program_passes(binaries: dict[str, str], wooly_gpud: str, build: str) -> None:
+    proc = wooly_run([binaries[build]], server=wooly_gpud)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[-1] == "PASS", proc.stdout + proc.stderr
+    assert "sm_80" in lines[0] and "wooly" in lines[0]
+    # device printf lands between the host's lines in program order, as on a GPU
+    assert lines.index("device says 7") < lines.index("bad copy: cudaErrorInvalidValue")
+
+
+def test_embedded_gpud_and_exit_code_and_stdin(binaries: dict[str, str]) -> None:
+    """No WOOLY_SERVER: wooly run starts its own gpud; the program's stdin and exit status are its own."""
+    proc = wooly_run_stdin([binaries["static"], "--read-stdin"], "42\n")
+    assert proc.returncode == 42, proc.stdout + proc.stderr
+    assert "stdin: 42" in proc.stdout
+
+
+def wooly_run_stdin(args: list[str], text: str) -> subprocess.CompletedProcess[str]:
+    e = dict(os.environ)
+    e.pop("WOOLY_SERVER", None)
+    e["PYTHONPATH"] = ROOT + (os.pathsep + e["PYTHONPATH"] if e.get("PYTHONPATH") else "")
+    return subprocess.run([sys.executable, "-m", "woolyhv", "run", *args], input=text, capture_output=True,
+                          text=True, timeout=240, env=e, cwd=ROOT)
+
+
+def test_machine_code_only_is_a_clear_error(binaries: dict[str, str], wooly_gpud: str) -> None:
+    proc = wooly_run([binaries["sass"]], server=wooly_gpud)
+    assert proc.returncode != 0
+    assert "CUDA_ERROR_NO_BINARY_FOR_GPU" in proc.stderr, proc.stderr
+    assert "sm_80 only" in proc.stderr and "-gencode arch=compute_80,code=compute_80" in proc.stderr
+    assert "_Z5saxpyiPKfPf" in proc.stderr  # the kernels it could not run are named
+    assert "no kernel image is available" in proc.stdout  # and cudart's own message reaches the program
