@@ -1,0 +1,246 @@
+"""Build NVIDIA's cuda-samples with nvcc and run them, unmodified, under ``wooly run``.
+
+    python -m tests.cuda_samples.run --samples /path/to/cuda-samples            # every eligible sample, 3 ways
+    python -m tests.cuda_samples.run --samples DIR --only vectorAdd matrixMul --ways static
+    python -m tests.cuda_samples.run --summarise-only                           # re-print the last results
+
+The checkout is github:NVIDIA/cuda-samples (fetch it; nothing here downloads). The samples taken are
+those of ``0_Introduction``, ``2_Concepts_and_Techniques``, ``3_CUDA_Features`` and ``4_CUDA_Libraries``
+that need no graphics, no MPI/NvSci and no second GPU (EXCLUDED says why each other one is left out).
+Each is built three ways: nvcc's default (static cudart), ``-cudart shared``, and PTX only
+(``-gencode arch=compute_80,code=compute_80``), then run with its own folder as the working directory
+against one CPU gpud. A sample passes when it exits 0 and prints its own pass line (for the few whose
+sources print none, exit status 0 alone: ``judged_by`` in each record says which). A sample that
+cannot be built here (a CUDA library that is not installed) is recorded as ``unbuilt`` with the
+compiler's first error; a failing one with its first error line. Results: one JSON line per run in
+``results/runs.jsonl``, the summary in ``results/summary.json``. Not part of the default pytest run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+RESULTS = os.path.join(HERE, "results")
+CATEGORIES = ("0_Introduction", "2_Concepts_and_Techniques", "3_CUDA_Features", "4_CUDA_Libraries")
+WAYS = {
+    "static": [],
+    "shared": ["-cudart", "shared"],
+    "ptx": ["-gencode", "arch=compute_80,code=compute_80"],
+}
+EXCLUDED = {
+    **dict.fromkeys(
+        ["simpleCUDA2GL", "simpleTexture3D", "EGLStream_CUDA_CrossGPU", "EGLStream_CUDA_Interop", "FunctionPointers",
+         "boxFilter", "imageDenoising", "particles", "bindlessTexture", "oceanFFT", "randomFog"],
+        "graphics (OpenGL/EGL)"),
+    **dict.fromkeys(
+        ["simpleMultiGPU", "simpleP2P", "conjugateGradientMultiDeviceCG", "simpleCUFFT_2d_MGPU", "simpleCUFFT_MGPU",
+         "streamOrderedAllocationP2P"],
+        "needs two GPUs or peer access"),
+    "simpleMPI": "MPI",
+    "cudaNvSci": "NvSci",
+    **dict.fromkeys(
+        ["FilterBorderControlNPP", "boxFilterNPP", "cannyEdgeDetectorNPP", "freeImageInteropNPP", "histEqualizationNPP"],
+        "FreeImage (an image library, not CUDA)"),
+}
+LIBS = {  # CMake's CUDA:: targets -> linker flags
+    "cuda_driver": ["-lcuda"], "cublas": ["-lcublas"], "cublasLt": ["-lcublasLt"], "cufft": ["-lcufft"],
+    "cufft_static": ["-lcufft_static"], "curand": ["-lcurand"], "cusparse": ["-lcusparse"], "cusolver": ["-lcusolver"],
+    "nvjpeg": ["-lnvjpeg"], "nvrtc": [], "cudart": [],
+}
+PASS_LINE = re.compile(r"(\bPASS|[Pp]assed\b|PASSED|Result\s*=\s*PASS|[Tt]est passed)")
+FAIL_LINE = re.compile(r"(FAIL|[Ff]ailed|[Ee]rror|[Ww]aived|WAIVED|not supported|wooly:)")
+
+
+def _nvcc() -> str:
+    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+    if not os.path.exists(nvcc):
+        raise SystemExit("nvcc is not installed")
+    return nvcc
+
+
+def _nvrtc() -> list[str]:
+    """Compile and link flags for NVRTC (the pip wheel nvidia-cuda-nvrtc-cu12 when the toolkit has none)."""
+    if os.path.exists("/usr/local/cuda/include/nvrtc.h"):
+        return ["-lnvrtc"]
+    spec = importlib.util.find_spec("nvidia.cuda_nvrtc")
+    if spec is None or not spec.submodule_search_locations:
+        return ["-lnvrtc"]
+    base = list(spec.submodule_search_locations)[0]
+    lib = os.path.join(base, "lib")
+    return [f"-I{os.path.join(base, 'include')}", f"-L{lib}", "-l:libnvrtc.so.12", f"-Xlinker=-rpath={lib}"]
+
+
+def samples(checkout: str, only: list[str] | None) -> list[tuple[str, str]]:
+    out = []
+    for cat in CATEGORIES:
+        for path in sorted(glob.glob(os.path.join(checkout, "Samples", cat, "*", ""))):
+            name = os.path.basename(os.path.dirname(path))
+            if only and name not in only:
+                continue
+            out.append((cat, name))
+    return out
+
+
+def build(checkout: str, cat: str, name: str, way: str, outdir: str) -> tuple[str | None, str]:
+    """(executable, '') or (None, the compiler's first error)."""
+    src = os.path.join(checkout, "Samples", cat, name)
+    cmake = open(os.path.join(src, "CMakeLists.txt")).read() if os.path.exists(os.path.join(src, "CMakeLists.txt")) else ""
+    files = sorted(glob.glob(os.path.join(src, "*.cu")) + glob.glob(os.path.join(src, "*.cpp")))
+    files = [f for f in files if not re.search(r"(_win|_mac|_gl)\.", os.path.basename(f))]
+    flags = ["-std=c++17", "--extended-lambda", "-I", os.path.join(checkout, "Common"), "-I", src, *WAYS[way]]
+    if name.startswith("cdp") or "cudadevrt" in cmake:
+        flags += ["-rdc=true", "-lcudadevrt"]
+    for lib in sorted(set(re.findall(r"CUDA::(\w+)", cmake))):
+        flags += _nvrtc() if lib == "nvrtc" else LIBS.get(lib, [f"-l{lib}"])
+    if "CUDA::cuda_driver" in cmake:  # link against the shim's libcuda.so (a toolkit without a driver has none)
+        from shim.native import build as native
+
+        flags.append(f"-L{native.ensure_built()}")
+    # each build gets its own folder, which is also the run's working directory: the sample's files
+    # (its data/ folder, inputs) are linked in, so sdkFindFilePath finds them in "./" and "./data/"
+    waydir = os.path.join(outdir, way, name)
+    os.makedirs(waydir, exist_ok=True)
+    for entry in os.listdir(src):
+        link = os.path.join(waydir, entry)
+        if not os.path.lexists(link):
+            os.symlink(os.path.join(src, entry), link)
+    exe = os.path.join(waydir, name)
+    kernels = {os.path.basename(k) for k in re.findall(r'set\(CUDA_KERNEL_SOURCE\s+"[^"]*/([\w.]+)"', cmake)}
+    steps = []
+    # driver-API samples load a kernel file beside the executable (CMake builds it with -fatbin or -ptx):
+    # built here with this way's architecture flags, so "static"/"shared" carry nvcc's default PTX too
+    for kind, out_name in re.findall(r'set\(CUDA_(FATBIN|PTX)_FILE\s+"[^"]*/([\w.]+)"', cmake):
+        for kernel in sorted(kernels):
+            arch = [] if way == "shared" else WAYS[way]
+            steps.append([_nvcc(), "-I", os.path.join(checkout, "Common"), *arch, f"-{kind.lower()}",
+                          "-o", os.path.join(waydir, out_name), os.path.join(src, kernel)])
+    files = [f for f in files if os.path.basename(f) not in kernels]
+    steps.append([_nvcc(), *flags, "-o", exe, *files])
+    for cmd in steps:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+        if proc.returncode != 0:
+            lines = [ln for ln in proc.stderr.splitlines() if "error" in ln.lower()] or proc.stderr.splitlines() or ["?"]
+            return None, lines[0].replace(checkout, "")[:300]
+    return exe, ""
+
+
+def has_pass_line(src: str) -> bool:
+    """Whether the sample's sources print a pass line at all (some signal success by exit status only)."""
+    for path in glob.glob(os.path.join(src, "*.cu")) + glob.glob(os.path.join(src, "*.cpp")) + glob.glob(os.path.join(src, "*.h")):
+        with open(path, errors="replace") as f:
+            if PASS_LINE.search(f.read()):
+                return True
+    return False
+
+
+def run_one(exe: str, cwd: str, server: str, timeout: float) -> dict:
+    env = dict(os.environ)
+    env["WOOLY_SERVER"] = server
+    env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    start = time.monotonic()
+    try:
+        proc = subprocess.run([sys.executable, "-m", "woolyhv", "run", exe], cwd=cwd, capture_output=True, text=True,
+                              timeout=timeout, env=env, stdin=subprocess.DEVNULL)
+        out, err, rc = proc.stdout, proc.stderr, proc.returncode
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
+        rc = "timeout"
+    seconds = round(time.monotonic() - start, 1)
+    by_line = has_pass_line(cwd)
+    passed = rc == 0 and (bool(PASS_LINE.search(out + err)) or not by_line)
+    first = ""
+    if not passed:
+        lines = [ln for ln in (err + "\n" + out).splitlines() if FAIL_LINE.search(ln)]
+        first = (lines[0] if lines else f"exit status {rc}; last line: {(out.strip().splitlines() or [''])[-1]}")[:300]
+    return {"passed": passed, "rc": rc, "seconds": seconds, "first_error": first,
+            "judged_by": "pass line" if by_line else "exit status"}
+
+
+def summarise(records: list[dict]) -> dict:
+    summary: dict = {"ways": {}}
+    for way in WAYS:
+        rs = [r for r in records if r["way"] == way]
+        built = [r for r in rs if r["status"] != "unbuilt"]
+        passed = [r for r in rs if r["status"] == "passed"]
+        summary["ways"][way] = {
+            "eligible": len(rs), "built": len(built), "passed": len(passed),
+            "pass_rate_of_eligible": round(len(passed) / len(rs), 3) if rs else None,
+            "pass_rate_of_built": round(len(passed) / len(built), 3) if built else None,
+        }
+    all_eligible = len(records)
+    summary["total"] = {
+        "runs": all_eligible, "passed": sum(r["status"] == "passed" for r in records),
+        "built": sum(r["status"] != "unbuilt" for r in records),
+    }
+    summary["total"]["pass_rate_of_eligible"] = round(summary["total"]["passed"] / all_eligible, 3) if all_eligible else None
+    built = summary["total"]["built"]
+    summary["total"]["pass_rate_of_built"] = round(summary["total"]["passed"] / built, 3) if built else None
+    summary["excluded"] = EXCLUDED
+    return summary
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--samples", default=os.environ.get("WOOLY_CUDA_SAMPLES"), help="a cuda-samples checkout")
+    ap.add_argument("--only", nargs="*", help="sample names")
+    ap.add_argument("--ways", nargs="*", default=list(WAYS), choices=list(WAYS))
+    ap.add_argument("--timeout", type=float, default=300, help="seconds per run")
+    ap.add_argument("--jobs", type=int, default=2, help="parallel nvcc builds")
+    ap.add_argument("--summarise-only", action="store_true")
+    args = ap.parse_args()
+    os.makedirs(RESULTS, exist_ok=True)
+    runs_path = os.path.join(RESULTS, "runs.jsonl")
+    if args.summarise_only:
+        records = [json.loads(ln) for ln in open(runs_path)]
+        print(json.dumps(summarise(records), indent=1))
+        return
+    if not args.samples or not os.path.isdir(os.path.join(args.samples, "Samples")):
+        raise SystemExit("--samples must name a cuda-samples checkout (github:NVIDIA/cuda-samples)")
+    checkout = os.path.abspath(args.samples)
+    todo = [(c, n) for c, n in samples(checkout, args.only) if n not in EXCLUDED]
+    outdir = os.path.join(RESULTS, "bin")
+    os.makedirs(outdir, exist_ok=True)
+    from woolyhv.launcher import start_gpud
+
+    server, gpud = start_gpud(log_level="error")
+    records: list[dict] = []
+    try:
+        jobs = [(c, n, w) for c, n in todo for w in args.ways]
+        with ThreadPoolExecutor(args.jobs) as pool, open(runs_path, "w") as out:
+            builds = pool.map(lambda j: build(checkout, j[0], j[1], j[2], outdir), jobs)
+            for (cat, name, way), (exe, why) in zip(jobs, builds, strict=True):
+                rec = {"sample": name, "category": cat, "way": way}
+                if exe is None:
+                    rec.update(status="unbuilt", first_error=why)
+                else:
+                    res = run_one(exe, os.path.dirname(exe), server, args.timeout)
+                    rec.update(status="passed" if res["passed"] else "failed", **res)
+                records.append(rec)
+                out.write(json.dumps(rec) + "\n")
+                out.flush()
+                print(f"{rec['status']:>8}  {way:<6} {name:<32} {rec.get('seconds', '')!s:>6}  {rec.get('first_error', '')}",
+                      flush=True)
+    finally:
+        gpud.terminate()
+        gpud.wait(15)
+    summary = summarise(records)
+    with open(os.path.join(RESULTS, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    print(json.dumps(summary["ways"]), json.dumps(summary["total"]))
+
+
+if __name__ == "__main__":
+    main()
