@@ -442,20 +442,46 @@ class Session:
             del self.functions[h]
         when_all(self.engine.tails(), lambda: self.backend.unload_module(mod))
 
-    def on_module_get_function(self, msg: m.ModuleGetFunction, bulk: list[Any]) -> dict[str, Any]:
+    def on_module_get_function(self, msg: m.ModuleGetFunction, bulk: list[Any]) -> dict[str, Any] | Later:
         mod = self.modules.get(msg.module)
         if mod is None:
             raise CudaError(codes.INVALID_HANDLE, f"invalid module handle {msg.module}")
         if msg.function not in self.functions:
             self.room(len(self.functions), "functions")
-        fn = self.backend.get_function(mod, msg.name)
-        fn.module = mod  # type: ignore[attr-defined]
-        self.functions[msg.function] = fn
-        return {
-            "name": fn.name,
-            "params": [[p.size, p.align, p.offset] for p in fn.params],
-            "attributes": fn.attributes,
-        }
+
+        def found(fn: Any) -> dict[str, Any]:
+            fn.module = mod
+            self.functions[msg.function] = fn
+            return {
+                "name": fn.name,
+                "params": [[p.size, p.align, p.offset] for p in fn.params],
+                "attributes": fn.attributes,
+            }
+
+        compiled = getattr(mod.native, "compiled", None)
+        if compiled is None or compiled(msg.name) or msg.name not in mod.kernel_names:
+            return found(self.backend.get_function(mod, msg.name))
+        # a lazily loaded module translates this kernel now (NOTE [lazy modules]): off the I/O loop, as a load
+        self.room(self.loads_in_flight, "loads_in_flight")
+        box: dict[str, Any] = {}
+        with self._lock:
+            self.loads_in_flight += 1
+
+        def translate() -> None:
+            try:
+                box["fn"] = self.backend.get_function(mod, msg.name)
+            finally:
+                with self._lock:
+                    self.loads_in_flight -= 1
+
+        marker = self.server.run_async(translate)
+
+        def produce() -> tuple[Any, list[Any]]:
+            if marker.error is not None:
+                raise marker.error
+            return found(box["fn"]), []
+
+        return Later([marker], produce)
 
     def on_module_get_global(self, msg: m.ModuleGetGlobal, bulk: list[Any]) -> list[int]:
         mod = self.modules.get(msg.module)

@@ -46,6 +46,12 @@ def compile_module(ptx: str | bytes, target: str = "cpu", bounds_check: bool = F
     from jit.emit import ARCHS
     if target != "cpu" and target not in ARCHS:
         raise JitError(CUDA_ERROR_NOT_SUPPORTED, f"JIT target '{target}' (supported: cpu, {', '.join(ARCHS)})")
+    if target == "cpu":
+        from jit.lazy import LazyCpuModule, maybe_split
+
+        parts = maybe_split(data)  # NOTE [lazy modules] (jit/ptx/split.py)
+        if parts is not None:
+            return LazyCpuModule(parts, bool(bounds_check), tier)
     obj, meta, key, quick, pending = compile_tiered(data, target, bool(bounds_check), tier)
     if target in ARCHS:
         from jit.amdgpu_module import AmdgpuModule

@@ -160,6 +160,12 @@ def run(argv: list[str], settings: Settings) -> None:
         )
         env["WOOLY_SERVER"] = endpoint
         env["WOOLY_EMBEDDED"] = "1"
+    # CuPy compiles its kernels with NVRTC to machine code for the device's architecture unless told to
+    # keep PTX; wooly devices run PTX (a user's own setting wins).
+    env.setdefault("CUPY_COMPILE_WITH_PTX", "1")
+    # CuPy's CUB-accelerated reductions are one precompiled 22 MB PTX module (383 kernels) that would be
+    # translated whole at first use; CuPy's own reduction kernels (compiled per use) do the same work.
+    env.setdefault("CUPY_ACCELERATORS", "")
     libdir = native_lib_dir()
     if libdir:
         env["LD_LIBRARY_PATH"] = libdir + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")

@@ -26,6 +26,10 @@ _by_handle: dict[int, FunctionInfo] = {}
 _overrides: dict[int, dict[int, int]] = {}  # function -> attribute overrides (cuFuncSetAttribute)
 _names: dict[int, ctypes.Array] = {}  # function -> its name as a C string (cuFuncGetName)
 _libraries: set[int] = set()
+# cuLibraryGetKernel hands out a kernel without translating it (NOTE [lazy modules], jit/ptx/split.py: the
+# CUDA runtime asks for every kernel it registered at start); the first use translates it.
+_deferred: dict[int, tuple[int, str]] = {}  # kernel handle -> (library, name)
+_deferred_by_key: dict[tuple[int, str], int] = {}
 _globals: dict[int, list[int]] = {}  # module -> global addresses registered in STATE.global_ranges
 _facts: dict[int, tuple[int, dict[str, int]]] = {}  # module -> (.const bytes, entry -> .maxnreg)
 
@@ -71,6 +75,9 @@ def module(h: int | None) -> int:
 
 def function(h: int | None) -> FunctionInfo:
     info = _by_handle.get(int(h or 0))
+    if info is None and int(h or 0) in _deferred:
+        lib, name = _deferred[int(h or 0)]
+        info = _by_handle[int(h or 0)] = get_function(lib, name.encode())
     if info is None or info.module not in STATE.driver().modules:
         raise CudaError(codes.INVALID_HANDLE, f"invalid function handle 0x{int(h or 0):x}")
     return info
@@ -93,6 +100,10 @@ def unload(mod: int | None) -> None:
     m = module(mod)
     for key in [k for k in _functions if k[0] == m]:
         _by_handle.pop(_functions.pop(key).handle, None)
+    for h in [h for h, info in _by_handle.items() if info.module == m]:
+        del _by_handle[h]
+    for key in [k for k in _deferred_by_key if k[0] == m]:
+        _deferred.pop(_deferred_by_key.pop(key), None)
     for addr in _globals.pop(m, []):
         STATE.global_ranges.pop(addr, None)
     _libraries.discard(m)
@@ -201,7 +212,11 @@ def cuModuleGetGlobal(dptr: int, size: int, mod: int | None, name: bytes | None)
 
 @api("cuModuleGetLoadingMode", 11070, P)
 def cuModuleGetLoadingMode(out: int) -> None:
-    put_i32(out, 1)  # CU_MODULE_EAGER_LOADING
+    """Lazy unless CUDA_MODULE_LOADING=EAGER, as CUDA 12.2+: big modules are translated per kernel at first
+    use (NOTE [lazy modules]), and the CUDA runtime then asks for kernels only when it launches them."""
+    import os
+
+    put_i32(out, 1 if os.environ.get("CUDA_MODULE_LOADING", "").upper() == "EAGER" else 2)
 
 
 @api("cuModuleGetFunctionCount", 12040, P, P)
@@ -231,7 +246,20 @@ def cuLibraryUnload(lib: int | None) -> None:
 
 @api("cuLibraryGetKernel", 12000, P, P, c_char_p)
 def cuLibraryGetKernel(out: int, lib: int | None, name: bytes | None) -> None:
-    put_u64(out, get_function(lib, name).handle)
+    m = module(lib)
+    if not name:
+        raise CudaError(codes.INVALID_VALUE, "kernel name is NULL")
+    key = (m, name.decode())
+    if key in _functions:
+        put_u64(out, _functions[key].handle)
+        return
+    if key[1] not in STATE.driver().modules[m].get("kernels", []):
+        raise CudaError(codes.NOT_FOUND, f"named symbol not found: no kernel {key[1]} in library 0x{m:x}")
+    h = _deferred_by_key.get(key)
+    if h is None:
+        h = _deferred_by_key[key] = STATE.driver()._new_id()
+        _deferred[h] = key
+    put_u64(out, h)
 
 
 @api("cuLibraryGetModule", 12000, P, P)
@@ -251,7 +279,8 @@ def cuKernelGetFunction(out: int, kernel: int | None) -> None:
 
 @api("cuKernelGetLibrary", 12050, P, P)
 def cuKernelGetLibrary(out: int, kernel: int | None) -> None:
-    put_u64(out, function(kernel).module)
+    k = int(kernel or 0)
+    put_u64(out, _deferred[k][0] if k in _deferred and k not in _by_handle else function(kernel).module)
 
 
 @api("cuKernelGetAttribute", 12000, P, c_int, P, c_int)

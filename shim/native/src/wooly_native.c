@@ -48,6 +48,7 @@ struct slot {
     uint64_t flags;
     impl_fn impl;
     int nvml;
+    int cleanup; /* frees, destroys, unloads: answered with success once the face has shut down */
     int warned;
 };
 
@@ -164,9 +165,22 @@ static void bootstrap(void) {
     pthread_once(&boot_once, boot);
 }
 
+/* Entry points that release something. A real driver still answers them while the process exits, and
+ * libraries free their objects then (CuPy's module cache, cudart's atexit); the session's end frees
+ * everything in gpud anyway, so after shutdown they succeed instead of raising at the program. */
+static int is_cleanup(const char *name) {
+    static const char *const verbs[] = {"Free", "Destroy", "Unload", "Release", "Unregister", "Unmap", NULL};
+    for (int k = 0; verbs[k]; k++)
+        if (strstr(name, verbs[k])) return 1;
+    return 0;
+}
+
 static CUresult body(int i, ARGS) {
     struct slot *s = &slots[i];
-    if (finalizing()) return s->nvml ? NVML_ERROR_UNINITIALIZED : CUDA_ERROR_DEINITIALIZED;
+    if (finalizing()) {
+        if (s->cleanup) return 0;
+        return s->nvml ? NVML_ERROR_UNINITIALIZED : CUDA_ERROR_DEINITIALIZED;
+    }
     if (s->impl) return s->impl(PASS);
     if (!s->warned) {
         s->warned = 1;
@@ -217,6 +231,7 @@ static int bind_slot(const char *name, int version, uint64_t flags) {
         slots[i].version = version;
         slots[i].flags = flags;
         slots[i].nvml = strncmp(name, "nvml", 4) == 0;
+        slots[i].cleanup = is_cleanup(name);
         slots[i].impl = (impl_fn)impl;
     }
     pthread_mutex_unlock(&lock);

@@ -1,0 +1,19 @@
+"""CuPy, unmodified, under ``wooly run`` against a real gpud: NVIDIA's cudart (libcudart.so.12) on the shim's
+libcuda, NVRTC on the client producing PTX, and CuPy's precompiled thrust module translated lazily."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.integration.native.conftest import PROGS, wooly_run
+
+pytest.importorskip("cupy")
+
+
+def test_cupy_program(wooly_gpud: str) -> None:
+    proc = wooly_run([os.path.join(PROGS, "cupy_app.py")], server=wooly_gpud, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "OK"
+    assert "Error in sys.excepthook" not in proc.stderr  # nothing raises at exit
