@@ -1,4 +1,4 @@
-"""pytest plugin used by run_suite.py inside ``wooly run``: one JSON line per test, crash-safe.
+"""pytest plugin used by the external-suite runners (tests/suite_runner.py) inside ``wooly run``: one JSON line per test, crash-safe.
 
 Writes to $WOOLY_SUITE_OUT a "start" line before each test and an outcome line after it, so the
 orchestrator knows which test was running when a process died; skips tests listed (by node id)
