@@ -49,7 +49,14 @@ setup(
             extra_compile_args=["-O1", "-g0"],
             extra_link_args=["-Wl,-soname,libcuda.so.1"],
             libraries=["pthread", "dl"],
-        )
+        ),
+        Extension(  # NOTE [nvrtc stand-in] (shim/native/src/nvrtc_standin.c)
+            "shim.native._wooly_nvrtc",
+            sources=["shim/native/src/nvrtc_standin.c"],
+            extra_compile_args=["-O1", "-g0"],
+            extra_link_args=["-Wl,-soname,libnvrtc.so.12"],
+            libraries=["pthread", "dl"],
+        ),
     ],
     cmdclass={"build_ext": BuildNative},
 )

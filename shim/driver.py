@@ -264,12 +264,12 @@ class Driver:
 
     def memcpy_dtod(self, dst: int, src: int, size: int, stream: int = 0) -> None:
         if size:
-            self.conn.post({"kind": "memcpy_dtod", "dst": int(dst), "src": int(src), "size": int(size), "stream": int(stream)})
+            self.conn.post({"kind": "memcpy_dtod", "dst": int(dst), "src": int(src), "size": int(size), "stream": self._stream(stream)})
 
     def memset(self, dst: int, value: int, elem_size: int, count: int, stream: int = 0) -> None:
         mask = (1 << (8 * elem_size)) - 1
         self.conn.post(
-            {"kind": "memset", "dst": int(dst), "value": int(value) & mask, "elem_size": elem_size, "count": int(count), "stream": int(stream)}
+            {"kind": "memset", "dst": int(dst), "value": int(value) & mask, "elem_size": elem_size, "count": int(count), "stream": self._stream(stream)}
         )
 
     # ------------------------------------------------------------------ streams and events

@@ -168,6 +168,11 @@ def run(argv: list[str], settings: Settings) -> None:
     env.setdefault("CUPY_ACCELERATORS", "")
     libdir = native_lib_dir()
     if libdir:
+        from shim.native.build import real_nvrtc
+
+        real = real_nvrtc()
+        if real and "WOOLY_NVRTC_REAL" not in env:
+            env["WOOLY_NVRTC_REAL"] = real  # NOTE [nvrtc stand-in]
         env["LD_LIBRARY_PATH"] = libdir + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
         env["WOOLY_NATIVE_LIBDIR"] = libdir
     sys.stdout.flush()

@@ -19,6 +19,8 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.join(HERE, "src")
 SOURCES = [os.path.join(SRC, name) for name in ("wooly_native.c", "export_tables.c")]
+NVRTC_SOURCE = os.path.join(SRC, "nvrtc_standin.c")
+NVRTC_SONAMES = ("libnvrtc.so.12", "libnvrtc.so.13")  # NOTE [nvrtc stand-in]
 SONAMES = ("libcuda.so.1", "libcuda.so", "libnvidia-ml.so.1", "libnvidia-ml.so")
 
 
@@ -46,10 +48,10 @@ def cache_dir() -> str:
     return os.path.join(cache_base(), "native", _source_hash())
 
 
-def installed_library() -> str | None:
+def installed_library(stem: str = "_wooly_native") -> str | None:
     """The library compiled by ``pip install`` into the package, if its source is current."""
     newest = max(os.path.getmtime(os.path.join(SRC, n)) for n in os.listdir(SRC) if n.endswith((".c", ".h")))
-    for path in sorted(glob.glob(os.path.join(HERE, "_wooly_native*.so"))):
+    for path in sorted(glob.glob(os.path.join(HERE, f"{stem}*.so"))):
         stamp = path + ".srchash"
         if os.path.exists(stamp):
             if open(stamp).read().strip() == _source_hash():
@@ -95,9 +97,9 @@ def compile_library(out_path: str) -> str:
                                *SOURCES, "-lpthread", "-ldl"], out_path)
 
 
-def _link_dir(lib: str, folder: str) -> str:
+def _link_dir(lib: str, folder: str, names: tuple[str, ...] = SONAMES) -> str:
     os.makedirs(folder, exist_ok=True)
-    for name in SONAMES:
+    for name in names:
         link = os.path.join(folder, name)
         if os.path.islink(link) and os.readlink(link) == lib:
             continue
@@ -120,10 +122,46 @@ def library_path() -> str:
     return compile_library(cached)
 
 
+def nvrtc_library_path() -> str:
+    """Path of the NVRTC stand-in (NOTE [nvrtc stand-in] in src/nvrtc_standin.c), building it if needed."""
+    lib = installed_library("_wooly_nvrtc")
+    if lib is not None:
+        return lib
+    cached = os.path.join(cache_dir(), "libwooly_nvrtc.so")
+    if os.path.exists(cached):
+        return cached
+    cc = find_compiler()
+    if cc is None:
+        raise NativeBuildError("no C compiler found (set CC or install gcc) for the NVRTC stand-in")
+    return compile_atomically([cc, "-O1", "-shared", "-fPIC", "-Wl,-soname,libnvrtc.so.12", "-o", "{out}",
+                               NVRTC_SOURCE, "-lpthread", "-ldl"], cached)
+
+
+def real_nvrtc() -> str | None:
+    """The NVRTC the stand-in forwards to: the CUDA toolkit's, else the one of the nvidia-cuda-nvrtc wheel."""
+    found = sorted(glob.glob("/usr/local/cuda/lib64/libnvrtc.so.[0-9]*"), key=len)
+    try:
+        import importlib.util
+
+        spec = importlib.util.find_spec("nvidia.cuda_nvrtc")
+        for base in (spec.submodule_search_locations or []) if spec else []:
+            found += sorted(glob.glob(os.path.join(base, "lib", "libnvrtc.so.[0-9]*")), key=len)
+    except (ImportError, ValueError):
+        pass
+    real = [p for p in found if "builtins" not in p and os.path.realpath(p) != os.path.realpath(NVRTC_SOURCE)]
+    return real[0] if real else None
+
+
 def ensure_built() -> str:
-    """A folder holding libcuda.so.1 and libnvidia-ml.so.1 (links to the native library)."""
+    """A folder holding libcuda.so.1 and libnvidia-ml.so.1 (links to the native library) and, when a C compiler
+    or an installed copy allows, the NVRTC stand-in as libnvrtc.so.12/.13."""
     lib = library_path()
     folder = os.path.join(cache_dir(), "lib") if lib.startswith(os.path.dirname(cache_dir())) else None
     if folder is None:
         folder = os.path.join(cache_dir(), "installed-lib")
-    return _link_dir(lib, folder)
+    _link_dir(lib, folder)
+    try:
+        _link_dir(nvrtc_library_path(), folder, NVRTC_SONAMES)
+    except NativeBuildError:
+        pass  # programs then use the real NVRTC as it is
+    return folder

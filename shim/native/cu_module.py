@@ -32,6 +32,8 @@ _deferred: dict[int, tuple[int, str]] = {}  # kernel handle -> (library, name)
 _deferred_by_key: dict[tuple[int, str], int] = {}
 _globals: dict[int, list[int]] = {}  # module -> global addresses registered in STATE.global_ranges
 _facts: dict[int, tuple[int, dict[str, int]]] = {}  # module -> (.const bytes, entry -> .maxnreg)
+_targets: dict[int, int] = {}  # module -> the architecture its PTX targets (.target sm_75 -> 75)
+_TARGET = re.compile(r"^\s*\.target\s+sm_(\d+)", re.M)
 
 _CONST = re.compile(r"^\s*(?:\.(?:visible|weak)\s+)?\.const\s+(?:\.align\s+\d+\s+)?\.[a-z]+(\d+)\s+[\w$]+((?:\s*\[\s*\d+\s*\])*)", re.M)
 _ENTRY = re.compile(r"\.entry\s+([\w$]+)\s*\([^)]*\)\s*([^{]*)\{", re.S)
@@ -63,6 +65,11 @@ def load(ptx: bytes, *, library: bool = False) -> int:
         STATE.require_current()
     h = STATE.driver().module_load_data(ptx, "ptx")
     _facts[h] = ptx_facts(ptx.decode(errors="replace"))
+    # a kernel's PTX_VERSION is its PTX's target, as on a GPU that JIT-compiles compute_75 PTX: CUB and
+    # thrust check it against the architectures they were built for
+    target = _TARGET.search(ptx[:65536].decode(errors="replace"))
+    if target:
+        _targets[h] = int(target.group(1))
     return h
 
 
@@ -108,6 +115,7 @@ def unload(mod: int | None) -> None:
         STATE.global_ranges.pop(addr, None)
     _libraries.discard(m)
     _facts.pop(m, None)
+    _targets.pop(m, None)
     STATE.driver().module_unload(m)
 
 
@@ -142,7 +150,7 @@ def attribute(info: FunctionInfo, attrib: int) -> int:
         CONST: max(int(a.get("const_size_bytes", 0)), const),
         LOCAL: int(a.get("local_size_bytes", 0)),
         REGS: min(regs, maxnreg.get(info.name, regs)),
-        PTX_VERSION: int(a.get("ptx_version", 80)),
+        PTX_VERSION: _targets.get(info.module, int(a.get("ptx_version", 80))),
         BINARY_VERSION: int(a.get("binary_version", 80)),
         CACHE_CA: 0,
         MAX_DYN_SHARED: rules.dynamic_shared_limit(_device(), static),

@@ -84,8 +84,12 @@ def api(name: str, versions: int | tuple[int, ...], *argtypes: Any, nvml: bool =
 def _guard(name: str, func: Callable[..., Any], nvml: bool) -> Callable[..., int]:
     """Turn a Python implementation into a C callback: exceptions become result codes."""
 
+    trace = os.environ.get("WOOLY_TRACE_CALLS") == "1"
+
     @functools.wraps(func)
     def call(*args: Any) -> int:
+        if trace:
+            print(f"wooly: call {name}{tuple(hex(a) if isinstance(a, int) else a for a in args)}", file=sys.stderr)
         try:
             result = func(*args)
             return 0 if result is None else int(result)

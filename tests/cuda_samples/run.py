@@ -97,9 +97,19 @@ def build(checkout: str, cat: str, name: str, way: str, outdir: str) -> tuple[st
     """(executable, '') or (None, the compiler's first error)."""
     src = os.path.join(checkout, "Samples", cat, name)
     cmake = open(os.path.join(src, "CMakeLists.txt")).read() if os.path.exists(os.path.join(src, "CMakeLists.txt")) else ""
-    files = sorted(glob.glob(os.path.join(src, "*.cu")) + glob.glob(os.path.join(src, "*.cpp")))
+    files = sorted(glob.glob(os.path.join(src, "**", "*.cu"), recursive=True)
+                   + glob.glob(os.path.join(src, "**", "*.cpp"), recursive=True))
+    listed = re.search(r"add_executable\(\s*\S+\s+([^)]*)\)", cmake)
+    if listed:  # the sources CMake builds (files compiled at run time by NVRTC are not among them)
+        names = {os.path.basename(t) for t in listed.group(1).split()}
+        files = [f for f in files if os.path.basename(f) in names] or files
     files = [f for f in files if not re.search(r"(_win|_mac|_gl)\.", os.path.basename(f))]
     flags = ["-std=c++17", "--extended-lambda", "-I", os.path.join(checkout, "Common"), "-I", src, *WAYS[way]]
+    for inc in ("inc", "include"):
+        if os.path.isdir(os.path.join(src, inc)):
+            flags += ["-I", os.path.join(src, inc)]
+    if "OpenMP" in cmake:
+        flags += ["-Xcompiler", "-fopenmp"]
     if name.startswith("cdp") or "cudadevrt" in cmake:
         flags += ["-rdc=true", "-lcudadevrt"]
     for lib in sorted(set(re.findall(r"CUDA::(\w+)", cmake))):
@@ -116,6 +126,12 @@ def build(checkout: str, cat: str, name: str, way: str, outdir: str) -> tuple[st
         link = os.path.join(waydir, entry)
         if not os.path.lexists(link):
             os.symlink(os.path.join(src, entry), link)
+    if "requiresCGheaders" in open(os.path.join(checkout, "Common", "nvrtc_helper.h")).read() and "nvrtc" in cmake:
+        for inc in ("cooperative_groups.h", "cooperative_groups", "cccl/nv", "cccl/cuda"):  # "install it in the sample dir"
+            path = os.path.join("/usr/local/cuda/include", inc)
+            inc = os.path.basename(inc)
+            if os.path.exists(path) and not os.path.lexists(os.path.join(waydir, inc)):
+                os.symlink(path, os.path.join(waydir, inc))
     exe = os.path.join(waydir, name)
     kernels = {os.path.basename(k) for k in re.findall(r'set\(CUDA_KERNEL_SOURCE\s+"[^"]*/([\w.]+)"', cmake)}
     steps = []
@@ -137,11 +153,13 @@ def build(checkout: str, cat: str, name: str, way: str, outdir: str) -> tuple[st
 
 
 def has_pass_line(src: str) -> bool:
-    """Whether the sample's sources print a pass line at all (some signal success by exit status only)."""
-    for path in glob.glob(os.path.join(src, "*.cu")) + glob.glob(os.path.join(src, "*.cpp")) + glob.glob(os.path.join(src, "*.h")):
-        with open(path, errors="replace") as f:
-            if PASS_LINE.search(f.read()):
-                return True
+    """Whether the sample's sources print a pass line at all (some signal success by exit status only):
+    a string literal that reads as one."""
+    for ext in ("cu", "cpp", "h", "cuh"):
+        for path in glob.glob(os.path.join(src, "**", f"*.{ext}"), recursive=True):
+            with open(path, errors="replace") as f:
+                if any(PASS_LINE.search(lit) for lit in re.findall(r'"((?:[^"\\\n]|\\.)*)"', f.read())):
+                    return True
     return False
 
 

@@ -80,3 +80,23 @@ def test_machine_code_only_is_a_clear_error(binaries: dict[str, str], wooly_gpud
     assert "sm_80 only" in proc.stderr and "-gencode arch=compute_80,code=compute_80" in proc.stderr
     assert "_Z5saxpyiPKfPf" in proc.stderr  # the kernels it could not run are named
     assert "no kernel image is available" in proc.stdout  # and cudart's own message reaches the program
+
+
+def test_nvrtc_cubin_becomes_ptx(tmp_path: pytest.TempPathFactory, wooly_gpud: str, native_lib: str) -> None:
+    """A program that asks NVRTC for a cubin gets PTX it can load (NOTE [nvrtc stand-in])."""
+    from shim.native import build
+
+    real = build.real_nvrtc()
+    if real is None:
+        pytest.skip("no NVRTC installed")
+    include = os.path.join(os.path.dirname(os.path.dirname(real)), "include")
+    if not os.path.exists(os.path.join(include, "nvrtc.h")):
+        include = "/usr/local/cuda/include"
+    exe = str(tmp_path / "nvrtc_cubin")
+    proc = subprocess.run([NVCC, "-I", include, "-o", exe, os.path.join(PROGS, "nvrtc_cubin.cpp"), f"-L{native_lib}",
+                           "-lcuda", f"-L{os.path.dirname(real)}", f"-l:{os.path.basename(real)}"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    run = wooly_run([exe], server=wooly_gpud)
+    assert run.returncode == 0 and run.stdout.strip().endswith("PASS"), run.stdout + run.stderr
+
