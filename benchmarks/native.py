@@ -7,8 +7,9 @@ gpud: benchmarks/native_progs/launch_loop.cu built with nvcc (NVIDIA's static cu
 libcuda, the client in the interpreter the shim embeds) and launch_loop.py through cuda.bindings
 (the Python driver face). The ratio is cudart's seconds per launch over the Python face's: the
 export tables and cudart's own bookkeeping should add little on top of the trampoline and the
-queue. (The issue's second line, sgemm through a remoted cuBLAS against numpy, waits for the vendor
-library stand-ins, which do not exist yet.)
+queue. Second line: sgemm N x N x N (2048) from an nvcc-built program through the cuBLAS stand-in
+(NOTE [vendor libraries]: the call travels to gpud, which runs it with NumPy's BLAS on the tenant's
+memory) against NumPy's matmul of the same matrices in this process, on the same host; target 1.2x.
 """
 
 from __future__ import annotations
@@ -36,6 +37,21 @@ def _run(args: list[str], server: str) -> float:
     return float(proc.stdout.strip().splitlines()[-1])
 
 
+def _numpy_sgemm(n: int, rounds: int) -> float:
+    import time
+
+    import numpy as np
+
+    a = (np.arange(n * n, dtype=np.float32) % 17 * 0.01).reshape(n, n)
+    best = float("inf")
+    for r in range(rounds + 1):
+        t0 = time.perf_counter()
+        np.matmul(a, a)
+        if r:
+            best = min(best, time.perf_counter() - t0)
+    return best
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true")
@@ -54,8 +70,16 @@ def main() -> None:
                            capture_output=True, timeout=600)
             native = _run([exe, n, rounds], server)
             python = _run([os.path.join(HERE, "native_progs", "launch_loop.py"), n, rounds], server)
-        emit("native", "cudart_launch_vs_python_face", native * 1e6, python * 1e6, 1.0, "us/launch",
-             launches=int(n), rounds=int(rounds))
+            emit("native", "cudart_launch_vs_python_face", native * 1e6, python * 1e6, 1.0, "us/launch",
+                 launches=int(n), rounds=int(rounds))
+            from shim.native import build as native_build
+
+            sgemm = os.path.join(tmp, "sgemm")
+            subprocess.run([nvcc, "-o", sgemm, os.path.join(HERE, "native_progs", "sgemm.cu"),
+                            f"-L{native_build.ensure_built()}", "-lcublas"], check=True, capture_output=True, timeout=600)
+            size = 1024 if args.quick else 2048
+            remote = _run([sgemm, str(size), "3"], server)
+            emit("native", "sgemm_remoted_cublas_vs_numpy", remote, _numpy_sgemm(size, 3), 1.2, "s", n=size)
     finally:
         gpud.terminate()
         gpud.wait(15)

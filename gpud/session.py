@@ -319,6 +319,19 @@ class Session:
                 inline=msg.count * msg.elem_size <= INLINE_BYTES,
             )
 
+    # ------------------------------------------------------------------ vendor libraries
+    def on_blas_gemm(self, msg: m.BlasGemm, bulk: list[Any]) -> None:
+        from gpud.blas import check_types
+        from proto.blas import ITEM, extents
+
+        check_types(msg)
+        for operand, addr, size in extents(msg):
+            self.find(addr, size, f"cublas gemm ({operand})")
+        if msg.scalars_on_device:
+            for name, addr in (("alpha", msg.alpha_ptr), ("beta", msg.beta_ptr)):
+                self.find(addr, ITEM[msg.compute_type], f"cublas gemm ({name})")
+        self.engine.enqueue(msg.stream, lambda: self.backend.gemm(msg))
+
     # ------------------------------------------------------------------ streams
     def on_stream_create(self, msg: m.StreamCreate, bulk: list[Any]) -> None:
         if msg.stream < 16:

@@ -20,6 +20,20 @@ BOUNDS_CHECK = True  # compile_module(..., bounds_check=True) + launch(..., allo
 TARGETS = ("cpu", "gfx90a", "gfx942", "gfx1100")
 
 
+LAZY_BYTES_DEFAULT = 1 << 20
+
+
+def lazy_bytes() -> int:
+    """Modules larger than this many bytes of PTX are translated kernel by kernel (WOOLY_JIT_LAZY_BYTES; 0: never)."""
+    import os
+
+    raw = os.environ.get("WOOLY_JIT_LAZY_BYTES", "")
+    try:
+        return int(raw) if raw else LAZY_BYTES_DEFAULT
+    except ValueError:
+        return LAZY_BYTES_DEFAULT
+
+
 def compile_module(ptx: str | bytes, target: str = "cpu", bounds_check: bool = False, tier: str = "auto"):
     """Compile a PTX module for ``target`` and load it. Raises JitError (INVALID_PTX, NOT_SUPPORTED...).
 
@@ -46,10 +60,11 @@ def compile_module(ptx: str | bytes, target: str = "cpu", bounds_check: bool = F
     from jit.emit import ARCHS
     if target != "cpu" and target not in ARCHS:
         raise JitError(CUDA_ERROR_NOT_SUPPORTED, f"JIT target '{target}' (supported: cpu, {', '.join(ARCHS)})")
-    if target == "cpu":
-        from jit.lazy import LazyCpuModule, maybe_split
+    if target == "cpu" and 0 < lazy_bytes() < len(data):  # NOTE [lazy modules] (jit/ptx/split.py)
+        from jit.lazy import LazyCpuModule
+        from jit.ptx.split import split
 
-        parts = maybe_split(data)  # NOTE [lazy modules] (jit/ptx/split.py)
+        parts = split(data)
         if parts is not None:
             return LazyCpuModule(parts, bool(bounds_check), tier)
     obj, meta, key, quick, pending = compile_tiered(data, target, bool(bounds_check), tier)

@@ -12,30 +12,11 @@ run is not translated again.
 
 from __future__ import annotations
 
-import os
 import threading
 from typing import Any
 
 from jit.errors import CUDA_ERROR_NOT_FOUND, CUDA_ERROR_NOT_SUPPORTED, JitError
-from jit.ptx.split import Split, split
-
-LAZY_BYTES_DEFAULT = 1 << 20
-
-
-def lazy_bytes() -> int:
-    """Modules larger than this many bytes of PTX are translated kernel by kernel (WOOLY_JIT_LAZY_BYTES; 0: never)."""
-    raw = os.environ.get("WOOLY_JIT_LAZY_BYTES", "")
-    try:
-        return int(raw) if raw else LAZY_BYTES_DEFAULT
-    except ValueError:
-        return LAZY_BYTES_DEFAULT
-
-
-def maybe_split(ptx: bytes) -> Split | None:
-    limit = lazy_bytes()
-    if limit <= 0 or len(ptx) <= limit:
-        return None
-    return split(ptx)
+from jit.ptx.split import Split
 
 
 def _layout(meta: dict) -> tuple[Any, ...]:

@@ -155,6 +155,45 @@ class Memset(_Req):
     stream: Handle = DEFAULT_STREAM
 
 
+# ---------------------------------------------------------------- vendor libraries (NOTE [vendor libraries])
+
+BlasType = Literal["f16", "bf16", "f32", "f64", "c64", "c128"]
+Stride = Annotated[int, Field(ge=0, le=1 << 48)]
+
+
+class BlasGemm(_Req):
+    """C[i] = alpha * op(A[i]) @ op(B[i]) + beta * C[i] for i < batch, column-major, in stream order (cuBLAS gemm
+    and its Ex, batched and strided forms). ``alpha``/``beta`` are [real, imaginary]; with ``scalars_on_device``
+    they are read at run time from device addresses ``alpha_ptr``/``beta_ptr`` (CUBLAS_POINTER_MODE_DEVICE)."""
+
+    kind: Literal["blas_gemm"] = "blas_gemm"
+    trans_a: Literal[0, 1, 2]  # N, T, C
+    trans_b: Literal[0, 1, 2]
+    m: Size
+    n: Size
+    k: Size
+    a_type: BlasType
+    b_type: BlasType
+    c_type: BlasType
+    compute_type: BlasType
+    alpha: Annotated[list[float], Field(min_length=2, max_length=2)] = [1.0, 0.0]
+    beta: Annotated[list[float], Field(min_length=2, max_length=2)] = [0.0, 0.0]
+    scalars_on_device: bool = False
+    alpha_ptr: U64 = 0
+    beta_ptr: U64 = 0
+    a: U64
+    lda: Size
+    stride_a: Stride = 0
+    b: U64
+    ldb: Size
+    stride_b: Stride = 0
+    c: U64
+    ldc: Size
+    stride_c: Stride = 0
+    batch: Annotated[int, Field(ge=1, le=1 << 24)] = 1
+    stream: Handle = DEFAULT_STREAM
+
+
 # ---------------------------------------------------------------- streams and events
 
 
@@ -435,7 +474,7 @@ class Error(_Req):
 
 
 QueuedCall = Annotated[
-    MemFree | MemcpyHtoD | MemcpyDtoD | Memset | StreamCreate | StreamDestroy | StreamWaitEvent | EventCreate | EventRecord | EventDestroy | ModuleUnload | Launch | ShmHtoD | ShmDtoH | AtenBatch | DedupPublish | DedupTensor | HostUnmap,
+    MemFree | MemcpyHtoD | MemcpyDtoD | Memset | BlasGemm | StreamCreate | StreamDestroy | StreamWaitEvent | EventCreate | EventRecord | EventDestroy | ModuleUnload | Launch | ShmHtoD | ShmDtoH | AtenBatch | DedupPublish | DedupTensor | HostUnmap,
     Field(discriminator="kind"),
 ]
 
@@ -446,7 +485,7 @@ class Batch(_Req):
 
 
 Message = Annotated[
-    Hello | HelloReply | ProveLocal | Bye | Ping | Pong | Sync | ListSessions | MemAlloc | MemFree | MemGetInfo | MemcpyHtoD | MemcpyDtoH | MemcpyDtoD | Memset | StreamCreate | StreamDestroy | StreamSynchronize | StreamQuery | StreamWaitEvent | EventCreate | EventRecord | EventQuery | EventSynchronize | EventElapsed | EventDestroy | CtxSynchronize | ModuleLoad | ModuleUnload | ModuleGetFunction | ModuleGetGlobal | Launch | AtenBatch | AtenCall | DedupUpload | DedupPublish | DedupQuery | DedupTensor | Batch | ShmOpen | ShmHtoD | ShmDtoH | HostMap | HostUnmap | IpcGet | IpcOpen | IpcClose | Result | Error,
+    Hello | HelloReply | ProveLocal | Bye | Ping | Pong | Sync | ListSessions | MemAlloc | MemFree | MemGetInfo | MemcpyHtoD | MemcpyDtoH | MemcpyDtoD | Memset | BlasGemm | StreamCreate | StreamDestroy | StreamSynchronize | StreamQuery | StreamWaitEvent | EventCreate | EventRecord | EventQuery | EventSynchronize | EventElapsed | EventDestroy | CtxSynchronize | ModuleLoad | ModuleUnload | ModuleGetFunction | ModuleGetGlobal | Launch | AtenBatch | AtenCall | DedupUpload | DedupPublish | DedupQuery | DedupTensor | Batch | ShmOpen | ShmHtoD | ShmDtoH | HostMap | HostUnmap | IpcGet | IpcOpen | IpcClose | Result | Error,
     Field(discriminator="kind"),
 ]
 

@@ -143,6 +143,14 @@ class Backend(ABC):
             raise CudaError(codes.INVALID_VALUE, f"memset element size must be 1, 2 or 4, got {elem_size}")
         self._memset(addr, value, elem_size, count)
 
+    @wrap_errors(codes.ILLEGAL_ADDRESS)
+    def gemm(self, g: Any) -> None:
+        """A checked proto BlasGemm (NOTE [vendor libraries], gpud/blas.py), in stream order."""
+        self._gemm(g)
+
+    def _gemm(self, g: Any) -> None:
+        raise CudaError(codes.NOT_SUPPORTED, f"cuBLAS calls are not supported by the {self.kind} backend yet")
+
     @wrap_errors(codes.INVALID_IMAGE)
     def load_module(self, image: bytes, fmt: str) -> Module:
         return self._load_module(image, fmt)

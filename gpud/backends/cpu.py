@@ -182,6 +182,11 @@ class CpuBackend(Backend):
         raw = (ctypes.c_char * (count * elem_size)).from_address(addr)
         np.frombuffer(raw, dtype=dtype, count=count).fill(value & ((1 << (8 * elem_size)) - 1))
 
+    def _gemm(self, g: Any) -> None:
+        from gpud.blas import gemm_numpy
+
+        gemm_numpy(g)
+
     # -------------------------------------------------------------- modules and launches
     def _jit(self):  # imported lazily: the JIT pulls in llvmlite
         try:

@@ -219,6 +219,12 @@ class DedupEngine:
                 self.break_range(session, r.start, r.size, write=False)
         elif kind == "launch":
             self._break_kernel_args(session, msg.params)
+        elif kind == "blas_gemm":  # writes C (NOTE [vendor libraries])
+            from proto.blas import extents
+
+            for operand, addr, size in extents(msg):
+                if operand == "C":
+                    self.break_range(session, addr, size)
 
     def _break_kernel_args(self, session: Session, params: bytes) -> None:
         """A kernel may write through any pointer it is given: unshare every allocation it can reach."""

@@ -21,7 +21,9 @@ SRC = os.path.join(HERE, "src")
 SOURCES = [os.path.join(SRC, name) for name in ("wooly_native.c", "export_tables.c")]
 NVRTC_SOURCE = os.path.join(SRC, "nvrtc_standin.c")
 NVRTC_SONAMES = ("libnvrtc.so.12", "libnvrtc.so.13")  # NOTE [nvrtc stand-in]
-SONAMES = ("libcuda.so.1", "libcuda.so", "libnvidia-ml.so.1", "libnvidia-ml.so")
+SONAMES = ("libcuda.so.1", "libcuda.so", "libnvidia-ml.so.1", "libnvidia-ml.so",
+           # NOTE [vendor libraries]: the same library stands in for cuBLAS (shim/native/cublas.py)
+           "libcublas.so.12", "libcublas.so.13", "libcublas.so", "libcublasLt.so.12", "libcublasLt.so.13", "libcublasLt.so")
 
 
 class NativeBuildError(RuntimeError):

@@ -27,6 +27,7 @@ API_MODULES = (
     "shim.native.cu_module",
     "shim.native.cu_launch",
     "shim.native.nvml",
+    "shim.native.cublas",
 )
 
 

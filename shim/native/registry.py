@@ -51,12 +51,13 @@ class Entry:
     argtypes: tuple[Any, ...]
     func: Callable[..., Any]
     nvml: bool = False
+    cublas: bool = False
     cfunc: Any = field(default=None, repr=False)
 
     def pointer(self) -> int:
         if self.cfunc is None:
             proto = ctypes.CFUNCTYPE(ctypes.c_int, *self.argtypes)
-            self.cfunc = proto(_guard(self.name, self.func, self.nvml))
+            self.cfunc = proto(_guard(self.name, self.func, self.nvml, self.cublas))
         return ctypes.cast(self.cfunc, ctypes.c_void_p).value or 0
 
 
@@ -67,21 +68,32 @@ _tls = threading.local()
 _reported: set[str] = set()
 
 
-def api(name: str, versions: int | tuple[int, ...], *argtypes: Any, nvml: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def api(name: str, versions: int | tuple[int, ...], *argtypes: Any, nvml: bool = False,
+        cublas: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register ``func`` as the implementation of ``name`` for the given signature version(s).
 
-    For NVML, ``name`` is the exact exported symbol (``nvmlDeviceGetCount_v2``) and ``versions`` 0.
+    For NVML and cuBLAS, ``name`` is the exact exported symbol (``nvmlDeviceGetCount_v2``, ``cublasSgemm_v2``)
+    and ``versions`` 0; their failures return their own status codes (``cublas_status``).
     """
     vs = (versions,) if isinstance(versions, int) else tuple(versions)
 
     def deco(func: Callable[..., Any]) -> Callable[..., Any]:
-        _ENTRIES.setdefault(name, []).append(Entry(name, vs, tuple(argtypes), func, nvml))
+        _ENTRIES.setdefault(name, []).append(Entry(name, vs, tuple(argtypes), func, nvml, cublas))
         return func
 
     return deco
 
 
-def _guard(name: str, func: Callable[..., Any], nvml: bool) -> Callable[..., int]:
+# CUresult -> cublasStatus_t for failures inside a cuBLAS call
+_CUBLAS_STATUS = {codes.INVALID_VALUE: 7, codes.NOT_SUPPORTED: 15, codes.OUT_OF_MEMORY: 3,
+                  codes.INVALID_HANDLE: 1, codes.NOT_INITIALIZED: 1}
+
+
+def cublas_status(code: int) -> int:
+    return _CUBLAS_STATUS.get(code, 13)  # CUBLAS_STATUS_EXECUTION_FAILED
+
+
+def _guard(name: str, func: Callable[..., Any], nvml: bool, cublas: bool = False) -> Callable[..., int]:
     """Turn a Python implementation into a C callback: exceptions become result codes."""
 
     trace = os.environ.get("WOOLY_TRACE_CALLS") == "1"
@@ -92,12 +104,14 @@ def _guard(name: str, func: Callable[..., Any], nvml: bool) -> Callable[..., int
             print(f"wooly: call {name}{tuple(hex(a) if isinstance(a, int) else a for a in args)}", file=sys.stderr)
         try:
             result = func(*args)
+            if trace and result:
+                print(f"wooly:   -> {result}", file=sys.stderr)
             return 0 if result is None else int(result)
         except CudaError as exc:
             if nvml:
                 return 2  # NVML_ERROR_INVALID_ARGUMENT
             set_last_error(exc.code, exc.message if exc.message.startswith(name) else f"{name}: {exc.message}")
-            return exc.code
+            return cublas_status(exc.code) if cublas else exc.code
         except NvmlError as exc:
             return exc.code
         except BaseException as exc:  # noqa: BLE001 - nothing may unwind into C
@@ -105,7 +119,7 @@ def _guard(name: str, func: Callable[..., Any], nvml: bool) -> Callable[..., int
             if os.environ.get("WOOLY_DEBUG"):
                 print(f"wooly: {name} raised {type(exc).__name__}: {exc}", file=sys.stderr)
             set_last_error(codes.UNKNOWN, f"{name}: {type(exc).__name__}: {exc}")
-            return 999  # CUDA_ERROR_UNKNOWN and NVML_ERROR_UNKNOWN alike
+            return 14 if cublas else 999  # CUBLAS_STATUS_INTERNAL_ERROR; CUDA_ERROR_UNKNOWN and NVML_ERROR_UNKNOWN alike
 
     return call
 
@@ -171,7 +185,7 @@ def _parse_symbol(symbol: str) -> tuple[str, int | None]:
 def lookup(symbol: str, version: int) -> tuple[int, Entry | None]:
     """(known?, implementation) for a request: 1/0/-1 as the C resolver returns."""
     _load_versions()
-    if symbol.startswith("nvml"):
+    if symbol.startswith(("nvml", "cublas")):  # exact exported names, no signature versions
         entries = _ENTRIES.get(symbol)
         return (1, entries[0]) if entries else (0, None)
     if version < 0:
@@ -210,7 +224,8 @@ def _report(name: bytes) -> None:
     set_last_error(codes.NOT_SUPPORTED, f"{symbol} is not supported by wooly")
     # cuGetExportTable hands out NVIDIA's private tables; its own libraries probe it and cope.
     if os.environ.get("WOOLY_QUIET_UNSUPPORTED") != "1" and symbol != "cuGetExportTable":
-        kind = "NVML_ERROR_NOT_SUPPORTED" if symbol.startswith("nvml") else "CUDA_ERROR_NOT_SUPPORTED"
+        kind = ("NVML_ERROR_NOT_SUPPORTED" if symbol.startswith("nvml") else
+                "CUBLAS_STATUS_NOT_SUPPORTED" if symbol.startswith("cublas") else "CUDA_ERROR_NOT_SUPPORTED")
         print(f"wooly: {kind}: {symbol}", file=sys.stderr)
     if os.environ.get("WOOLY_TRACE_UNSUPPORTED") == "1":
         import traceback

@@ -93,6 +93,9 @@ def samples(checkout: str, only: list[str] | None) -> list[tuple[str, str]]:
     return out
 
 
+EXTRA_INCLUDES: list[str] = []  # --include: headers of CUDA libraries the toolkit here lacks (cuBLAS's wheel, say)
+
+
 def build(checkout: str, cat: str, name: str, way: str, outdir: str) -> tuple[str | None, str]:
     """(executable, '') or (None, the compiler's first error)."""
     src = os.path.join(checkout, "Samples", cat, name)
@@ -114,7 +117,11 @@ def build(checkout: str, cat: str, name: str, way: str, outdir: str) -> tuple[st
         flags += ["-rdc=true", "-lcudadevrt"]
     for lib in sorted(set(re.findall(r"CUDA::(\w+)", cmake))):
         flags += _nvrtc() if lib == "nvrtc" else LIBS.get(lib, [f"-l{lib}"])
-    if "CUDA::cuda_driver" in cmake:  # link against the shim's libcuda.so (a toolkit without a driver has none)
+    for inc in EXTRA_INCLUDES:
+        flags += ["-I", inc]
+    if re.search(r"CUDA::(cuda_driver|cublas)", cmake):
+        # link against the shim's libcuda.so / libcublas.so (a toolkit without a driver has no libcuda; the
+        # stand-in libraries are what runs under wooly run anyway)
         from shim.native import build as native
 
         flags.append(f"-L{native.ensure_built()}")
@@ -218,7 +225,9 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=300, help="seconds per run")
     ap.add_argument("--jobs", type=int, default=2, help="parallel nvcc builds")
     ap.add_argument("--summarise-only", action="store_true")
+    ap.add_argument("--include", action="append", default=[], help="extra include folder (e.g. cuBLAS headers)")
     args = ap.parse_args()
+    EXTRA_INCLUDES.extend(os.path.abspath(p) for p in args.include)
     os.makedirs(RESULTS, exist_ok=True)
     runs_path = os.path.join(RESULTS, "runs.jsonl")
     if args.summarise_only:

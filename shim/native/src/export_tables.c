@@ -39,8 +39,10 @@ extern CUresult cuDeviceGetCount(ARGS);
 extern CUresult cuDeviceGetUuid(ARGS);
 extern CUresult cuDeviceGetAttribute(ARGS);
 extern CUresult cuDriverGetVersion(ARGS);
-/* Call an entry point with up to four arguments (the rest of the trampoline's sixteen are zero). */
-static CUresult call4(CUresult (*f)(ARGS), A a, A b, A c, A d) { return f(a, b, c, d, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0); }
+/* Call an entry point with up to four arguments (the rest of the trampoline's are zero). */
+static CUresult call4(CUresult (*f)(ARGS), A a, A b, A c, A d) {
+    return f(a, b, c, d, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+}
 #define CALL(f, ...) CALL_(f, __VA_ARGS__, 0, 0, 0, 0)
 #define CALL_(f, a, b, c, d, ...) call4(f, a, b, c, d)
 
@@ -164,6 +166,7 @@ static CUresult cls_context(void **ctx) {
 }
 
 static CUresult cls_put(void *ctx, void *key, void *value, cls_dtor dtor) {
+    if (trace()) fprintf(stderr, "wooly: export context_storage.put(%p, %p, %p)\n", ctx, key, value);
     CUresult r = cls_context(&ctx);
     if (r) return r;
     pthread_mutex_lock(&cls_lock);
@@ -190,6 +193,7 @@ static CUresult cls_delete(void *ctx, void *key) {
 }
 
 static CUresult cls_get(void **value, void *ctx, void *key) {
+    if (trace()) fprintf(stderr, "wooly: export context_storage.get(%p, %p)\n", ctx, key);
     if (!value) return CUDA_ERROR_INVALID_VALUE;
     CUresult r = cls_context(&ctx);
     if (r) return r;
@@ -223,7 +227,8 @@ static void *const cls_table[4] = {(void *)cls_put, (void *)cls_delete, (void *)
 
 /* ------------------------------------------------------------------ context checks, devices, heap */
 static CUresult ctx_check(void *ctx, uint32_t *flags, void **other) {
-    (void)ctx; (void)other;
+    (void)other;
+    if (trace()) fprintf(stderr, "wooly: export ctx_checks.check(%p)\n", ctx);
     if (flags) *flags = 0;
     return CUDA_SUCCESS;
 }

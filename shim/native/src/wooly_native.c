@@ -8,7 +8,7 @@
  *    one of a fixed pool of C trampolines bound to that answer;
  *  - the symbols programs call directly (cuInit, nvmlInit_v2, ...) are exported here and bind
  *    themselves to a trampoline slot on first call, resolved by their exact symbol name;
- *  - a trampoline forwards 16 integer-class arguments (x86-64 SysV / AArch64: every driver API
+ *  - a trampoline forwards 24 integer-class arguments (x86-64 SysV / AArch64: every driver API
  *    argument is an integer, a pointer or a struct of <= 8 bytes), so one C type fits all;
  *  - once the interpreter is finalizing, trampolines return CUDA_ERROR_DEINITIALIZED instead of
  *    entering Python (calling a ctypes callback then can crash the process);
@@ -41,13 +41,22 @@ typedef void (*report_fn)(const char *);
 #define NVML_ERROR_UNINITIALIZED 1
 #define NVML_ERROR_NOT_SUPPORTED 3
 #define NVML_ERROR_LIBRARY_NOT_FOUND 12
+#define CUBLAS_STATUS_NOT_INITIALIZED 1
+#define CUBLAS_STATUS_NOT_SUPPORTED 15
+
+/* Which library an exported name belongs to: 1 NVML, 2 cuBLAS (and cuBLASLt), 0 the driver. */
+static int library_of(const char *name) {
+    if (strncmp(name, "nvml", 4) == 0) return 1;
+    if (strncmp(name, "cublas", 6) == 0) return 2;
+    return 0;
+}
 
 struct slot {
     char name[112];
     int version;
     uint64_t flags;
     impl_fn impl;
-    int nvml;
+    int nvml;  /* the library the name belongs to: 0 the driver, 1 NVML, 2 cuBLAS (their status codes differ) */
     int cleanup; /* frees, destroys, unloads: answered with success once the face has shut down */
     int warned;
 };
@@ -179,7 +188,7 @@ static CUresult body(int i, ARGS) {
     struct slot *s = &slots[i];
     if (finalizing()) {
         if (s->cleanup) return 0;
-        return s->nvml ? NVML_ERROR_UNINITIALIZED : CUDA_ERROR_DEINITIALIZED;
+        return s->nvml == 1 ? NVML_ERROR_UNINITIALIZED : s->nvml == 2 ? CUBLAS_STATUS_NOT_INITIALIZED : CUDA_ERROR_DEINITIALIZED;
     }
     if (s->impl) return s->impl(PASS);
     if (!s->warned) {
@@ -187,7 +196,7 @@ static CUresult body(int i, ARGS) {
         if (report && !finalizing()) report(s->name);
         else fprintf(stderr, "wooly: %s is not supported\n", s->name);
     }
-    return s->nvml ? NVML_ERROR_NOT_SUPPORTED : CUDA_ERROR_NOT_SUPPORTED;
+    return s->nvml == 1 ? NVML_ERROR_NOT_SUPPORTED : s->nvml == 2 ? CUBLAS_STATUS_NOT_SUPPORTED : CUDA_ERROR_NOT_SUPPORTED;
 }
 
 /* The trampoline pool: t000 ... tfff, each bound to the slot of its own number. */
@@ -230,7 +239,7 @@ static int bind_slot(const char *name, int version, uint64_t flags) {
         snprintf(slots[i].name, sizeof slots[i].name, "%s", name);
         slots[i].version = version;
         slots[i].flags = flags;
-        slots[i].nvml = strncmp(name, "nvml", 4) == 0;
+        slots[i].nvml = library_of(name);
         slots[i].cleanup = is_cleanup(name);
         slots[i].impl = (impl_fn)impl;
     }
@@ -299,11 +308,51 @@ CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, uint64_t 
     CUresult sym(ARGS) {                                                \
         static int s = -1;                                              \
         if (s < 0) s = bind_slot(#sym, -1, 0);                          \
-        if (s < 0) return strncmp(#sym, "nvml", 4) == 0 ? NVML_ERROR_LIBRARY_NOT_FOUND : CUDA_ERROR_NOT_INITIALIZED; \
+        if (s < 0) return library_of(#sym) == 1 ? NVML_ERROR_LIBRARY_NOT_FOUND                       \
+                        : library_of(#sym) == 2 ? CUBLAS_STATUS_NOT_INITIALIZED : CUDA_ERROR_NOT_INITIALIZED; \
         return body(s, PASS);                                           \
     }
 #include "exports.h"
+#include "exports_cublas.h"
 #undef X
+
+/* cuBLAS functions that return strings or sizes, not a status: answered here. */
+const char *cublasGetStatusName(int status) {
+    switch (status) {
+    case 0: return "CUBLAS_STATUS_SUCCESS";
+    case 1: return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case 3: return "CUBLAS_STATUS_ALLOC_FAILED";
+    case 7: return "CUBLAS_STATUS_INVALID_VALUE";
+    case 8: return "CUBLAS_STATUS_ARCH_MISMATCH";
+    case 11: return "CUBLAS_STATUS_MAPPING_ERROR";
+    case 13: return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case 14: return "CUBLAS_STATUS_INTERNAL_ERROR";
+    case 15: return "CUBLAS_STATUS_NOT_SUPPORTED";
+    case 16: return "CUBLAS_STATUS_LICENSE_ERROR";
+    default: return "CUBLAS_STATUS_UNKNOWN";
+    }
+}
+
+const char *cublasGetStatusString(int status) {
+    switch (status) {
+    case 0: return "the operation completed successfully";
+    case 1: return "the library was not initialized";
+    case 3: return "the resource allocation failed";
+    case 7: return "an invalid numeric value was used as an argument";
+    case 8: return "an absent device architectural feature is required";
+    case 11: return "an access to GPU memory space failed";
+    case 13: return "the GPU program failed to execute";
+    case 14: return "an internal operation failed";
+    case 15: return "the functionality requested is not supported";
+    default: return "unknown error";
+    }
+}
+
+const char *cublasLtGetStatusName(int status) { return cublasGetStatusName(status); }
+const char *cublasLtGetStatusString(int status) { return cublasGetStatusString(status); }
+size_t cublasGetCudartVersion(void) { return 12090; }
+size_t cublasLtGetCudartVersion(void) { return 12090; }
+size_t cublasLtGetVersion(void) { return 120903; }
 
 /* NVIDIA's private tables, for its CUDA runtime: NOTE [export tables] in export_tables.c. */
 CUresult cuGetExportTable(const void **out, const uint8_t *id) { return wooly_get_export_table(out, id); }

@@ -100,3 +100,14 @@ def test_nvrtc_cubin_becomes_ptx(tmp_path: pytest.TempPathFactory, wooly_gpud: s
     run = wooly_run([exe], server=wooly_gpud)
     assert run.returncode == 0 and run.stdout.strip().endswith("PASS"), run.stdout + run.stderr
 
+
+def test_cublas_calls_run_on_gpud(tmp_path: pytest.TempPathFactory, wooly_gpud: str, native_lib: str) -> None:
+    """sgemm (transposed, padded), strided-batched dgemm with scalars in device memory, GemmEx f16 -> f32, and a
+    bad leading dimension, through the cuBLAS stand-in (NOTE [vendor libraries]), checked on the host."""
+    exe = str(tmp_path / "cublas_app")
+    proc = subprocess.run([NVCC, "-o", exe, os.path.join(PROGS, "cublas_app.cu"), f"-L{native_lib}", "-lcublas"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    run = wooly_run([exe], server=wooly_gpud)
+    assert run.returncode == 0 and run.stdout.strip().endswith("PASS"), run.stdout + run.stderr
+

@@ -29,4 +29,11 @@ e.synchronize()
 assert int(z[-1]) == 4995
 x = cp.linspace(0, 1, 7)
 assert np.allclose(cp.asnumpy(cp.cumsum(x)), np.cumsum(np.linspace(0, 1, 7)))
+# cuBLAS through the stand-in (NOTE [vendor libraries]): 2-D, batched, float64 and float32
+p = np.random.default_rng(1).standard_normal((33, 17))
+q = np.random.default_rng(2).standard_normal((17, 9))
+assert np.allclose(cp.asnumpy(cp.asarray(p) @ cp.asarray(q)), p @ q)
+r = np.random.default_rng(3).standard_normal((4, 5, 6)).astype(np.float32)
+t = np.random.default_rng(4).standard_normal((4, 6, 3)).astype(np.float32)
+assert np.allclose(cp.asnumpy(cp.matmul(cp.asarray(r), cp.asarray(t))), r @ t, atol=1e-5)
 print("OK")

@@ -1,0 +1,92 @@
+"""BLAS on tenants' device memory: the gpud side of the cuBLAS stand-in.
+
+NOTE [vendor libraries]: cuBLAS, cuFFT and the other vendor libraries ship machine code only, so their
+kernels cannot be translated; the client gets stand-in libraries whose calls travel to gpud as
+operations (proto ``BlasGemm``) in stream order, where the node's own implementation runs them on the
+tenant's device memory: NumPy's BLAS on the CPU backend (this module), the real cuBLAS or hipBLAS
+on GPU nodes. Every operand's extent is checked against the session's allocations before the
+operation is queued (``extents``), as a copy's is: a gemm cannot read or write another tenant's memory.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+import numpy as np
+
+from proto import errors as codes
+from proto.blas import ITEM, shape
+from proto.errors import CudaError
+
+NUMPY = {"f16": np.float16, "f32": np.float32, "f64": np.float64, "c64": np.complex64, "c128": np.complex128}
+
+
+def _load(addr: int, rows: int, cols: int, ld: int, typ: str) -> np.ndarray:
+    """The operand as a NumPy view of device memory (column-major, leading dimension ``ld``)."""
+    item = ITEM[typ]
+    nbytes = ((cols - 1) * ld + rows) * item
+    raw = (ctypes.c_char * nbytes).from_address(addr)
+    if typ == "bf16":
+        bits = np.ndarray((rows, cols), np.uint16, raw, strides=(item, ld * item))
+        return (bits.astype(np.uint32) << 16).view(np.float32)
+    return np.ndarray((rows, cols), NUMPY[typ], raw, strides=(item, ld * item))
+
+
+def _store(view_addr: int, rows: int, cols: int, ld: int, typ: str, value: np.ndarray) -> None:
+    if typ == "bf16":
+        x = np.ascontiguousarray(value, np.float32).view(np.uint32)
+        rounded = ((x + 0x7FFF + ((x >> 16) & 1)) >> 16).astype(np.uint16)
+        nan = np.isnan(value)
+        rounded[nan] = 0x7FC0
+        item = 2
+        raw = (ctypes.c_char * (((cols - 1) * ld + rows) * item)).from_address(view_addr)
+        np.ndarray((rows, cols), np.uint16, raw, strides=(item, ld * item))[...] = rounded
+        return
+    _load(view_addr, rows, cols, ld, typ)[...] = value
+
+
+def _op(x: np.ndarray, trans: int) -> np.ndarray:
+    return x if trans == 0 else (x.T if trans == 1 else x.conj().T)
+
+
+def _scalar(g: Any, which: str, compute: type) -> complex:
+    if not g.scalars_on_device:
+        re, im = g.alpha if which == "alpha" else g.beta
+        return complex(re, im) if np.issubdtype(compute, np.complexfloating) else re
+    addr = g.alpha_ptr if which == "alpha" else g.beta_ptr
+    return np.ndarray((1,), compute, (ctypes.c_char * np.dtype(compute).itemsize).from_address(addr))[0]
+
+
+def gemm_numpy(g: Any) -> None:
+    """Run a checked ``BlasGemm`` with NumPy (BLAS for f32/f64/c64/c128; f16 and bf16 computed in f32)."""
+    compute = {"f16": np.float32, "bf16": np.float32}.get(g.compute_type) or NUMPY[g.compute_type]
+    alpha, beta = _scalar(g, "alpha", compute), _scalar(g, "beta", compute)
+    for i in range(g.batch):
+        cr, cc, ldc, sc, c_addr, ct = shape(g, "c")
+        if cr == 0 or cc == 0:
+            return
+        c_at = c_addr + i * sc * ITEM[ct]
+        if g.k == 0 or alpha == 0:
+            prod = np.zeros((cr, cc), compute)
+        else:
+            ar, ac, lda, sa, a_addr, at = shape(g, "a")
+            br, bc, ldb, sb, b_addr, bt = shape(g, "b")
+            a = _op(_load(a_addr + i * sa * ITEM[at], ar, ac, lda, at).astype(compute, copy=False), g.trans_a)
+            b = _op(_load(b_addr + i * sb * ITEM[bt], br, bc, ldb, bt).astype(compute, copy=False), g.trans_b)
+            prod = a @ b
+            if alpha != 1:
+                prod *= alpha
+        if beta != 0:  # beta == 0: C is not read (it may hold NaNs), as in cuBLAS
+            prod = prod + beta * _load(c_at, cr, cc, ldc, ct).astype(compute)
+        _store(c_at, cr, cc, ldc, ct, prod)
+
+
+def check_types(g: Any) -> None:
+    """The type combinations this implements (cuBLAS's gemm/GemmEx table, less the integer ones)."""
+    ok = {("f32", "f32", "f32", "f32"), ("f64", "f64", "f64", "f64"), ("c64", "c64", "c64", "c64"),
+          ("c128", "c128", "c128", "c128"), ("f16", "f16", "f16", "f16"), ("f16", "f16", "f16", "f32"),
+          ("f16", "f16", "f32", "f32"), ("bf16", "bf16", "bf16", "f32"), ("bf16", "bf16", "f32", "f32")}
+    key = (g.a_type, g.b_type, g.c_type, g.compute_type)
+    if key not in ok:
+        raise CudaError(codes.NOT_SUPPORTED, f"gemm with A/B/C/compute types {'/'.join(key)} is not supported")

@@ -1,0 +1,337 @@
+"""cuBLAS, remoted at its API: the client half of NOTE [vendor libraries] (gpud/blas.py).
+
+The native library exports every cuBLAS and cuBLASLt symbol (src/exports_cublas.h) and is found as
+libcublas.so.12/.13 and libcublasLt.so.12/.13 under ``wooly run``; the entry points implemented here
+turn into ``blas_gemm`` operations queued on the handle's stream, as a kernel launch is. Handles keep
+what cuBLAS keeps per handle: the stream, the pointer mode (alpha and beta read here from host memory,
+or by gpud from device memory), the math mode and workspace (accepted: the node's BLAS chooses its
+own algorithms). Every other cuBLAS entry point returns CUBLAS_STATUS_NOT_SUPPORTED and names itself
+once on stderr.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import struct
+from ctypes import c_int, c_int64, c_size_t, c_void_p
+from dataclasses import dataclass
+
+from pydantic import ValidationError
+
+from proto import errors as codes
+from proto.blas import extents
+from proto.errors import CudaError
+from proto.messages import BlasGemm
+from shim.native.registry import api, put_i32, put_u64
+from shim.native.state import STATE
+
+P = c_void_p
+VERSION = 120903  # the cuBLAS API these signatures follow (12.9)
+
+# cudaDataType_t -> wire type; cublasComputeType_t (and the legacy cudaDataType compute types) -> wire type
+DATA = {0: "f32", 1: "f64", 2: "f16", 4: "c64", 5: "c128", 14: "bf16"}
+COMPUTE = {64: "f16", 65: "f16", 68: "f32", 69: "f32", 74: "f32", 75: "f32", 77: "f32", 70: "f64", 71: "f64",
+           0: "f32", 1: "f64", 2: "f16", 4: "c64", 5: "c128"}
+_SCALAR = {"f16": (2, "<e"), "f32": (4, "<f"), "f64": (8, "<d"), "c64": (8, "<ff"), "c128": (16, "<dd")}
+
+
+@dataclass
+class Handle:
+    stream: int = 0
+    pointer_mode: int = 0  # CUBLAS_POINTER_MODE_HOST
+    math_mode: int = 0
+    atomics: int = 0
+
+
+_handles: dict[int, Handle] = {}
+_ids = itertools.count(0xB1A5000)
+
+
+def _h(h: int | None) -> Handle:
+    handle = _handles.get(int(h or 0))
+    if handle is None:
+        raise CudaError(codes.NOT_INITIALIZED, f"invalid cuBLAS handle 0x{int(h or 0):x}")
+    return handle
+
+
+@api("cublasCreate_v2", 0, P, cublas=True)
+def cublasCreate_v2(out: int) -> None:
+    if not STATE.initialized:  # cuBLAS initialises CUDA itself: a missing gpud is CUBLAS_STATUS_NOT_INITIALIZED
+        STATE.init()
+    h = next(_ids)
+    _handles[h] = Handle()
+    put_u64(out, h)
+
+
+@api("cublasDestroy_v2", 0, P, cublas=True)
+def cublasDestroy_v2(h: int | None) -> None:
+    _h(h)
+    del _handles[int(h or 0)]
+
+
+@api("cublasGetVersion_v2", 0, P, P, cublas=True)
+def cublasGetVersion_v2(h: int | None, out: int) -> None:
+    put_i32(out, VERSION)
+
+
+@api("cublasGetProperty", 0, c_int, P, cublas=True)
+def cublasGetProperty(which: int, out: int) -> None:
+    put_i32(out, (VERSION // 10000, VERSION // 100 % 100, VERSION % 100)[which] if 0 <= which <= 2 else 0)
+
+
+@api("cublasSetStream_v2", 0, P, P, cublas=True)
+def cublasSetStream_v2(h: int | None, stream: int | None) -> None:
+    _h(h).stream = int(stream or 0)
+
+
+@api("cublasGetStream_v2", 0, P, P, cublas=True)
+def cublasGetStream_v2(h: int | None, out: int) -> None:
+    put_u64(out, _h(h).stream)
+
+
+@api("cublasSetPointerMode_v2", 0, P, c_int, cublas=True)
+def cublasSetPointerMode_v2(h: int | None, mode: int) -> None:
+    if mode not in (0, 1):
+        raise CudaError(codes.INVALID_VALUE, f"pointer mode {mode} (0 host, 1 device)")
+    _h(h).pointer_mode = mode
+
+
+@api("cublasGetPointerMode_v2", 0, P, P, cublas=True)
+def cublasGetPointerMode_v2(h: int | None, out: int) -> None:
+    put_i32(out, _h(h).pointer_mode)
+
+
+@api("cublasSetMathMode", 0, P, c_int, cublas=True)
+def cublasSetMathMode(h: int | None, mode: int) -> None:
+    _h(h).math_mode = mode
+
+
+@api("cublasGetMathMode", 0, P, P, cublas=True)
+def cublasGetMathMode(h: int | None, out: int) -> None:
+    put_i32(out, _h(h).math_mode)
+
+
+@api("cublasSetAtomicsMode", 0, P, c_int, cublas=True)
+def cublasSetAtomicsMode(h: int | None, mode: int) -> None:
+    _h(h).atomics = mode
+
+
+@api("cublasGetAtomicsMode", 0, P, P, cublas=True)
+def cublasGetAtomicsMode(h: int | None, out: int) -> None:
+    put_i32(out, _h(h).atomics)
+
+
+@api("cublasSetWorkspace_v2", 0, P, P, c_size_t, cublas=True)
+def cublasSetWorkspace_v2(h: int | None, ptr: int | None, size: int) -> None:
+    _h(h)  # the node's BLAS needs no workspace from the tenant
+
+
+# ---------------------------------------------------------------------------- gemm
+_TRANS = {0: 0, 1: 1, 2: 2, ord("N"): 0, ord("n"): 0, ord("T"): 1, ord("t"): 1, ord("C"): 2, ord("c"): 2}
+
+
+def _trans(op: int) -> int:
+    t = _TRANS.get(int(op))
+    if t is None:
+        raise CudaError(codes.INVALID_VALUE, f"transpose operation {op} (0 N, 1 T, 2 C)")
+    return t
+
+
+def _scalar(h: Handle, ptr: int | None, typ: str, what: str) -> list[float]:
+    if not ptr:
+        raise CudaError(codes.INVALID_VALUE, f"{what} is NULL")
+    size, fmt = _SCALAR["f32" if typ == "bf16" else typ]
+    v = struct.unpack(fmt, ctypes.string_at(ptr, size))
+    return [float(v[0]), float(v[1]) if len(v) > 1 else 0.0]
+
+
+def gemm(h: int | None, ta: int, tb: int, m: int, n: int, k: int, alpha: int | None, a: int | None, lda: int,
+         b: int | None, ldb: int, beta: int | None, c: int | None, ldc: int, *, types: tuple[str, str, str, str],
+         strides: tuple[int, int, int] = (0, 0, 0), batch: int = 1) -> None:
+    handle = _h(h)
+    if min(m, n, k, lda, ldb, ldc, batch) < 0 or min(strides) < 0:
+        raise CudaError(codes.INVALID_VALUE, f"gemm: negative size (m={m} n={n} k={k} batch={batch})")
+    if batch == 0 or m == 0 or n == 0:
+        return
+    at, bt, ct, compute = types
+    scale = compute if compute in _SCALAR else "f32"
+    msg = {"kind": "blas_gemm", "trans_a": _trans(ta), "trans_b": _trans(tb), "m": m, "n": n, "k": k,
+           "a_type": at, "b_type": bt, "c_type": ct, "compute_type": compute,
+           "a": int(a or 0), "lda": lda, "stride_a": strides[0], "b": int(b or 0), "ldb": ldb, "stride_b": strides[1],
+           "c": int(c or 0), "ldc": ldc, "stride_c": strides[2], "batch": batch}
+    if handle.pointer_mode == 1:
+        msg.update(scalars_on_device=True, alpha_ptr=int(alpha or 0), beta_ptr=int(beta or 0))
+    else:
+        msg.update(alpha=_scalar(handle, alpha, scale, "alpha"), beta=_scalar(handle, beta, scale, "beta"))
+    drv = STATE.driver()
+    msg["stream"] = drv._stream(handle.stream)
+    try:  # the wire schema and the shape rules, here as in gpud: bad arguments fail now, not at the next sync
+        extents(BlasGemm(**msg))
+    except ValidationError as exc:
+        raise CudaError(codes.INVALID_VALUE, f"gemm: {exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}") from None
+    drv.conn.post(msg)
+
+
+def _typed(name: str, typ: str) -> None:
+    args = (P, c_int, c_int, c_int, c_int, c_int, P, P, c_int, P, c_int, P, P, c_int)
+
+    @api(name, 0, *args, cublas=True)
+    def plain(h, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) -> None:  # noqa: ANN001
+        gemm(h, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, types=(typ, typ, typ, typ))
+
+    strided = (P, c_int, c_int, c_int, c_int, c_int, P, P, c_int, c_int64, P, c_int, c_int64, P, P, c_int, c_int64,
+               c_int)
+
+    @api(name.replace("_v2", "") + "StridedBatched", 0, *strided, cublas=True)
+    def batched(h, ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c, ldc, sc, count) -> None:  # noqa: ANN001
+        gemm(h, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, types=(typ, typ, typ, typ),
+             strides=(sa, sb, sc), batch=count)
+
+
+def _pointer_batched(name: str, typ: str) -> None:
+    """gemm over arrays of device pointers: the arrays are read (in stream order) and each product queued."""
+    args = (P, c_int, c_int, c_int, c_int, c_int, P, P, c_int, P, c_int, P, P, c_int, c_int)
+
+    @api(name, 0, *args, cublas=True)
+    def batched(h, ta, tb, m, n, k, alpha, aa, lda, ba, ldb, beta, ca, ldc, count) -> None:  # noqa: ANN001
+        if count < 0:
+            raise CudaError(codes.INVALID_VALUE, f"batchCount {count}")
+        if count == 0:
+            return
+        drv = STATE.driver()
+        stream = drv._stream(_h(h).stream)
+        ptrs = [struct.unpack(f"<{count}Q", bytes(drv.memcpy_dtoh(int(arr or 0), 8 * count, stream)))
+                for arr in (aa, ba, ca)]
+        for a, b, c in zip(*ptrs, strict=True):
+            gemm(h, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, types=(typ, typ, typ, typ))
+
+
+for _name, _typ in (("cublasSgemmBatched", "f32"), ("cublasDgemmBatched", "f64"), ("cublasCgemmBatched", "c64"),
+                    ("cublasZgemmBatched", "c128"), ("cublasHgemmBatched", "f16")):
+    _pointer_batched(_name, _typ)
+
+for _name, _typ in (("cublasSgemm_v2", "f32"), ("cublasDgemm_v2", "f64"), ("cublasCgemm_v2", "c64"),
+                    ("cublasZgemm_v2", "c128"), ("cublasHgemm", "f16")):
+    _typed(_name, _typ)
+
+
+def _types(at: int, bt: int, ct: int, compute: int) -> tuple[str, str, str, str]:
+    try:
+        a, b, c = DATA[at], DATA[bt], DATA[ct]
+        comp = COMPUTE[compute]
+    except KeyError as exc:
+        raise CudaError(codes.NOT_SUPPORTED, f"gemm: data or compute type {exc.args[0]} is not supported") from None
+    if a in ("c64", "c128"):
+        comp = {"f32": "c64", "f64": "c128"}.get(comp, comp)
+    return a, b, c, comp
+
+
+@api("cublasGemmEx", 0, P, c_int, c_int, c_int, c_int, c_int, P, P, c_int, c_int, P, c_int, c_int, P, P, c_int, c_int,
+     c_int, c_int, cublas=True)
+def cublasGemmEx(h, ta, tb, m, n, k, alpha, a, atype, lda, b, btype, ldb, beta, c, ctype, ldc, compute, algo) -> None:  # noqa: ANN001
+    gemm(h, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, types=_types(atype, btype, ctype, compute))
+
+
+@api("cublasGemmStridedBatchedEx", 0, P, c_int, c_int, c_int, c_int, c_int, P, P, c_int, c_int, c_int64, P, c_int,
+     c_int, c_int64, P, P, c_int, c_int, c_int64, c_int, c_int, c_int, cublas=True)
+def cublasGemmStridedBatchedEx(h, ta, tb, m, n, k, alpha, a, atype, lda, sa, b, btype, ldb, sb, beta, c, ctype, ldc,  # noqa: ANN001
+                               sc, count, compute, algo) -> None:
+    gemm(h, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, types=_types(atype, btype, ctype, compute),
+         strides=(sa, sb, sc), batch=count)
+
+
+@api("cublasSgemmEx", 0, P, c_int, c_int, c_int, c_int, c_int, P, P, c_int, c_int, P, c_int, c_int, P, P, c_int, c_int,
+     cublas=True)
+def cublasSgemmEx(h, ta, tb, m, n, k, alpha, a, atype, lda, b, btype, ldb, beta, c, ctype, ldc) -> None:  # noqa: ANN001
+    gemm(h, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, types=_types(atype, btype, ctype, 68))
+
+
+# ---------------------------------------------------------------------------- host <-> device helpers
+def _check_copy(rows: int, cols: int, elem: int, lda: int, ldb: int) -> None:
+    if rows < 0 or cols < 0 or elem <= 0 or lda < max(rows, 1) or ldb < max(rows, 1):
+        raise CudaError(codes.INVALID_VALUE, f"rows={rows} cols={cols} elemSize={elem} lda={lda} ldb={ldb}")
+
+
+def _set_matrix(rows: int, cols: int, elem: int, host: int | None, lda: int, dev: int | None, ldb: int,
+                stream: int = 0) -> None:
+    """Column by column host -> device (one copy when both are packed): cublasSetMatrix/SetVector."""
+    _check_copy(rows, cols, elem, lda, ldb)
+    if rows == 0 or cols == 0:
+        return
+    if not host or not dev:
+        raise CudaError(codes.INVALID_VALUE, "matrix pointer is NULL")
+    drv = STATE.driver()
+    if lda == ldb == rows:
+        drv.memcpy_htod(int(dev), ctypes.string_at(host, rows * cols * elem), stream)
+        return
+    for j in range(cols):
+        drv.memcpy_htod(int(dev) + j * ldb * elem, ctypes.string_at(host + j * lda * elem, rows * elem), stream)
+
+
+def _get_matrix(rows: int, cols: int, elem: int, dev: int | None, lda: int, host: int | None, ldb: int,
+                stream: int = 0) -> None:
+    _check_copy(rows, cols, elem, lda, ldb)
+    if rows == 0 or cols == 0:
+        return
+    if not host or not dev:
+        raise CudaError(codes.INVALID_VALUE, "matrix pointer is NULL")
+    drv = STATE.driver()
+    span = ((cols - 1) * lda + rows) * elem
+    data = bytes(drv.memcpy_dtoh(int(dev), span, stream))
+    if lda == ldb == rows:
+        ctypes.memmove(host, data, span)
+        return
+    for j in range(cols):
+        ctypes.memmove(host + j * ldb * elem, data[j * lda * elem: j * lda * elem + rows * elem], rows * elem)
+
+
+def _vector_as_matrix(n: int, elem: int, incx: int, incy: int) -> tuple[int, int, int, int]:
+    """A strided vector is a 1 x n matrix with leading dimension inc (rows=1, cols=n)."""
+    if incx <= 0 or incy <= 0:
+        raise CudaError(codes.INVALID_VALUE, f"incx={incx} incy={incy} must be positive")
+    return 1, n, incx, incy
+
+
+@api("cublasSetMatrix", 0, c_int, c_int, c_int, P, c_int, P, c_int, cublas=True)
+def cublasSetMatrix(rows, cols, elem, a, lda, b, ldb) -> None:  # noqa: ANN001
+    _set_matrix(rows, cols, elem, a, lda, b, ldb)
+
+
+@api("cublasGetMatrix", 0, c_int, c_int, c_int, P, c_int, P, c_int, cublas=True)
+def cublasGetMatrix(rows, cols, elem, a, lda, b, ldb) -> None:  # noqa: ANN001
+    _get_matrix(rows, cols, elem, a, lda, b, ldb)
+
+
+@api("cublasSetMatrixAsync", 0, c_int, c_int, c_int, P, c_int, P, c_int, P, cublas=True)
+def cublasSetMatrixAsync(rows, cols, elem, a, lda, b, ldb, stream) -> None:  # noqa: ANN001
+    _set_matrix(rows, cols, elem, a, lda, b, ldb, STATE.driver()._stream(int(stream or 0)))
+
+
+@api("cublasGetMatrixAsync", 0, c_int, c_int, c_int, P, c_int, P, c_int, P, cublas=True)
+def cublasGetMatrixAsync(rows, cols, elem, a, lda, b, ldb, stream) -> None:  # noqa: ANN001
+    _get_matrix(rows, cols, elem, a, lda, b, ldb, STATE.driver()._stream(int(stream or 0)))
+
+
+@api("cublasSetVector", 0, c_int, c_int, P, c_int, P, c_int, cublas=True)
+def cublasSetVector(n, elem, x, incx, y, incy) -> None:  # noqa: ANN001
+    rows, cols, lda, ldb = _vector_as_matrix(n, elem, incx, incy)
+    _set_matrix(rows, cols, elem, x, lda, y, ldb)
+
+
+@api("cublasGetVector", 0, c_int, c_int, P, c_int, P, c_int, cublas=True)
+def cublasGetVector(n, elem, x, incx, y, incy) -> None:  # noqa: ANN001
+    rows, cols, lda, ldb = _vector_as_matrix(n, elem, incx, incy)
+    _get_matrix(rows, cols, elem, x, lda, y, ldb)
+
+
+@api("cublasSetVectorAsync", 0, c_int, c_int, P, c_int, P, c_int, P, cublas=True)
+def cublasSetVectorAsync(n, elem, x, incx, y, incy, stream) -> None:  # noqa: ANN001
+    rows, cols, lda, ldb = _vector_as_matrix(n, elem, incx, incy)
+    _set_matrix(rows, cols, elem, x, lda, y, ldb, STATE.driver()._stream(int(stream or 0)))
+
+
+@api("cublasGetVectorAsync", 0, c_int, c_int, P, c_int, P, c_int, P, cublas=True)
+def cublasGetVectorAsync(n, elem, x, incx, y, incy, stream) -> None:  # noqa: ANN001
+    rows, cols, lda, ldb = _vector_as_matrix(n, elem, incx, incy)
+    _get_matrix(rows, cols, elem, x, lda, y, ldb, STATE.driver()._stream(int(stream or 0)))

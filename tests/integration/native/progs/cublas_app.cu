@@ -1,0 +1,109 @@
+// cuBLAS calls as programs make them, checked against a host computation; prints PASS.
+// Declares the few cuBLAS prototypes it uses (the ABI of cublas_v2.h), so that it builds without
+// cuBLAS's headers; it links against libcublas (the stand-in under wooly run).
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+extern "C" {
+typedef void *cublasHandle_t;
+int cublasCreate_v2(cublasHandle_t *);
+int cublasDestroy_v2(cublasHandle_t);
+int cublasSetStream_v2(cublasHandle_t, cudaStream_t);
+int cublasSetPointerMode_v2(cublasHandle_t, int);
+int cublasSgemm_v2(cublasHandle_t, int, int, int, int, int, const float *, const float *, int, const float *, int,
+                   const float *, float *, int);
+int cublasDgemmStridedBatched(cublasHandle_t, int, int, int, int, int, const double *, const double *, int,
+                              long long, const double *, int, long long, const double *, double *, int, long long, int);
+int cublasGemmEx(cublasHandle_t, int, int, int, int, int, const void *, const void *, int, int, const void *, int, int,
+                 const void *, void *, int, int, int, int);
+int cublasSetMatrix(int, int, int, const void *, int, void *, int);
+int cublasGetMatrix(int, int, int, const void *, int, void *, int);
+}
+
+static int failures = 0;
+#define EXPECT(c, ...) do { if (!(c)) { printf(__VA_ARGS__); printf("\n"); failures++; } } while (0)
+
+// column-major reference: C = alpha op(A) op(B) + beta C
+template <class T> void ref(int ta, int tb, int m, int n, int k, T alpha, const T *A, int lda, const T *B, int ldb,
+                            T beta, T *C, int ldc) {
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < m; i++) {
+            double s = 0;
+            for (int p = 0; p < k; p++) {
+                T a = ta ? A[p + i * lda] : A[i + p * lda];
+                T b = tb ? B[j + p * ldb] : B[p + j * ldb];
+                s += (double)a * (double)b;
+            }
+            C[i + j * ldc] = (T)(alpha * s + beta * C[i + j * ldc]);
+        }
+}
+
+int main() {
+    cublasHandle_t h;
+    if (cublasCreate_v2(&h)) { printf("cublasCreate failed\n"); return 1; }
+    cudaStream_t s;
+    cudaStreamCreate(&s);
+    cublasSetStream_v2(h, s);
+    // 1. sgemm, A transposed, padded leading dimensions, beta != 0
+    const int m = 37, n = 21, k = 13, lda = 16, ldb = 15, ldc = 40;
+    float A[lda * m], B[ldb * n], C[ldc * n], R[ldc * n];
+    for (int i = 0; i < lda * m; i++) A[i] = (float)((i * 7) % 11) - 5;
+    for (int i = 0; i < ldb * n; i++) B[i] = (float)((i * 5) % 9) - 4;
+    for (int i = 0; i < ldc * n; i++) C[i] = R[i] = (float)(i % 3);
+    float *dA, *dB, *dC;
+    cudaMalloc(&dA, sizeof A); cudaMalloc(&dB, sizeof B); cudaMalloc(&dC, sizeof C);
+    cublasSetMatrix(lda, m, 4, A, lda, dA, lda);
+    cudaMemcpy(dB, B, sizeof B, cudaMemcpyHostToDevice);
+    cudaMemcpy(dC, C, sizeof C, cudaMemcpyHostToDevice);
+    float alpha = 1.5f, beta = -0.5f;
+    EXPECT(cublasSgemm_v2(h, 1, 0, m, n, k, &alpha, dA, lda, dB, ldb, &beta, dC, ldc) == 0, "sgemm status");
+    ref<float>(1, 0, m, n, k, alpha, A, lda, B, ldb, beta, R, ldc);
+    cublasGetMatrix(m, n, 4, dC, ldc, C, ldc);
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < m; i++)
+            EXPECT(fabsf(C[i + j * ldc] - R[i + j * ldc]) < 1e-3f, "sgemm C[%d,%d] = %f, want %f", i, j,
+                   C[i + j * ldc], R[i + j * ldc]);
+    // 2. strided batched dgemm with alpha/beta in device memory
+    const int bm = 4, bn = 3, bk = 5, batch = 3;
+    double X[bm * bk * batch], Y[bk * bn * batch], Z[bm * bn * batch], W[bm * bn * batch], ab[2] = {2.0, 0.0};
+    for (int i = 0; i < bm * bk * batch; i++) X[i] = i * 0.25;
+    for (int i = 0; i < bk * bn * batch; i++) Y[i] = 1.0 - i * 0.125;
+    double *dX, *dY, *dZ, *dab;
+    cudaMalloc(&dX, sizeof X); cudaMalloc(&dY, sizeof Y); cudaMalloc(&dZ, sizeof Z); cudaMalloc(&dab, sizeof ab);
+    cudaMemcpy(dX, X, sizeof X, cudaMemcpyHostToDevice);
+    cudaMemcpy(dY, Y, sizeof Y, cudaMemcpyHostToDevice);
+    cudaMemcpy(dab, ab, sizeof ab, cudaMemcpyHostToDevice);
+    cudaMemset(dZ, 0xff, sizeof Z);  // NaNs: beta == 0 must not read C
+    cublasSetPointerMode_v2(h, 1);
+    EXPECT(cublasDgemmStridedBatched(h, 0, 0, bm, bn, bk, dab, dX, bm, bm * bk, dY, bk, bk * bn, dab + 1, dZ, bm,
+                                     bm * bn, batch) == 0, "dgemm strided batched status");
+    cublasSetPointerMode_v2(h, 0);
+    for (int b = 0; b < batch; b++) {
+        for (int i = 0; i < bm * bn; i++) W[b * bm * bn + i] = 0;
+        ref<double>(0, 0, bm, bn, bk, 2.0, X + b * bm * bk, bm, Y + b * bk * bn, bk, 0.0, W + b * bm * bn, bm);
+    }
+    cudaMemcpy(Z, dZ, sizeof Z, cudaMemcpyDeviceToHost);
+    for (int i = 0; i < bm * bn * batch; i++) EXPECT(fabs(Z[i] - W[i]) < 1e-9, "dgemm Z[%d] = %f, want %f", i, Z[i], W[i]);
+    // 3. GemmEx: half inputs, float output and compute (CUDA_R_16F = 2, CUDA_R_32F = 0, CUBLAS_COMPUTE_32F = 68)
+    __half P[6], Q[6];
+    float out[4] = {0}, one = 1.0f, zero = 0.0f;
+    for (int i = 0; i < 6; i++) { P[i] = __float2half((float)i); Q[i] = __float2half((float)(i + 1)); }
+    __half *dP, *dQ; float *dO;
+    cudaMalloc(&dP, sizeof P); cudaMalloc(&dQ, sizeof Q); cudaMalloc(&dO, sizeof out);
+    cudaMemcpy(dP, P, sizeof P, cudaMemcpyHostToDevice);
+    cudaMemcpy(dQ, Q, sizeof Q, cudaMemcpyHostToDevice);
+    EXPECT(cublasGemmEx(h, 0, 0, 2, 2, 3, &one, dP, 2, 2, dQ, 2, 3, &zero, dO, 0, 2, 68, -1) == 0, "GemmEx status");
+    cudaMemcpy(out, dO, sizeof out, cudaMemcpyDeviceToHost);
+    // P is 2x3 [[0,2,4],[1,3,5]], Q is 3x2 [[1,4],[2,5],[3,6]]
+    const float want[4] = {16, 22, 34, 49};
+    for (int i = 0; i < 4; i++) EXPECT(out[i] == want[i], "GemmEx out[%d] = %f, want %f", i, out[i], want[i]);
+    // 4. a bad leading dimension is CUBLAS_STATUS_INVALID_VALUE (7), and an unknown call NOT_SUPPORTED (15)
+    EXPECT(cublasSgemm_v2(h, 0, 0, m, n, k, &alpha, dA, 1, dB, ldb, &beta, dC, ldc) == 7, "lda below m accepted");
+    cudaStreamSynchronize(s);
+    cublasDestroy_v2(h);
+    printf(failures ? "FAIL (%d)\n" : "PASS\n", failures);
+    return failures != 0;
+}
