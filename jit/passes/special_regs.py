@@ -16,6 +16,19 @@ KNOWN = (
 )
 
 
+# NOTE [reserved shared memory]: since sm_80 the driver reserves shared memory at the start of each block's window
+# for the system (cooperative groups keeps the scratch of tiles wider than a warp there) and names it with the
+# special registers %reserved_smem_offset_begin/_end/_cap/_0/_1. Here the reserved region is a .shared variable
+# the pass adds to the module when a kernel reads one of them; _0 and _1 are its two halves.
+RESERVED = "__wooly_reserved_smem"
+RESERVED_BYTES = 1024
+_RESERVED: dict[str, A.Operand] = {
+    "reserved_smem_offset_begin": A.SymOff(RESERVED, 0), "reserved_smem_offset_end": A.SymOff(RESERVED, RESERVED_BYTES),
+    "reserved_smem_offset_cap": A.Imm(RESERVED_BYTES), "reserved_smem_offset_0": A.SymOff(RESERVED, 0),
+    "reserved_smem_offset_1": A.SymOff(RESERVED, RESERVED_BYTES // 2),
+}
+
+
 def _fix(op: A.Operand, regs: dict[str, str], line: int) -> A.Operand:
     # registers may be declared without a '%' prefix (inline asm in libdevice does this)
     if isinstance(op, A.Sym) and op.name in regs:
@@ -28,6 +41,8 @@ def _fix(op: A.Operand, regs: dict[str, str], line: int) -> A.Operand:
         name = op.name[1:]
         if name in KNOWN:
             return A.Special(name)
+        if name in _RESERVED:
+            return _RESERVED[name]
         if name in ("envreg1", "envreg2"):  # the grid-sync workspace of a cooperative launch (NOTE [grid sync])
             return A.Special(name)
         if name.startswith(("envreg", "pm")) and name[-1].isdigit():
@@ -65,7 +80,16 @@ def _video_selectors(st: A.Instr, regs: dict[str, str]) -> None:
             st.mods.append(f"sel{k}={sel}")
 
 
+def _uses_reserved(op: A.Operand) -> bool:
+    if isinstance(op, A.SymOff):
+        return op.name == RESERVED
+    if isinstance(op, (A.Vec, A.Group)):
+        return any(_uses_reserved(x) for x in op.items)
+    return False
+
+
 def run(module: A.Module) -> A.Module:
+    reserved = False
     for fn in module.functions:
         if fn.body is None:
             continue
@@ -74,6 +98,9 @@ def run(module: A.Module) -> A.Module:
                 if st.opcode[:-1] in VIDEO_OPS and st.opcode[-1] in "24" or st.opcode in SCALAR_VIDEO_OPS:
                     _video_selectors(st, fn.regs)
                 st.operands = [_fix(o, fn.regs, st.line) for o in st.operands]
+                reserved = reserved or any(_uses_reserved(o) for o in st.operands)
                 if st.pred and st.pred not in fn.regs:
                     raise invalid_ptx(f"undeclared predicate {st.pred}", st.line, st.col)
+    if reserved and not any(v.name == RESERVED for v in module.globals):
+        module.globals.insert(0, A.VarDecl("shared", "b8", RESERVED, align=16, dims=[RESERVED_BYTES]))
     return module
