@@ -64,7 +64,7 @@ class Entry:
 _ENTRIES: dict[str, list[Entry]] = {}
 _VERSIONS: dict[str, list[int]] = {}  # base name -> signature versions (plain, no ptsz)
 _PTDS: dict[str, list[int]] = {}  # base name -> versions of its per-thread variants
-_tls = threading.local()
+_last: dict[int, tuple[int, str]] = {}  # thread id -> its last failure (not threading.local: see state.py)
 _reported: set[str] = set()
 
 
@@ -130,14 +130,14 @@ _said: set[str] = set()
 
 def set_last_error(code: int, message: str) -> None:
     """Remember the detail of the calling thread's last failure (cuGetErrorString shows it)."""
-    _tls.last = (code, message)
+    _last[threading.get_ident()] = (code, message)
     if os.environ.get("WOOLY_DEBUG") or (code in _ALWAYS_SAID and message not in _said):
         _said.add(message)
         print(f"wooly: {codes.error_name(code)}: {message}", file=sys.stderr)
 
 
 def last_error() -> tuple[int, str] | None:
-    return getattr(_tls, "last", None)
+    return _last.get(threading.get_ident())
 
 
 def _load_versions() -> None:

@@ -38,7 +38,10 @@ class State:
         self.contexts: dict[int, Context] = {}
         self._ids = itertools.count(0x5D000000, 16)
         self._ctx_ids = itertools.count(1)
-        self.tls = threading.local()
+        # Per-thread context stacks, keyed by thread id, not threading.local: a thread the program created
+        # itself (a native pthread) enters Python through ctypes with a fresh thread state on every call, so
+        # thread-local data would not survive from cuCtxPushCurrent to the next call.
+        self._stacks: dict[int, list[int]] = {}
         self.stream_flags: dict[int, tuple[int, int]] = {}  # stream -> (flags, priority)
         self.event_flags: dict[int, int] = {}
         self.global_ranges: dict[int, int] = {}  # module globals: device address -> size
@@ -90,9 +93,10 @@ class State:
         return ctx
 
     def _stack(self) -> list[int]:
-        st = getattr(self.tls, "stack", None)
+        ident = threading.get_ident()
+        st = self._stacks.get(ident)
         if st is None:
-            st = self.tls.stack = []
+            st = self._stacks[ident] = []
         return st
 
     def current(self) -> Context | None:
