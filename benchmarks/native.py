@@ -62,7 +62,7 @@ def main() -> None:
     n, rounds = ("500", "3") if args.quick else ("3000", "5")
     from woolyhv.launcher import start_gpud
 
-    server, gpud = start_gpud(log_level="error")
+    server, gpud = start_gpud(log_level="error", owner_pid=os.getpid())  # gone with us, even if we are killed
     try:
         with tempfile.TemporaryDirectory() as tmp:
             exe = os.path.join(tmp, "launch_loop")

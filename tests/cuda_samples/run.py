@@ -242,7 +242,7 @@ def main() -> None:
     os.makedirs(outdir, exist_ok=True)
     from woolyhv.launcher import start_gpud
 
-    server, gpud = start_gpud(log_level="error")
+    server, gpud = start_gpud(log_level="error", owner_pid=os.getpid())  # gone with us, even if we are killed
     records: list[dict] = []
     try:
         jobs = [(c, n, w) for c, n in todo for w in args.ways]
