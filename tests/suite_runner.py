@@ -95,6 +95,17 @@ def forget_failures(path: str) -> None:
         f.writelines(keep)
 
 
+def prepare(out_dir: str, package: str, *, fresh: bool, rerun_failures: bool) -> None:
+    """Before a package runs: forget everything (``fresh``) or only the tests that did not pass."""
+    if fresh:
+        for suffix in (".jsonl", ".done", ".log"):
+            path = os.path.join(out_dir, package + suffix)
+            if os.path.exists(path):
+                os.unlink(path)
+    if rerun_failures:
+        forget_failures(os.path.join(out_dir, package + ".jsonl"))
+
+
 def summarise(out_dir: str, packages: list[str] | tuple[str, ...], title: str = "{}") -> dict[str, dict[str, int]]:
     """Outcome counts per package (printed with the commonest failure messages) and summary.json."""
     summary: dict[str, dict[str, int]] = {}

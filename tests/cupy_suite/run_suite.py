@@ -21,7 +21,7 @@ import os
 import sys
 import time
 
-from tests.suite_runner import _records, forget_failures, run_package, summarise
+from tests.suite_runner import _records, prepare, run_package, summarise
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PACKAGES = {
@@ -75,13 +75,7 @@ def main() -> int:
         tests = os.path.abspath(args.tests)
         deadline = time.monotonic() + args.timeout
         for package in args.packages:
-            if args.fresh:
-                for suffix in (".jsonl", ".done", ".log"):
-                    path = os.path.join(args.out, package + suffix)
-                    if os.path.exists(path):
-                        os.unlink(path)
-            if args.rerun_failures:
-                forget_failures(os.path.join(args.out, package + ".jsonl"))
+            prepare(args.out, package, fresh=args.fresh, rerun_failures=args.rerun_failures)
             target = [os.path.join(tests, t) for t in PACKAGES[package]]
             run_package(package, target, args.out, deadline, args.per_test_timeout,
                         ["-k", args.k] if args.k else [], rootdir=tests)

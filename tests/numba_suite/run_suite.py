@@ -19,7 +19,7 @@ import os
 import sys
 import time
 
-from tests.suite_runner import forget_failures, run_package, summarise
+from tests.suite_runner import prepare, run_package, summarise
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PACKAGES = ("cudadrv", "cudapy")
@@ -43,13 +43,7 @@ def main() -> int:
     if not args.summarise_only:
         deadline = time.monotonic() + args.timeout
         for package in args.packages:
-            if args.fresh:
-                for suffix in (".jsonl", ".done", ".log"):
-                    path = os.path.join(args.out, package + suffix)
-                    if os.path.exists(path):
-                        os.unlink(path)
-            if args.rerun_failures:
-                forget_failures(os.path.join(args.out, package + ".jsonl"))
+            prepare(args.out, package, fresh=args.fresh, rerun_failures=args.rerun_failures)
             run_package(package, ["--pyargs", f"numba.cuda.tests.{package}"], args.out, deadline, args.per_test_timeout,
                         ["-k", args.k] if args.k else [], env_extra={"NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS": "0"})
     summarise(args.out, args.packages, "numba.cuda.tests.{}")
