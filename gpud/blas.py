@@ -55,7 +55,8 @@ def _scalar(g: Any, which: str, compute: type) -> complex:
         re, im = g.alpha if which == "alpha" else g.beta
         return complex(re, im) if np.issubdtype(compute, np.complexfloating) else re
     addr = g.alpha_ptr if which == "alpha" else g.beta_ptr
-    return np.ndarray((1,), compute, (ctypes.c_char * np.dtype(compute).itemsize).from_address(addr))[0]
+    stored = NUMPY[g.compute_type]  # as cuBLAS stores it (a half for f16 compute): the bytes gpud checked
+    return compute(np.ndarray((1,), stored, (ctypes.c_char * ITEM[g.compute_type]).from_address(addr))[0])
 
 
 def gemm_numpy(g: Any) -> None:

@@ -412,26 +412,14 @@ class Session:
         if msg.module in self.modules:
             raise CudaError(codes.INVALID_HANDLE, f"module handle {msg.module} is already in use")
         self.room(len(self.modules), "modules")
-        self.room(self.loads_in_flight, "loads_in_flight")
         image = bytes(_frame(bulk, msg.frame))
         # Compilation can take a while: run it off the I/O loop and reply when it is done.
-        box: dict[str, Any] = {}
-        with self._lock:
-            self.loads_in_flight += 1
-
-        def load() -> None:
-            try:
-                box["mod"] = self.backend.load_module(image, msg.format)
-            finally:
-                with self._lock:
-                    self.loads_in_flight -= 1
-
-        marker = self.server.run_async(load)
+        marker, box = self._compile_off_loop(lambda: self.backend.load_module(image, msg.format))
 
         def produce() -> tuple[Any, list[Any]]:
             if marker.error is not None:
                 raise marker.error
-            mod: Module = box["mod"]
+            mod: Module = box["value"]
             if self.closed:
                 self.backend.unload_module(mod)
                 raise CudaError(codes.INVALID_CONTEXT, "session closed")
@@ -475,26 +463,31 @@ class Session:
         if compiled is None or compiled(msg.name) or msg.name not in mod.kernel_names:
             return found(self.backend.get_function(mod, msg.name))
         # a lazily loaded module translates this kernel now (NOTE [lazy modules]): off the I/O loop, as a load
+        marker, box = self._compile_off_loop(lambda: self.backend.get_function(mod, msg.name))
+
+        def produce() -> tuple[Any, list[Any]]:
+            if marker.error is not None:
+                raise marker.error
+            return found(box["value"]), []
+
+        return Later([marker], produce)
+
+    def _compile_off_loop(self, work: Any) -> tuple[Any, dict[str, Any]]:
+        """Run ``work`` (a module load or a kernel's translation) on the server's pool, counted against the
+        session's ``loads_in_flight`` limit; returns its marker and the box its result lands in."""
         self.room(self.loads_in_flight, "loads_in_flight")
         box: dict[str, Any] = {}
         with self._lock:
             self.loads_in_flight += 1
 
-        def translate() -> None:
+        def run() -> None:
             try:
-                box["fn"] = self.backend.get_function(mod, msg.name)
+                box["value"] = work()
             finally:
                 with self._lock:
                     self.loads_in_flight -= 1
 
-        marker = self.server.run_async(translate)
-
-        def produce() -> tuple[Any, list[Any]]:
-            if marker.error is not None:
-                raise marker.error
-            return found(box["fn"]), []
-
-        return Later([marker], produce)
+        return self.server.run_async(run), box
 
     def on_module_get_global(self, msg: m.ModuleGetGlobal, bulk: list[Any]) -> list[int]:
         mod = self.modules.get(msg.module)

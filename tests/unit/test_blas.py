@@ -48,3 +48,13 @@ def test_gemm_matches_numpy_for_transposes_complex_and_bf16() -> None:
     gemm_numpy(_gemm(xb, yb, out, a_type="bf16", b_type="bf16", compute_type="f32"))
     widen = lambda v: (v.astype(np.uint32) << 16).view(np.float32)  # noqa: E731
     assert np.allclose(out, widen(xb) @ widen(yb), rtol=1e-6)
+
+
+def test_device_scalars_are_read_as_cuBLAS_stores_them() -> None:
+    """With f16 compute, alpha/beta in device memory are halves (2 bytes, the extent gpud checked)."""
+    a = np.asfortranarray(np.array([[1, 2], [3, 4]], np.float16))
+    c = np.asfortranarray(np.ones((2, 2), np.float16))
+    scalars = np.array([2.0, 0.5], np.float16)
+    gemm_numpy(_gemm(a, a, c, a_type="f16", b_type="f16", c_type="f16", compute_type="f16", scalars_on_device=True,
+                     alpha_ptr=scalars.ctypes.data, beta_ptr=scalars.ctypes.data + 2))
+    assert np.allclose(c.astype(np.float32), 2.0 * (a.astype(np.float32) @ a.astype(np.float32)) + 0.5)
