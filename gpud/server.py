@@ -126,6 +126,18 @@ class Server:
         from gpud.hypervisor import Hypervisor, load
 
         self.hv = Hypervisor(self, hypervisor if hypervisor is not None else load())
+        self.pool_agent: Any = None  # NOTE [node agent] (woolyhv/pool/agent.py), set by join_pool
+        self._snapshot: Callable[[], dict[str, Any]] | None = None
+
+    def join_pool(self, agent: Any) -> None:
+        """Publish this gpud to a pool through ``agent`` (a woolyhv.pool.agent.NodeAgent): it gets an inventory
+        snapshot from the I/O loop every ``agent.interval`` seconds."""
+        from gpud.poolnode import Snapshotter
+
+        self._snapshot = Snapshotter(self)
+        agent.offer(self._snapshot())
+        self.pool_agent = agent
+        agent.start()
 
     # ------------------------------------------------------------------ helpers for sessions
     def call_on_loop(self, fn: Callable[[], None]) -> None:
@@ -308,6 +320,8 @@ class Server:
         # NOTE [proven locality] (gpud/shm.py): a claim is not proof; the session is local once it proves it
         info = SessionInfo(tenant=msg.tenant, pid=msg.pid, host_id=msg.host_id, program=msg.program, local=False)
         session = Session(self, sid, identity, info, self.backends[0])
+        if msg.reservation:
+            session.ext["pool.reservation"] = msg.reservation  # claimed by the pool agent (NOTE [node agent])
         proof = ""
         if claims_local:
             proof = session.ext["local_proof"] = os.path.join(shm_dir(), PROOF_PREFIX + secrets.token_hex(16))
@@ -387,6 +401,7 @@ class Server:
     def serve_forever(self, owner_pid: int | None = None) -> None:
         log.event("gpud.listen", endpoints=",".join(self.bound), devices=",".join(b.info().name for b in self.backends))
         next_check = time.monotonic() + 0.25
+        next_offer = 0.0
         # A zombie owner still answers kill(pid, 0); being re-parented is the reliable sign.
         owner_is_parent = owner_pid is not None and os.getppid() == owner_pid
         try:
@@ -416,6 +431,9 @@ class Server:
                     next_check = now + 0.25
                     self._expire()
                     self.hv.tick(now)
+                    if self.pool_agent is not None and now >= next_offer and self._snapshot is not None:
+                        next_offer = now + self.pool_agent.interval
+                        self.pool_agent.offer(self._snapshot())
                     if owner_pid is not None and (
                         not pid_alive(owner_pid) or (owner_is_parent and os.getppid() != owner_pid)
                     ):
@@ -425,6 +443,8 @@ class Server:
             self.shutdown()
 
     def shutdown(self) -> None:
+        if self.pool_agent is not None:
+            self.pool_agent.stop()  # leave the pool at once, not after the lease's TTL
         for s in list(self.sessions.values()):
             self.close_session(s, "shutdown")
         self.hv.shutdown()

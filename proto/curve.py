@@ -95,13 +95,14 @@ def plain(sock: Any) -> None:
     sock.setsockopt(zmq.CURVE_SERVER, 0)
 
 
-def secure_client(sock: Any, endpoint: str) -> None:
-    """Before ``connect``: a CURVE client for a tcp endpoint (a no-op for ipc), or ValueError saying what is missing."""
+def secure_client(sock: Any, endpoint: str, server_key: str = "") -> None:
+    """Before ``connect``: a CURVE client for a tcp endpoint (a no-op for ipc), or ValueError saying what is missing.
+    ``server_key`` (Z85) overrides WOOLY_SERVER_KEY: a pool placement hands out the node's own key."""
     if not is_tcp(endpoint) or os.environ.get("WOOLY_INSECURE", "") == "1":
         return
     import zmq
 
-    server = server_public_key()
+    server = server_key.encode() if len(server_key) == 40 else server_public_key()
     if server is None:
         raise ValueError(f"gpud at {endpoint} speaks CURVE: set WOOLY_SERVER_KEY to its public key (`wooly keys` on "
                          "gpud's host prints it), or WOOLY_INSECURE=1 for a gpud started --insecure")

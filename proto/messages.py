@@ -50,6 +50,7 @@ class Hello(_Req):
     host_id: Name = ""
     program: Name = ""
     capabilities: list[Name] = Field(default_factory=list, max_length=64)
+    reservation: Name = ""  # NOTE [pool client] (woolyhv/pool/client.py): the pool reservation this session claims
 
 
 class DeviceInfo(_Msg):

@@ -58,6 +58,8 @@ class Connection:
         connect_timeout_s: float = 10.0,
         program: str = "",
         capabilities: Sequence[str] = (),
+        server_key: str = "",
+        reservation: str = "",
     ) -> None:
         self.endpoint = endpoint
         self.timeout_s = timeout_s
@@ -71,7 +73,7 @@ class Connection:
         # CURVE key): bounded, so that the call fails with DEVICE_UNAVAILABLE instead of hanging.
         self._sock.setsockopt(zmq.SNDTIMEO, int(max(timeout_s, connect_timeout_s) * 1000))
         try:
-            curve.secure_client(self._sock, endpoint)  # NOTE [curve] in proto/curve.py
+            curve.secure_client(self._sock, endpoint, server_key)  # NOTE [curve] in proto/curve.py
         except ValueError as exc:
             self._sock.close(0)
             raise CudaError(DEVICE_UNAVAILABLE, str(exc)) from None
@@ -102,6 +104,7 @@ class Connection:
             "host_id": host_id(),
             "program": program or " ".join(sys.argv)[:200],
             "capabilities": list(capabilities),
+            "reservation": reservation,
         }
         reply, _ = self.call(hello, timeout_s=connect_timeout_s)
         self.session: str = reply["session"]

@@ -59,8 +59,20 @@ def driver() -> Driver:
                 codes.NO_DEVICE,
                 "no gpud to talk to: set WOOLY_SERVER=tcp://host:5555 or run the program with `wooly run`",
             )
+        endpoint, server_key, reservation = s.server, "", ""
+        if s.server.startswith("pool://"):  # NOTE [pool client] (woolyhv/pool/client.py)
+            from woolyhv.pool.client import PoolError, place_for_settings
+
+            try:
+                placed = place_for_settings(s)
+            except PoolError as exc:
+                raise CudaError(exc.code, f"pool {s.server}: {exc}") from None
+            except ConfigError as exc:
+                raise CudaError(codes.NOT_INITIALIZED, str(exc)) from None
+            endpoint, server_key, reservation = placed.endpoint, placed.server_key, placed.reservation
         conn = Connection(
-            s.server, tenant=s.tenant, token=s.token, timeout_s=s.timeout_s, connect_timeout_s=s.connect_timeout_s
+            endpoint, tenant=s.tenant, token=s.token, timeout_s=s.timeout_s, connect_timeout_s=s.connect_timeout_s,
+            server_key=server_key, reservation=reservation,
         )
         _driver = Driver(conn)
         return _driver

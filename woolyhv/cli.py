@@ -60,6 +60,11 @@ def gpud(
     admin_token: Annotated[str | None, typer.Option(envvar="WOOLY_ADMIN_TOKEN", show_default=False, help="token admin calls (wooly ps) must carry; prefer the environment variable to the flag")] = None,
     insecure: Annotated[bool, typer.Option("--insecure", help="tcp listeners speak in clear (no CURVE): tokens and tensors are readable on the network")] = False,
     bounds_check: Annotated[bool, typer.Option("--bounds-check/--no-bounds-check", help="CPU backend: check every global access of a kernel against the launching session's memory (CUDA_ERROR_ILLEGAL_ADDRESS instead of touching another tenant's data)")] = True,
+    join: Annotated[str | None, typer.Option(envvar="WOOLY_JOIN", help="join the pool whose etcd is here: etcd://HOST:2379")] = None,
+    node_name: Annotated[str | None, typer.Option(envvar="WOOLY_NODE_NAME", help="this node's name in the pool (default: the host name)")] = None,
+    advertise: Annotated[str | None, typer.Option(envvar="WOOLY_ADVERTISE", help="endpoint clients of the pool use to reach this gpud (default: the tcp listener, 0.0.0.0 replaced by this host's address)")] = None,
+    pool_ttl: Annotated[int, typer.Option(help="seconds after which a silent node leaves the pool (its etcd lease)")] = 5,
+    label: Annotated[list[str], typer.Option(help="node label for the pool, repeatable: zone=a")] = [],  # noqa: B006
 ) -> None:
     """Run the gpud daemon."""
     import faulthandler
@@ -95,6 +100,10 @@ def gpud(
                         insecure=insecure)
     except ListenError as exc:
         raise ConfigError(str(exc)) from None
+    if join:
+        from woolyhv.pool.join import agent_for
+
+        server.join_pool(agent_for(server, join, node_name=node_name, advertise=advertise, ttl=pool_ttl, labels=label))
     server.install_signal_handlers()
     server.serve_forever(owner_pid=owner_pid)
 
@@ -142,11 +151,17 @@ def keys() -> None:
 
 @app.command()
 def ps(
-    server: Annotated[str, typer.Option(envvar="WOOLY_SERVER", help="gpud endpoint")] = "tcp://127.0.0.1:5555",
+    server: Annotated[str, typer.Option(envvar="WOOLY_SERVER", help="gpud endpoint, or pool://HOST:PORT (a controller)")] = "tcp://127.0.0.1:5555",
     as_json: Annotated[bool, typer.Option("--json")] = False,
     admin_token: Annotated[str, typer.Option(envvar="WOOLY_ADMIN_TOKEN", show_default=False, help="gpud's admin token, where it has one")] = "",
+    pool: Annotated[bool, typer.Option("--pool", help="every session in the pool (WOOLY_SERVER names its controller)")] = False,
 ) -> None:
-    """List a gpud's live sessions (an admin call)."""
+    """List a gpud's live sessions (an admin call), or the whole pool's with --pool."""
+    if pool or server.startswith("pool://"):
+        from woolyhv.pool.cli import sessions
+
+        sessions(pool=server, as_json=as_json)
+        return
     import zmq
 
     from proto import curve
@@ -231,6 +246,17 @@ def version() -> None:
     from proto.constants import PROTOCOL_VERSION
 
     typer.echo(f"woolyhv {__import__('woolyhv').__version__} (gpud {gpud.__version__}, shim {shim.__version__}, protocol {PROTOCOL_VERSION}, python {sys.version.split()[0]}, pid {os.getpid()})")
+
+
+def _register_pool() -> None:
+    from woolyhv.pool.cli import controller, estimate, pool_app
+
+    app.add_typer(pool_app, name="pool")
+    app.command()(controller)
+    app.command()(estimate)
+
+
+_register_pool()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -36,6 +36,22 @@ def check_endpoint(value: str, what: str, listen: bool = False) -> str:
     raise ConfigError(f"{what}={value!r}: expected an endpoint such as {example}")
 
 
+def pool_controllers(url: str, what: str = "WOOLY_SERVER") -> list[str]:
+    """``pool://h1:7000,h2:7000`` -> ["tcp://h1:7000", "tcp://h2:7000"] (ConfigError naming ``what`` otherwise):
+    the controllers of a pool (NOTE [pool client] in woolyhv/pool/client.py)."""
+    if not url.startswith("pool://") or len(url) <= len("pool://"):
+        raise ConfigError(f"{what}={url!r}: expected pool://HOST:PORT[,HOST:PORT...] (the pool's controllers)")
+    out = []
+    for part in url[len("pool://"):].split(","):
+        ep = "tcp://" + part.strip()
+        try:
+            check_endpoint(ep, what)
+        except ConfigError:
+            raise ConfigError(f"{what}={url!r}: {part.strip()!r} is not HOST:PORT") from None
+        out.append(ep)
+    return out
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
 
@@ -48,13 +64,63 @@ class Settings(BaseSettings):
     cpu_memory: int = Field(0, description="bytes the CPU backend offers (0 = host RAM)")
     backend: str = Field("auto", description="gpud backend: auto, cpu, nvidia, amd")
     shm: bool = Field(True, description="use shared memory for bulk copies when gpud is on this host")
+    # placement in a pool (WOOLY_SERVER=pool://...): NOTE [pool client] in woolyhv/pool/client.py
+    mem: int = Field(0, description="device memory this program needs (4GiB); 0 = estimate from WOOLY_MODEL, else 1 GiB")
+    model: str = Field("", description="model checkpoint (directory, config.json or .safetensors) to estimate from")
+    context: int = Field(4096, description="context length for the KV-cache part of an estimate")
+    training: bool = Field(False, description="estimate for training (gradients and Adam state) instead of inference")
+    vendor: str = Field("", description="only nodes with devices of this vendor: nvidia, amd, cpu")
+    arch: str = Field("", description="only devices of this architecture: sm_90, or sm_80+ for that or newer")
+    priority: int = Field(0, description="placement priority (-1000..1000): higher waits less")
+    place_timeout_s: float = Field(60.0, description="seconds a placement may wait for room in the pool")
 
     @field_validator("server")
     @classmethod
     def _server(cls, v: str) -> str:
+        if v.startswith("pool://"):
+            pool_controllers(v)
+            return v
         return check_endpoint(v, "WOOLY_SERVER") if v else v
 
-    @field_validator("timeout_s", "connect_timeout_s")
+    @field_validator("mem", mode="before")
+    @classmethod
+    def _mem(cls, v: object) -> int:
+        from woolyhv.sizes import parse_bytes
+
+        try:
+            return parse_bytes(v if isinstance(v, int) else str(v), "4GiB, 512MiB, 0")  # type: ignore[arg-type]
+        except ValueError:
+            raise ValueError("expected a size such as 4GiB or 512MiB") from None
+
+    @field_validator("vendor")
+    @classmethod
+    def _vendor(cls, v: str) -> str:
+        if v not in ("", "nvidia", "amd", "cpu"):
+            raise ValueError("expected one of nvidia, amd, cpu")
+        return v
+
+    @field_validator("arch")
+    @classmethod
+    def _arch(cls, v: str) -> str:
+        if v and not re.fullmatch(r"[a-z]+_?[0-9]+[a-z]?\+?", v):
+            raise ValueError("expected an architecture such as sm_90, sm_80+ or gfx942")
+        return v
+
+    @field_validator("priority")
+    @classmethod
+    def _priority(cls, v: int) -> int:
+        if not -1000 <= v <= 1000:
+            raise ValueError("expected a whole number from -1000 to 1000")
+        return v
+
+    @field_validator("context")
+    @classmethod
+    def _context(cls, v: int) -> int:
+        if v <= 0:
+            raise ValueError("expected a number of tokens > 0")
+        return v
+
+    @field_validator("timeout_s", "connect_timeout_s", "place_timeout_s")
     @classmethod
     def _positive(cls, v: float) -> float:
         if not v > 0 or v != v or v == float("inf"):
@@ -86,6 +152,7 @@ class Settings(BaseSettings):
 _EXPECTED = {"float_parsing": "expected a number", "int_parsing": "expected a whole number",
              "bool_parsing": "expected 1/0, true/false, yes/no or on/off"}
 _FIELD_EXPECTS = {"timeout_s": "expected a number of seconds > 0", "connect_timeout_s": "expected a number of seconds > 0",
+                  "place_timeout_s": "expected a number of seconds > 0", "priority": "expected a whole number from -1000 to 1000",
                   "cpu_memory": "expected a number of bytes >= 0 (0: the host's memory)"}
 
 

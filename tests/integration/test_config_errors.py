@@ -38,6 +38,13 @@ def _one_line(p: subprocess.CompletedProcess[str], *needles: str) -> None:
     ("WOOLY_SERVER", "http://gpu-node:5555", "tcp://"),
     ("WOOLY_SHM", "maybe", "true/false"),
     ("WOOLY_BACKEND", "tpu", "auto, cpu"),
+    ("WOOLY_SERVER", "pool://", "pool://HOST:PORT"),
+    ("WOOLY_SERVER", "pool://ctl", "not HOST:PORT"),
+    ("WOOLY_MEM", "lots", "4GiB"),
+    ("WOOLY_VENDOR", "intel", "nvidia, amd, cpu"),
+    ("WOOLY_ARCH", "sm 90", "sm_80+"),
+    ("WOOLY_PRIORITY", "9999", "-1000 to 1000"),
+    ("WOOLY_PLACE_TIMEOUT_S", "0", "> 0"),
 ])
 def test_bad_environment_is_one_line(tmp_path, var: str, value: str, expect: str) -> None:
     script = tmp_path / "s.py"
@@ -52,9 +59,24 @@ def test_bad_environment_is_one_line(tmp_path, var: str, value: str, expect: str
     (["--log-level", "loud"], "--log-level"),
     (["--tenant", "bad:quota"], "--tenant"),
     (["--tenant", "a:max_kernel_s=-1"], "--tenant"),
+    (["--join", "ftp://etcd"], "--join"),
+    (["--join", "etcd://etcd:99999"], "--join"),
+    (["--join", "etcd://127.0.0.1:2379", "--node-name", "a/b"], "--node-name"),
+    (["--join", "etcd://127.0.0.1:2379", "--pool-ttl", "0"], "--pool-ttl"),
+    (["--join", "etcd://127.0.0.1:2379", "--label", "novalue"], "--label"),
 ])
 def test_bad_gpud_flags_are_one_line(args: list[str], expect: str) -> None:
     _one_line(_run(["gpud", *args], timeout=30), expect)
+
+
+@pytest.mark.parametrize(("args", "expect"), [
+    (["--etcd", "etcd://"], "--etcd"),
+    (["--listen", "nowhere"], "--listen"),
+    (["--ttl", "0"], "--ttl"),
+    (["--log-level", "loud"], "--log-level"),
+])
+def test_bad_controller_flags_are_one_line(args: list[str], expect: str) -> None:
+    _one_line(_run(["controller", *args], timeout=30), expect)
 
 
 def test_port_in_use_is_one_line() -> None:
