@@ -9,15 +9,11 @@ from typing import Annotated
 
 import typer
 
+from woolyhv.sizes import human as _human
+
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="woolyhv: run CUDA programs on a remote (or embedded) gpud.")
 
 
-def _human(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
 
 
 def _make_backends(kind: str, cpu_memory: int, bounds_check: bool = True):

@@ -28,3 +28,12 @@ def parse_bytes(value: int | str, examples: str = "4096, 512MiB, 2GiB") -> int:
     if parts is None:
         raise ValueError(f"cannot read {value!r} as a size (examples: {examples})")
     return int(float(parts[0]) * UNITS[parts[1]])
+
+
+def human(n: float) -> str:
+    """``1536`` -> ``"1.5 KiB"``: bytes for people (binary units, one decimal)."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)

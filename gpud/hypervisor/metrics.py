@@ -85,6 +85,15 @@ class _Collector(Collector):
             yield GaugeMetricFamily("wooly_sched_starvation_p99_seconds", "99th percentile wait of ready work",
                                     value=sch["starvation_p99_wait_s"])
             yield GaugeMetricFamily("wooly_sched_waiting", "Ready work waiting for the device", value=sch["waiting"])
+        agent = getattr(hv.server, "pool_agent", None)
+        if agent is not None:  # NOTE [node agent] (woolyhv/pool/agent.py)
+            yield GaugeMetricFamily("wooly_pool_node_joined", "1 while this gpud holds its pool lease",
+                                    value=int(agent.joined.is_set()))
+            yield CounterMetricFamily("wooly_pool_node_errors", "etcd calls of the pool agent that failed",
+                                      value=agent.errors)
+            yield GaugeMetricFamily("wooly_pool_node_pool_sessions", "Sessions that claimed a pool reservation",
+                                    value=sum(1 for s in list(hv.server.sessions.values())
+                                              if s.ext.get("pool.reservation")))
 
 
 def serve(hv: Hypervisor, addr: str, port: int) -> Any:

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from woolyhv.config import ConfigError
+from woolyhv.sizes import human as _human
 
 pool_app = typer.Typer(add_completion=False, no_args_is_help=True,
                        help="The pool: nodes, sessions, placement decisions (through a controller).")
@@ -18,12 +19,6 @@ PoolOpt = Annotated[str, typer.Option("--pool", envvar="WOOLY_SERVER", help="the
 TokenOpt = Annotated[str, typer.Option(envvar="WOOLY_ADMIN_TOKEN", show_default=False, help="the controller's admin token, where it has one")]
 
 
-def _human(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
 
 
 def _call(pool: str, body: dict[str, Any], token: str = "") -> dict[str, Any]:
@@ -41,12 +36,17 @@ def _call(pool: str, body: dict[str, Any], token: str = "") -> dict[str, Any]:
         client.close()
 
 
+def _printed_json(reply: dict[str, Any], as_json: bool) -> bool:
+    if as_json:
+        typer.echo(json.dumps(reply, indent=2))
+    return as_json
+
+
 @pool_app.command()
 def nodes(pool: PoolOpt = "", as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """The nodes in the pool: devices, free memory, sessions, load, cordons."""
     r = _call(pool, {"kind": "nodes"})
-    if as_json:
-        typer.echo(json.dumps(r, indent=2))
+    if _printed_json(r, as_json):
         return
     typer.echo(f"{'node':20}  {'endpoint':28}  {'devices':24}  {'free':>10}  {'total':>10}  {'sess':>4}  {'resv':>4}  {'load':>5}  state")
     for n in r["nodes"]:
@@ -64,8 +64,7 @@ def nodes(pool: PoolOpt = "", as_json: Annotated[bool, typer.Option("--json")] =
 def sessions(pool: PoolOpt = "", as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """Every session in the pool, with its node (and reservations not yet claimed)."""
     r = _call(pool, {"kind": "sessions"})
-    if as_json:
-        typer.echo(json.dumps(r, indent=2))
+    if _printed_json(r, as_json):
         return
     typer.echo(f"{'node':20}  {'session':12}  {'tenant':12}  {'memory':>10}  {'reservation':16}  {'age':>8}  program")
     for s in r["sessions"]:
@@ -119,8 +118,7 @@ def quota(tenant: str, size: Annotated[str, typer.Argument(help="memory across t
 def status(pool: PoolOpt = "", as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """The controllers, the leader, waiting requests and counters."""
     r = _call(pool, {"kind": "status"})
-    if as_json:
-        typer.echo(json.dumps(r, indent=2))
+    if _printed_json(r, as_json):
         return
     leader = (r.get("leader") or {}).get("id", "none")
     typer.echo(f"controller {r['id']} ({'leader' if r['is_leader'] else 'follower'}); leader {leader}; "

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from woolyhv.pool.model import Cordon, Device, Inventory, Ledger, PlaceRequest
+from woolyhv.sizes import human as _human
 
 WEIGHTS = {"fit": 40.0, "load": 20.0, "affinity": 40.0}
 TOP = 10
@@ -113,12 +114,6 @@ def tenant_usage(nodes: dict[str, NodeView], tenant: str) -> int:
     return total
 
 
-def _human(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024  # type: ignore[assignment]
-    return str(n)
 
 
 def decide(req: PlaceRequest, nodes: dict[str, NodeView], *, policy: str = "binpack",

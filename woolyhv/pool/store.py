@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import socket
 import threading
 import time
@@ -76,16 +77,27 @@ def _kv(raw: dict[str, Any]) -> KV:
     )
 
 
-def parse_url(url: str, what: str = "--etcd") -> tuple[str, int]:
-    """``etcd://host:2379`` or ``http://host:2379`` -> (host, port); ConfigError naming ``what`` otherwise."""
+def parse_url(url: str, what: str = "--etcd") -> tuple[str, int, str]:
+    """``etcd://host:2379``, ``http://host:2379`` or ``https://host:2379`` -> (host, port, protocol); ConfigError
+    naming ``what`` otherwise. https takes its CA and client certificate from WOOLY_ETCD_CA, WOOLY_ETCD_CERT and
+    WOOLY_ETCD_KEY (etcd's --trusted-ca-file / --client-cert-auth)."""
     u = urlparse(url if "://" in url else "etcd://" + url)
     try:
         port = u.port or 2379
     except ValueError:
         port = 0
-    if u.scheme not in ("etcd", "http") or not u.hostname or not 0 < port < 65536 or u.path not in ("", "/"):
-        raise ConfigError(f"{what}={url!r}: expected etcd's client URL, such as etcd://127.0.0.1:2379")
-    return u.hostname, port
+    if u.scheme not in ("etcd", "http", "https") or not u.hostname or not 0 < port < 65536 or u.path not in ("", "/"):
+        raise ConfigError(f"{what}={url!r}: expected etcd's client URL, such as etcd://127.0.0.1:2379 or "
+                          "https://etcd:2379")
+    return u.hostname, port, "https" if u.scheme == "https" else "http"
+
+
+def _tls(session: requests.Session) -> None:
+    ca, cert, key = (os.environ.get(f"WOOLY_ETCD_{n}", "") for n in ("CA", "CERT", "KEY"))
+    if ca:
+        session.verify = ca
+    if cert and key:
+        session.cert = (cert, key)
 
 
 class Store:
@@ -95,7 +107,7 @@ class Store:
         import etcd3gw
 
         self.url = url
-        self.host, self.port = parse_url(url, what)
+        self.host, self.port, self.protocol = parse_url(url, what)
         self.prefix = prefix if prefix.endswith("/") else prefix + "/"
         self.timeout_s = timeout_s
         self._etcd3gw = etcd3gw
@@ -108,8 +120,9 @@ class Store:
         if c is None:
             session = requests.Session()
             session.trust_env = False  # etcd is reached directly: no proxy lookups in the environment per call
+            _tls(session)
             c = self._local.client = self._etcd3gw.Etcd3Client(host=self.host, port=self.port, timeout=self.timeout_s,
-                                                              api_path="/v3/", session=session)
+                                                              protocol=self.protocol, api_path="/v3/", session=session)
         return c
 
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -184,7 +197,8 @@ class Store:
                     on_resync: Callable[[], int], stop: threading.Event) -> None:
         session = requests.Session()
         session.trust_env = False
-        url = f"http://{self.host}:{self.port}/v3/watch"
+        _tls(session)
+        url = f"{self.protocol}://{self.host}:{self.port}/v3/watch"
         while not stop.is_set():
             body = {"create_request": {"key": _b64(prefix), "range_end": _range_end(prefix),
                                        "start_revision": str(revision + 1), "progress_notify": True}}

@@ -26,11 +26,21 @@ pytestmark = pytest.mark.timeout(600)
 
 @pytest.fixture(scope="module")
 def three(pool):  # type: ignore[no-untyped-def]
-    pool.controller("a", "--claim-s", "3")
+    from tests.conftest import free_port
+
+    pool.metrics = {"controller": free_port(), "n1": free_port()}
+    pool.controller("a", "--claim-s", "3", "--metrics-port", str(pool.metrics["controller"]))
     for name, mem in (("n1", 4 * GiB), ("n2", 8 * GiB), ("n3", 2 * GiB)):
-        pool.node(name, mem)
+        pool.node(name, mem, *(("--metrics-port", str(pool.metrics["n1"])) if name == "n1" else ()))
     pool.wait_nodes({"n1", "n2", "n3"})
     return pool
+
+
+def scrape(port: int) -> str:
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        return r.read().decode()
 
 
 def placed_on(pool, tenant: str) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
@@ -62,6 +72,11 @@ def test_torch_and_numba_programs_are_placed_and_explained(three) -> None:  # ty
 
     nodes = wooly("pool", "nodes", env={"WOOLY_SERVER": three.url()})
     assert nodes.returncode == 0 and all(n in nodes.stdout for n in ("n1", "n2", "n3")), nodes.stdout + nodes.stderr
+    # both sides export Prometheus metrics
+    ctl = scrape(three.metrics["controller"])
+    assert re.search(r'wooly_pool_placements_total\{outcome="placed"\} [2-9]', ctl), ctl
+    assert "wooly_pool_nodes 3.0" in ctl and "wooly_pool_leader 1.0" in ctl
+    assert "wooly_pool_node_joined 1.0" in scrape(three.metrics["n1"])
 
 
 def test_a_request_that_cannot_fit_waits_with_its_reason_then_places(three) -> None:  # type: ignore[no-untyped-def]
@@ -136,6 +151,7 @@ def test_killed_node_leaves_within_its_ttl_and_placements_avoid_it(three) -> Non
     t0 = time.monotonic()
     assert wait_until(lambda: "n3" not in three.node_names(), TTL + 5, 0.05)
     gone = time.monotonic() - t0
+    print(f"node left the pool {gone:.2f} s after SIGKILL (TTL {TTL} s)")
     assert gone <= TTL + 1.0, f"n3 left the pool {gone:.2f} s after it died (TTL {TTL} s)"
     c = PoolClient(three.url(), timeout_s=3)
     p = c.place(PlaceRequest(tenant="t-after", memory=GiB // 2))  # binpack would have chosen n3
@@ -199,6 +215,7 @@ def test_leader_killed_the_other_controller_places_within_a_ttl(three) -> None: 
     t0 = time.monotonic()
     assert wait_until(lambda: (three.call({"kind": "status"}, three.controllers[other][1]) or {}).get("is_leader"), TTL + 5, 0.05)
     took = time.monotonic() - t0
+    print(f"follower leads {took:.2f} s after the leader's SIGKILL (TTL {TTL} s)")
     assert took <= TTL + 1.0, f"the follower took the lead {took:.2f} s after the leader died (TTL {TTL} s)"
     c = PoolClient(three.url(leader, other), timeout_s=2)  # the dead one first, as a client would have it
     p = c.place(PlaceRequest(tenant="t-failover", memory=GiB // 4))
