@@ -220,12 +220,12 @@ class Connection:
                 return body.get("value"), bulk
             now = time.monotonic()
             if now - last_heard > timeout_s or (deadline is not None and now > deadline):
-                hint = " (or is WOOLY_SERVER_KEY not its key?)" if curve.is_tcp(self.endpoint) else ""
-                what = "stopped answering" if self._ever_heard else "did not answer"
-                self._dead = CudaError(
-                    DEVICE_UNAVAILABLE,
-                    f"gpud at {self.endpoint} {what} (no reply in {timeout_s:.1f} s); is the daemon running{hint}?",
-                )
+                if self._ever_heard:  # it answered before: it died, hung or the network went
+                    detail = f"stopped answering (no reply in {timeout_s:.1f} s): the daemon or its host went away"
+                else:
+                    hint = " (or is WOOLY_SERVER_KEY not its key?)" if curve.is_tcp(self.endpoint) else ""
+                    detail = f"did not answer (no reply in {timeout_s:.1f} s); is the daemon running{hint}?"
+                self._dead = CudaError(DEVICE_UNAVAILABLE, f"gpud at {self.endpoint} {detail}")
                 raise self._dead
             self._send({"kind": "ping", "rid": 0})
 

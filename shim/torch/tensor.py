@@ -58,10 +58,11 @@ class RemoteTensor(torch.Tensor):
     def data_ptr(self) -> int:  # type: ignore[override]
         return (self._h << 20) + self.storage_offset() * self.element_size()
 
-    def __del__(self) -> None:
+    def __del__(self, _streams: Any = S) -> None:
+        # The stream module is bound at definition: at interpreter exit this module's globals are already None.
         h = self.__dict__.get("_h")
         if h:
-            s = S._stream
+            s = getattr(_streams, "_stream", None)
             if s is not None:
                 s.frees.append(h)
 

@@ -74,6 +74,32 @@ def test_killed_daemon_fails_client_fast():
     assert time.monotonic() - t < 0.5
 
 
+def test_a_torch_program_whose_daemon_dies_gets_one_clean_error(tmp_path) -> None:
+    pytest.importorskip("torch")
+    g = start("tcp")
+    script = tmp_path / "die.py"
+    script.write_text(textwrap.dedent("""
+        import os, signal, time, torch
+        x = torch.randn(64, 64, device="cuda")
+        float(x.sum())
+        os.kill(int(os.environ["GPUD_PID"]), signal.SIGKILL)
+        t = time.monotonic()
+        try:
+            float((x @ x).sum())
+        finally:
+            print(f"failed after {time.monotonic() - t:.2f} s", flush=True)
+    """))
+    env = dict(os.environ, WOOLY_SERVER=g.endpoint, GPUD_PID=str(g.proc.pid), WOOLY_TIMEOUT_S="2")
+    p = subprocess.run([sys.executable, "-m", "woolyhv", "run", str(script)], env=env, capture_output=True, text=True,
+                       timeout=120)
+    g.stop()
+    assert p.returncode == 1, p.stderr[-2000:]
+    took = float(p.stdout.split("failed after ")[1].split()[0])
+    assert took < 2 + 1.5, p.stdout
+    assert "stopped answering (no reply in 2.0 s): the daemon or its host went away" in p.stderr
+    assert "Exception ignored" not in p.stderr and "__del__" not in p.stderr, p.stderr[-2000:]
+
+
 def test_sigterm_shuts_down_cleanly():
     g = start("ipc")
     d = connect(g.endpoint)

@@ -22,6 +22,7 @@ uncordon, quota) need the admin token when one is set.
 
 from __future__ import annotations
 
+import gc
 import hmac
 import json
 import logging
@@ -118,6 +119,9 @@ class Controller:
     # ------------------------------------------------------------------ lifecycle
     def serve_forever(self) -> None:
         self.view.start()
+        # The view just read (thousands of inventories) lives as long as the controller: keep the cyclic
+        # collector from walking it on every full collection (a 10-20 ms pause in the placement tail).
+        gc.freeze()
         self.lease = self.store.grant(self.ttl)
         self.store.put(keys.controller(self.store, self.id),
                        {"id": self.id, "endpoint": self.advertise, "started": time.time()}, self.lease)
