@@ -28,7 +28,7 @@ import zmq
 from proto import constants as C
 from proto import curve
 from proto.codec import ProtocolError, encode_body, unpack_body
-from proto.errors import DEVICE_UNAVAILABLE, NOT_INITIALIZED, CudaError
+from proto.errors import DEVICE_UNAVAILABLE, NO_DEVICE, NOT_INITIALIZED, CudaError
 from shim import __version__
 from woolyhv.hostinfo import host_id
 
@@ -60,6 +60,7 @@ class Connection:
         capabilities: Sequence[str] = (),
         server_key: str = "",
         reservation: str = "",
+        probe_s: float = 0.0,
     ) -> None:
         self.endpoint = endpoint
         self.timeout_s = timeout_s
@@ -77,7 +78,10 @@ class Connection:
         except ValueError as exc:
             self._sock.close(0)
             raise CudaError(DEVICE_UNAVAILABLE, str(exc)) from None
-        self._sock.connect(endpoint)
+        if probe_s > 0:
+            self._probe(endpoint, probe_s)  # connects
+        else:
+            self._sock.connect(endpoint)
         # Blocking recv with a timeout is ~30 us cheaper per round trip than a poll in pyzmq.
         self._sock.setsockopt(zmq.RCVTIMEO, int(C.HEARTBEAT_INTERVAL_S * 1000))
         self._rid = 0
@@ -116,6 +120,22 @@ class Connection:
         _CONNECTIONS.add(self)
         self._hb = threading.Thread(target=self._heartbeat, name="wooly-heartbeat", daemon=True)
         self._hb.start()
+
+    def _probe(self, endpoint: str, probe_s: float) -> None:
+        """Fail fast when nothing accepts a connection at ``endpoint`` within ``probe_s`` (WOOLY_PROBE_S): a
+        machine with no gpud answers like one with no driver, CUDA_ERROR_NO_DEVICE at once, instead of after the
+        hello's timeout. A daemon that accepts but is slow to answer still gets ``connect_timeout_s``."""
+        monitor = self._sock.get_monitor_socket(zmq.EVENT_CONNECTED)
+        try:
+            self._sock.connect(endpoint)
+            connected = monitor.poll(int(probe_s * 1000), zmq.POLLIN)
+        finally:
+            self._sock.disable_monitor()
+            monitor.close(0)
+        if not connected:
+            self._sock.close(0)
+            raise CudaError(NO_DEVICE, f"gpud at {endpoint} did not answer: nothing accepted a connection there within "
+                                       f"{probe_s:g} s (is gpud running, and is WOOLY_SERVER its endpoint?)")
 
     # ------------------------------------------------------------------ queue
     def post(self, body: dict[str, Any], bulk: Sequence[Any] = ()) -> None:

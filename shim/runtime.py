@@ -13,6 +13,7 @@ from shim.driver import Driver
 _lock = threading.Lock()
 _driver: Driver | None = None
 _forked_from: int | None = None  # set in a child forked after its parent connected
+_absent: CudaError | None = None  # no gpud accepted a connection: every later first use fails the same, at once
 
 
 def _after_fork_in_child() -> None:
@@ -34,7 +35,7 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 def driver() -> Driver:
     """The process's driver, connecting to ``WOOLY_SERVER`` on first use."""
-    global _driver
+    global _driver, _absent
     if _driver is not None and _driver.conn.alive:
         return _driver
     if _forked_from is not None:
@@ -48,6 +49,8 @@ def driver() -> Driver:
             return _driver
         if _driver is not None:  # the connection died: report it, don't silently reconnect
             raise CudaError(codes.DEVICE_UNAVAILABLE, "the connection to gpud was lost")
+        if _absent is not None:
+            raise _absent
         from woolyhv.config import ConfigError, settings
 
         try:
@@ -70,10 +73,15 @@ def driver() -> Driver:
             except ConfigError as exc:
                 raise CudaError(codes.NOT_INITIALIZED, str(exc)) from None
             endpoint, server_key, reservation = placed.endpoint, placed.server_key, placed.reservation
-        conn = Connection(
-            endpoint, tenant=s.tenant, token=s.token, timeout_s=s.timeout_s, connect_timeout_s=s.connect_timeout_s,
-            server_key=server_key, reservation=reservation,
-        )
+        try:
+            conn = Connection(
+                endpoint, tenant=s.tenant, token=s.token, timeout_s=s.timeout_s, connect_timeout_s=s.connect_timeout_s,
+                server_key=server_key, reservation=reservation, probe_s=s.probe_s,
+            )
+        except CudaError as exc:
+            if exc.code == codes.NO_DEVICE:  # nothing listens: like cuInit without a driver, for good
+                _absent = exc
+            raise
         _driver = Driver(conn)
         return _driver
 

@@ -22,14 +22,23 @@ def _make_backends(kind: str, cpu_memory: int, bounds_check: bool = True):
 
     if kind in ("auto", "cpu"):
         if kind == "auto":
-            try:
-                from gpud.backends import nvidia
+            from gpud import discovery, log
 
-                devs = nvidia.available()
-                if devs:
-                    return devs
-            except ImportError:
-                pass
+            nv, nv_note = discovery.nvidia()
+            am, am_note = discovery.amd()
+            if nv:
+                try:
+                    from gpud.backends import nvidia
+
+                    devs = nvidia.available()
+                    if devs:
+                        log.event("gpud.backend", chosen="nvidia", why=f"NVML sees {len(nv)} device(s), {nv_note}")
+                        return devs
+                except ImportError as exc:
+                    nv_note = f"NVML sees {len(nv)} device(s) but the NVIDIA backend cannot load ({exc})"
+            if am:
+                am_note = f"amdsmi sees {len(am)} device(s), but gpud has no ROCm execution backend yet"
+            log.event("gpud.backend", chosen="cpu", why=f"nvidia: {nv_note}; amd: {am_note}")
         return [CpuBackend(0, memory_bytes=cpu_memory or None, bounds_check=bounds_check)]
     if kind == "nvidia":
         from gpud.backends import nvidia
@@ -64,6 +73,15 @@ def gpud(
 ) -> None:
     """Run the gpud daemon."""
     import faulthandler
+
+    torch_path = os.environ.get("WOOLY_TORCH_PATH", "")
+    if torch_path:  # NOTE [one image, one torch] (containers/build.py): the vendor's torch build, mounted
+        if not os.path.isdir(os.path.join(torch_path, "torch")):
+            from woolyhv.config import ConfigError
+
+            raise ConfigError(f"WOOLY_TORCH_PATH={torch_path!r}: expected a directory holding a torch package "
+                              "(pip install --target DIR torch)")
+        sys.path.insert(0, torch_path)
 
     faulthandler.enable()  # a fault in native code (a kernel, a vendor library) leaves its Python stack on stderr
     from gpud import log

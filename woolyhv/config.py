@@ -60,6 +60,7 @@ class Settings(BaseSettings):
     token: str = Field("", description="tenant token, checked by gpud when its config asks for one")
     timeout_s: float = Field(4.0, description="seconds of gpud silence after which a call fails")
     connect_timeout_s: float = Field(10.0, description="seconds to wait for gpud to answer the first hello")
+    probe_s: float = Field(1.0, description="seconds for a first connection to gpud before it counts as absent")
     log_level: str = Field("info", description="gpud log level")
     cpu_memory: int = Field(0, description="bytes the CPU backend offers (0 = host RAM)")
     backend: str = Field("auto", description="gpud backend: auto, cpu, nvidia, amd")
@@ -120,7 +121,7 @@ class Settings(BaseSettings):
             raise ValueError("expected a number of tokens > 0")
         return v
 
-    @field_validator("timeout_s", "connect_timeout_s", "place_timeout_s")
+    @field_validator("timeout_s", "connect_timeout_s", "place_timeout_s", "probe_s")
     @classmethod
     def _positive(cls, v: float) -> float:
         if not v > 0 or v != v or v == float("inf"):
@@ -152,7 +153,7 @@ class Settings(BaseSettings):
 _EXPECTED = {"float_parsing": "expected a number", "int_parsing": "expected a whole number",
              "bool_parsing": "expected 1/0, true/false, yes/no or on/off"}
 _FIELD_EXPECTS = {"timeout_s": "expected a number of seconds > 0", "connect_timeout_s": "expected a number of seconds > 0",
-                  "place_timeout_s": "expected a number of seconds > 0", "priority": "expected a whole number from -1000 to 1000",
+                  "place_timeout_s": "expected a number of seconds > 0", "probe_s": "expected a number of seconds > 0", "priority": "expected a whole number from -1000 to 1000",
                   "cpu_memory": "expected a number of bytes >= 0 (0: the host's memory)"}
 
 

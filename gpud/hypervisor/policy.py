@@ -235,5 +235,6 @@ def load(
     for k, v in (overrides or {}).items():
         data[k] = v
     if "spill_dir" not in data or not data["spill_dir"]:
-        data["spill_dir"] = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"wooly-spill-{os.getuid()}")
+        data["spill_dir"] = os.environ.get("WOOLY_SPILL_DIR") or os.path.join(os.environ.get("TMPDIR", "/tmp"),
+                                                                              f"wooly-spill-{os.getuid()}")
     return HypervisorConfig.model_validate(data)

@@ -64,8 +64,26 @@ def _index(device: Any) -> int:
     return int(getattr(device, "idx", 0) or 0)
 
 
+_absent: str | None = None  # why gpud is not there (said once), as CUDA without a driver says False
+
+
 def is_available() -> bool:
-    return bool(os.environ.get("WOOLY_SERVER")) and os.environ.get("CUDA_VISIBLE_DEVICES", "0").strip() != ""
+    """True when gpud answers (the process's session opens now, at most WOOLY_PROBE_S when nothing listens)."""
+    global _absent
+    if not os.environ.get("WOOLY_SERVER") or os.environ.get("CUDA_VISIBLE_DEVICES", "0").strip() == "":
+        return False
+    if _absent is not None:
+        return False
+    from proto.errors import CudaError
+    from shim.runtime import driver
+
+    try:
+        driver()
+        return True
+    except CudaError as exc:
+        _absent = str(exc)
+        print(f"wooly: torch.cuda.is_available() is False: {exc.name}: {exc.message}", file=sys.stderr)
+        return False
 
 
 def device_count() -> int:

@@ -45,13 +45,23 @@ def _torch_version(tdir: str) -> str:
         return ""
 
 
-def library_path(tdir: str) -> str:
-    """Where the library for this torch build is cached (keyed by source, torch version and path)."""
+def _key(tdir: str) -> str:
     h = hashlib.sha256()
     with open(SRC, "rb") as f:
         h.update(f.read())
     h.update(_torch_version(tdir).encode() + b"\0" + tdir.encode())
-    return os.path.join(cache_base(), "torch-device", h.hexdigest()[:16], "libwooly_torch_cuda.so")
+    return h.hexdigest()[:16]
+
+
+def library_path(tdir: str) -> str:
+    """Where the library for this torch build is cached (keyed by source, torch version and path)."""
+    return os.path.join(cache_base(), "torch-device", _key(tdir), "libwooly_torch_cuda.so")
+
+
+def prebuilt_path(tdir: str) -> str:
+    """Where an installation built it ahead of time (``python -m shim.torch.device``, the container image does):
+    beside the interpreter's prefix, so that a machine without a compiler finds it."""
+    return os.path.join(sys.prefix, "share", "wooly", "torch-device", _key(tdir), "libwooly_torch_cuda.so")
 
 
 def build(tdir: str, out: str) -> str:
@@ -83,7 +93,9 @@ def load() -> bool:
     if tdir is None:
         _why_not = "torch is not installed"
         return False
-    path = library_path(tdir)
+    path = prebuilt_path(tdir)
+    if not os.path.exists(path):
+        path = library_path(tdir)
     try:
         if not os.path.exists(path):
             build(tdir, path)
@@ -120,3 +132,17 @@ def register_fallback() -> None:
 
 
 _fallback_lib = None
+
+
+if __name__ == "__main__":  # build ahead of time, into prebuilt_path (containers/build.py)
+    _tdir = _torch_dir()
+    if _tdir is None:
+        raise SystemExit("torch is not installed")
+    _out = build(_tdir, prebuilt_path(_tdir))
+    # for every user of this installation (the build cache it reuses is private to its builder)
+    _d = os.path.dirname(_out)
+    while _d.startswith(os.path.join(sys.prefix, "share", "wooly")):
+        os.chmod(_d, 0o755)
+        _d = os.path.dirname(_d)
+    os.chmod(_out, 0o755)
+    print(_out)

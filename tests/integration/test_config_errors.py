@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import textwrap
 
 import pytest
 
@@ -85,6 +86,30 @@ def test_port_in_use_is_one_line() -> None:
         _one_line(_run(["gpud", "--listen", g.endpoint, "--backend", "cpu"], timeout=30), "--listen", "in use")
     finally:
         g.stop()
+
+
+def test_nothing_listening_is_no_cuda_within_the_probe(tmp_path) -> None:
+    """torch.cuda.is_available() and numba.cuda.is_available() answer False within WOOLY_PROBE_S (1 s) when nothing
+    listens at WOOLY_SERVER, as CUDA without a driver does, saying once which endpoint did not answer."""
+    pytest.importorskip("torch")
+    script = tmp_path / "avail.py"
+    script.write_text(textwrap.dedent("""
+        import time
+        import torch
+        t = time.monotonic()
+        print("torch", torch.cuda.is_available(), torch.cuda.is_available(), round(time.monotonic() - t, 2))
+        from numba import cuda
+        t = time.monotonic()
+        print("numba", cuda.is_available(), round(time.monotonic() - t, 2))
+    """))
+    ep = f"tcp://127.0.0.1:{free_port()}"
+    p = _run(["run", str(script)], {"WOOLY_SERVER": ep, "WOOLY_INSECURE": "1"})
+    assert p.returncode == 0, p.stderr[-2000:]
+    lines = dict((line.split()[0], line.split()[1:]) for line in p.stdout.splitlines())
+    assert lines["torch"][:2] == ["False", "False"] and float(lines["torch"][2]) < 2.0, p.stdout
+    assert lines["numba"][0] == "False" and float(lines["numba"][1]) < 2.0, p.stdout
+    said = [line for line in p.stderr.splitlines() if line.startswith("wooly:")]
+    assert len(said) == 1 and ep in said[0] and "CUDA_ERROR_NO_DEVICE" in said[0], p.stderr[-2000:]
 
 
 def test_a_gpud_never_reached_did_not_answer(tmp_path) -> None:

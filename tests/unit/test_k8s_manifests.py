@@ -89,3 +89,14 @@ def test_the_commands_flags_and_variables_exist_in_the_cli() -> None:
                     assert env["name"] in text, f"wooly {c['command'][1]} reads no {env['name']}"
             checked += 1
     assert checked >= 2
+
+
+def test_workloads_run_the_image_containers_build_makes() -> None:
+    import tomllib
+
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        version = tomllib.load(f)["project"]["version"]
+    (kust,) = [d for f, d in docs() if d["kind"] == "Kustomization"]
+    assert kust["images"] == [{"name": "woolyhv", "newName": "localhost/woolyhv", "newTag": version}]
+    images = {c["image"] for w in workloads() for c in w["spec"]["template"]["spec"]["containers"]}
+    assert images == {"woolyhv"}
