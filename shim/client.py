@@ -124,14 +124,39 @@ class Connection:
     def _probe(self, endpoint: str, probe_s: float) -> None:
         """Fail fast when nothing accepts a connection at ``endpoint`` within ``probe_s`` (WOOLY_PROBE_S): a
         machine with no gpud answers like one with no driver, CUDA_ERROR_NO_DEVICE at once, instead of after the
-        hello's timeout. A daemon that accepts but is slow to answer still gets ``connect_timeout_s``."""
-        monitor = self._sock.get_monitor_socket(zmq.EVENT_CONNECTED)
+        hello's timeout; and when the encrypted handshake fails (a wrong WOOLY_SERVER_KEY), say so at once. A
+        daemon that accepts but is slow to answer still gets ``connect_timeout_s``."""
+        from zmq.utils.monitor import recv_monitor_message
+
+        failed = zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+        monitor = self._sock.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_HANDSHAKE_SUCCEEDED | failed)
+        connected = handshake_failed = False
         try:
             self._sock.connect(endpoint)
-            connected = monitor.poll(int(probe_s * 1000), zmq.POLLIN)
+            deadline = time.monotonic() + probe_s
+            while (left := deadline - time.monotonic()) > 0 and monitor.poll(int(left * 1000) + 1, zmq.POLLIN):
+                event = recv_monitor_message(monitor)["event"]
+                if event == zmq.EVENT_CONNECTED:
+                    connected = True
+                elif event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                    break
+                elif event & failed:
+                    handshake_failed = True
+                    break
+                if connected and not curve.is_tcp(endpoint):
+                    break
         finally:
             self._sock.disable_monitor()
             monitor.close(0)
+        if handshake_failed:
+            self._sock.close(0)
+            if os.environ.get("WOOLY_INSECURE", "") == "1":
+                why = ("this client speaks in clear (WOOLY_INSECURE=1) and gpud does not: unset it and set "
+                       "WOOLY_SERVER_KEY (`wooly keys` on gpud's host prints it)")
+            else:
+                why = ("WOOLY_SERVER_KEY is not its key (`wooly keys` on its host prints it), or gpud was started "
+                       "--insecure (then set WOOLY_INSECURE=1)")
+            raise CudaError(DEVICE_UNAVAILABLE, f"gpud at {endpoint} refused the handshake: {why}")
         if not connected:
             self._sock.close(0)
             raise CudaError(NO_DEVICE, f"gpud at {endpoint} did not answer: nothing accepted a connection there within "

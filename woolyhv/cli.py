@@ -253,6 +253,19 @@ def cache(
 
 
 @app.command()
+def doctor(
+    server: Annotated[str | None, typer.Option("--server", help="gpud or pool to check (default: WOOLY_SERVER; unset: an embedded gpud)")] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+    no_torch: Annotated[bool, typer.Option("--no-torch", help="skip the torch op (it starts a program under wooly run)")] = False,
+) -> None:
+    """Check this setup end to end, one line a check with what to do when it fails: settings, versions, the pool,
+    the connection and key, gpud's backend, the JIT cache, the native face, a PTX kernel and a torch op."""
+    from woolyhv.doctor import main as run_doctor
+
+    raise typer.Exit(run_doctor(server, as_json, torch_probe=not no_torch))
+
+
+@app.command()
 def version() -> None:
     """Print versions."""
     import gpud

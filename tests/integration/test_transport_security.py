@@ -103,6 +103,16 @@ def test_clients_without_the_right_server_key_are_refused(monkeypatch, tmp_path)
             connect(g.endpoint, connect_timeout_s=2)
         assert e.value.name == "CUDA_ERROR_DEVICE_UNAVAILABLE" and "WOOLY_SERVER_KEY" in e.value.message
         assert time.monotonic() - t < 5
+        t = time.monotonic()  # with the connect probe (WOOLY_PROBE_S, what programs get): the failed handshake, at once
+        with pytest.raises(CudaError) as e:
+            connect(g.endpoint, connect_timeout_s=10, probe_s=1.0)
+        assert "refused the handshake: WOOLY_SERVER_KEY is not its key" in e.value.message
+        assert time.monotonic() - t < 1.5
+        monkeypatch.setenv("WOOLY_INSECURE", "1")
+        with pytest.raises(CudaError) as e:
+            connect(g.endpoint, connect_timeout_s=10, probe_s=1.0)
+        assert "this client speaks in clear (WOOLY_INSECURE=1) and gpud does not" in e.value.message
+        monkeypatch.delenv("WOOLY_INSECURE")
         monkeypatch.delenv("WOOLY_SERVER_KEY")
         monkeypatch.setenv("WOOLY_KEY_DIR", str(tmp_path))  # a client that has no key at all: told what to set
         with pytest.raises(CudaError) as e:
