@@ -176,32 +176,15 @@ def ps(
 
         sessions(pool=server, as_json=as_json)
         return
-    import zmq
-
-    from proto import curve
-    from proto.codec import encode_body, unpack_body
     from woolyhv.config import check_endpoint
+    from woolyhv.top import AdminError, admin_call
 
     check_endpoint(server, "--server (WOOLY_SERVER)")
-
-    sock = zmq.Context.instance().socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 0)
     try:
-        curve.secure_client(sock, server)
-    except ValueError as exc:
+        info = admin_call(server, admin_token)
+    except AdminError as exc:
         typer.echo(f"wooly ps: {exc}", err=True)
         raise typer.Exit(1) from None
-    sock.connect(server)
-    sock.send_multipart(encode_body({"kind": "list_sessions", "rid": 1, "token": admin_token}))
-    if not sock.poll(5000, zmq.POLLIN):
-        typer.echo(f"wooly ps: gpud at {server} did not answer", err=True)
-        raise typer.Exit(1)
-    body, _ = unpack_body(sock.recv_multipart())
-    sock.close(0)
-    if body.get("kind") == "error":
-        typer.echo(f"wooly ps: gpud refused: {body.get('message', '')}", err=True)
-        raise typer.Exit(1)
-    info = body["value"]
     if as_json:
         typer.echo(json.dumps(info, indent=2))
         return
@@ -250,6 +233,37 @@ def cache(
     bound = _human(s["max_bytes"]) if s["max_bytes"] else "no bound"
     state = "" if s["enabled"] else "  (disabled: WOOLY_JIT_CACHE=0)"
     typer.echo(f"{s['dir']}: {s['entries']} module(s), {_human(s['bytes'])} of {bound}{state}")
+
+
+@app.command()
+def top(
+    server: Annotated[str | None, typer.Option("--server", envvar="WOOLY_SERVER", help="gpud endpoint or pool://...; default: the embedded gpud of a running `wooly run`")] = None,
+    interval: Annotated[float, typer.Option(help="seconds between refreshes")] = 1.0,
+    once: Annotated[bool, typer.Option("--once", help="print one screen and exit")] = False,
+    admin_token: Annotated[str, typer.Option(envvar="WOOLY_ADMIN_TOKEN", show_default=False, help="gpud's admin token, where it has one")] = "",
+) -> None:
+    """A live view of a gpud (tenants: memory, quota, shared, device share, ops/s, state, waits; devices; sessions)
+    or of a pool's nodes."""
+    from woolyhv.config import ConfigError, check_endpoint
+    from woolyhv.top import AdminError, embedded_gpuds, run
+
+    if not interval > 0:
+        raise ConfigError(f"--interval={interval}: expected a number of seconds > 0")
+    if not server:
+        found = embedded_gpuds()
+        if not found:
+            raise ConfigError("--server (WOOLY_SERVER) is unset and no `wooly run` with an embedded gpud is running: "
+                              "expected an endpoint such as tcp://host:5555")
+        server = found[-1][1]
+        if len(found) > 1:
+            typer.echo(f"wooly top: {len(found)} embedded gpuds; showing the one of pid {found[-1][0]}", err=True)
+    elif not server.startswith("pool://"):
+        check_endpoint(server, "--server (WOOLY_SERVER)")
+    try:
+        run(server, admin_token, interval, once)
+    except AdminError as exc:
+        typer.echo(f"wooly top: {exc}", err=True)
+        raise typer.Exit(1) from None
 
 
 @app.command()
