@@ -199,6 +199,9 @@ class Server:
 
     def _reply(self, identity: bytes, rid: int, value: Any, bulk: list[Any], session: Session | None) -> None:
         out = session.take_output() if session is not None else ""
+        if bulk and session is not None:
+            session.charge("bytes_out", sum(len(b) if isinstance(b, bytes | bytearray) else memoryview(b).nbytes
+                                             for b in bulk))
         self._send(identity, encode_body({"kind": "result", "rid": rid, "value": value, "output": out}, bulk), session)
 
     def _hold(self, session: Session, frames: list[Any]) -> bool:
@@ -258,6 +261,13 @@ class Server:
             return
         self.stats["requests"] += 1
         kind = msg.kind
+        if session is not None:  # accounting (wooly_tenant_*_total): calls and the bytes that came with them
+            calls = getattr(msg, "calls", None) if kind == "batch" else None
+            session.charge("rpcs", len(calls) if calls is not None else 1)
+            if calls is not None:
+                session.charge("batches")
+            if bulk:
+                session.charge("bytes_in", sum(len(b) for b in bulk))
         try:
             if kind == "hello":
                 self._hello(identity, msg)

@@ -481,11 +481,17 @@ class Session:
             self.loads_in_flight += 1
 
         def run() -> None:
+            from jit.compiler import accounting
+
+            acct: dict[str, float] = {}
             try:
-                box["value"] = work()
+                with accounting(acct):
+                    box["value"] = work()
             finally:
                 with self._lock:
                     self.loads_in_flight -= 1
+                if acct:  # charged on the I/O loop, where every other charge is made
+                    self.server.call_on_loop(lambda: [self.charge(k, v) for k, v in acct.items()])
 
         return self.server.run_async(run), box
 
@@ -499,6 +505,7 @@ class Session:
         return list(g)
 
     def on_launch(self, msg: m.Launch, bulk: list[Any]) -> None:
+        self.charge("launches")
         fn = self.functions.get(msg.function)
         if fn is None:
             raise CudaError(codes.INVALID_HANDLE, f"cuLaunchKernel: invalid function handle {msg.function}")
@@ -525,6 +532,13 @@ class Session:
         self.engine.enqueue(msg.stream, run)
 
     # ------------------------------------------------------------------ description
+    def charge(self, key: str, value: float = 1) -> None:
+        """Add ``value`` to this session's tenant's accounting (``Tenant.acct``: wooly_tenant_*_total). Called on
+        the I/O loop only, so the counters need no lock."""
+        t = self.ext.get("hv.tenant")
+        if t is not None:
+            t.acct[key] = t.acct.get(key, 0) + value
+
     def describe(self) -> dict[str, Any]:
         return {
             "session": self.id,

@@ -108,6 +108,7 @@ def _enqueue_staged(session: Session, msg: m.ShmHtoD | m.ShmDtoH, device_addr: i
         st.flags[msg.slot] = msg.seq | ERROR_BIT  # the client waits on this word: never leave it hanging
         raise
     slot_addr = st.slot_addr(msg.slot)
+    session.charge("bytes_in" if what == "cuMemcpyHtoD" else "bytes_out", msg.size)
 
     def run() -> None:
         ok = False

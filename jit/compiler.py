@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import subprocess
 import sys
 import threading
+import time
 import weakref
 from pathlib import Path
 from typing import Any
@@ -197,6 +199,35 @@ def _cached(key: str) -> tuple[bytes, dict] | None:
     return hit
 
 
+_ACCT = threading.local()
+
+
+@contextlib.contextmanager
+def accounting(sink: dict[str, float]) -> Any:
+    """Count the JIT work this thread does inside the block into ``sink``: ``jit_compiles``, ``jit_cache_hits`` and
+    ``jit_compile_s`` (gpud charges them to the tenant whose module load it is)."""
+    prev = getattr(_ACCT, "sink", None)
+    _ACCT.sink = sink
+    try:
+        yield sink
+    finally:
+        _ACCT.sink = prev
+
+
+def _count(name: str, value: float = 1) -> None:
+    sink = getattr(_ACCT, "sink", None)
+    if sink is not None:
+        sink[name] = sink.get(name, 0) + value
+
+
+def _timed_compile(ptx: bytes, target: str, bounds_check: bool, **kw: Any) -> Any:
+    t0 = time.perf_counter()
+    out = _worker().compile(ptx, target, bounds_check, **kw)
+    _count("jit_compiles")
+    _count("jit_compile_s", time.perf_counter() - t0)
+    return out
+
+
 def compile_object(ptx: bytes, target: str = "cpu", bounds_check: bool = False) -> tuple[bytes, dict, str | None]:
     """(object bytes, metadata, cache key or None when caching is off) for a PTX module, from cache if possible."""
     use_cache = cache_enabled()
@@ -204,8 +235,9 @@ def compile_object(ptx: bytes, target: str = "cpu", bounds_check: bool = False) 
     if use_cache:
         hit = _cached(key)
         if hit is not None:
+            _count("jit_cache_hits")
             return hit[0], hit[1], key
-    obj, meta = _worker().compile(ptx, target, bounds_check)
+    obj, meta = _timed_compile(ptx, target, bounds_check)
     if use_cache:
         with _MEM_LOCK:
             _MEM_CACHE[key] = (obj, meta)
@@ -346,11 +378,14 @@ def compile_tiered(ptx: bytes, target: str, bounds_check: bool,
     if tier == "auto" and use_cache:
         hit = _cached(key)
         if hit is not None:
+            _count("jit_cache_hits")
             return hit[0], hit[1], key, False, None
     with _PENDING_LOCK:
         quick = _QUICK.get(key) if use_cache else None
-    if quick is None:
-        quick = _worker().compile(ptx, target, bounds_check, opt=0)
+    if quick is not None:
+        _count("jit_cache_hits")
+    else:
+        quick = _timed_compile(ptx, target, bounds_check, opt=0)
         if use_cache:
             with _PENDING_LOCK:
                 if len(_QUICK) >= 512:

@@ -54,15 +54,31 @@ class _Collector(Collector):
             "wakes": CounterMetricFamily("wooly_tenant_wakes", "Times woken", labels=tl),
             "oom_refusals": CounterMetricFamily("wooly_tenant_oom_refusals", "Allocations refused", labels=tl),
         }
+        acct = {  # Tenant.acct: what a platform team bills and watches
+            "rpcs": CounterMetricFamily("wooly_tenant_rpcs", "Driver/ATen calls (each call of a batch counts)", labels=tl),
+            "batches": CounterMetricFamily("wooly_tenant_batches", "Batches of queued calls", labels=tl),
+            "bytes_in": CounterMetricFamily("wooly_tenant_bytes_in", "Bytes sent to gpud (frames and shared memory)",
+                                            labels=tl),
+            "bytes_out": CounterMetricFamily("wooly_tenant_bytes_out", "Bytes sent back to the client", labels=tl),
+            "launches": CounterMetricFamily("wooly_tenant_kernel_launches", "Kernel launches", labels=tl),
+            "jit_compiles": CounterMetricFamily("wooly_tenant_jit_compiles", "PTX modules compiled for it", labels=tl),
+            "jit_cache_hits": CounterMetricFamily("wooly_tenant_jit_cache_hits", "PTX modules found compiled",
+                                                  labels=tl),
+            "jit_compile_s": CounterMetricFamily("wooly_tenant_jit_compile_seconds", "Seconds of JIT compiles",
+                                                 labels=tl),
+        }
         for t in info["tenants"]:
             for key, fam in g.items():
                 fam.add_metric([t["tenant"]], float(t[key]))
             for key, fam in c.items():
                 fam.add_metric([t["tenant"]], float(t[key]))
+            for key, fam in acct.items():
+                fam.add_metric([t["tenant"]], float(t["accounting"].get(key, 0)))
             awake.add_metric([t["tenant"]], 1.0 if t["state"] == "awake" else 0.0)
         yield from g.values()
         yield awake
         yield from c.values()
+        yield from acct.values()
         phys = GaugeMetricFamily("wooly_device_memory_used_bytes", "Physical device memory in use", labels=["device"])
         total = GaugeMetricFamily("wooly_device_memory_total_bytes", "Device memory", labels=["device"])
         for dev, v in info["physical"].items():

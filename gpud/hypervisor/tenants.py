@@ -24,6 +24,9 @@ AWAKE = "awake"
 ASLEEP = "asleep"
 
 
+ACCT_KEYS = ("rpcs", "batches", "bytes_in", "bytes_out", "launches", "jit_compiles", "jit_cache_hits", "jit_compile_s")
+
+
 @dataclass
 class Tenant:
     name: str
@@ -47,6 +50,9 @@ class Tenant:
     recent_ns: float = 0.0  # exponentially decayed device time, for "share" in wooly ps
     max_wait_s: float = 0.0
     ops: int = 0
+    # what a platform team bills and watches (wooly_tenant_*_total): calls, bytes over the wire and shared memory,
+    # launches, JIT work charged to this tenant's module loads
+    acct: dict[str, float] = field(default_factory=lambda: dict.fromkeys(ACCT_KEYS, 0))
     core_share: Any = None  # spatial mode: its jit.cores.Share (NOTE [spatial sharing])
 
     @property
@@ -77,6 +83,7 @@ class Tenant:
             "contended_time_s": round(self.contended_ns / 1e9, 6),
             "device_share": round(self.recent_ns / total_recent_ns, 4) if total_recent_ns > 0 else 0.0,
             "ops": self.ops,
+            "accounting": {k: (round(v, 6) if isinstance(v, float) else v) for k, v in self.acct.items()},
             "max_wait_s": round(self.max_wait_s, 4),
             "sleeps": self.sleeps,
             "wakes": self.wakes,

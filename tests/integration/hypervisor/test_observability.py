@@ -12,6 +12,66 @@ from tests.integration.hypervisor._helpers import connect, start_with_config
 MiB = 1 << 20
 
 
+SAXPY = b"""
+.version 7.0
+.target sm_80
+.address_size 64
+.visible .entry k(.param .u64 p)
+{
+  .reg .b64 %rd<2>; .reg .f32 %f1;
+  ld.param.u64 %rd1, [p]; mov.f32 %f1, 0f3F800000; st.global.f32 [%rd1], %f1;
+  ret;
+}
+"""
+
+
+def dashboard_series(*prefixes: str) -> set[str]:
+    """The metric names containers/grafana/woolyhv.json's panels query, of the given prefixes."""
+    import json
+    import os
+    import re
+
+    from tests.conftest import ROOT
+
+    with open(os.path.join(ROOT, "containers", "grafana", "woolyhv.json")) as f:
+        dash = json.load(f)
+    names = {n for p in dash["panels"] for t in p["targets"] for n in re.findall(r"wooly_[a-z_]+", t["expr"])}
+    return {n for n in names if n.startswith(prefixes)}
+
+
+def test_accounting_counts_calls_bytes_launches_and_jit_work():
+    import struct
+
+    port = free_port()
+    g = start_with_config('[tenants.bob]\nquota = "1GiB"\n', "--metrics-port", str(port))
+    d = connect(g.endpoint, tenant="bob")
+    try:
+        p = d.mem_alloc(4 * MiB)
+        d.memcpy_htod(p, b"\1" * (3 * MiB))
+        d.memcpy_dtoh(p, 2 * MiB)
+        mod = d.module_load_data(SAXPY)
+        fn = d.module_get_function(mod, "k")
+        for _ in range(5):
+            d.launch_kernel(fn, (1, 1, 1), (1, 1, 1), fn.pack_params([struct.pack("<Q", p)]))
+        d.ctx_synchronize()
+        d.module_load_data(SAXPY)  # the same PTX again: found compiled
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+        v = {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+             if line and not line.startswith("#")}
+        t = '{tenant="bob"}'
+        assert v[f"wooly_tenant_kernel_launches_total{t}"] == 5
+        assert v[f"wooly_tenant_bytes_in_total{t}"] >= 3 * MiB and v[f"wooly_tenant_bytes_out_total{t}"] >= 2 * MiB
+        assert v[f"wooly_tenant_rpcs_total{t}"] >= 10 and v[f"wooly_tenant_batches_total{t}"] >= 1
+        assert v[f"wooly_tenant_jit_compiles_total{t}"] + v[f"wooly_tenant_jit_cache_hits_total{t}"] == 2
+        assert v[f"wooly_tenant_jit_cache_hits_total{t}"] >= 1
+        # every gpud series the Grafana dashboard plots is one gpud exports
+        exported = {k.split("{")[0] for k in v}
+        assert dashboard_series("wooly_tenant_", "wooly_device_", "wooly_dedup_") <= exported
+    finally:
+        d.conn.close()
+        g.stop()
+
+
 def test_ps_and_metrics():
     port = free_port()
     g = start_with_config('[tenants.alice]\nquota = "1GiB"\npriority = 3\nweight = 2\n', "--metrics-port", str(port))

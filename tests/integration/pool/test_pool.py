@@ -77,6 +77,10 @@ def test_torch_and_numba_programs_are_placed_and_explained(three) -> None:  # ty
     assert re.search(r'wooly_pool_placements_total\{outcome="placed"\} [2-9]', ctl), ctl
     assert "wooly_pool_nodes 3.0" in ctl and "wooly_pool_leader 1.0" in ctl
     assert "wooly_pool_node_joined 1.0" in scrape(three.metrics["n1"])
+    from tests.integration.hypervisor.test_observability import dashboard_series
+
+    exported = {line.split("{")[0].split(" ")[0] for line in ctl.splitlines() if line and not line.startswith("#")}
+    assert dashboard_series("wooly_pool_") <= exported  # what the Grafana dashboard plots exists
 
 
 def test_a_request_that_cannot_fit_waits_with_its_reason_then_places(three) -> None:  # type: ignore[no-untyped-def]
