@@ -96,6 +96,12 @@ def gpud(
     if cpu_memory < 0:
         raise ConfigError(f"--cpu-memory={cpu_memory}: expected a number of bytes >= 0 (0: the host's memory)")
 
+    if join:  # the pool's flags are checked before anything is bound
+        from woolyhv.pool.join import check_join
+
+        check_join(join, node_name=node_name, ttl=pool_ttl, labels=label)
+        if advertise:
+            check_endpoint(advertise, "--advertise (WOOLY_ADVERTISE)")
     log.setup(log_level)
     overrides: dict[str, object] = {}
     if overcommit_ratio is not None:

@@ -36,11 +36,11 @@ def advertised(bound: list[str], advertise: str | None) -> str:
     return ep
 
 
-def agent_for(server: Any, url: str, *, node_name: str | None, advertise: str | None, ttl: int,
-              labels: list[str]) -> NodeAgent:
-    from gpud import log
-    from proto import curve
+def check_join(url: str, *, node_name: str | None, ttl: int, labels: list[str]) -> tuple[str, dict[str, str]]:
+    """The node's name and labels, or ConfigError naming the flag (called before gpud binds anything)."""
+    from woolyhv.pool.store import parse_url
 
+    parse_url(url, "--join (WOOLY_JOIN)")
     name = node_name or socket.gethostname()
     if not _NAME.match(name):
         raise ConfigError(f"--node-name={name!r}: expected letters, digits, '.', '_', ':' or '-' (at most 253)")
@@ -52,6 +52,15 @@ def agent_for(server: Any, url: str, *, node_name: str | None, advertise: str | 
         if not sep or not _NAME.match(k) or len(v) > 253:
             raise ConfigError(f"--label={item!r}: expected KEY=VALUE, such as zone=a")
         parsed[k] = v
+    return name, parsed
+
+
+def agent_for(server: Any, url: str, *, node_name: str | None, advertise: str | None, ttl: int,
+              labels: list[str]) -> NodeAgent:
+    from gpud import log
+    from proto import curve
+
+    name, parsed = check_join(url, node_name=node_name, ttl=ttl, labels=labels)
     store = Store(url, timeout_s=max(1.0, ttl / 3), what="--join (WOOLY_JOIN)")
     endpoint = advertised(server.bound, advertise)
     key = ""
