@@ -77,6 +77,9 @@ class DedupUploader:
         st.bytes_total += n
         st.chunks_hit += len(hashes) - len(missing)
         st.chunks_missed += len(missing)
+        from shim import progress
+
+        progress.advance(n - sum(min(c, n - i * c) for i in missing))  # what gpud holds already is done
         if not missing:
             return
         # Send the missing chunks as runs of consecutive indexes (fewer, larger copies).

@@ -21,6 +21,7 @@ import numpy as np
 from proto import errors as codes
 from proto import launch as rules
 from proto.errors import CudaError
+from shim import progress
 from shim.client import Connection
 from shim.shm import MIN_SHM_BYTES, StagingRing
 from woolyhv.config import settings
@@ -202,10 +203,17 @@ class Driver:
         content-addressed path: gpud keeps one copy of identical content across tenants and the
         bytes it already holds are not sent (NOTE [dedup protocol] in gpud/hypervisor/dedup.py).
         Later copies to the same place are plain copies: steady-state traffic is not hashed."""
-        from shim import dedup
-
         view = memoryview(src)
         n = view.nbytes
+        if n < progress.THRESHOLD:  # the hot path: no bar to consider
+            self._htod(dst, view, src, n, stream)
+            return
+        with progress.transfer(n, f"uploading {n >> 20} MiB"):
+            self._htod(dst, view, src, n, stream)
+
+    def _htod(self, dst: int, view: memoryview, src: Any, n: int, stream: int) -> None:
+        from shim import dedup
+
         if n >= dedup.MIN_DEDUP_BYTES and dst not in self._dedup_done:
             up = dedup.uploader_for(self.conn)
             if up is not None and self.is_device_pointer(dst):
@@ -231,6 +239,7 @@ class Driver:
             ring.htod(int(dst), np.frombuffer(view, dtype=np.uint8).ctypes.data, n, self._stream(stream))
             return
         self.conn.post({"kind": "memcpy_htod", "dst": int(dst), "frame": 0, "stream": self._stream(stream)}, [bytes(view)])
+        progress.advance(n)
 
     def memcpy_dtoh(self, src: int, size: int, stream: int = 0, out: Any = None) -> Any:
         """Copy device memory to the host: returns a bytes-like object, or fills ``out`` (writable)."""
@@ -352,7 +361,8 @@ class Driver:
     def module_load_data(self, image: bytes | str, fmt: str = "ptx") -> int:
         data = image.encode() if isinstance(image, str) else bytes(image)
         h = self._new_id()
-        value, _ = self.conn.call({"kind": "module_load", "module": h, "frame": 0, "format": fmt}, [data])
+        with progress.waiting(f"compiling a {len(data) >> 10} KiB {fmt.upper()} module on gpud"):
+            value, _ = self.conn.call({"kind": "module_load", "module": h, "frame": 0, "format": fmt}, [data])
         self.modules[h] = value
         return h
 

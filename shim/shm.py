@@ -19,6 +19,7 @@ import numpy as np
 
 from proto import errors as codes
 from proto.errors import CudaError
+from shim import progress
 
 ERROR_BIT = 1 << 63
 MIN_SHM_BYTES = 256 << 10  # below this the inline frame path is as fast
@@ -100,6 +101,7 @@ class StagingRing:
             self.conn.post({"kind": "shm_htod", "dst": dst + off, "slot": slot, "size": n, "seq": seq, "stream": stream})
             self.conn.flush()
             off += n
+            progress.advance(n)
 
     def _dtoh(self, src: int, size: int, dst_addr: int, stream: int) -> None:
         chunks = [(off, min(self.slot_size, size - off)) for off in range(0, size, self.slot_size)]
