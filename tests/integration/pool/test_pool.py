@@ -149,6 +149,15 @@ def test_cordoned_node_is_skipped_and_said_so(three) -> None:  # type: ignore[no
     assert bad.returncode == 1 and "no node 'no-such-node'" in bad.stderr
 
 
+def test_doctor_checks_the_pool_and_the_node_it_is_given(three) -> None:  # type: ignore[no-untyped-def]
+    out = wooly("doctor", "--no-torch", env={"WOOLY_SERVER": three.url()})
+    assert out.returncode == 0, out.stdout + out.stderr[-2000:]
+    lines = {line[6:17].strip(): line for line in out.stdout.splitlines()}
+    assert "3 node(s)" in lines["pool"] and "leader" in lines["pool"]
+    assert lines["placement"].startswith("ok") and "node n" in lines["placement"]
+    assert lines["connection"].startswith("ok") and lines["kernel"].startswith("ok")
+
+
 def test_killed_node_leaves_within_its_ttl_and_placements_avoid_it(three) -> None:  # type: ignore[no-untyped-def]
     proc, _ = three.nodes["n3"]
     proc.proc.send_signal(signal.SIGKILL)
