@@ -8,21 +8,18 @@ import urllib.request
 
 from tests.conftest import free_port
 from tests.integration.hypervisor._helpers import connect, start_with_config
+from tests.integration.test_kernels import POKE
 
 MiB = 1 << 20
 
 
-SAXPY = b"""
-.version 7.0
-.target sm_80
-.address_size 64
-.visible .entry k(.param .u64 p)
-{
-  .reg .b64 %rd<2>; .reg .f32 %f1;
-  ld.param.u64 %rd1, [p]; mov.f32 %f1, 0f3F800000; st.global.f32 [%rd1], %f1;
-  ret;
-}
-"""
+
+
+def scrape(port: int) -> tuple[str, dict[str, float]]:
+    """gpud's /metrics: the text and {series{labels}: value}."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    return text, {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                  if line and not line.startswith("#")}
 
 
 def dashboard_series(*prefixes: str) -> set[str]:
@@ -49,15 +46,13 @@ def test_accounting_counts_calls_bytes_launches_and_jit_work():
         p = d.mem_alloc(4 * MiB)
         d.memcpy_htod(p, b"\1" * (3 * MiB))
         d.memcpy_dtoh(p, 2 * MiB)
-        mod = d.module_load_data(SAXPY)
-        fn = d.module_get_function(mod, "k")
+        mod = d.module_load_data(POKE)
+        fn = d.module_get_function(mod, "poke")
         for _ in range(5):
             d.launch_kernel(fn, (1, 1, 1), (1, 1, 1), fn.pack_params([struct.pack("<Q", p)]))
         d.ctx_synchronize()
-        d.module_load_data(SAXPY)  # the same PTX again: found compiled
-        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
-        v = {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-             if line and not line.startswith("#")}
+        d.module_load_data(POKE)  # the same PTX again: found compiled
+        v = scrape(port)[1]
         t = '{tenant="bob"}'
         assert v[f"wooly_tenant_kernel_launches_total{t}"] == 5
         assert v[f"wooly_tenant_bytes_in_total{t}"] >= 3 * MiB and v[f"wooly_tenant_bytes_out_total{t}"] >= 2 * MiB
@@ -86,9 +81,7 @@ def test_ps_and_metrics():
         row = next(line for line in out.stdout.splitlines() if line.startswith("alice "))
         assert "8.0 MiB / 1.0 GiB" in row and "awake" in row
         assert "starvation" in out.stdout
-        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
-        values = {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                  if line and not line.startswith("#")}
+        text, values = scrape(port)
         assert values['wooly_tenant_memory_used_bytes{tenant="alice"}'] == 8 * MiB
         assert 'wooly_tenant_priority{tenant="alice"} 3.0' in text
         assert "wooly_sched_starvation_max_seconds" in text
