@@ -89,10 +89,13 @@ def frame(server: str, info: dict[str, Any], before: dict[str, Any] | None, dt: 
     devices = Table(title="devices", title_justify="left", expand=True)
     for col in ("#", "backend", "name", "memory", "busy"):
         devices.add_column(col, justify="right" if col in ("#", "memory", "busy") else "left")
-    share = sum(t.get("device_share", 0.0) for t in hv.get("tenants", []))
+    # busy: device time the tenants used since the last screen, over the wall time between the screens
+    used_s = sum(t.get("device_time_s", 0.0) - prev_t.get(t["tenant"], {}).get("device_time_s", 0.0)
+                 for t in hv.get("tenants", [])) if before is not None else 0.0
+    ndev = max(len(info.get("devices", [])), 1)
     for d in info.get("devices", []):
-        devices.add_row(str(d["ordinal"]), d["backend"], d["name"], f"{human(d['used'])} / {human(d['total_mem'])}",
-                        f"{min(share, 1.0) * 100:.0f}%")
+        busy = f"{min(max(used_s, 0.0) / dt / ndev, 1.0) * 100:.0f}%" if before is not None and dt > 0 else "-"
+        devices.add_row(str(d["ordinal"]), d["backend"], d["name"], f"{human(d['used'])} / {human(d['total_mem'])}", busy)
     tenants = Table(title="tenants", title_justify="left", expand=True)
     for col in ("tenant", "sess", "memory", "quota", "shared", "share", "ops/s", "state", "max wait"):
         tenants.add_column(col, justify="left" if col in ("tenant", "state") else "right")

@@ -34,7 +34,8 @@ def test_screen_shows_both_tenants_devices_and_rates() -> None:
         rows = {line.split()[1]: line for line in screen.splitlines() if line.strip().startswith("│ alice")
                 or line.strip().startswith("│ bob")}
         assert "64.0 MiB" in rows["alice"] and "8.0 MiB" in rows["bob"], screen
-        assert "wooly CPU" in screen  # the device row
+        dev = next(line for line in screen.splitlines() if "wooly CPU" in line)  # the device row, with its busy %
+        assert dev.rstrip(" │").endswith("%"), dev
         # the CLI prints the same screen once
         p = subprocess.run([sys.executable, "-m", "woolyhv", "top", "--once", "--server", g.endpoint],
                            capture_output=True, text=True, timeout=60, env=dict(os.environ, COLUMNS="160"))
