@@ -38,7 +38,7 @@ class Snapshotter:
         srv = self.server
         hv = srv.hv
         sessions = list(srv.sessions.values())
-        reserved: dict[int, int] = {}
+        unreserved: dict[int, int] = {}
         rows = []
         for s in sessions:
             rid = s.ext.get("pool.reservation", "")
@@ -55,11 +55,11 @@ class Snapshotter:
         # memory not covered by a claimed reservation (the agent knows the sizes; here: sessions without one)
         for s in sessions:
             if not s.ext.get("pool.reservation"):
-                reserved[s.backend.ordinal] = reserved.get(s.backend.ordinal, 0) + s.memory_used
+                unreserved[s.backend.ordinal] = unreserved.get(s.backend.ordinal, 0) + s.memory_used
         threshold, sample = content_sample(h.hex() for _, h, _ in store)
         devices = [{"ordinal": b.ordinal, "vendor": b.kind, "name": b.info().name, "arch": _arch(b),
                     "total": b.total_memory, "used": hv.physical.get(b.ordinal, 0),
-                    "unreserved": reserved.get(b.ordinal, 0), "jit_targets": _TARGETS.get(b.kind, [])}
+                    "unreserved": unreserved.get(b.ordinal, 0), "jit_targets": _TARGETS.get(b.kind, [])}
                    for b in srv.backends]
         cfg = hv.config.dedup
         return {"version": _version(), "devices": devices, "tenants": tenants, "sessions": rows[:MAX_SESSIONS],
