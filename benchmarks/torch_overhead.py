@@ -50,6 +50,36 @@ def line(metric: str, value: float, baseline: float, target: float, unit: str, *
             "ratio": round(ratio, 3), "target": target, "unit": unit, **extra}
 
 
+def _executor_hop(quick: bool) -> list[dict[str, object]]:
+    """The hop to a tenant's executor process (NOTE [executors]): the same probe against two gpuds started here,
+    one with executors and one running ATen in-process, alternately, best of the repeats."""
+    from woolyhv.launcher import start_gpud
+
+    gpuds = {on: start_gpud(log_level="warning", extra_args=["--executors" if on else "--no-executors"])
+             for on in (True, False)}
+    runs: dict[bool, list[dict[str, float]]] = {True: [], False: []}
+    try:
+        for _ in range(2 if quick else 4):
+            for on, (endpoint, _) in gpuds.items():
+                cmd = [sys.executable, "-m", "woolyhv", "run", str(ROOT / "benchmarks" / "aten_hop.py")]
+                env = {**_env(False), "WOOLY_SERVER": endpoint}
+                p = subprocess.run(cmd + (["--quick"] if quick else []), capture_output=True, text=True, env=env,
+                                   cwd=str(ROOT), timeout=600)
+                if p.returncode != 0:
+                    raise RuntimeError(p.stderr[-3000:])
+                runs[on].append(json.loads([ln for ln in p.stdout.splitlines() if ln.startswith("{")][-1]))
+    finally:
+        for _, proc in gpuds.values():
+            proc.terminate()
+            proc.wait(10)
+    out = []
+    for key, metric in (("sync_us", "executor_hop_sync_op"), ("stream_us_per_op", "executor_hop_streamed_op")):
+        on, off = min(r[key] for r in runs[True]), min(r[key] for r in runs[False])
+        out.append(line(metric, on, off, 1.1, "us", runs_executors=[round(r[key], 2) for r in runs[True]],
+                        runs_in_process=[round(r[key], 2) for r in runs[False]]))
+    return out
+
+
 def main() -> None:
     quick = "--quick" in sys.argv
     steps = "8" if quick else "30"
@@ -87,6 +117,7 @@ def main() -> None:
     # A captured CUDA graph replayed (one op on the wire) against the same step streamed op by op.
     results.append(line("cuda_graph_replay_step_ratio", probe["replayed_step_ms"], probe["streamed_step_ms"], 1.0,
                         "ratio", value_unit="ms/step", graph_ops=probe["graph_ops"]))
+    results.extend(_executor_hop(quick))
     headline = results.pop(2)  # GPT
     for r in results + [headline]:
         print(json.dumps(r))

@@ -18,6 +18,7 @@ import os
 import threading
 from typing import Any
 
+from gpud import chan
 from gpud.errors import CudaError, codes
 from gpud.session import CLOSE_HOOKS, Later, Session, extension
 from gpud.streams import when_all
@@ -43,12 +44,15 @@ def exec_device(session: Session) -> str:
 
 
 class _Holder:
-    """Per-session slot for the executor, created lazily on the worker (it imports torch)."""
+    """Per-session slot for the ATen executor: a channel to the tenant's executor process (NOTE [executors]), or,
+    with executors off, an executor inside gpud created lazily on the worker (it imports torch)."""
 
     def __init__(self, session: Session) -> None:
         self.session = session
         self.device = exec_device(session)
+        self.remote = session.server.executors.enabled
         self.executor: Any = None
+        self.channel: Any = None
         self.lock = threading.Lock()
         self.closed = False
 
@@ -56,15 +60,62 @@ class _Holder:
         if self.executor is None:
             with self.lock:
                 if self.executor is None:
-                    from gpud.aten_exec import Executor
+                    from gpud.aten_exec import Executor, SessionHost
 
-                    self.executor = Executor(self.session, self.device)
+                    self.executor = Executor(SessionHost(self.session), self.device)
         return self.executor
+
+    def _channel(self) -> Any:
+        if self.channel is None:
+            with self.lock:
+                if self.channel is None:
+                    self.channel = self.session.server.executors.channel(self.session, self.device)
+        return self.channel
+
+    def request(self, msg: list[Any], bulk: list[Any] = (), fds: list[int] | None = None) -> tuple[list[Any], list[int]]:  # type: ignore[assignment]
+        """One request to the executor process, ``bulk`` appended as descriptors (gpud/chan.py) where given; its
+        error reply becomes this call's CudaError. ``fds`` (closed here) travel with it."""
+        fds = fds if fds is not None else []
+        try:
+            if bulk is not None:
+                msg = [*msg, chan.pack_bulk(list(bulk), fds)]
+            reply, rfds = self._channel().request(msg, fds)
+        finally:
+            chan._close_all(fds)
+        if reply[0] == "error":
+            chan._close_all(rfds)
+            code = reply[1] if len(reply) > 2 and type(reply[1]) is int else codes.UNKNOWN
+            raise CudaError(code, str(reply[2])[:4000] if len(reply) > 2 else "executor error")
+        return reply, rfds
+
+    def run_batch(self, ops: list[Any], bulk: list[Any], base: int) -> None:
+        if not self.remote:
+            self.get().run_batch(ops, bulk, base)
+            return
+        _, rfds = self.request(["batch", ops], bulk[base:])
+        chan._close_all(rfds)
+
+    def run_call(self, op: list[Any], bulk: list[Any], base: int) -> tuple[Any, list[Any]]:
+        if not self.remote:
+            return self.get().run_call(op, bulk, base)
+        reply, rfds = self.request(["call", op], bulk[base:])
+        try:
+            if reply[0] != "value" or len(reply) != 4:
+                raise CudaError(codes.LAUNCH_FAILED, "the ATen executor answered out of turn")
+            try:
+                out = chan.unpack_bulk(reply[2], rfds, set(), sealed=True)
+            except (ValueError, OSError) as exc:
+                raise CudaError(codes.LAUNCH_FAILED, f"the ATen executor sent a bad reply: {exc}") from None
+        finally:
+            chan._close_all(rfds)
+        return reply[1], out
 
     def close(self) -> None:
         self.closed = True
         if self.executor is not None:
             self.executor.close()
+        if self.channel is not None:
+            self.channel.close()
 
 
 def _holder(session: Session) -> _Holder:
@@ -83,7 +134,7 @@ def on_aten_batch(session: Session, msg: m.AtenBatch, bulk: list[Any]) -> None:
 
     def run() -> None:
         if not holder.closed:
-            holder.get().run_batch(ops, bulk, base)
+            holder.run_batch(ops, bulk, base)
 
     session.engine.enqueue(0, run)
 
@@ -97,7 +148,7 @@ def on_aten_call(session: Session, msg: m.AtenCall, bulk: list[Any]) -> Later:
         if holder.closed:
             return
         try:
-            box["value"] = holder.get().run_call(msg.op, bulk, msg.frame)
+            box["value"] = holder.run_call(msg.op, bulk, msg.frame)
         except CudaError as exc:  # this op's own error: reported by this call, not recorded
             box["error"] = exc
 

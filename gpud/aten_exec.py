@@ -1,13 +1,16 @@
 """Runs ATen ops for one session on gpud's torch (see NOTE [aten executor] in gpud/aten.py).
 
-Only the worker threads of the session's stream call into an ``Executor``, one op at a time in
-stream order, so its tables need no lock.
+An ``Executor`` runs in the tenant's executor process (NOTE [executors] in gpud/executors.py), or in gpud
+itself where executors are off. Either way one thread calls into it at a time, in the session's stream order,
+so its tables need no lock. What it needs from its host (charging memory, reporting errors) is ``Host``.
 """
 
 from __future__ import annotations
 
+import mmap
 import re
 import threading
+import time
 from typing import Any
 
 import numpy as np
@@ -41,21 +44,24 @@ _DTYPE_NAMES = _DEC.dtype_name
 # name -> (OpOverload, has generator arg, default-gen op, position of an ``unsafe`` argument or -1,
 #          argument check or None: gpud/aten_guards.py)
 _OPS: dict[str, tuple[Any, bool, bool, int, Any]] = {}
+_DENIED_NAMES: set[str] = set()  # resolved only for executors that permit unsafe ops
 _SERVER_HANDLES = 1 << 62  # handles gpud picks itself (outputs of synchronous ops)
 _MAX_HANDLE = (1 << 63) - 1
 CUDA_DEFAULT_SEED = 67280421310721  # what a fresh torch.cuda generator starts from
 
 
-def resolve(name: str) -> tuple[Any, bool, bool, int, Any]:
+def resolve(name: str, permit_unsafe: bool = False) -> tuple[Any, bool, bool, int, Any]:
     hit = _OPS.get(name)
-    if hit is not None:
+    if hit is not None and (permit_unsafe or name not in _DENIED_NAMES):
         return hit
     mt = _NAME_RE.match(name) if isinstance(name, str) else None
     if mt is None:
         raise CudaError(codes.NOT_SUPPORTED, f"not an ATen operator name: {str(name)[:200]!r}")
     base, overload = mt.group(1), mt.group(2) or "default"
     if base in _DENIED:
-        raise CudaError(codes.NOT_PERMITTED, f"aten::{base} is not allowed on gpud")
+        if not permit_unsafe:
+            raise CudaError(codes.NOT_PERMITTED, f"aten::{base} is not allowed on gpud")
+        _DENIED_NAMES.add(name)
     try:
         packet = getattr(torch.ops.aten, base)
         op = getattr(packet, overload)
@@ -89,10 +95,41 @@ def _handle(v: Any) -> int:
 _shape = W.check_shape
 
 
+class Host:
+    """What an executor asks of the process it runs for: memory charged to the tenant, and errors reported at
+    the session's next sync. In gpud itself this is the session (``SessionHost``); in an executor process it is
+    the channel to the broker (gpud/zygote.py)."""
+
+    def charge(self, nbytes: int) -> None:  # raises CudaError(OUT_OF_MEMORY)
+        raise NotImplementedError
+
+    def uncharge(self, nbytes: int) -> None:
+        raise NotImplementedError
+
+    def record_error(self, exc: CudaError) -> None:
+        raise NotImplementedError
+
+
+class SessionHost(Host):
+    def __init__(self, session: Any) -> None:
+        self.session = session
+
+    def charge(self, nbytes: int) -> None:
+        self.session.server.reserve_memory(self.session, nbytes)
+
+    def uncharge(self, nbytes: int) -> None:
+        self.session.server.release_memory(self.session, nbytes)
+
+    def record_error(self, exc: CudaError) -> None:
+        self.session.record_error(exc)
+
+
 class Executor:
     resolve = staticmethod(resolve)  # for gpud/aten_graph.py, which this module imports
-    def __init__(self, session: Any, device: str) -> None:
-        self.session = session
+    def __init__(self, host: Host, device: str, permit_unsafe: bool = False) -> None:
+        self.host = host
+        self.permit_unsafe = permit_unsafe  # only in a tenant's own executor process (NOTE [executors])
+        self.op_started = 0.0  # monotonic start of the op running now (0: none)
         self.device = torch.device(device)
         self.tensors: dict[int, torch.Tensor] = {}
         self.owner: dict[int, int] = {}  # handle -> storage key
@@ -140,7 +177,7 @@ class Executor:
                 if self.limit and self.allocated + nbytes > self.limit:
                     raise CudaError(codes.OUT_OF_MEMORY, f"out of memory: {nbytes} bytes more would pass this process's "
                                     f"limit of {self.limit} bytes (set_per_process_memory_fraction)")
-                self.session.server.reserve_memory(self.session, nbytes)  # raises OUT_OF_MEMORY
+                self.host.charge(nbytes)  # raises OUT_OF_MEMORY
                 self.allocated += nbytes
                 self.peak = max(self.peak, self.allocated)
             self.storages[key] = [nbytes if key > 0 else 0, 1]
@@ -162,7 +199,7 @@ class Executor:
             del self.storages[key]
             if entry[0]:
                 self.allocated -= entry[0]
-                self.session.server.release_memory(self.session, entry[0])
+                self.host.uncharge(entry[0])
 
     def close(self) -> None:
         self.graphs.clear()
@@ -185,9 +222,12 @@ class Executor:
         itemsize = torch.empty((), dtype=dtype).element_size()
         if numel * itemsize != nbytes:
             raise CudaError(codes.INVALID_VALUE, f"upload of {nbytes} bytes does not match {dtype} {shape}")
-        flat = torch.empty(nbytes, dtype=torch.uint8)
-        if nbytes:
-            flat.numpy()[:] = np.frombuffer(buf, dtype=np.uint8)
+        if isinstance(buf, mmap.mmap):  # a memfd the broker filled (gpud/chan.py): its pages become the storage
+            flat = torch.frombuffer(buf, dtype=torch.uint8, count=nbytes)
+        else:
+            flat = torch.empty(nbytes, dtype=torch.uint8)
+            if nbytes:
+                flat.numpy()[:] = np.frombuffer(buf, dtype=np.uint8)
         t = flat.view(dtype).reshape(shape) if nbytes else torch.empty(shape, dtype=dtype)
         return t.to(device) if device.type != "cpu" else t
 
@@ -202,7 +242,7 @@ class Executor:
                     outs = op[3] if isinstance(op[3], list) else []
                     self.poisoned.update(h for h in outs if isinstance(h, int) and h)
                     if not isinstance(exc, _Poisoned):
-                        self.session.record_error(exc)
+                        self.host.record_error(exc)
         self.bulk = []
 
     def run_call(self, op: list[Any], bulk: list[Any], base: int) -> tuple[Any, list[Any]]:
@@ -215,6 +255,13 @@ class Executor:
             self.bulk = []
 
     def run(self, op: list[Any], sync: bool) -> Any:
+        self.op_started = time.monotonic()  # for the executor's watchdog (max_kernel_s; gpud/zygote.py)
+        try:
+            return self._run(op, sync)
+        finally:
+            self.op_started = 0.0
+
+    def _run(self, op: list[Any], sync: bool) -> Any:
         name, args, kwargs, outs = op
         if not isinstance(args, list) or not isinstance(kwargs, dict) or not isinstance(outs, list):
             raise CudaError(codes.INVALID_VALUE, "malformed aten op")
@@ -236,13 +283,13 @@ class Executor:
     def execute(self, name: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
         """Run one ATen op (its wire form decoded here); every failure becomes a CudaError naming the op."""
         try:
-            fn, has_gen, default_gen, unsafe, guard = resolve(name)
+            fn, has_gen, default_gen, unsafe, guard = resolve(name, self.permit_unsafe)
             if self.portable and ((alt := self.portable.get(name[5:])) is not None
                                   or (alt := self.portable.get(name.split(".")[1])) is not None):
                 fn = alt
             a = self.decode(args)
             k = self.decode(kwargs)
-            if unsafe >= 0 and (a[unsafe] if unsafe < len(a) else k.get(_UNSAFE_ARG)) is True:
+            if unsafe >= 0 and not self.permit_unsafe and (a[unsafe] if unsafe < len(a) else k.get(_UNSAFE_ARG)) is True:
                 raise CudaError(codes.NOT_PERMITTED, f"{name}: unsafe=True is refused by gpud (it skips the op's "
                                 "bounds checks; NOTE [unsafe ops])")
             if guard is not None:

@@ -126,6 +126,9 @@ class Server:
         from gpud.hypervisor import Hypervisor, load
 
         self.hv = Hypervisor(self, hypervisor if hypervisor is not None else load())
+        from gpud.executors import Executors
+
+        self.executors = Executors(self.hv)  # NOTE [executors]: no process until a tenant's first ATen op
         self.pool_agent: Any = None  # NOTE [node agent] (woolyhv/pool/agent.py), set by join_pool
         self._snapshot: Callable[[], dict[str, Any]] | None = None
 
@@ -458,6 +461,7 @@ class Server:
         for s in list(self.sessions.values()):
             self.close_session(s, "shutdown")
         self.hv.shutdown()
+        self.executors.close()
         self.pool.shutdown(wait=False, cancel_futures=True)
         with self._wake_lock:
             self._wake.close(0)

@@ -64,6 +64,7 @@ def gpud(
     overcommit_ratio: Annotated[float | None, typer.Option(help="tenants' memory may total this times the device")] = None,
     admin_token: Annotated[str | None, typer.Option(envvar="WOOLY_ADMIN_TOKEN", show_default=False, help="token admin calls (wooly ps) must carry; prefer the environment variable to the flag")] = None,
     insecure: Annotated[bool, typer.Option("--insecure", help="tcp listeners speak in clear (no CURVE): tokens and tensors are readable on the network")] = False,
+    executors: Annotated[bool | None, typer.Option("--executors/--no-executors", help="run each tenant's ATen ops in a process of its own (default: the config's [aten] executors, on)")] = None,
     bounds_check: Annotated[bool, typer.Option("--bounds-check/--no-bounds-check", help="CPU backend: check every global access of a kernel against the launching session's memory (CUDA_ERROR_ILLEGAL_ADDRESS instead of touching another tenant's data)")] = True,
     join: Annotated[str | None, typer.Option(envvar="WOOLY_JOIN", help="join the pool whose etcd is here: etcd://HOST:2379")] = None,
     node_name: Annotated[str | None, typer.Option(envvar="WOOLY_NODE_NAME", help="this node's name in the pool (default: the host name)")] = None,
@@ -115,6 +116,11 @@ def gpud(
         raise ConfigError(f"{where}: {' '.join(str(exc).split())}") from None
     if scheduler is not None:
         hv_config.scheduler.enabled = scheduler
+    if executors is not None:
+        if not executors and hv_config.aten.permit_unsafe:
+            raise ConfigError("--no-executors: the config's [aten] permit_unsafe needs executors (without them an "
+                              "unsafe op reads other tenants' memory)")
+        hv_config.aten.executors = executors
     try:
         server = Server(listen, _make_backends(backend, cpu_memory, bounds_check), hypervisor=hv_config,
                         insecure=insecure)

@@ -261,6 +261,9 @@ class Hypervisor:
         with self.lock:
             recent_total = sum(t.recent_ns for t in self.tenants.values())
             tenants = [t.describe(recent_total) for t in self.tenants.values()]
+        pids = self.server.executors.pids()  # NOTE [executors]
+        for t in tenants:
+            t["executor_pid"] = pids.get(t["tenant"])
         out: dict[str, Any] = {
             "tenants": tenants,
             "physical": {str(k): v for k, v in self.physical.items()},

@@ -25,6 +25,10 @@ A config file looks like this (TOML; the same keys work in YAML)::
     sessions_per_tenant = 256
     reply_bytes = "256MiB"        # unsent replies of a session before gpud stops reading it
 
+    [aten]                        # the PyTorch face's ops (NOTE [executors] in gpud/executors.py)
+    executors = true              # one process per tenant; false: inside gpud (one trusted tenant only)
+    permit_unsafe = false         # let executors run unsafe=True and unchecked index/sparse ops
+
     [tenants.default]             # template for tenants not listed
     quota = 1.0                   # bytes ("2GiB", 2147483648) or a fraction of the device
     weight = 1
@@ -46,7 +50,7 @@ from __future__ import annotations
 import os
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from woolyhv.sizes import parse_bytes, split_size
 
@@ -139,6 +143,20 @@ class LimitsConfig(_Cfg):
         return n
 
 
+class AtenConfig(_Cfg):
+    """NOTE [executors] (gpud/executors.py): where the PyTorch face's ATen ops run."""
+
+    executors: bool = True  # in one process per tenant (False: inside gpud, for one trusted tenant)
+    permit_unsafe: bool = False  # run ops gpud refuses (unsafe=True, unchecked index/sparse constructors)
+
+    @model_validator(mode="after")
+    def _unsafe_needs_executors(self) -> AtenConfig:
+        if self.permit_unsafe and not self.executors:
+            raise ValueError("aten.permit_unsafe needs aten.executors: without them an unsafe op reads other "
+                             "tenants' memory")
+        return self
+
+
 class HypervisorConfig(_Cfg):
     overcommit_ratio: float = Field(1.0, ge=1.0, le=100.0)
     host_budget: int = 4 << 30
@@ -151,6 +169,7 @@ class HypervisorConfig(_Cfg):
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
     dedup: DedupConfig = Field(default_factory=DedupConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    aten: AtenConfig = Field(default_factory=AtenConfig)
     tenants: dict[str, TenantPolicy] = Field(default_factory=dict)
 
     @field_validator("host_budget", mode="before")
@@ -187,10 +206,10 @@ def _read_file(path: str) -> dict[str, Any]:
 def _flatten(data: dict[str, Any]) -> dict[str, Any]:
     """File layout ([hypervisor], [scheduler], [dedup], [tenants.*]) -> HypervisorConfig fields."""
     out: dict[str, Any] = dict(data.get("hypervisor", {}))
-    for key in ("scheduler", "dedup", "limits", "tenants"):
+    for key in ("scheduler", "dedup", "limits", "aten", "tenants"):
         if key in data:
             out[key] = data[key]
-    unknown = set(data) - {"hypervisor", "scheduler", "dedup", "limits", "tenants"}
+    unknown = set(data) - {"hypervisor", "scheduler", "dedup", "limits", "aten", "tenants"}
     if unknown:
         raise ValueError(f"unknown config section(s): {', '.join(sorted(unknown))}")
     return out

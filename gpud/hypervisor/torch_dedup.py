@@ -16,6 +16,7 @@ figure stays optimistic for a tensor that is later updated in place (see docs/hy
 from __future__ import annotations
 
 import mmap
+import os
 import weakref
 from typing import TYPE_CHECKING, Any
 
@@ -114,6 +115,9 @@ def _build(hv: Hypervisor, session: Session, holder: Any, msg: m.DedupTensor, pl
     if holder.closed:
         _unpin_plan(hv, session, plan)
         return
+    if holder.remote:
+        _build_remote(hv, session, holder, msg, plan)
+        return
     import torch
 
     from gpud.aten_exec import dtype_of
@@ -128,33 +132,13 @@ def _build(hv: Hypervisor, session: Session, holder: Any, msg: m.DedupTensor, pl
     try:
         for off, length, key, chunk, data in plan:
             if chunk is None:
-                if digest(key[0], data) != key[1]:  # gpud's own hash: a wrong claim is not stored
+                chunk = _publish(hv, key, data, ordinal)
+                if chunk is None:  # gpud's own hash disagrees: copied, not stored
                     vmem_copy(addr + off, data)
                     continue
-                with hv.lock:
-                    chunk = hv.dedup.store.get(key)
-                    if chunk is not None:
-                        chunk.refs += 1
-                if chunk is None:
-                    mem = vmem.Memfd(length)
-                    mem.view()[:] = data
-                    with hv.lock:
-                        chunk = hv.dedup.store.get(key)
-                        if chunk is None:
-                            chunk = hv.dedup.store[key] = Chunk(key, mem, refs=1)
-                            hv.dedup.store_bytes += length
-                            hv.adjust_physical(ordinal, length)
-                            hv.dedup.stats["published"] += 1
-                            mem = None  # type: ignore[assignment]
-                        else:
-                            chunk.refs += 1
-                    if mem is not None:
-                        mem.close()
             else:
                 pending.remove(chunk)
-                with hv.lock:
-                    hv.dedup.stats["chunks_hit"] += 1
-                    hv.dedup.stats["bytes_hit"] += length
+                _hit(hv, length)
             shared.append((chunk, length))
             vmem.map_shared_private(addr + off, chunk.mem.fd, length)
         t = base.view(dtype_of(msg.dtype)).reshape(list(msg.shape))
@@ -164,13 +148,105 @@ def _build(hv: Hypervisor, session: Session, holder: Any, msg: m.DedupTensor, pl
             for chunk in [c for c, _ in shared] + pending:
                 hv.dedup._unref(chunk, ordinal)  # noqa: SLF001
         raise
+    tenant = _credit(hv, session, shared)
+    weakref.finalize(region, _release, hv, tenant, ordinal, shared)
+
+
+def _build_remote(hv: Hypervisor, session: Session, holder: Any, msg: m.DedupTensor, plan: list[Any]) -> None:
+    """The same in the tenant's executor process (NOTE [executors]): the store's memfds travel to it and it maps
+    them copy-on-write; the storage's token comes back with a reply when the storage dies."""
+    from functools import partial
+
+    from gpud import chan
+
+    ordinal = session.backend.ordinal
+    shared: list[tuple[Chunk, int]] = []
+    pending = [p[3] for p in plan if p[3] is not None]
+    fds: list[int] = []
+    items: list[list[int]] = []
+    try:
+        for off, length, key, chunk, data in plan:
+            if chunk is None:
+                chunk = _publish(hv, key, data, ordinal)
+                if chunk is None:  # gpud's own hash disagrees: a one-off memfd, not stored
+                    fds.append(chan.memfd_with(data))
+                    items.append([off, length, len(fds) - 1])
+                    continue
+            else:
+                pending.remove(chunk)
+                _hit(hv, length)
+            shared.append((chunk, length))
+            fds.append(os.dup(chunk.mem.fd))
+            items.append([off, length, len(fds) - 1])
+        ch = holder._channel()  # noqa: SLF001
+    except BaseException:
+        chan._close_all(fds)
+        _unref(hv, ordinal, [c for c, _ in shared] + pending)
+        raise
+    token = ch.next_token
+    ch.next_token += 1
+    # Until the tenant is credited, a dead storage (or executor) only gives its chunk references back.
+    ch.dedup[token] = partial(_unref, hv, ordinal, [c for c, _ in shared])
+    try:
+        _, rfds = holder.request(["dedup", token, msg.handle, msg.dtype, list(msg.shape), msg.size, items], None, fds)
+    except BaseException:
+        undo = ch.dedup.pop(token, None)
+        if undo is not None:
+            undo()
+        raise
+    chan._close_all(rfds)
+    if token in ch.dedup:  # still alive (a storage freed at once came back dropped with the reply)
+        tenant = _credit(hv, session, shared)
+        ch.dedup[token] = partial(_release, hv, tenant, ordinal, shared)
+
+
+def _unref(hv: Hypervisor, ordinal: int, chunks: list[Chunk]) -> None:
+    with hv.lock:
+        for chunk in chunks:
+            hv.dedup._unref(chunk, ordinal)  # noqa: SLF001
+
+
+def _publish(hv: Hypervisor, key: tuple[str, bytes, int], data: Any, ordinal: int) -> Chunk | None:
+    """The store's chunk for ``data`` (one reference taken), made if new; None if gpud's hash disagrees."""
+    if digest(key[0], data) != key[1]:  # gpud's own hash: a wrong claim is not stored
+        return None
+    length = key[2]
+    with hv.lock:
+        chunk = hv.dedup.store.get(key)
+        if chunk is not None:
+            chunk.refs += 1
+            return chunk
+    mem = vmem.Memfd(length)
+    mem.view()[:] = data
+    with hv.lock:
+        chunk = hv.dedup.store.get(key)
+        if chunk is None:
+            chunk = hv.dedup.store[key] = Chunk(key, mem, refs=1)
+            hv.dedup.store_bytes += length
+            hv.adjust_physical(ordinal, length)
+            hv.dedup.stats["published"] += 1
+            return chunk
+        chunk.refs += 1
+    mem.close()
+    return chunk
+
+
+def _hit(hv: Hypervisor, length: int) -> None:
+    with hv.lock:
+        hv.dedup.stats["chunks_hit"] += 1
+        hv.dedup.stats["bytes_hit"] += length
+
+
+def _credit(hv: Hypervisor, session: Session, shared: list[tuple[Chunk, int]]) -> Any:
+    """The storage is charged to the tenant in full; the bytes it maps from the store are credited back to the
+    device's physical use (and to the tenant's shared figure) until it dies."""
     tenant = session.ext.get("hv.tenant")
     nbytes = sum(n for _, n in shared)
     with hv.lock:
         if tenant is not None:
             tenant.shared += nbytes
-        hv.adjust_physical(ordinal, -nbytes)
-    weakref.finalize(region, _release, hv, tenant, ordinal, shared)
+        hv.adjust_physical(session.backend.ordinal, -nbytes)
+    return tenant
 
 
 def _release(hv: Hypervisor, tenant: Any, ordinal: int, shared: list[tuple[Chunk, int]]) -> None:

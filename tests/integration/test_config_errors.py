@@ -119,3 +119,13 @@ def test_a_gpud_never_reached_did_not_answer(tmp_path) -> None:
                                     "WOOLY_INSECURE": "1"})
     assert p.returncode != 0
     assert "did not answer" in p.stderr and "stopped answering" not in p.stderr, p.stderr[-2000:]
+
+
+def test_unsafe_ops_without_executors_is_one_line(tmp_path) -> None:
+    cfg = tmp_path / "g.toml"
+    cfg.write_text("[aten]\npermit_unsafe = true\n")
+    _one_line(_run(["gpud", "--listen", f"ipc://{tmp_path}/g.sock", "--config", str(cfg), "--no-executors"],
+                   timeout=30), "--no-executors", "permit_unsafe")
+    cfg.write_text("[aten]\nexecutors = false\npermit_unsafe = true\n")
+    _one_line(_run(["gpud", "--listen", f"ipc://{tmp_path}/g.sock", "--config", str(cfg)], timeout=30),
+              "--config", "permit_unsafe")

@@ -53,3 +53,14 @@ def test_bad_files_are_refused(tmp_path):
     with pytest.raises(ValueError):
         load(str(bad))
     assert isinstance(load(None), HypervisorConfig)
+
+
+def test_aten_executors_section(tmp_path):
+    cfg = load(None)
+    assert cfg.aten.executors and not cfg.aten.permit_unsafe  # on by default: NOTE [executors]
+    p = tmp_path / "g.toml"
+    p.write_text("[aten]\npermit_unsafe = true\n")
+    assert load(str(p)).aten.permit_unsafe
+    p.write_text("[aten]\nexecutors = false\npermit_unsafe = true\n")
+    with pytest.raises(ValueError, match="permit_unsafe needs aten.executors"):
+        load(str(p))
