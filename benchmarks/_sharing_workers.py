@@ -164,6 +164,64 @@ def soak(endpoint: str, tenant: str, seconds: float, seed: int, out: Any, pause_
         d.conn.close()
 
 
+def torch_soak(endpoint: str, tenant: str, seconds: float, seed: int, out: Any) -> None:
+    """The PyTorch face's share of the soak: random tensor work on "cuda" (in the tenant's executor process, NOTE
+    [executors]), every result checked bit for bit against the same work done on the local CPU."""
+    import os
+
+    os.environ.update(WOOLY_SERVER=endpoint, WOOLY_TENANT=tenant, WOOLY_TIMEOUT_S="30")
+    from shim.torch import apply
+
+    apply()
+    import torch
+
+    rng = random.Random(seed)
+    gen = torch.Generator().manual_seed(seed)
+    live: list[tuple[Any, Any]] = []  # (cuda tensor, its expected value on the CPU)
+    errors: list[str] = []
+    ops = 0
+
+    def check(dev: Any, host: Any, what: str) -> None:
+        got = dev.cpu()
+        if not torch.equal(got, host):
+            errors.append(f"{tenant}: {what}: {int((got != host).sum())} of {host.numel()} values differ")
+
+    deadline = time.monotonic() + seconds
+    try:
+        while time.monotonic() < deadline and len(errors) <= 20:
+            r = rng.random()
+            try:
+                if r < 0.25 or len(live) < 2:
+                    host = torch.randn(rng.randrange(1, 1 << 16), generator=gen)
+                    live.append((host.to("cuda"), host))
+                elif r < 0.5:
+                    (a, ha), (b, hb) = rng.sample(live, 2)
+                    n = min(a.numel(), b.numel())
+                    live.append((a[:n] * b[:n] + 1.5, ha[:n] * hb[:n] + 1.5))
+                elif r < 0.65:
+                    a, ha = live[rng.randrange(len(live))]
+                    idx = torch.randint(0, ha.numel(), (64,), generator=gen)
+                    live.append((a[idx.to("cuda")].cumsum(0), ha[idx].cumsum(0)))
+                elif r < 0.75:
+                    a, ha = live[rng.randrange(len(live))]
+                    a.mul_(0.5)
+                    ha.mul_(0.5)
+                elif r < 0.9:
+                    a, ha = live[rng.randrange(len(live))]
+                    check(a, ha, "read back")
+                else:
+                    live.pop(rng.randrange(len(live)))
+                if len(live) > 32:
+                    live.pop(0)
+                ops += 1
+            except Exception as exc:  # noqa: BLE001 - every error counts, none stops the soak
+                errors.append(f"{tenant}: {type(exc).__name__}: {str(exc)[:300]}")
+        for a, ha in live:
+            check(a, ha, "final read back")
+    finally:
+        out.put({"tenant": tenant, "ops": ops, "errors": errors})
+
+
 # A kernel whose cost is all compute: each thread runs an LCG for ``iters`` rounds (NOTE [spatial sharing] lines).
 BURN = b""".version 7.0
 .target sm_80

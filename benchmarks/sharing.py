@@ -8,7 +8,8 @@
     a lone tenant's throughput with the scheduler vs without any policy (target >= 0.95).
 (c) wake: restore a slept tenant of >= 512 MiB vs a plain memcpy of the same bytes (target >= 0.8x
     the bandwidth).
-(d) soak: many clients doing random verified work: zero errors, memory back to baseline.
+(d) soak: many clients doing random verified work (driver calls, and two PyTorch programs): zero errors, memory
+    back to baseline.
 Each prints JSON lines (benchmarks.common.emit); the last line is the headline (dedup ratio).
 """
 
@@ -248,7 +249,9 @@ def bench_soak(quick: bool) -> dict[str, Any]:
         obs = W.connect(endpoint, "observer")
         base = _hv(obs)["physical"]["0"]
         out = ctx.Queue()
-        procs = [ctx.Process(target=W.soak, args=(endpoint, f"soak{i % 4}", seconds, i, out)) for i in range(clients - 1)]
+        # two of the clients are PyTorch programs (their ops run in their tenants' executor processes)
+        procs = [ctx.Process(target=W.soak, args=(endpoint, f"soak{i % 4}", seconds, i, out)) for i in range(clients - 3)]
+        procs += [ctx.Process(target=W.torch_soak, args=(endpoint, f"soak{i}", seconds, 500 + i, out)) for i in (0, 1)]
         # ... and one that pauses now and then, so its tenant is put to sleep and woken mid-run
         procs.append(ctx.Process(target=W.soak, args=(endpoint, "sleepy", seconds, 999, out), kwargs={"pause_every": 60}))
         for p in procs:

@@ -88,6 +88,17 @@ class Server:
         self.sock.setsockopt(zmq.SNDHWM, SEND_HWM)
         self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self.bound: list[str] = []
+        from gpud.zap import DOMAIN, ZapHandler
+
+        self.zap: ZapHandler | None = None
+        if hypervisor is not None and ZapHandler.wants(hypervisor):  # NOTE [client keys]
+            self.zap = ZapHandler.from_config(self.ctx, hypervisor)
+            self.sock.setsockopt(zmq.ZAP_DOMAIN, DOMAIN.encode())
+        if any(ep.startswith("ipc://") for ep in endpoints):
+            # ipc: the socket file's directory is 0700, and the kernel's word on the peer's uid (SO_PEERCRED) is
+            # checked too: gpud's own user, and the ones the config names. Set before bind: listeners copy it.
+            for uid in {os.getuid(), *(hypervisor.ipc_uids if hypervisor is not None else [])}:
+                self.sock.setsockopt(zmq.IPC_FILTER_UID, uid)
         for ep in endpoints:  # NOTE [curve] in proto/curve.py: tcp listeners encrypt unless --insecure
             secure = curve.is_tcp(ep) and not insecure
             if secure:
@@ -120,7 +131,7 @@ class Server:
         self.started = time.time()
         # Small messages are cheaper to receive as bytes; big bulk frames arrive over shared memory
         # from same-host clients, so the remaining copy=True cost is confined to remote uploads.
-        self._copy_small = True
+        self._copy_small = self.zap is None  # with client keys, a hello's frames carry its connection's User-Id
         self.stats = {"requests": 0, "errors": 0, "sessions_opened": 0, "sessions_expired": 0}
         # Tenants, quotas, dedup, scheduling, sleep (gpud/hypervisor); ``hypervisor`` is its config.
         from gpud.hypervisor import Hypervisor, load
@@ -273,7 +284,9 @@ class Server:
                 session.charge("bytes_in", sum(len(b) for b in bulk))
         try:
             if kind == "hello":
-                self._hello(identity, msg)
+                from gpud.zap import user_id
+
+                self._hello(identity, msg, user_id(frames[1]) if self.zap is not None else None)
                 return
             if kind == "ping":
                 self._send(identity, encode(m.Pong(rid=rid)))
@@ -318,7 +331,7 @@ class Server:
             return
         when_all(later.markers, lambda: self.call_on_loop(finish))
 
-    def _hello(self, identity: bytes, msg: m.Hello) -> None:
+    def _hello(self, identity: bytes, msg: m.Hello, key_tenant: str | None = None) -> None:
         if msg.protocol != C.PROTOCOL_VERSION:
             raise CudaError(
                 codes.NOT_SUPPORTED,
@@ -329,7 +342,7 @@ class Server:
             self.close_session(old, "rehello")
         sid = uuid.uuid4().hex[:12]
         claims_local = bool(msg.host_id) and msg.host_id == self.host_id
-        self.hv.admit(msg.tenant, msg.token)
+        self.hv.admit(msg.tenant, msg.token, key_tenant)
         # NOTE [proven locality] (gpud/shm.py): a claim is not proof; the session is local once it proves it
         info = SessionInfo(tenant=msg.tenant, pid=msg.pid, host_id=msg.host_id, program=msg.program, local=False)
         session = Session(self, sid, identity, info, self.backends[0])
@@ -462,6 +475,8 @@ class Server:
             self.close_session(s, "shutdown")
         self.hv.shutdown()
         self.executors.close()
+        if self.zap is not None:
+            self.zap.close()
         self.pool.shutdown(wait=False, cancel_futures=True)
         with self._wake_lock:
             self._wake.close(0)

@@ -3,9 +3,10 @@
 NOTE [curve]: gpud's tcp listeners are CURVE servers unless started ``--insecure``: the daemon loads its key
 pair from the key directory, creating it on first start (the secret file mode 0600, the directory 0700).
 A client needs the server's public key: ``WOOLY_SERVER_KEY`` (the Z85 text, or a path to a key file), else
-the key directory's own ``server.key`` when the client runs as the same user on gpud's host. Each client
-connection uses a fresh key pair of its own (the server accepts any client key: tenants still prove who
-they are with their token, which now travels encrypted). ipc endpoints are local files guarded by their
+the key directory's own ``server.key`` when the client runs as the same user on gpud's host. A client
+connection uses the key pair ``WOOLY_CLIENT_KEY`` names, else a fresh one. A tenant whose config lists client
+public keys (``keys = [...]``) takes connections made with one of them and no others, and no token is needed;
+other tenants prove who they are with their token, which travels encrypted (NOTE [client keys] in gpud/zap.py). ipc endpoints are local files guarded by their
 mode (0700 directory) and need no keys; ``WOOLY_INSECURE=1`` lets a client speak in clear to a gpud
 started ``--insecure``. ``wooly keys`` prints the public key (and creates the pair if there is none).
 """
@@ -63,6 +64,41 @@ def server_keys(create: bool = True) -> tuple[bytes, bytes]:
     return keys["public"], keys["secret"]
 
 
+def client_keys() -> tuple[bytes, bytes]:
+    """This client's (public, secret) pair: the key file ``WOOLY_CLIENT_KEY`` names (``wooly keys --client NAME``
+    makes one; a tenant whose config lists its public key takes this client's sessions without a token), else
+    a fresh pair for this connection."""
+    import zmq
+
+    path = os.environ.get("WOOLY_CLIENT_KEY", "").strip()
+    if not path:
+        return zmq.curve_keypair()
+    try:
+        keys = _read(path)
+    except OSError as exc:
+        raise ValueError(f"WOOLY_CLIENT_KEY: cannot read {path!r} ({exc.strerror})") from None
+    if "public" not in keys or "secret" not in keys:
+        raise ValueError(f"WOOLY_CLIENT_KEY: {path!r} is not a wooly key file with 'public' and 'secret' lines "
+                         "(`wooly keys --client NAME` makes one)")
+    return keys["public"], keys["secret"]
+
+
+def make_client_keys(name: str) -> tuple[str, bytes]:
+    """A new client key pair in the key directory's ``clients/NAME.key`` (0600): (its path, its public key)."""
+    import zmq
+
+    if not name or not all(c.isalnum() or c in "-_." for c in name) or name.startswith("."):
+        raise ValueError(f"client key name {name!r}: use letters, digits, '-', '_' and '.'")
+    folder = os.path.join(key_dir(), "clients")
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    path = os.path.join(folder, f"{name}.key")
+    public, secret = zmq.curve_keypair()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # never overwrites a key in use
+    with os.fdopen(fd, "wb") as f:
+        f.write(b"public " + public + b"\nsecret " + secret + b"\n")
+    return path, public
+
+
 def server_public_key() -> bytes | None:
     """The public key a client should expect: WOOLY_SERVER_KEY (Z85 text or a key file), else this user's own."""
     given = os.environ.get("WOOLY_SERVER_KEY", "").strip()
@@ -106,7 +142,7 @@ def secure_client(sock: Any, endpoint: str, server_key: str = "") -> None:
     if server is None:
         raise ValueError(f"gpud at {endpoint} speaks CURVE: set WOOLY_SERVER_KEY to its public key (`wooly keys` on "
                          "gpud's host prints it), or WOOLY_INSECURE=1 for a gpud started --insecure")
-    public, secret = zmq.curve_keypair()
+    public, secret = client_keys()
     sock.setsockopt(zmq.CURVE_SERVERKEY, server)
     sock.setsockopt(zmq.CURVE_PUBLICKEY, public)
     sock.setsockopt(zmq.CURVE_SECRETKEY, secret)

@@ -166,11 +166,27 @@ def devices(
 
 
 @app.command()
-def keys() -> None:
+def keys(
+    client: Annotated[str, typer.Option("--client", help="make a client key pair NAME instead (for WOOLY_CLIENT_KEY); prints its file and public key")] = "",
+) -> None:
     """Print gpud's public CURVE key, creating the key pair on first use (proto/curve.py): clients on other
-    hosts need it as WOOLY_SERVER_KEY."""
+    hosts need it as WOOLY_SERVER_KEY. With --client NAME: a client key pair to bind to a tenant (its config's
+    ``keys``)."""
     from proto import curve
 
+    if client:
+        from woolyhv.config import ConfigError
+
+        try:
+            path, public = curve.make_client_keys(client)
+        except FileExistsError:
+            raise ConfigError(f"--client {client}: a client key of that name exists already") from None
+        except ValueError as exc:
+            raise ConfigError(f"--client: {exc}") from None
+        typer.echo(f"{path}\n{public.decode()}")
+        typer.echo(f"# export WOOLY_CLIENT_KEY={path}; in gpud's config: [tenants.NAME] keys = [\"{public.decode()}\"]",
+                   err=True)
+        return
     public, _ = curve.server_keys()
     typer.echo(public.decode())
 

@@ -74,9 +74,10 @@ class Hypervisor:
             raise CudaError(codes.NOT_PERMITTED, "admin calls are off: this gpud requires tenant tokens and has no "
                             "admin_token configured")
 
-    def admit(self, tenant: str, token: str) -> None:
-        """Check a hello's tenant and token, and room for one more session (NOTE [bounded daemon state]); raises
-        CUDA_ERROR_NOT_PERMITTED to refuse it."""
+    def admit(self, tenant: str, token: str, key_tenant: str | None = None) -> None:
+        """Check a hello's tenant and token (or client key: ``key_tenant`` is the tenant the connection's key is bound
+        to, '' for none, None where gpud binds no keys; NOTE [client keys]), and room for one more session (NOTE
+        [bounded daemon state]); raises CUDA_ERROR_NOT_PERMITTED to refuse it."""
         lim = self.config.limits
         if len(self.server.sessions) >= lim.sessions:
             raise CudaError(codes.NOT_PERMITTED, f"gpud holds {lim.sessions} sessions, its limit (limits.sessions)")
@@ -91,6 +92,13 @@ class Hypervisor:
             if self.config.require_token:
                 raise CudaError(codes.NOT_PERMITTED, f"tenant {tenant!r} is not known to this gpud")
             policy = self.config.policy(tenant)
+        if key_tenant and key_tenant != tenant:
+            raise CudaError(codes.NOT_PERMITTED, f"this client's key is bound to tenant {key_tenant!r}, not {tenant!r}")
+        if key_tenant and key_tenant == tenant:
+            return  # the handshake proved the key, and the key names the tenant
+        if policy.keys and not policy.token:
+            raise CudaError(codes.NOT_PERMITTED, f"tenant {tenant!r} takes sessions from its client keys only: connect "
+                            "over tcp with WOOLY_CLIENT_KEY set to one of them")
         if (policy.token or self.config.require_token) and not hmac.compare_digest(
             policy.token.encode(), token.encode()
         ):

@@ -9,6 +9,7 @@ A config file looks like this (TOML; the same keys work in YAML)::
     metrics_port = 9400           # Prometheus endpoint (0 = off)
     require_token = false         # refuse tenants that are not listed (or whose token is wrong)
     admin_token = "..."           # admin calls (wooly ps) must carry it; with require_token and none set: refused
+    ipc_uids = [1001]             # users besides gpud's own whose processes may connect over ipc (peer uid)
 
     [scheduler]
     enabled = true
@@ -41,6 +42,7 @@ A config file looks like this (TOML; the same keys work in YAML)::
     idle_timeout_s = 300          # put to sleep after this much idleness (0 = never)
     max_kernel_s = 30             # a kernel running longer fails with CUDA_ERROR_LAUNCH_TIMEOUT (0 = no limit)
     token = "s3cret"
+    keys = ["<z85 public key>"]   # client keys bound to alice (`wooly keys --client NAME`): no token needed with one
 
 CLI flags (``wooly gpud --tenant alice:quota=6GiB,weight=3 --metrics-port 9400``) override the file.
 """
@@ -48,7 +50,7 @@ CLI flags (``wooly gpud --tenant alice:quota=6GiB,weight=3 --metrics-port 9400``
 from __future__ import annotations
 
 import os
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -83,7 +85,16 @@ class TenantPolicy(_Cfg):
     idle_timeout_s: float = Field(0.0, ge=0)  # 0 = never sleeps for idleness
     max_kernel_s: float = Field(0.0, ge=0)  # a kernel running longer is stopped (LAUNCH_TIMEOUT); 0 = no limit
     token: str = ""
+    keys: list[str] = Field(default_factory=list)  # client public keys (Z85) bound to this tenant (gpud/zap.py)
     sleepable: bool = True  # may be put to sleep at all
+
+    @field_validator("keys")
+    @classmethod
+    def _keys(cls, v: list[str]) -> list[str]:
+        for k in v:
+            if len(k) != 40:
+                raise ValueError(f"keys: {k[:50]!r} is not a 40-character Z85 public key (`wooly keys --client NAME`)")
+        return v
 
     @field_validator("quota", mode="before")
     @classmethod
@@ -165,6 +176,8 @@ class HypervisorConfig(_Cfg):
     metrics_addr: str = "127.0.0.1"
     require_token: bool = False
     admin_token: str = ""
+    ipc_uids: list[Annotated[int, Field(ge=0)]] = Field(default_factory=list)  # besides gpud's own, may use ipc
+    require_keys: bool = False  # tcp clients must use a key some tenant lists (NOTE [client keys])
     idle_check_s: float = Field(1.0, gt=0)
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
     dedup: DedupConfig = Field(default_factory=DedupConfig)

@@ -139,8 +139,38 @@ def _patch_surface() -> None:
     torch.to_dlpack = to_dlpack  # type: ignore[attr-defined]
 
 
+def _patch_module_moves() -> None:
+    """A model's weights reach gpud as many tensors, each below the progress bar's threshold: ``Module.to`` and
+    ``Module.cuda`` show one bar for all the host bytes they move (shim/progress.py; uploads advance it)."""
+    import itertools
+
+    from shim import progress
+
+    def wrap(orig: Any, is_to: bool) -> Any:
+        @functools.wraps(orig)
+        def moved(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+            if not progress.enabled():
+                return orig(self, *args, **kwargs)
+            if is_to:
+                try:
+                    device = torch._C._nn._parse_to(*args, **kwargs)[0]
+                except Exception:  # noqa: BLE001 - the real call reports bad arguments
+                    device = None
+                if device is None or device.type != "cuda":
+                    return orig(self, *args, **kwargs)
+            total = sum(t.nbytes for t in itertools.chain(self.parameters(), self.buffers()) if t.device.type == "cpu")
+            with progress.transfer(total, f"moving {type(self).__name__} to cuda"):
+                return orig(self, *args, **kwargs)
+
+        return moved
+
+    torch.nn.Module.to = wrap(torch.nn.Module.to, True)  # type: ignore[method-assign]
+    torch.nn.Module.cuda = wrap(torch.nn.Module.cuda, False)  # type: ignore[method-assign]
+
+
 def patch() -> None:
     _patch_surface()
+    _patch_module_moves()
     _patch_foreach()
     _patch_compile()
     _patch_generator()

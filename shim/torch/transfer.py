@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from proto import aten as W
+from shim import progress
 from shim.torch import stream as S
 from shim.torch.tensor import RemoteTensor, wrap
 
@@ -37,7 +38,13 @@ def upload_handle(t: torch.Tensor) -> int:
     h = S.new_handle()
     raw = flat.view(torch.uint8) if c.numel() else torch.empty(0, dtype=torch.uint8)
     buf = raw.numpy()  # a view: the queue keeps it (and so ``c``) alive until it is sent
-    S.stream().upload(h, memoryview(buf), _dtype_name(c.dtype), list(c.shape))
+    n = buf.nbytes
+    if n < progress.THRESHOLD:  # the hot path; a module move's bar (misc.py) is advanced here too
+        S.stream().upload(h, memoryview(buf), _dtype_name(c.dtype), list(c.shape))
+    else:
+        with progress.transfer(n, f"uploading a {n >> 20} MiB tensor"):
+            S.stream().upload(h, memoryview(buf), _dtype_name(c.dtype), list(c.shape))
+    progress.advance(n)
     return h
 
 

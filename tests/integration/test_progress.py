@@ -77,3 +77,31 @@ def test_spinner_appears_only_after_a_second(monkeypatch, capfd) -> None:
     with progress.waiting("quick work", after_s=5.0):
         time.sleep(0.05)
     assert "quick work" not in capfd.readouterr().err
+
+
+MODEL = textwrap.dedent("""
+    import torch
+    model = torch.nn.Sequential(*[torch.nn.Linear(4096, 4096) for _ in range(5)])  # 320 MiB in 10 tensors
+    model.to("cuda")
+    torch.cuda.synchronize()
+    print("done", flush=True)
+""")
+
+
+def test_moving_a_model_shows_one_bar_for_all_its_weights(tmp_path) -> None:
+    pytest = __import__("pytest")
+    pytest.importorskip("torch")
+    script = tmp_path / "move.py"
+    script.write_text(MODEL)
+    g = start("ipc")
+    try:
+        env = {k: v for k, v in os.environ.items() if k != "WOOLY_PROGRESS"}
+        env.update(WOOLY_SERVER=g.endpoint, PYTHONPATH=str(ROOT))
+        args = [sys.executable, "-m", "woolyhv", "run", str(script)]
+        rc, screen = _run_on_pty(args, env)
+        assert rc == 0, screen[-2000:]
+        assert "wooly: moving Sequential to cuda" in screen and "MiB" in screen, screen[-2000:]
+        piped = subprocess.run(args, capture_output=True, text=True, env=env, timeout=120, cwd=ROOT)
+        assert piped.returncode == 0 and "done" in piped.stdout and "moving" not in piped.stderr, piped.stderr[-2000:]
+    finally:
+        g.stop()

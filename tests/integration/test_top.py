@@ -72,3 +72,34 @@ def test_finds_the_embedded_gpud_of_a_running_program(tmp_path) -> None:
                        env=env)
     if p.returncode == 2:  # (another test's `wooly run` may be alive meanwhile)
         assert "WOOLY_SERVER" in p.stderr and p.stderr.count("\n") == 1
+
+
+def test_live_mode_redraws_on_a_terminal_and_ends_on_ctrl_c() -> None:
+    import pty
+    import select
+    import signal
+
+    g = start("tcp")
+    try:
+        a = connect(g.endpoint, tenant="alice")
+        a.mem_alloc(16 << 20)
+        master, slave = pty.openpty()
+        p = subprocess.Popen([sys.executable, "-m", "woolyhv", "top", "--server", g.endpoint, "--interval", "0.2"],
+                             stdin=slave, stdout=slave, stderr=slave, env=dict(os.environ, COLUMNS="160", LINES="40"),
+                             start_new_session=True)
+        os.close(slave)
+        out, frames, deadline = b"", 0, time.monotonic() + 60
+        while time.monotonic() < deadline and frames < 3:
+            a.mem_get_info()  # keeps the tenant's rates moving between frames
+            if select.select([master], [], [], 0.1)[0]:
+                out += os.read(master, 65536)
+                frames = out.count(b"alice")
+        os.killpg(p.pid, signal.SIGINT)  # ^C
+        assert p.wait(30) == 0
+        os.close(master)
+        screen = out.decode(errors="replace")
+        assert frames >= 3, screen[-3000:]  # the screen was drawn, then redrawn in place
+        assert "\x1b[" in screen and "16.0 MiB" in screen and "Traceback" not in screen, screen[-3000:]
+        a.conn.close()
+    finally:
+        g.stop()

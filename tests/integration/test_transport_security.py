@@ -127,3 +127,88 @@ def test_clients_without_the_right_server_key_are_refused(monkeypatch, tmp_path)
         connect(g.endpoint, connect_timeout_s=5).conn.close()
     finally:
         g.stop()
+
+
+def _answers_as(endpoint: str, uid: int | None) -> bool:
+    """Whether gpud answers a (malformed) message from a process running as ``uid`` (None: as we are)."""
+    import os
+
+    import zmq
+
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child speaks raw ZeroMQ: no files of ours to read after dropping privileges
+        ok = b"0"
+        try:
+            if uid is not None:
+                os.setgid(uid)
+                os.setuid(uid)
+            ctx = zmq.Context()
+            s = ctx.socket(zmq.DEALER)
+            s.setsockopt(zmq.LINGER, 0)
+            s.connect(endpoint)
+            s.send_multipart([b"\x01", b"not a message"])
+            ok = b"1" if s.poll(3000) else b"0"
+        finally:
+            os.write(w, ok)
+            os._exit(0)
+    os.close(w)
+    got = os.read(r, 1)
+    os.close(r)
+    os.waitpid(pid, 0)
+    return got == b"1"
+
+
+@pytest.mark.skipif(__import__("os").getuid() != 0, reason="needs root to act as another user")
+def test_ipc_peers_of_other_users_are_not_heard(tmp_path) -> None:
+    import os
+
+    g = start("ipc")
+    try:
+        path = g.endpoint[len("ipc://"):]
+        os.chmod(path, 0o777)  # the file's mode would stop them first: this checks the peer-uid filter alone
+        assert _answers_as(g.endpoint, None)  # gpud's own user is answered (so a silence below means something)
+        assert not _answers_as(g.endpoint, 65534)
+    finally:
+        g.stop()
+    cfg = tmp_path / "g.toml"
+    cfg.write_text("[hypervisor]\nipc_uids = [65534]\n")
+    g = start("ipc", extra_args=["--config", str(cfg)])
+    try:
+        os.chmod(g.endpoint[len("ipc://"):], 0o777)
+        assert _answers_as(g.endpoint, 65534)  # a user the operator named
+    finally:
+        g.stop()
+
+
+def test_client_keys_bound_to_tenants(monkeypatch, tmp_path) -> None:
+    """NOTE [client keys]: alice's sessions come only from alice's client keys (no token); a key bound to alice cannot
+    open bob's; bob keeps his token rule."""
+    server_pub = curve.server_keys()[0].decode()  # gpud's own pair (the default key directory)
+    monkeypatch.setenv("WOOLY_SERVER_KEY", server_pub)
+    monkeypatch.setenv("WOOLY_KEY_DIR", str(tmp_path / "keys"))
+    alice_path, alice_pub = curve.make_client_keys("alice-laptop")
+    other_path, _ = curve.make_client_keys("stranger")
+    monkeypatch.delenv("WOOLY_KEY_DIR")
+    cfg = tmp_path / "g.toml"
+    cfg.write_text(f'[tenants.alice]\nkeys = ["{alice_pub.decode()}"]\n\n[tenants.bob]\ntoken = "b0b"\n')
+    g = start("tcp", extra_args=["--config", str(cfg)])
+    try:
+        monkeypatch.setenv("WOOLY_CLIENT_KEY", alice_path)
+        d = connect(g.endpoint, tenant="alice", connect_timeout_s=5)  # no token: the key is the credential
+        assert d.mem_get_info()[1] > 0
+        d.conn.close()
+        with pytest.raises(CudaError) as e:  # alice's key cannot open bob's sessions, even with bob's token
+            connect(g.endpoint, tenant="bob", token="b0b", connect_timeout_s=5)
+        assert e.value.name == "CUDA_ERROR_NOT_PERMITTED" and "bound to tenant 'alice'" in e.value.message
+        for path in (other_path, None):  # a stranger's key, or a fresh one: not alice
+            if path is None:
+                monkeypatch.delenv("WOOLY_CLIENT_KEY")
+            else:
+                monkeypatch.setenv("WOOLY_CLIENT_KEY", path)
+            with pytest.raises(CudaError) as e:
+                connect(g.endpoint, tenant="alice", connect_timeout_s=5)
+            assert "client keys only" in e.value.message
+        connect(g.endpoint, tenant="bob", token="b0b", connect_timeout_s=5).conn.close()  # tokens still work
+    finally:
+        g.stop()

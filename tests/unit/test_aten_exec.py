@@ -7,28 +7,25 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from gpud.aten_exec import Executor  # noqa: E402
+from gpud.aten_exec import Executor, Host  # noqa: E402
 from gpud.errors import CudaError  # noqa: E402
 from proto import aten as W  # noqa: E402
 
 
-class _Server:
-    def __init__(self, limit: int) -> None:
-        self.limit, self.used = limit, 0
+class _Host(Host):
+    """What the executor asks of its process (aten_exec.Host): a quota of ``limit`` bytes and an error list."""
 
-    def reserve_memory(self, session: object, n: int) -> None:
+    def __init__(self, limit: int = 1 << 30) -> None:
+        self.limit, self.used = limit, 0
+        self.errors: list[CudaError] = []
+
+    def charge(self, n: int) -> None:
         if self.used + n > self.limit:
             raise CudaError(2, "quota")
         self.used += n
 
-    def release_memory(self, session: object, n: int) -> None:
+    def uncharge(self, n: int) -> None:
         self.used -= n
-
-
-class _Session:
-    def __init__(self, limit: int = 1 << 30) -> None:
-        self.server = _Server(limit)
-        self.errors: list[CudaError] = []
 
     def record_error(self, e: CudaError) -> None:
         self.errors.append(e)
@@ -38,8 +35,8 @@ def ref(h: int) -> msgpack.ExtType:
     return msgpack.ExtType(W.EXT_TENSOR, h.to_bytes(8, "little"))
 
 
-def make(limit: int = 1 << 30) -> tuple[Executor, _Session]:
-    s = _Session(limit)
+def make(limit: int = 1 << 30) -> tuple[Executor, _Host]:
+    s = _Host(limit)
     return Executor(s, "cpu"), s
 
 
@@ -50,9 +47,9 @@ def test_runs_ops_and_accounts_storage() -> None:
                   ["aten.view.default", [ref(1), [16]], {}, [2]],
                   ["aten.add.Tensor", [ref(1), ref(1)], {}, [3]]], [], 0)
     assert not s.errors
-    assert s.server.used == 2 * 64  # the view shares its base's storage
+    assert s.used == 2 * 64  # the view shares its base's storage
     ex.run_batch([[W.OP_FREE, [1, 2, 3], {}, []]], [], 0)
-    assert s.server.used == 0
+    assert s.used == 0
 
 
 @pytest.mark.parametrize("op", [

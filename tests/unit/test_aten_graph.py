@@ -45,15 +45,15 @@ def test_freed_static_output_stays_for_its_graph_until_the_graph_is_dropped() ->
     ex, s = setup_static_input()
     define(ex, 1, [["aten.mul.Tensor", [ref(1), 2.0], {}, [2]]])
     define(ex, 2, [["aten.add.Tensor", [ref(2), 1.0], {}, [3]]])  # reads graph 1's output
-    used = s.server.used
+    used = s.used
     ex.run_batch([[W.OP_FREE, [2], {}, []], [W.OP_GRAPH_REPLAY, [1], {}, []], [W.OP_GRAPH_REPLAY, [2], {}, []]], [], 0)
-    assert not s.errors and ex.tensors[3].tolist() == [3.0] * 4 and s.server.used == used
+    assert not s.errors and ex.tensors[3].tolist() == [3.0] * 4 and s.used == used
     ex.run_batch([[W.OP_GRAPH_DROP, [1], {}, []]], [], 0)
-    assert 2 not in ex.tensors and s.server.used == used - 16
+    assert 2 not in ex.tensors and s.used == used - 16
     ex.run_batch([[W.OP_GRAPH_DROP, [1], {}, []], [W.OP_GRAPH_REPLAY, [2], {}, []]], [], 0)  # dropping twice: harmless
     assert len(s.errors) == 1 and "not live" in s.errors[0].message
     ex.close()
-    assert s.server.used == 0
+    assert s.used == 0
 
 
 @pytest.mark.parametrize("ops,needle", [
