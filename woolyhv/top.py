@@ -97,13 +97,17 @@ def frame(server: str, info: dict[str, Any], before: dict[str, Any] | None, dt: 
         busy = f"{min(max(used_s, 0.0) / dt / ndev, 1.0) * 100:.0f}%" if before is not None and dt > 0 else "-"
         devices.add_row(str(d["ordinal"]), d["backend"], d["name"], f"{human(d['used'])} / {human(d['total_mem'])}", busy)
     tenants = Table(title="tenants", title_justify="left", expand=True)
-    for col in ("tenant", "sess", "memory", "quota", "shared", "share", "ops/s", "state", "max wait"):
+    for col in ("tenant", "sess", "memory", "quota", "shared", "share", "cores", "calls/s", "in/s", "out/s", "state",
+                "max wait"):
         tenants.add_column(col, justify="left" if col in ("tenant", "state") else "right")
     for t in sorted(hv.get("tenants", []), key=lambda t: -t.get("memory_used", 0)):
+        acct, before_acct = t.get("accounting", {}), prev_t.get(t["tenant"], {}).get("accounting") if before else None
         tenants.add_row(t["tenant"], str(t["sessions"]), human(t["memory_used"]),
                         human(t["memory_quota"]) if t.get("memory_quota") else "-", human(t.get("shared_bytes", 0)),
-                        f"{t.get('device_share', 0.0) * 100:.0f}%", f"{_rate(t, prev_t.get(t['tenant']), 'ops', dt):.0f}",
-                        t.get("state", ""), f"{t.get('max_wait_s', 0.0) * 1e3:.0f} ms")
+                        f"{t.get('device_share', 0.0) * 100:.0f}%", f"{t.get('core_share', 0.0):.2f}",
+                        f"{_rate(acct, before_acct, 'rpcs', dt):.0f}", human(_rate(acct, before_acct, 'bytes_in', dt)),
+                        human(_rate(acct, before_acct, 'bytes_out', dt)), t.get("state", ""),
+                        f"{t.get('max_wait_s', 0.0) * 1e3:.0f} ms")
     sessions = Table(title="sessions", title_justify="left", expand=True)
     for col in ("session", "tenant", "pid", "memory", "allocs", "mods", "age", "program"):
         sessions.add_column(col, justify="right" if col in ("pid", "memory", "allocs", "mods", "age") else "left")
@@ -146,7 +150,10 @@ def run(server: str, token: str = "", interval: float = 1.0, once: bool = False,
             state.update(info=info, at=now)
             return g
 
-    if once:
+    if once:  # one screen, its rates measured over one interval (a first sample, then the screen)
+        if not server.startswith("pool://"):
+            render()
+            time.sleep(interval)
         console.print(render())
         return
     with Live(render(), console=console, refresh_per_second=4, screen=False) as live:
