@@ -60,6 +60,7 @@ def gpud(
     config: Annotated[str | None, typer.Option(help="hypervisor config file (TOML or YAML): tenants, quotas ...")] = None,
     tenant: Annotated[list[str], typer.Option(help="tenant policy, repeatable: name:quota=2GiB,weight=3,priority=4")] = [],  # noqa: B006
     metrics_port: Annotated[int | None, typer.Option(help="serve Prometheus metrics on this port (0 = off)")] = None,
+    metrics_addr: Annotated[str | None, typer.Option(help="address the metrics listen on (default 127.0.0.1; 0.0.0.0 for a scraper on another host: the metrics name tenants)")] = None,
     scheduler: Annotated[bool | None, typer.Option("--scheduler/--no-scheduler", help="weighted fair device scheduling")] = None,
     overcommit_ratio: Annotated[float | None, typer.Option(help="tenants' memory may total this times the device")] = None,
     admin_token: Annotated[str | None, typer.Option(envvar="WOOLY_ADMIN_TOKEN", show_default=False, help="token admin calls (wooly ps) must carry; prefer the environment variable to the flag")] = None,
@@ -109,6 +110,14 @@ def gpud(
         overrides["overcommit_ratio"] = overcommit_ratio
     if admin_token:
         overrides["admin_token"] = admin_token
+    if metrics_addr is not None:
+        import ipaddress
+
+        try:
+            ipaddress.ip_address(metrics_addr)
+        except ValueError:
+            raise ConfigError(f"--metrics-addr={metrics_addr!r}: expected an IP address (127.0.0.1, 0.0.0.0, ::)") from None
+        overrides["metrics_addr"] = metrics_addr
     try:
         hv_config = load_policy(config, tenant_specs=tenant, metrics_port=metrics_port, overrides=overrides)
     except (OSError, ValueError) as exc:

@@ -60,6 +60,7 @@ def test_bad_environment_is_one_line(tmp_path, var: str, value: str, expect: str
     (["--log-level", "loud"], "--log-level"),
     (["--tenant", "bad:quota"], "--tenant"),
     (["--tenant", "a:max_kernel_s=-1"], "--tenant"),
+    (["--metrics-addr", "everywhere"], "--metrics-addr"),
     (["--join", "ftp://etcd"], "--join"),
     (["--join", "etcd://etcd:99999"], "--join"),
     (["--join", "etcd://127.0.0.1:2379", "--node-name", "a/b"], "--node-name"),
