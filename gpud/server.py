@@ -27,10 +27,10 @@ from gpud import log
 from gpud.backends.base import Backend
 from gpud.errors import CudaError, codes
 from gpud.hypervisor.policy import HypervisorConfig
+from gpud.listener import ListenError, open_listener  # noqa: F401 - ListenError: gpud's callers catch it
 from gpud.session import Later, Session, SessionInfo
 from gpud.streams import Marker, when_all
 from proto import constants as C
-from proto import curve
 from proto import messages as m
 from proto.codec import ProtocolError, encode, encode_body, unpack_body, validate
 from woolyhv.hostinfo import PROOF_PREFIX, host_id, pid_alive, shm_dir
@@ -43,13 +43,6 @@ WAKE_IDENTITY = b"\x00gpud-wake"
 
 # Requests that report pending asynchronous errors before they run (CUDA's "next API call").
 _NO_ERROR_CHECK = frozenset({"batch", "ping", "bye", "list_sessions", "hello"})
-
-
-SEND_HWM = 100_000  # replies a peer may leave unread (NOTE [bounded daemon state] in gpud/session.py)
-
-
-class ListenError(OSError):
-    """An endpoint gpud cannot bind (in use, no such directory, not allowed): one line naming it."""
 
 
 class Server:
@@ -78,39 +71,7 @@ class Server:
         self.local_expiry_s = local_expiry_s
         self.host_id = host_id()
         self.ctx = zmq.Context.instance()
-        self.sock = self.ctx.socket(zmq.ROUTER)
-        self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.setsockopt(zmq.MAXMSGSIZE, C.MAX_MESSAGE_BYTES)
-        self.sock.setsockopt(zmq.RCVHWM, 0)
-        # NOTE [bounded daemon state] (gpud/session.py): a peer that leaves SEND_HWM replies unread is not reading
-        # at all (big replies are bounded in bytes before that: ``_hold``); sends never block (ROUTER_MANDATORY +
-        # NOBLOCK: a full or vanished peer is an error of that peer's, not a stall of the loop)
-        self.sock.setsockopt(zmq.SNDHWM, SEND_HWM)
-        self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
-        self.bound: list[str] = []
-        from gpud.zap import DOMAIN, ZapHandler
-
-        self.zap: ZapHandler | None = None
-        if hypervisor is not None and ZapHandler.wants(hypervisor):  # NOTE [client keys]
-            self.zap = ZapHandler.from_config(self.ctx, hypervisor)
-            self.sock.setsockopt(zmq.ZAP_DOMAIN, DOMAIN.encode())
-        if any(ep.startswith("ipc://") for ep in endpoints):
-            # ipc: the socket file's directory is 0700, and the kernel's word on the peer's uid (SO_PEERCRED) is
-            # checked too: gpud's own user, and the ones the config names. Set before bind: listeners copy it.
-            for uid in {os.getuid(), *(hypervisor.ipc_uids if hypervisor is not None else [])}:
-                self.sock.setsockopt(zmq.IPC_FILTER_UID, uid)
-        for ep in endpoints:  # NOTE [curve] in proto/curve.py: tcp listeners encrypt unless --insecure
-            secure = curve.is_tcp(ep) and not insecure
-            if secure:
-                curve.secure_server(self.sock)
-            try:
-                self.sock.bind(ep)
-            except zmq.ZMQError as exc:
-                self.sock.close(0)
-                raise ListenError(f"--listen {ep}: cannot listen there ({exc.strerror})") from None
-            if secure:
-                curve.plain(self.sock)
-            self.bound.append(self.sock.getsockopt_string(zmq.LAST_ENDPOINT))
+        self.sock, self.bound, self.zap = open_listener(self.ctx, endpoints, insecure, hypervisor)
         self.insecure = insecure
         self.pool = ThreadPoolExecutor(max_workers=workers or max(8, 2 * (os.cpu_count() or 2)), thread_name_prefix="gpud-stream")
         self.sessions: dict[bytes, Session] = {}
