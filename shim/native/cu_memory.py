@@ -84,11 +84,6 @@ def cuMemAlloc(out: int, size: int) -> None:
     put_u64(out, STATE.driver().mem_alloc(size))
 
 
-@api("cuMemAllocAsync", 11020, P, c_size_t, P)
-def cuMemAllocAsync(out: int, size: int, stream: int | None) -> None:
-    cuMemAlloc(out, size)
-
-
 @api("cuMemAllocPitch", 3020, P, P, c_size_t, c_size_t, c_uint)
 def cuMemAllocPitch(out: int, pitch_out: int, width: int, height: int, elem: int) -> None:
     if elem not in (4, 8, 16) or width == 0 or height == 0:
@@ -107,11 +102,6 @@ def cuMemFree(ptr: int) -> None:
         _release(block)
         return
     STATE.driver().mem_free(ptr)
-
-
-@api("cuMemFreeAsync", 11020, D, P)
-def cuMemFreeAsync(ptr: int, stream: int | None) -> None:
-    cuMemFree(ptr)
 
 
 @api("cuMemGetInfo", 3020, P, P)

@@ -47,6 +47,8 @@ def cuStreamCreateWithPriority(out: int, flags: int, priority: int) -> None:
 def cuStreamDestroy(h: int | None) -> None:
     STATE.driver().stream_destroy(_s(h))
     STATE.stream_flags.pop(_s(h), None)
+    for key in [k for k in _stream_attrs if k[0] == _s(h)]:
+        del _stream_attrs[key]
 
 
 @api("cuStreamSynchronize", 2000, P)
@@ -107,6 +109,43 @@ def cuStreamGetCtx_v2(h: int | None, out: int, green: int) -> None:
 def cuStreamGetDevice(h: int | None, out: int) -> None:
     _stream_info(h)
     put_i32(out, STATE.current_device())
+
+
+# NOTE [stream attributes]: a stream's launch attributes (the L2 access-policy window, the synchronisation policy,
+# priority...) are hints to a GPU's caches and scheduler. They are kept per stream and read back as set; gpud's
+# CPU backend has no L2 to steer, so they change nothing there (a GPU, too, may ignore them).
+_ATTR_BYTES = 64  # sizeof(CUlaunchAttributeValue)
+_stream_attrs: dict[tuple[int, int], bytes] = {}
+
+
+def _check_stream(h: int) -> None:
+    if h not in (0, 1, 2) and h not in STATE.stream_flags:
+        raise CudaError(codes.INVALID_HANDLE, f"0x{h:x} is not a stream of this process")
+
+
+@api("cuStreamSetAttribute", 11000, P, c_int, P)
+def cuStreamSetAttribute(h: int | None, attr: int, value: int) -> None:
+    if not value or not 0 < attr < 64:
+        raise CudaError(codes.INVALID_VALUE, f"cuStreamSetAttribute: bad attribute {attr} or NULL value")
+    _check_stream(_s(h))
+    _stream_attrs[(_s(h), attr)] = ctypes.string_at(value, _ATTR_BYTES)
+
+
+@api("cuStreamGetAttribute", 11000, P, c_int, P)
+def cuStreamGetAttribute(h: int | None, attr: int, out: int) -> None:
+    if not out or not 0 < attr < 64:
+        raise CudaError(codes.INVALID_VALUE, f"cuStreamGetAttribute: bad attribute {attr} or NULL value")
+    _check_stream(_s(h))
+    ctypes.memmove(out, _stream_attrs.get((_s(h), attr), bytes(_ATTR_BYTES)), _ATTR_BYTES)
+
+
+@api("cuStreamCopyAttributes", 11000, P, P)
+def cuStreamCopyAttributes(dst: int | None, src: int | None) -> None:
+    _check_stream(_s(dst))
+    _check_stream(_s(src))
+    for (h, attr), v in list(_stream_attrs.items()):
+        if h == _s(src):
+            _stream_attrs[(_s(dst), attr)] = v
 
 
 @api("cuStreamIsCapturing", 10000, P, P)

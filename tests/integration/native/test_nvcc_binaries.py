@@ -111,3 +111,14 @@ def test_cublas_calls_run_on_gpud(tmp_path: pytest.TempPathFactory, wooly_gpud: 
     run = wooly_run([exe], server=wooly_gpud)
     assert run.returncode == 0 and run.stdout.strip().endswith("PASS"), run.stdout + run.stderr
 
+
+
+def test_stream_ordered_allocation_and_memory_pools(tmp_path: pytest.TempPathFactory, wooly_gpud: str) -> None:
+    """cudaMallocAsync/cudaFreeAsync around a kernel, the default pool's attributes, an explicit pool (NOTE [memory
+    pools])."""
+    exe = str(tmp_path / "mempool_app")
+    proc = subprocess.run([NVCC, "-gencode", "arch=compute_80,code=compute_80", "-o", exe,
+                           os.path.join(PROGS, "mempool_app.cu")], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    run = wooly_run([exe], server=wooly_gpud)
+    assert run.returncode == 0 and run.stdout.strip().endswith("PASS"), run.stdout + run.stderr
