@@ -67,7 +67,8 @@ class OpStream:
                 self._flush_locked()
 
     def upload(self, h: int, data: Any, dtype: str, shape: list[int]) -> None:
-        """Queue host bytes (a buffer of a contiguous tensor) to become tensor ``h`` on gpud."""
+        """Queue host bytes (a buffer of a contiguous tensor) to become tensor ``h`` on gpud; they are taken before
+        this returns."""
         from shim import dedup  # large tensors go content-addressed: NOTE [tensor dedup] (gpud/hypervisor)
 
         if self.capture is not None:
@@ -85,7 +86,10 @@ class OpStream:
             if not self._ops:
                 self._first_t = time.monotonic()
             self._ops.append([W.OP_UPLOAD, [len(self._bulk), dtype, shape], {}, [h]])
-            self._bulk.append(data)
+            # The bytes are taken now, as a CUDA copy from pageable memory takes them before it returns: the
+            # program may change its host tensor right after ``.to("cuda")`` (a reused batch buffer), and the
+            # queue is sent later (found by the soak: the device copy saw the later values).
+            self._bulk.append(bytes(memoryview(data).cast("B")))
             self._bulk_bytes += memoryview(data).nbytes
             if self._bulk_bytes >= FLUSH_BYTES or len(self._bulk) >= 1000:
                 self._flush_locked()

@@ -37,7 +37,7 @@ def upload_handle(t: torch.Tensor) -> int:
         flat = flat.clone()
     h = S.new_handle()
     raw = flat.view(torch.uint8) if c.numel() else torch.empty(0, dtype=torch.uint8)
-    buf = raw.numpy()  # a view: the queue keeps it (and so ``c``) alive until it is sent
+    buf = raw.numpy()  # a view; the stream takes its bytes before upload returns
     n = buf.nbytes
     if n < progress.THRESHOLD:  # the hot path; a module move's bar (misc.py) is advanced here too
         S.stream().upload(h, memoryview(buf), _dtype_name(c.dtype), list(c.shape))

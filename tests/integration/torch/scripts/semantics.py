@@ -44,5 +44,12 @@ e = torch.nn.Embedding(5, 2).to(dev)
 r.append(list(e(torch.tensor([[1, 2]], device=dev)).shape))
 r.append(x.cpu().numpy().tolist()[:2])
 r.append(len(x))
+# a host buffer reused right after its copy to the device (a batch loop's pattern): the copy has its old values
+buf = torch.ones(4)
+first = buf.to(dev, copy=True)  # (copy=True: on the CPU reference .to would alias)
+buf.mul_(3)
+second = buf.to(dev, copy=True)
+buf.zero_()
+r.append((first + second).tolist())
 for a in r:
     print(a)
