@@ -240,7 +240,7 @@ $L: mad.lo.u32 %r3, %r3, 1664525, 1013904223; add.u32 %r2, %r2, 1; setp.lt.u32 %
 
 
 def burn(endpoint: str, tenant: str, seconds: float, blocks: int, iters: int, barrier: Any, out: Any,
-         ahead: bool = False) -> None:
+         ahead: bool = False, linger_s: float = 0.0) -> None:
     """Launch ``burn`` (``blocks`` blocks of 32 threads) back to back for ``seconds`` (``ahead``: one launch queued
     behind the running one); report each launch's (start, end) wall-clock times."""
     import struct
@@ -275,4 +275,5 @@ def burn(endpoint: str, tenant: str, seconds: float, blocks: int, iters: int, ba
             d.ctx_synchronize()
             spans.append((t, time.time()))
     out.put((tenant, spans))
+    time.sleep(linger_s)  # a tenant that stops submitting need not be a process that exits (its teardown is CPU)
     d.conn.close()
