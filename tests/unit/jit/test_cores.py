@@ -55,3 +55,22 @@ def test_a_launch_boundary_keeps_the_cores_until_the_tick(monkeypatch) -> None:
     a.leave(s3, s3.launches[0], 0.0)
     time.sleep(0.7)
     assert l1.allowed == 2  # ... and when w3 has really stopped, w1 has both cores from the next tick on
+
+
+def test_workers_claim_block_by_block_while_another_tenant_was_recently_busy() -> None:
+    class _Chunked(_Launch):
+        def allow(self, n: int, contended: bool = False) -> None:
+            self.allowed, self.contended = n, contended
+
+    a = Arbiter(2)
+    big, small = a.share("big"), a.share("small")
+    first = _Chunked()
+    a.enter(big, first)
+    assert not first.contended  # alone: chunks of blocks
+    blip = _Chunked(1)
+    a.enter(small, blip)
+    a.leave(small, blip, 0.0)  # the small tenant is between two launches
+    nxt = _Chunked()
+    a.leave(big, first, 0.0)
+    a.enter(big, nxt)
+    assert nxt.contended  # its next small launch will not wait for a chunk of ours
