@@ -104,10 +104,7 @@ def _on_tensor(session: Session, msg: m.DedupTensor, bulk: list[Any]) -> None:
 
 
 def _unpin_plan(hv: Hypervisor, session: Session, plan: list[Any]) -> None:
-    with hv.lock:
-        for _, _, _, c, _ in plan:
-            if c is not None:
-                hv.dedup._unref(c, session.backend.ordinal)  # noqa: SLF001
+    _unref(hv, session.backend.ordinal, [p[3] for p in plan if p[3] is not None])
 
 
 def _build(hv: Hypervisor, session: Session, holder: Any, msg: m.DedupTensor, plan: list[Any]) -> None:
@@ -144,9 +141,7 @@ def _build(hv: Hypervisor, session: Session, holder: Any, msg: m.DedupTensor, pl
         t = base.view(dtype_of(msg.dtype)).reshape(list(msg.shape))
         holder.get().store(msg.handle, t)  # charges the storage to the tenant (may raise OUT_OF_MEMORY)
     except BaseException:
-        with hv.lock:
-            for chunk in [c for c, _ in shared] + pending:
-                hv.dedup._unref(chunk, ordinal)  # noqa: SLF001
+        _unref(hv, ordinal, [c for c, _ in shared] + pending)
         raise
     tenant = _credit(hv, session, shared)
     weakref.finalize(region, _release, hv, tenant, ordinal, shared)
@@ -272,11 +267,7 @@ def _close(session: Session) -> None:
     pins = session.ext.pop("hv.pins", None)
     if not pins:
         return
-    hv = session.server.hv
-    with hv.lock:
-        for chunks in pins.values():
-            for c in chunks:
-                hv.dedup._unref(c, session.backend.ordinal)  # noqa: SLF001
+    _unref(session.server.hv, session.backend.ordinal, [c for chunks in pins.values() for c in chunks])
 
 
 CLOSE_HOOKS.append(_close)
