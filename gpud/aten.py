@@ -22,6 +22,7 @@ from gpud import chan
 from gpud.errors import CudaError, codes
 from gpud.session import CLOSE_HOOKS, Later, Session, extension
 from gpud.streams import when_all
+from proto import aten as W
 from proto import messages as m
 
 _EXT = "aten"
@@ -127,8 +128,15 @@ def _holder(session: Session) -> _Holder:
     return h
 
 
+def _refuse_broker_ops(ops: list[Any]) -> None:
+    for op in ops:
+        if op[0] in W.BROKER_ONLY:
+            raise CudaError(codes.NOT_PERMITTED, f"{op[0]} is gpud's own (NOTE [migration])")
+
+
 @extension("aten_batch")
 def on_aten_batch(session: Session, msg: m.AtenBatch, bulk: list[Any]) -> None:
+    _refuse_broker_ops(msg.ops)
     holder = _holder(session)
     ops, base = msg.ops, msg.frame
 
@@ -141,6 +149,18 @@ def on_aten_batch(session: Session, msg: m.AtenBatch, bulk: list[Any]) -> None:
 
 @extension("aten_call")
 def on_aten_call(session: Session, msg: m.AtenCall, bulk: list[Any]) -> Later:
+    _refuse_broker_ops([msg.op])
+    return _call(session, msg, bulk)
+
+
+@extension("aten_move")
+def on_aten_move(session: Session, msg: Any, bulk: list[Any]) -> Later:
+    """NOTE [migration]: gpud's own move_export/move_import on the session's stream (no client can name this kind:
+    it is not in proto/messages.py)."""
+    return _call(session, msg, bulk, check=False)
+
+
+def _call(session: Session, msg: Any, bulk: list[Any], check: bool = True) -> Later:
     holder = _holder(session)
     box: dict[str, Any] = {}
 
@@ -155,7 +175,8 @@ def on_aten_call(session: Session, msg: m.AtenCall, bulk: list[Any]) -> Later:
     marker = session.engine.enqueue(0, run)
 
     def produce() -> tuple[Any, list[Any]]:
-        session.check_errors()  # errors of ops queued before this one come first
+        if check:
+            session.check_errors()  # errors of ops queued before this one come first
         if "error" in box:
             raise box["error"]
         if "value" not in box:

@@ -399,6 +399,10 @@ class Executor:
             return None
         if name == W.OP_SYNC:
             return None, []
+        if name == W.OP_MOVE_EXPORT:
+            return self.move_export()
+        if name == W.OP_MOVE_IMPORT:
+            return self.move_import(args[0] if args else None)
         if name == W.OP_GRAPH_DEFINE:
             return self.graphs.define(args)
         if name == W.OP_GRAPH_REPLAY:
@@ -406,6 +410,66 @@ class Executor:
         if name == W.OP_GRAPH_DROP:
             return self.graphs.drop(args)
         raise CudaError(codes.NOT_SUPPORTED, f"unknown pseudo-op {name[:80]!r}")
+
+
+    # ------------------------------------------------------------------ NOTE [migration]
+    def move_export(self) -> tuple[dict[str, Any], list[Any]]:
+        """Every tensor of the session (handle, storage, dtype, shape, stride, offset), one bulk frame per storage
+        (views keep sharing theirs), and the generator, limit and handle counter: what a move re-creates."""
+        if self.graphs.graphs:
+            raise CudaError(codes.NOT_SUPPORTED, "a session with captured CUDA graphs cannot move yet")
+        index: dict[int, int] = {}
+        frames: list[Any] = []
+        tensors = []
+        for h, t in self.tensors.items():
+            key = self.owner[h]
+            i = index.get(key)
+            if i is None:
+                i = index[key] = len(frames)
+                st = t.untyped_storage()
+                raw = torch.empty(0, dtype=torch.uint8, device=st.device).set_(st)
+                frames.append(memoryview(raw.cpu().numpy()) if raw.numel() else b"")
+            tensors.append([h, i, _DTYPE_NAMES.get(t.dtype, str(t.dtype)), list(t.shape), list(t.stride()),
+                            t.storage_offset()])
+        return {"tensors": tensors, "storages": len(frames), "next_handle": self.next_handle, "limit": self.limit,
+                "peak": self.peak, "rng": bytes(self.gen.get_state().numpy().tobytes()),
+                "poisoned": sorted(self.poisoned)}, frames
+
+    def move_import(self, desc: Any) -> tuple[Any, list[Any]]:
+        if not isinstance(desc, dict) or not isinstance(desc.get("tensors"), list):
+            raise CudaError(codes.INVALID_VALUE, "wooly.move_import takes what wooly.move_export returned")
+        n = int(desc.get("storages", 0))
+        if not 0 <= n <= len(self.bulk) - self.base:
+            raise CudaError(codes.INVALID_VALUE, f"wooly.move_import: {n} storages announced, fewer arrived")
+        storages = []
+        for i in range(n):
+            buf = self.bulk[self.base + i]
+            nbytes = memoryview(buf).nbytes
+            if isinstance(buf, mmap.mmap):  # a memfd the broker filled: its pages become the storage
+                flat = torch.frombuffer(buf, dtype=torch.uint8, count=nbytes) if nbytes else torch.empty(0, dtype=torch.uint8)
+            else:
+                flat = torch.empty(nbytes, dtype=torch.uint8)
+                if nbytes:
+                    flat.numpy()[:] = np.frombuffer(buf, dtype=np.uint8)
+            storages.append((flat.to(self.device) if self.device.type != "cpu" else flat).untyped_storage())
+        for entry in desc["tensors"]:
+            h, i, dt, shape, stride, offset = entry
+            if not isinstance(i, int) or not 0 <= i < n:
+                raise CudaError(codes.INVALID_VALUE, f"wooly.move_import: tensor {h} names storage {i}")
+            t = torch.empty(0, dtype=dtype_of(dt), device=self.device)
+            try:
+                t.set_(storages[i], int(offset), _shape(shape), _shape(stride))  # bounds-checked against the storage
+            except RuntimeError as exc:
+                raise CudaError(codes.INVALID_VALUE, f"wooly.move_import: tensor {h}: {_first_line(exc)}") from None
+            self.store(h, t)
+        self.next_handle = max(self.next_handle, int(desc.get("next_handle", 0)))
+        self.limit = int(desc.get("limit", 0))
+        self.peak = max(self.allocated, int(desc.get("peak", 0)))
+        rng = desc.get("rng")
+        if isinstance(rng, bytes) and rng:
+            self.gen.set_state(torch.frombuffer(bytearray(rng), dtype=torch.uint8))
+        self.poisoned.update(h for h in desc.get("poisoned", []) if isinstance(h, int))
+        return None, []
 
 
 class _Poisoned(CudaError):

@@ -53,6 +53,7 @@ def ipc_get(session: Session, msg: m.IpcGet, bulk: list[Any]) -> bytes:
         e = _by_alloc.get(id(r.allocation))
         if e is None:
             e = _Export(session, r.start, r.size, r.allocation, secrets.token_bytes(24))
+            session.ext["ipc_exported"] = True  # its handles name this gpud: the session cannot move (NOTE [migration])
             _by_alloc[id(r.allocation)] = _by_token[e.token] = e
         return _handle(e)
 

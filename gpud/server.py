@@ -28,7 +28,7 @@ from gpud.backends.base import Backend
 from gpud.errors import CudaError, codes
 from gpud.hypervisor.policy import HypervisorConfig
 from gpud.listener import ListenError, open_listener  # noqa: F401 - ListenError: gpud's callers catch it
-from gpud.session import Later, Session, SessionInfo
+from gpud.session import PEER_CALLS, Later, Session, SessionInfo
 from gpud.streams import Marker, when_all
 from proto import constants as C
 from proto import messages as m
@@ -37,7 +37,7 @@ from woolyhv.hostinfo import PROOF_PREFIX, host_id, pid_alive, shm_dir
 
 # gpud modules that register message handlers with ``gpud.session.extension`` (imported at start;
 # each imports its heavy dependencies, such as torch, lazily).
-EXTENSION_MODULES = ("gpud.shm", "gpud.aten", "gpud.hypervisor", "gpud.hostmap", "gpud.ipc")
+EXTENSION_MODULES = ("gpud.shm", "gpud.aten", "gpud.hypervisor", "gpud.hostmap", "gpud.ipc", "gpud.migrate")
 
 WAKE_IDENTITY = b"\x00gpud-wake"
 
@@ -102,6 +102,8 @@ class Server:
 
         self.executors = Executors(self.hv)  # NOTE [executors]: no process until a tenant's first ATen op
         self.pool_agent: Any = None  # NOTE [node agent] (woolyhv/pool/agent.py), set by join_pool
+        self.moves: Any = None  # gpud.migrate.Moves, made at the first move (NOTE [migration])
+        self.forwards: dict[bytes, Any] = {}  # identity -> gpud.migrate.Forward, of sessions that moved away
         self._snapshot: Callable[[], dict[str, Any]] | None = None
 
     def join_pool(self, agent: Any) -> None:
@@ -112,6 +114,8 @@ class Server:
         self._snapshot = Snapshotter(self)
         agent.offer(self._snapshot())
         self.pool_agent = agent
+        # NOTE [drain]: the pool's move orders for this node's sessions (gpud/migrate.py moves them)
+        agent.on_move = lambda order, report: self.call_on_loop(lambda: PEER_CALLS["pool_move"](self, order, report))
         agent.start()
 
     # ------------------------------------------------------------------ helpers for sessions
@@ -222,13 +226,27 @@ class Server:
         session = self.sessions.get(identity)
         if session is not None:
             session.last_seen = time.monotonic()
-            if not unparked and self._hold(session, frames):
+            if not unparked and session.moving is None and self._hold(session, frames):
                 return
         rid = 0
         try:
             body, bulk = unpack_body(frames[1:])
             r = body.get("rid")
             rid = r if isinstance(r, int) and not isinstance(r, bool) and 0 <= r < (1 << 63) else 0
+            raw_kind = body.get("kind")
+            if raw_kind != "ping" and raw_kind != "hello":
+                if session is not None:
+                    mv = session.moving
+                    if mv is not None and (mv.frozen or rid):  # NOTE [migration]: the first call freezes it
+                        mv.held.append(frames)
+                        if not mv.frozen:
+                            mv.freeze()
+                        return
+                    session.messages += 1
+                elif identity in self.forwards:  # the session moved: tell the client where (NOTE [migration])
+                    if rid:
+                        self._send(identity, encode_body(self.forwards[identity].reply(rid)))
+                    return
             msg = validate(body)
         except ProtocolError as exc:
             log.debug("request.invalid", error=exc.message)
@@ -256,6 +274,11 @@ class Server:
                 self.hv.admit_admin(msg.token)
                 self._reply(identity, rid, self.describe(), [], session)
                 return
+            if kind in PEER_CALLS:  # NOTE [migration]: a peer gpud, or an admin's move_out
+                value = PEER_CALLS[kind](self, identity, rid, msg, bulk)
+                if value is not None:
+                    self._reply(identity, rid, value, [], None)
+                return
             if session is None:
                 raise CudaError(codes.NOT_INITIALIZED, "no session for this connection: send hello first (was it expired?)")
             if kind == "bye":
@@ -280,6 +303,7 @@ class Server:
 
     def _defer(self, identity: bytes, rid: int, session: Session, later: Later) -> None:
         def finish() -> None:
+            session.deferred -= 1
             try:
                 value, bulk = later.produce()
             except CudaError as exc:
@@ -287,6 +311,7 @@ class Server:
                 return
             self._reply(identity, rid, value, bulk, session)
 
+        session.deferred += 1
         if all(mk.done for mk in later.markers):
             finish()  # already complete (e.g. a copy that ran inline): answer now
             return
@@ -301,22 +326,33 @@ class Server:
         old = self.sessions.get(identity)
         if old is not None:
             self.close_session(old, "rehello")
-        sid = uuid.uuid4().hex[:12]
         claims_local = bool(msg.host_id) and msg.host_id == self.host_id
-        self.hv.admit(msg.tenant, msg.token, key_tenant)
-        # NOTE [proven locality] (gpud/shm.py): a claim is not proof; the session is local once it proves it
-        info = SessionInfo(tenant=msg.tenant, pid=msg.pid, host_id=msg.host_id, program=msg.program, local=False)
-        session = Session(self, sid, identity, info, self.backends[0])
-        if msg.reservation:
-            session.ext["pool.reservation"] = msg.reservation  # claimed by the pool agent (NOTE [node agent])
+        if msg.resume:  # NOTE [migration]: the client of a session that moved here takes it over
+            self.hv.authenticate(msg.tenant, msg.token, key_tenant)
+            session = PEER_CALLS["resume"](self, identity, 0, msg, [])
+            self.sessions.pop(session.identity, None)
+            session.identity = identity
+            session.info.pid, session.info.host_id = msg.pid, msg.host_id
+            session.last_seen = time.monotonic()
+            sid = session.id
+            log.event("session.resumed", session=sid, tenant=msg.tenant, pid=msg.pid)
+        else:
+            sid = uuid.uuid4().hex[:12]
+            self.hv.admit(msg.tenant, msg.token, key_tenant)
+            # NOTE [proven locality] (gpud/shm.py): a claim is not proof; the session is local once it proves it
+            info = SessionInfo(tenant=msg.tenant, pid=msg.pid, host_id=msg.host_id, program=msg.program, local=False)
+            session = Session(self, sid, identity, info, self.backends[0])
+            if msg.reservation:
+                session.ext["pool.reservation"] = msg.reservation  # claimed by the pool agent (NOTE [node agent])
         proof = ""
         if claims_local:
             proof = session.ext["local_proof"] = os.path.join(shm_dir(), PROOF_PREFIX + secrets.token_hex(16))
         self.sessions[identity] = session
-        self.hv.on_open(session)
-        self.stats["sessions_opened"] += 1
-        log.event("session.open", session=sid, tenant=msg.tenant, pid=msg.pid, claims_local=claims_local,
-                  program=msg.program)
+        if not msg.resume:
+            self.hv.on_open(session)
+            self.stats["sessions_opened"] += 1
+            log.event("session.open", session=sid, tenant=msg.tenant, pid=msg.pid, claims_local=claims_local,
+                      program=msg.program)
         reply = m.HelloReply(
             rid=msg.rid,
             session=sid,
@@ -365,6 +401,8 @@ class Server:
         }
 
     def _expire(self) -> None:
+        if self.moves is not None:
+            self.moves.expire()
         now = time.monotonic()
         for s in list(self.sessions.values()):
             idle = now - s.last_seen

@@ -33,6 +33,9 @@ CLOSE_HOOKS: list[Callable[[Session], None]] = []
 # Asked with (session, allocation) when an allocation is freed (cuMemFree or the session closing): a hook that
 # returns True keeps the memory and frees it itself later (gpud/ipc.py: another session still has it open).
 KEEP_HOOKS: list[Callable[[Session, Any], bool]] = []
+# Calls that belong to no session (gpud/migrate.py: a peer gpud moving a session in, an admin's move_out, a client
+# resuming a moved session): kind -> fn(server, identity, rid, msg, bulk); a non-None result is the reply.
+PEER_CALLS: dict[str, Callable[..., Any]] = {}
 
 
 def extension(kind: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -114,6 +117,7 @@ class Session:
         self._allowed: tuple[tuple[int, int], ...] | None = None  # allowed_ranges(), until a region comes or goes
         self.memory_used = 0
         self.modules: dict[int, Module] = {}
+        self.module_images: dict[int, tuple[bytes, str]] = {}  # what a move re-loads on the target (NOTE [migration])
         self.functions: dict[int, Function] = {}
         self.events: dict[int, Event] = {}
         self.engine = StreamEngine(server.pool, on_error=self.record_error)
@@ -124,6 +128,10 @@ class Session:
         self.parked_bytes = 0
         self.closed = False
         self.ext: dict[str, Any] = {}  # per-session state of extensions, by extension name
+        self.arena: Any = None  # NOTE [session arenas]: this session's address range, made at its first allocation
+        self.messages = 0  # requests handled (not pings): where a moved client resumes (NOTE [migration])
+        self.deferred = 0  # replies owed (Later) that are not sent yet
+        self.moving: Any = None  # a gpud.migrate.MoveOut while the session is being moved (requests are held)
 
     # ------------------------------------------------------------------ errors and output
     def record_error(self, error: CudaError) -> None:
@@ -233,7 +241,9 @@ class Session:
         self.room(len(self.regions), "allocations")
         self.server.reserve_memory(self, msg.size)
         try:
-            a = self.backend.alloc(msg.size)
+            if self.arena is None:
+                self.arena = self.backend.new_arena()
+            a = self.backend.alloc(msg.size, self.arena)
         except CudaError:
             self.server.release_memory(self, msg.size)
             raise
@@ -268,6 +278,9 @@ class Session:
         self.modules.clear()
         self.functions.clear()
         self.events.clear()
+        if self.arena is not None:  # unmapped once its last allocation is freed (after the work that used it)
+            arena = self.arena
+            when_all(self.engine.tails(), arena.close)
         for hook in CLOSE_HOOKS:
             try:
                 hook(self)
@@ -424,6 +437,7 @@ class Session:
                 self.backend.unload_module(mod)
                 raise CudaError(codes.INVALID_CONTEXT, "session closed")
             self.modules[msg.module] = mod
+            self.module_images[msg.module] = (image, msg.format)
             for addr, size in mod.globals.values():
                 if size and addr not in self.regions:
                     self._add_region(Region(addr, size, None))
@@ -433,6 +447,7 @@ class Session:
 
     def on_module_unload(self, msg: m.ModuleUnload, bulk: list[Any]) -> None:
         mod = self.modules.pop(msg.module, None)
+        self.module_images.pop(msg.module, None)
         if mod is None:
             raise CudaError(codes.INVALID_HANDLE, f"invalid module handle {msg.module}")
         for addr, _size in mod.globals.values():

@@ -12,10 +12,13 @@
 
 from __future__ import annotations
 
+import bisect
 import ctypes
 import ctypes.util
 import mmap
 import os
+import random
+import threading
 
 PAGE = mmap.PAGESIZE
 _MAP_FAILED = ctypes.c_void_p(-1).value
@@ -99,3 +102,136 @@ class Memfd:
             os.close(self.fd)
         except OSError:
             pass
+
+
+# NOTE [session arenas]
+# On the CPU backend a device pointer is an address in gpud's own memory. For a session to move to another node
+# with its pointers still valid (NOTE [migration] in gpud/migrate.py), its allocations must sit where the target
+# can put them at the same addresses. So every session reserves one range of address space of its own, an
+# *arena*: ``ARENA_SIZE`` bytes at a random slot of the ``[ARENA_LO, ARENA_HI)`` window, reserved PROT_NONE and
+# MAP_NORESERVE (no memory, no commit charge; only page-table bookkeeping), with MAP_FIXED_NOREPLACE so that it
+# never lands on anything of this process. The window lies far below where the kernel places ordinary mappings
+# (top-down from near 2^47) and far above the heap, so a slot free here is almost always free on another gpud
+# too; the target reserves the same range with MAP_FIXED_NOREPLACE and refuses the move if it cannot (the pool
+# then tries another node). Allocations are carved first-fit inside the arena, page aligned, and committed with
+# MAP_FIXED over the reservation; a free puts PROT_NONE pages back, which also returns the memory at once.
+PROT_NONE = 0
+MAP_NORESERVE = 0x4000
+MAP_FIXED_NOREPLACE = 0x100000
+ARENA_SIZE = 1 << 36  # 64 GiB of address space per session
+ARENA_LO = 1 << 44  # 16 TiB
+ARENA_HI = 0x7000_0000_0000  # 112 TiB
+
+
+def _mmap_at(addr: int, length: int, prot: int, flags: int) -> int:
+    got = _libc.mmap(addr, length, prot, flags, -1, 0)
+    if got == _MAP_FAILED or got is None:
+        err = ctypes.get_errno()
+        raise OSError(err, f"mmap at 0x{addr:x}+{length}: {os.strerror(err)}")
+    return got
+
+
+class Arena:
+    """One session's reserved address range and the allocations inside it (NOTE [session arenas])."""
+
+    def __init__(self, base: int | None = None, size: int = ARENA_SIZE) -> None:
+        self.size = size
+        flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE
+        if base is not None:
+            got = _mmap_at(base, size, PROT_NONE, flags)
+            if got != base:  # a kernel without MAP_FIXED_NOREPLACE took it as a hint
+                _libc.munmap(ctypes.c_void_p(got), ctypes.c_size_t(size))
+                raise OSError(17, f"the address range 0x{base:x}+{size} is taken in this process")
+            self.base = base
+        else:
+            slots = (ARENA_HI - ARENA_LO) // size
+            for _ in range(64):
+                want = ARENA_LO + random.randrange(slots) * size
+                try:
+                    got = _mmap_at(want, size, PROT_NONE, flags)
+                except OSError:
+                    continue
+                if got == want:
+                    self.base = want
+                    break
+                _libc.munmap(ctypes.c_void_p(got), ctypes.c_size_t(size))
+            else:
+                raise OSError(12, "no free slot for a session arena")
+        self._free: list[list[int]] = [[self.base, size]]  # sorted [start, length] extents
+        self.live: dict[int, int] = {}  # start -> length of each allocation
+        self._lock = threading.Lock()
+        self._closing = False
+
+    def __contains__(self, addr: int) -> bool:
+        return self.base <= addr < self.base + self.size
+
+    def alloc(self, size: int) -> int:
+        n = page_round(max(size, 1))
+        with self._lock:
+            for ext in self._free:
+                if ext[1] >= n:
+                    addr = ext[0]
+                    ext[0] += n
+                    ext[1] -= n
+                    if not ext[1]:
+                        self._free.remove(ext)
+                    break
+            else:
+                raise MemoryError(f"this session's arena ({self.size >> 30} GiB of address space) is full")
+            self.live[addr] = n
+        self._commit(addr, n)
+        return addr
+
+    def alloc_at(self, addr: int, size: int) -> int:
+        """Allocate exactly ``[addr, addr+size)`` (a session moving in keeps its addresses)."""
+        n = page_round(max(size, 1))
+        if addr % PAGE or addr not in self or addr + n > self.base + self.size:
+            raise ValueError(f"0x{addr:x}+{size} is not a page-aligned range of this arena")
+        with self._lock:
+            for i, ext in enumerate(self._free):
+                if ext[0] <= addr and addr + n <= ext[0] + ext[1]:
+                    before, after = addr - ext[0], ext[0] + ext[1] - (addr + n)
+                    repl = ([[ext[0], before]] if before else []) + ([[addr + n, after]] if after else [])
+                    self._free[i:i + 1] = repl
+                    break
+            else:
+                raise ValueError(f"0x{addr:x}+{size} overlaps an allocation of this arena")
+            self.live[addr] = n
+        self._commit(addr, n)
+        return addr
+
+    def _commit(self, addr: int, n: int) -> None:
+        try:
+            _mmap_at(addr, n, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | 0x10)
+        except OSError:
+            self.free(addr)
+            raise
+
+    def free(self, addr: int) -> None:
+        with self._lock:
+            n = self.live.pop(addr)
+            # PROT_NONE, no reserve: the pages (private copies, or a dedup chunk's) go back to the OS now.
+            _mmap_at(addr, n, PROT_NONE, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | MAP_NORESERVE | 0x10)
+            i = bisect.bisect_left(self._free, [addr, 0])
+            self._free.insert(i, [addr, n])
+            if i + 1 < len(self._free) and addr + n == self._free[i + 1][0]:  # merge with the next extent
+                self._free[i][1] += self._free.pop(i + 1)[1]
+            if i > 0 and self._free[i - 1][0] + self._free[i - 1][1] == addr:  # and with the previous one
+                self._free[i - 1][1] += self._free.pop(i)[1]
+            done = self._closing and not self.live
+        if done:
+            self._unmap()
+
+    def close(self) -> None:
+        """Give the range back once its last allocation is freed (one kept alive by an IPC importer may outlive
+        the session)."""
+        with self._lock:
+            self._closing = True
+            done = not self.live
+        if done:
+            self._unmap()
+
+    def _unmap(self) -> None:
+        if self.size:
+            _libc.munmap(ctypes.c_void_p(self.base), ctypes.c_size_t(self.size))
+            self.size = 0

@@ -36,6 +36,10 @@ OP_SYNC = "wooly.sync"  # nothing: waits for the session's queued ops
 OP_GRAPH_DEFINE = "wooly.graph_define"  # args: [graph id, [op, ...]]: a captured CUDA graph (NOTE [aten graphs])
 OP_GRAPH_REPLAY = "wooly.graph_replay"  # args: [graph id]
 OP_GRAPH_DROP = "wooly.graph_drop"  # args: [graph id]
+# NOTE [migration] (gpud/migrate.py): only gpud sends these (a client's are refused by gpud/aten.py)
+OP_MOVE_EXPORT = "wooly.move_export"  # -> the tensor table + one bulk frame per storage (sync only)
+OP_MOVE_IMPORT = "wooly.move_import"  # args: [what move_export returned], bulk: its storages
+BROKER_ONLY = frozenset({OP_MOVE_EXPORT, OP_MOVE_IMPORT})
 OP_SET_LIMIT = "wooly.set_limit"  # args: [bytes or 0]: cap this session's tensor bytes (set_per_process_memory_fraction)
 
 # Wire names of the dtypes both ends know.

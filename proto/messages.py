@@ -51,6 +51,7 @@ class Hello(_Req):
     program: Name = ""
     capabilities: list[Name] = Field(default_factory=list, max_length=64)
     reservation: Name = ""  # NOTE [pool client] (woolyhv/pool/client.py): the pool reservation this session claims
+    resume: Name = ""  # NOTE [migration] (gpud/migrate.py): take over the session that moved here under this token
 
 
 class DeviceInfo(_Msg):
@@ -106,6 +107,84 @@ class ListSessions(_Req):
 
     kind: Literal["list_sessions"] = "list_sessions"
     token: Name = ""
+
+
+# ---------------------------------------------------------------- migration (NOTE [migration] in gpud/migrate.py)
+Pair = Annotated[list[U64], Field(min_length=2, max_length=2)]
+Triple = Annotated[list[Any], Field(min_length=3, max_length=3)]
+
+
+class MoveOut(_Req):
+    """An admin call to the source gpud: move ``session`` to the gpud at ``endpoint`` (whose CURVE key is
+    ``server_key``) at its next synchronisation point. Replies once the session has moved (or could not)."""
+
+    kind: Literal["move_out"] = "move_out"
+    token: Name = ""  # the source's admin token
+    session: Name
+    endpoint: Name
+    server_key: Name = ""
+    target_token: Name = ""  # the target's admin token (without a pool order, the target accepts only that)
+
+
+class MoveIn(_Req):
+    """Source gpud to target gpud: a session's state, without its memory (``move_data`` brings that). ``order``
+    is the pool's move order (``moves/<source>/<session>`` in etcd, which the target reads to check it) or,
+    outside a pool, ``admin_token`` is the target's admin token."""
+
+    kind: Literal["move_in"] = "move_in"
+    order: Name = ""
+    source: Name = ""
+    admin_token: Name = ""
+    session: Name
+    tenant: Name
+    pid: int = 0
+    host_id: Name = ""
+    program: Name = ""
+    reservation: Name = ""
+    arena: Pair  # base, size
+    regions: Annotated[list[Pair], Field(max_length=1 << 20)]  # allocations: start, size
+    modules: Annotated[list[Triple], Field(max_length=1 << 16)]  # handle, format, bulk frame of the image
+    globals: Annotated[list[Triple], Field(max_length=1 << 16)]  # module handle, name, bulk frame of its bytes
+    functions: Annotated[list[Triple], Field(max_length=1 << 20)]  # handle, module handle, name
+    streams: Annotated[list[Triple], Field(max_length=1 << 16)]  # handle, flags, priority
+    events: Annotated[list[Triple], Field(max_length=1 << 20)]  # handle, flags, recorded t_ns (-1: never)
+    sticky: Annotated[list[Any], Field(max_length=2)] = Field(default_factory=list)  # code, message
+    pending: Annotated[list[Any], Field(max_length=2)] = Field(default_factory=list)
+    messages: int = Field(0, ge=0)
+    aten: dict[str, Any] | None = None  # the executor's tensor table (gpud/aten_exec.py move_export)
+    blobs: Annotated[list[Size], Field(max_length=1 << 20)] = Field(default_factory=list)  # sizes of its storages
+
+
+class MoveBlob(_Req):
+    """Bytes of one storage of a moving session's tensors: bulk frame ``frame`` goes to ``offset`` of blob ``index``."""
+
+    kind: Literal["move_blob"] = "move_blob"
+    move: Name
+    index: Annotated[int, Field(ge=0, lt=1 << 20)]
+    offset: Size = 0
+    frame: FrameIndex = 0
+
+
+class MoveData(_Req):
+    """Bytes of a moving session's memory: bulk frame ``frame`` goes to ``addr``."""
+
+    kind: Literal["move_data"] = "move_data"
+    move: Name
+    addr: U64
+    frame: FrameIndex = 0
+
+
+class MoveCommit(_Req):
+    """Every byte was sent: the target answers with the resume token the client will say hello with."""
+
+    kind: Literal["move_commit"] = "move_commit"
+    move: Name
+    total: Size = 0  # bytes sent, checked against what arrived
+
+
+class MoveAbort(_Req):
+    kind: Literal["move_abort"] = "move_abort"
+    move: Name
 
 
 # ---------------------------------------------------------------- memory
@@ -486,7 +565,7 @@ class Batch(_Req):
 
 
 Message = Annotated[
-    Hello | HelloReply | ProveLocal | Bye | Ping | Pong | Sync | ListSessions | MemAlloc | MemFree | MemGetInfo | MemcpyHtoD | MemcpyDtoH | MemcpyDtoD | Memset | BlasGemm | StreamCreate | StreamDestroy | StreamSynchronize | StreamQuery | StreamWaitEvent | EventCreate | EventRecord | EventQuery | EventSynchronize | EventElapsed | EventDestroy | CtxSynchronize | ModuleLoad | ModuleUnload | ModuleGetFunction | ModuleGetGlobal | Launch | AtenBatch | AtenCall | DedupUpload | DedupPublish | DedupQuery | DedupTensor | Batch | ShmOpen | ShmHtoD | ShmDtoH | HostMap | HostUnmap | IpcGet | IpcOpen | IpcClose | Result | Error,
+    Hello | HelloReply | ProveLocal | Bye | Ping | Pong | Sync | ListSessions | MoveOut | MoveIn | MoveBlob | MoveData | MoveCommit | MoveAbort | MemAlloc | MemFree | MemGetInfo | MemcpyHtoD | MemcpyDtoH | MemcpyDtoD | Memset | BlasGemm | StreamCreate | StreamDestroy | StreamSynchronize | StreamQuery | StreamWaitEvent | EventCreate | EventRecord | EventQuery | EventSynchronize | EventElapsed | EventDestroy | CtxSynchronize | ModuleLoad | ModuleUnload | ModuleGetFunction | ModuleGetGlobal | Launch | AtenBatch | AtenCall | DedupUpload | DedupPublish | DedupQuery | DedupTensor | Batch | ShmOpen | ShmHtoD | ShmDtoH | HostMap | HostUnmap | IpcGet | IpcOpen | IpcClose | Result | Error,
     Field(discriminator="kind"),
 ]
 

@@ -95,6 +95,15 @@ class Connection:
         self._closed = False
         self._last_sent = time.monotonic()
         self.pid = os.getpid()  # the process this connection belongs to (NOTE [fork] in shim/runtime.py)
+        # NOTE [resume]: messages sent (pings and hellos aside), and those sent since the outermost call in flight
+        # was, which a move re-sends to the new node
+        self._seq = 0
+        self._record: list[tuple[int, dict[str, Any], Sequence[Any]]] = []
+        self._moved_to = ""  # the resume token of the last move followed
+        self.moves = 0
+        self.on_move: list[Any] = []  # callbacks(conn) after the session moved to another node
+        self._creds = (tenant, token, reservation, list(capabilities), program or " ".join(sys.argv)[:200])
+        self.server_key = server_key
         self.round_trips = 0
         self.batches = 0
         hello = {
@@ -190,6 +199,11 @@ class Connection:
 
     # ------------------------------------------------------------------ request/reply
     def _send(self, body: dict[str, Any], bulk: Sequence[Any] = ()) -> None:
+        kind = body.get("kind")
+        if kind != "ping" and kind != "hello":
+            self._seq += 1
+            if self._pending:  # NOTE [resume]: a move can only happen under a call in flight
+                self._record.append((self._seq, body, bulk))
         try:
             self._sock.send_multipart(encode_body(body, bulk), copy=not bulk)
         except zmq.ZMQError as exc:
@@ -207,16 +221,18 @@ class Connection:
             self._flush_locked()
             self._rid += 1
             rid = body["rid"] = self._rid
-            self._send(body, bulk)
-            self.round_trips += 1
             self._pending.add(rid)
             try:
+                self._send(body, bulk)
+                self.round_trips += 1
                 if timeout_s is None:
                     return self._wait(rid, self.timeout_s)
                 return self._wait(rid, timeout_s, deadline=time.monotonic() + timeout_s)
             finally:
                 self._pending.discard(rid)
                 self._stash.pop(rid, None)
+                if not self._pending:
+                    self._record.clear()  # NOTE [resume]: everything sent so far ran where it was sent
 
     def _wait(self, rid: int, timeout_s: float, deadline: float | None = None) -> tuple[Any, list[Any]]:
         """Wait for the reply to ``rid``. Silence for ``timeout_s`` means gpud is gone; an explicit ``deadline``
@@ -258,6 +274,10 @@ class Connection:
             if got is not None:
                 body, bulk = got
                 kind = body.get("kind")
+                if kind == "moved":
+                    self._follow(body)  # NOTE [resume]: the session is on another node now; ask it there
+                    last_heard = time.monotonic()
+                    continue
                 if kind == "error":
                     raise CudaError(int(body.get("code", 999)), str(body.get("message", "")))
                 if kind == "hello_reply":
@@ -273,6 +293,62 @@ class Connection:
                 self._dead = CudaError(DEVICE_UNAVAILABLE, f"gpud at {self.endpoint} {detail}")
                 raise self._dead
             self._send({"kind": "ping", "rid": 0})
+
+    # NOTE [resume]
+    # A session moves to another node (NOTE [migration] in gpud/migrate.py) at a synchronisation point: the node
+    # holds the first call that arrives once a move is due, moves the session, and answers that call (and anything
+    # sent after it) with ``moved``: where the session is now, a one-time resume token, and how many of this
+    # connection's messages ran there (``executed``). The connection opens a socket to the new node, says hello
+    # with the token (the same session, handles and device pointers), re-sends the messages after ``executed`` (the
+    # call in flight and whatever a nested call sent after it, kept in ``_record`` while a call is in flight), and
+    # the call goes on waiting for its reply. The program sees a pause. Later ``moved`` answers of the old node to
+    # messages that were re-sent are ignored (same token).
+    def _follow(self, body: dict[str, Any]) -> None:
+        resume = str(body.get("resume", ""))
+        if not resume or resume == self._moved_to:
+            return
+        endpoint, key = str(body.get("endpoint", "")), str(body.get("server_key", ""))
+        executed = int(body.get("executed", 0))
+        resend = [e for e in self._record if e[0] > executed]
+        sock = self._ctx.socket(zmq.DEALER)
+        for opt in (zmq.LINGER, zmq.SNDHWM, zmq.RCVHWM, zmq.SNDTIMEO, zmq.RCVTIMEO):
+            sock.setsockopt(opt, self._sock.getsockopt(opt))
+        try:
+            curve.secure_client(sock, endpoint, key)
+        except ValueError as exc:
+            sock.close(0)
+            self._dead = CudaError(DEVICE_UNAVAILABLE, f"the session moved to {endpoint}, which cannot be reached: {exc}")
+            raise self._dead from None
+        sock.connect(endpoint)
+        old, self._sock = self._sock, sock
+        old.close(0)
+        self._moved_to = resume
+        self.endpoint, self.server_key = endpoint, key
+        tenant, token, reservation, caps, program = self._creds
+        self._rid += 1
+        rid = self._rid
+        self._pending.add(rid)
+        try:
+            self._send({"kind": "hello", "rid": rid, "protocol": C.PROTOCOL_VERSION, "client_version": __version__,
+                        "tenant": tenant, "token": token, "pid": os.getpid(), "host_id": host_id(), "program": program,
+                        "capabilities": caps, "reservation": reservation, "resume": resume})
+            reply, _ = self._wait(rid, self.timeout_s)
+        finally:
+            self._pending.discard(rid)
+        if reply.get("session") != self.session:
+            self._dead = CudaError(DEVICE_UNAVAILABLE, f"the session moved to {endpoint}, which took it as "
+                                   f"{reply.get('session')!r}")
+            raise self._dead
+        self.server_capabilities = reply.get("capabilities", [])
+        self.devices = reply.get("devices", self.devices)
+        self.moves += 1
+        self._seq = executed
+        self._record = []
+        for _, b, bulk in resend:
+            self._send(b, bulk)
+        self.same_host = reply.get("host_id") == host_id() and self._prove_local(reply.get("local_proof", ""))
+        for cb in list(self.on_move):
+            cb(self)
 
     def _prove_local(self, path: str) -> bool:
         """NOTE [proven locality] (gpud/shm.py): create the file gpud named, so that it knows this client shares its

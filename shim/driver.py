@@ -66,6 +66,7 @@ class Driver:
         self.modules: dict[int, dict[str, Any]] = {}
         self.functions: dict[int, FunctionInfo] = {}
         self._ring: StagingRing | None | bool = None
+        conn.on_move.append(self._moved)  # NOTE [resume]: the new node has no staging ring of ours
         self._dedup_done: set[int] = set()  # addresses that had their content-addressed upload
 
     def _new_id(self) -> int:
@@ -175,6 +176,9 @@ class Driver:
             return True
         except CudaError:
             return False
+
+    def _moved(self, conn: Any) -> None:
+        self._ring = None
 
     def _staging(self) -> StagingRing | None:
         """The same-host shared-memory ring, opened on first large copy (None when remote)."""

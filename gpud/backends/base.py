@@ -107,10 +107,23 @@ class Backend(ABC):
         return self.info().total_mem
 
     @wrap_errors(codes.OUT_OF_MEMORY)
-    def alloc(self, size: int) -> Allocation:
+    def alloc(self, size: int, arena: Any = None, at: int | None = None) -> Allocation:
+        """``size`` bytes of device memory; inside ``arena`` (a session's reserved range, NOTE [session arenas]) when
+        given, at exactly ``at`` when that is given too (a session moving in keeps its addresses)."""
         if size <= 0:
             raise CudaError(codes.INVALID_VALUE, f"allocation size must be > 0, got {size}")
-        return self._alloc(size)
+        if arena is None:
+            return self._alloc(size)
+        return self._alloc_in(arena, size, at)
+
+    def new_arena(self, base: int | None = None) -> Any:
+        """A session's own range of device addresses (NOTE [session arenas]), at ``base`` when given; None where the
+        backend cannot place allocations (they then go wherever the driver puts them, and the session cannot move
+        to another node with its pointers)."""
+        return None
+
+    def _alloc_in(self, arena: Any, size: int, at: int | None) -> Allocation:
+        raise CudaError(codes.NOT_SUPPORTED, f"the {self.kind} backend has no session arenas")
 
     @wrap_errors(codes.INVALID_VALUE)
     def free(self, allocation: Allocation) -> None:

@@ -137,7 +137,24 @@ class CpuBackend(Backend):
         buf = (ctypes.c_char * length).from_buffer(m)
         return Allocation(addr=ctypes.addressof(buf), size=size, backing=(m, buf))
 
+    def new_arena(self, base: int | None = None) -> vmem.Arena:
+        try:
+            return vmem.Arena(base)
+        except OSError as exc:
+            raise CudaError(codes.OUT_OF_MEMORY, f"cannot reserve a session's address range: {exc.strerror}") from None
+
+    def _alloc_in(self, arena: vmem.Arena, size: int, at: int | None) -> Allocation:
+        try:
+            addr = arena.alloc(size) if at is None else arena.alloc_at(at, size)
+        except (OSError, MemoryError, ValueError) as exc:
+            raise CudaError(codes.OUT_OF_MEMORY, f"cannot allocate {size} bytes: {exc}") from None
+        return Allocation(addr=addr, size=size, backing=arena)
+
     def _free(self, allocation: Allocation) -> None:
+        if isinstance(allocation.backing, vmem.Arena):
+            allocation.backing.free(allocation.addr)
+            allocation.backing = None
+            return
         m, buf = allocation.backing
         del buf
         allocation.backing = None

@@ -87,6 +87,11 @@ class Hypervisor:
         if n >= lim.sessions_per_tenant:
             raise CudaError(codes.NOT_PERMITTED, f"tenant {tenant!r} has {n} sessions, its limit "
                             "(limits.sessions_per_tenant)")
+        self.authenticate(tenant, token, key_tenant)
+
+    def authenticate(self, tenant: str, token: str, key_tenant: str | None = None) -> None:
+        """The credential half of ``admit``: the tenant's token or client key (a moved session's client resuming it
+        needs this, not room for another session)."""
         policy = self.config.tenants.get(tenant)
         if policy is None:
             if self.config.require_token:
