@@ -5,6 +5,8 @@ NOTE [pool keys]: everything the pool knows lives in etcd under one prefix (``/w
 - ``nodes/<node>``: ``Inventory`` (endpoint, devices, tenants, sessions, load, dedup sample), under the node's lease;
 - ``ledger/<node>``: ``Ledger``, the node's reservations, under the node's lease;
 - ``cordon/<node>``: ``Cordon``, an operator took the node out of placement (until uncordoned);
+- ``drain/<node>``: the node is being drained (NOTE [drain] in woolyhv/pool/drain.py);
+- ``moves/<node>/<session>``: ``MoveOrder``, a session of a draining node goes to another node;
 - ``quota/<tenant>``: ``{"bytes": N}``, the tenant's memory across the pool;
 - ``tenant/<tenant>``: a counter every reservation of a tenant with a quota bumps (the quota's compare-and-swap);
 - ``leader``: ``{"id", "endpoint"}`` of the controller that places, under its lease;

@@ -27,7 +27,7 @@ from typing import Any
 
 from gpud import log
 from woolyhv.pool import keys
-from woolyhv.pool.model import Inventory, Ledger
+from woolyhv.pool.model import Inventory, Ledger, MoveOrder
 from woolyhv.pool.store import Store, StoreError, cmp_create, cmp_lease, cmp_mod, op_get, op_put
 
 LEDGER_CHECK_S = 10.0
@@ -57,6 +57,12 @@ class NodeAgent:
         self._name_note = 0.0
         self._sessions_seen: object = None
         self._next_ledger_check = 0.0
+        # NOTE [drain]: move orders for this node's sessions go to ``on_move(order, report)`` (gpud's loop moves the
+        # session and calls ``report(ok, detail)`` from there); the reports are written to etcd from this thread.
+        self.on_move: Any = None
+        self._orders_started: set[str] = set()
+        self._reports: list[tuple[Any, bool, dict[str, Any]]] = []
+        self._next_orders = 0.0
 
     # ------------------------------------------------------------------ called by gpud's loop
     def offer(self, snapshot: dict[str, Any]) -> None:
@@ -102,6 +108,7 @@ class NodeAgent:
                 self._next_refresh = now + self.ttl / 3
             self._publish()
             self._reconcile()
+            self._moves()
         except StoreError as exc:
             self.errors += 1
             log.warning("pool.etcd", node=self.name, error=str(exc))
@@ -194,6 +201,44 @@ class NodeAgent:
                 self._schedule_check(ledger, now)
                 log.event("pool.ledger", node=self.name, reservations=len(ledger.reservations))
                 return
+
+    # ------------------------------------------------------------------ NOTE [drain]
+    def move_order(self, source: str, session: str) -> dict[str, Any] | None:
+        """The move order ``moves/<source>/<session>`` as etcd holds it now (a target checks a move against it)."""
+        kv = self.store.get(keys.move(self.store, source, session))
+        return kv.json() if kv is not None else None
+
+    def _moves(self) -> None:
+        with self._snap_lock:
+            reports, self._reports = self._reports, []
+        for order, ok, detail in reports:
+            key = keys.move(self.store, self.name, order.session)
+            if ok:
+                self.store.delete(key)
+                log.event("pool.moved", node=self.name, session=order.session, target=order.target,
+                          bytes=detail.get("bytes", 0), pause_s=detail.get("pause_s", 0))
+            else:
+                order.state, order.error, order.updated = "failed", str(detail.get("error", ""))[:2000], time.time()
+                self.store.put(key, order)
+            self._orders_started.discard(order.token)
+        if self.on_move is None or time.monotonic() < self._next_orders:
+            return
+        self._next_orders = time.monotonic() + 0.25
+        kvs, _ = self.store.get_prefix(keys.move(self.store, self.name, ""))
+        for kv in kvs:
+            try:
+                order = MoveOrder.model_validate_json(kv.value)
+            except ValueError:
+                continue
+            if order.state != "ordered" or order.token in self._orders_started:
+                continue
+            self._orders_started.add(order.token)
+
+            def report(ok: bool, detail: dict[str, Any], order: MoveOrder = order) -> None:
+                with self._snap_lock:
+                    self._reports.append((order, ok, detail))
+
+            self.on_move(order, report)
 
     def _schedule_check(self, ledger: Ledger, now: float) -> None:
         """Read the ledger again when its first unclaimed reservation is due, and at least every

@@ -91,8 +91,47 @@ def cordon(node: str, reason: Annotated[str, typer.Option(help="why (shown in ex
 
 
 @pool_app.command()
+def drain(node: str, reason: Annotated[str, typer.Option(help="why (shown in explanations)")] = "maintenance",
+          wait: Annotated[bool, typer.Option("--wait/--no-wait", help="follow the moves until the node is empty")] = True,
+          timeout: Annotated[float, typer.Option(help="seconds to follow the moves (0: no limit)")] = 600.0,
+          pool: PoolOpt = "", token: TokenOpt = "") -> None:
+    """Move every session off a node, live, to nodes the controller chooses (NOTE [drain]); the node is cordoned.
+    Each session moves at its next call; the program sees a pause. Exits 0 once the node is empty, 1 at --timeout
+    with the sessions that stay and why."""
+    import time
+
+    r = _call(pool, {"kind": "drain", "node": node, "reason": reason}, token)
+    typer.echo(f"draining {node}: {len(r['sessions'])} session(s)")
+    if not wait:
+        return
+    deadline = time.monotonic() + timeout if timeout > 0 else float("inf")
+    said: dict[str, str] = {}
+    while True:
+        for o in r["orders"]:
+            line = f"{o['session']} ({o['tenant']}) -> {o['target']}" + (f": failed: {o['error']}" if o["state"] == "failed"
+                                                                           else f" (decision {o['decision']})")
+            if said.get(o["session"]) != line:
+                typer.echo("  " + line)
+                said[o["session"]] = line
+        for sid, why in r["waiting"].items():
+            line = f"{sid} stays for now: {why}"
+            if said.get(sid) != line:
+                typer.echo("  " + line)
+                said[sid] = line
+        if not r["sessions"] or not r["in_pool"]:
+            typer.echo(f"{node} is drained: no sessions left" if r["in_pool"] else f"{node} left the pool")
+            return
+        if time.monotonic() > deadline:
+            typer.echo(f"wooly pool drain: {node} still has {len(r['sessions'])} session(s) after {timeout:g} s "
+                       "(a session moves at its next call; see the lines above)", err=True)
+            raise typer.Exit(1)
+        time.sleep(0.5)
+        r = _call(pool, {"kind": "drain", "node": node, "status": True}, token)
+
+
+@pool_app.command()
 def uncordon(node: str, pool: PoolOpt = "", token: TokenOpt = "") -> None:
-    """Put a cordoned node back into placement."""
+    """Put a cordoned (or drained) node back into placement."""
     _call(pool, {"kind": "uncordon", "node": node}, token)
     typer.echo(f"{node} uncordoned")
 

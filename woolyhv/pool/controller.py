@@ -110,6 +110,9 @@ class Controller:
         self._last_activity = 0.0
         self.stats = {"placed": 0, "waited": 0, "failed": 0, "conflicts": 0, "redirects": 0, "requests": 0}
         self.latency_ms: list[float] = []
+        from woolyhv.pool.drain import Drainer
+
+        self.drainer = Drainer(self)  # NOTE [drain]
         self.metrics = None
         if metrics_port:
             from woolyhv.pool.metrics import serve
@@ -143,6 +146,7 @@ class Controller:
                 if self._incoming:
                     self._place_incoming()
                 self._retry_pending()
+                self.drainer.step()
         finally:
             self.shutdown()
 
@@ -400,6 +404,16 @@ class Controller:
         p.last = p.last | {"reason": "too many conflicting reservations; trying again"}
         return None
 
+    def place_now(self, req: PlaceRequest, did: str) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+        """Decide and reserve once, for a request with no client waiting (NOTE [drain]): the placement (or None)
+        and the decision, which is recorded either way."""
+        now = time.monotonic()
+        p = Pending((-req.priority, now), b"", 0, req, now, did, now)
+        placed = self._attempt(p)
+        if placed is None:
+            self._record(p.last | {"outcome": "wait"})
+        return placed, p.last
+
     def _retry_pending(self) -> None:
         if not self.pending:
             return
@@ -517,10 +531,28 @@ class Controller:
             raise ProtocolError(f"no node {node!r} in the pool", E.NOT_FOUND)
         if body.get("kind") == "uncordon":
             self.store.delete(keys.cordon(self.store, node))
+            self.store.delete(keys.drain(self.store, node))  # ends a drain too (NOTE [drain])
         else:
             self.store.put(keys.cordon(self.store, node), Cordon(reason=str(body.get("reason", ""))[:500] or "cordoned",
                                                                  at=time.time()))
         return {"kind": "ok"}
+
+    def on_drain(self, identity: bytes, rid: int, body: dict[str, Any]) -> dict[str, Any]:
+        """NOTE [drain]: start draining ``node`` (cordon it, write ``drain/<node>``), or with ``status`` only report
+        how far it got: the sessions left, the move orders, and why the ones that stay stay."""
+        self._admin(body)
+        node = str(body.get("node", ""))
+        if not body.get("status"):
+            with self.view.lock:
+                known = node in self.view.nodes
+            if not known:
+                raise ProtocolError(f"no node {node!r} in the pool", E.NOT_FOUND)
+            reason = str(body.get("reason", ""))[:500] or "drain"
+            self.store.put(keys.cordon(self.store, node), Cordon(reason=f"draining: {reason}", at=time.time()))
+            self.store.put(keys.drain(self.store, node), {"at": time.time(), "reason": reason, "by": self.id})
+            log.info("drain %s: started (%s)", node, reason)
+            self.drainer.next_step = 0.0
+        return {"kind": "drain", "leader": self.is_leader} | self.drainer.status(node)
 
     def on_quota(self, identity: bytes, rid: int, body: dict[str, Any]) -> dict[str, Any]:
         self._admin(body)
@@ -569,5 +601,6 @@ _HANDLERS = {
     "uncordon": Controller.on_cordon,
     "quota": Controller.on_quota,
     "status": Controller.on_status,
+    "drain": Controller.on_drain,
     "ping": lambda self, identity, rid, body: {"kind": "pong", "is_leader": self.is_leader},
 }

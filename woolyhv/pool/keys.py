@@ -25,6 +25,15 @@ def tenant(store: Store, name: str) -> str:
     return store.key("tenant", name)
 
 
+def drain(store: Store, name: str) -> str:
+    return store.key("drain", name)
+
+
+def move(store: Store, node: str, session: str) -> str:
+    """``moves/<node>/<session>`` (``session`` '' for the node's prefix): NOTE [drain]."""
+    return store.key("moves", node, session) if session else store.key("moves", node) + "/"
+
+
 def leader(store: Store) -> str:
     return store.key("leader")
 

@@ -109,3 +109,21 @@ class PlaceRequest(_Doc):
 class Cordon(_Doc):
     reason: Text = ""
     at: float = 0.0
+
+
+class MoveOrder(_Doc):
+    """``moves/<source>/<session>``: a session of a draining node goes to ``target`` (NOTE [drain])."""
+
+    session: Text
+    tenant: Text
+    source: Name
+    target: Name
+    endpoint: Text
+    server_key: Text = ""
+    reservation: Text = ""
+    decision: Text = ""
+    token: Text
+    created: float = 0.0
+    updated: float = 0.0
+    state: Literal["ordered", "failed"] = "ordered"
+    error: Text = ""
