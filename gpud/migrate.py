@@ -163,13 +163,17 @@ class MoveOut:
         threading.Thread(target=self._transfer, args=(header, images, regions, blobs), name="gpud-move",
                          daemon=True).start()
 
-    def _fail(self, reason: str) -> None:
-        log.warning("move.failed", session=self.session.id, target=self.endpoint, reason=reason)
+    def _release(self) -> None:
+        """The session runs here again: the requests held since the freeze run, in order, as if nothing happened."""
         self.session.moving = None
         self.frozen = False
         held, self.held = self.held, []
-        for frames in held:  # they run here, in order, as if nothing had happened
+        for frames in held:
             self.server.handle(frames, unparked=True)
+
+    def _fail(self, reason: str) -> None:
+        log.warning("move.failed", session=self.session.id, target=self.endpoint, reason=reason)
+        self._release()
         self._finish(False, {"error": reason})
 
     def _moved(self, resume: str) -> None:
@@ -310,7 +314,7 @@ def export(s: Session) -> tuple[dict[str, Any], list[bytes]]:
         "modules": modules, "globals": globals_, "functions": functions, "streams": streams, "events": events,
         "sticky": [s.sticky_error.code, s.sticky_error.message] if s.sticky_error else [],
         "pending": [s.pending_error.code, s.pending_error.message] if s.pending_error else [],
-        "messages": s.messages,
+        "messages": s.messages, "moves": int(s.ext.get("moves", 0)),
     }
     return header, images
 
@@ -372,6 +376,7 @@ class MoveIn:
         if msg.pending:
             s.pending_error = CudaError(int(msg.pending[0]), str(msg.pending[1]))
         s.messages = msg.messages
+        s.ext["moves"] = msg.moves + 1
         if msg.reservation:
             s.ext["pool.reservation"] = msg.reservation
         if msg.aten is not None:  # start the tenant's executor now, while the bytes travel (NOTE [executors])
@@ -529,8 +534,31 @@ class Moves:
             self._drop(mi, "incomplete")
             raise CudaError(codes.INVALID_VALUE, f"move_commit: {mi.received} bytes arrived, {msg.total} were sent, "
                             f"the session holds {expect}")
+        def settled(token: str, error: CudaError | None) -> None:
+            if error is not None:
+                self._drop(mi, "its tensors did not load here")
+                self.server._error(identity, rid, error, None)
+                return
+            self.incoming.pop(mi.id, None)
+            self.by_peer.get(identity, set()).discard(mi.id)
+            self.server._reply(identity, rid, {"resume": token}, [], None)
+
+        self.settle(mi, settled)
+
+    def settle(self, mi: MoveIn, then: Callable[[str, CudaError | None], None]) -> None:
+        """Finish an arrived session (its tensors into its executor), list it, and hand ``then`` the one-time
+        resume token its client will say hello with (on the I/O loop). Also restores a checkpoint."""
+        def adopt() -> None:
+            token = secrets.token_hex(16)
+            s = mi.session
+            s.last_seen = time.monotonic()
+            self.resumable[token] = (s, time.monotonic() + ARRIVAL_S)
+            self.server.sessions[s.identity] = s  # listed (and counted) from now; its client takes it over at hello
+            log.event("move.arrived", session=s.id, tenant=s.info.tenant, bytes=mi.received)
+            then(token, None)
+
         if mi.aten is None:
-            self._reply_commit(identity, rid, mi)
+            adopt()
             return
         later = EXTENSIONS["aten_move"](mi.session, _AtenOp([W.OP_MOVE_IMPORT, [mi.aten], {}, []]), mi.blobs)
 
@@ -538,24 +566,12 @@ class Moves:
             try:
                 later.produce()
             except CudaError as exc:
-                self._drop(mi, "its tensors did not load here")
-                self.server._error(identity, rid, exc, None)
+                then("", exc)
                 return
             mi.blobs = []
-            self._reply_commit(identity, rid, mi)
+            adopt()
 
         when_all(later.markers, lambda: self.server.call_on_loop(imported))
-
-    def _reply_commit(self, identity: bytes, rid: int, mi: MoveIn) -> None:
-        del self.incoming[mi.id]
-        self.by_peer.get(identity, set()).discard(mi.id)
-        token = secrets.token_hex(16)
-        s = mi.session
-        s.last_seen = time.monotonic()
-        self.resumable[token] = (s, time.monotonic() + ARRIVAL_S)
-        self.server.sessions[s.identity] = s  # listed (and counted) from now; its client takes it over at hello
-        log.event("move.arrived", session=s.id, tenant=s.info.tenant, bytes=mi.received)
-        self.server._reply(identity, rid, {"resume": token}, [], None)
 
     def on_move_abort(self, identity: bytes, rid: int, msg: m.MoveAbort, bulk: list[Any]) -> None:
         mi = self.incoming.get(msg.move)

@@ -42,8 +42,17 @@ class Snapshotter:
         rows = []
         for s in sessions:
             rid = s.ext.get("pool.reservation", "")
-            rows.append({"session": s.id, "tenant": s.info.tenant, "memory": s.memory_used, "program": s.info.program[:200],
-                         "reservation": rid, "age_s": round(time.time() - s.info.created, 1)})
+            row = {"session": s.id, "tenant": s.info.tenant, "memory": s.memory_used, "program": s.info.program[:200],
+                   "reservation": rid, "age_s": round(time.time() - s.info.created, 1),
+                   "moves": int(s.ext.get("moves", 0))}
+            policy = hv.tenant(s.info.tenant).policy.checkpoint  # NOTE [checkpoints]
+            if policy is not None:
+                row["checkpoint_s"] = policy.interval_s
+                t = s.ext.get("ckpt")
+                if t is not None and t.seq >= 0:
+                    row["checkpoint"] = {"at": round(t.at, 3), "seq": t.seq, "standby": (t.order or {}).get("target", ""),
+                                         "count": t.count, "bytes": t.sent_bytes, "pause_ms": t.pause_ms}
+            rows.append(row)
         with hv.lock:
             tenants = {t.name: {"sessions": len(t.sessions), "memory": t.used, "shared": t.shared}
                        for t in hv.tenants.values() if t.sessions or t.used}

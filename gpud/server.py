@@ -37,7 +37,8 @@ from woolyhv.hostinfo import PROOF_PREFIX, host_id, pid_alive, shm_dir
 
 # gpud modules that register message handlers with ``gpud.session.extension`` (imported at start;
 # each imports its heavy dependencies, such as torch, lazily).
-EXTENSION_MODULES = ("gpud.shm", "gpud.aten", "gpud.hypervisor", "gpud.hostmap", "gpud.ipc", "gpud.migrate")
+EXTENSION_MODULES = ("gpud.shm", "gpud.aten", "gpud.hypervisor", "gpud.hostmap", "gpud.ipc", "gpud.migrate",
+                     "gpud.checkpoint")
 
 WAKE_IDENTITY = b"\x00gpud-wake"
 
@@ -104,6 +105,8 @@ class Server:
         self.pool_agent: Any = None  # NOTE [node agent] (woolyhv/pool/agent.py), set by join_pool
         self.moves: Any = None  # gpud.migrate.Moves, made at the first move (NOTE [migration])
         self.forwards: dict[bytes, Any] = {}  # identity -> gpud.migrate.Forward, of sessions that moved away
+        self.checkpoints: Any = None  # gpud.checkpoint.Checkpointer, made at the pool's first standby orders
+        self.standbys: Any = None  # gpud.checkpoint.Standbys: checkpoints kept here for other nodes' sessions
         self._snapshot: Callable[[], dict[str, Any]] | None = None
 
     def join_pool(self, agent: Any) -> None:
@@ -116,6 +119,8 @@ class Server:
         self.pool_agent = agent
         # NOTE [drain]: the pool's move orders for this node's sessions (gpud/migrate.py moves them)
         agent.on_move = lambda order, report: self.call_on_loop(lambda: PEER_CALLS["pool_move"](self, order, report))
+        # NOTE [checkpoints]: the standby the pool chose for each checkpointed session of this node
+        agent.on_standby = lambda orders: self.call_on_loop(lambda: PEER_CALLS["pool_standby"](self, orders))
         agent.start()
 
     # ------------------------------------------------------------------ helpers for sessions
@@ -181,7 +186,10 @@ class Server:
         if bulk and session is not None:
             session.charge("bytes_out", sum(len(b) if isinstance(b, bytes | bytearray) else memoryview(b).nbytes
                                              for b in bulk))
-        self._send(identity, encode_body({"kind": "result", "rid": rid, "value": value, "output": out}, bulk), session)
+        body = {"kind": "result", "rid": rid, "value": value, "output": out}
+        if session is not None and "ckpt_ack" in session.ext:  # NOTE [checkpoints]: the client may trim its log
+            body["ckpt"] = session.ext.pop("ckpt_ack")
+        self._send(identity, encode_body(body, bulk), session)
 
     def _hold(self, session: Session, frames: list[Any]) -> bool:
         """Whether ``session``'s request must wait because it has not read its replies (NOTE [bounded daemon
@@ -353,6 +361,10 @@ class Server:
             self.stats["sessions_opened"] += 1
             log.event("session.open", session=sid, tenant=msg.tenant, pid=msg.pid, claims_local=claims_local,
                       program=msg.program)
+        caps = self.capabilities()
+        ckpt = self.hv.tenant(msg.tenant).policy.checkpoint
+        if ckpt is not None:  # NOTE [checkpoints]: its replay log must hold every byte it uploads
+            caps = [c for c in caps if c != "shm" and not c.startswith("dedup")]
         reply = m.HelloReply(
             rid=msg.rid,
             session=sid,
@@ -360,9 +372,10 @@ class Server:
             server_version=gpud.__version__,
             host_id=self.host_id,
             heartbeat_s=C.HEARTBEAT_INTERVAL_S,
-            capabilities=self.capabilities(),
+            capabilities=caps,
             devices=[b.info() for b in self.backends],
             local_proof=proof,
+            checkpoint_s=ckpt.interval_s if ckpt is not None else 0.0,
         )
         self._send(identity, encode(reply))
 
@@ -403,6 +416,10 @@ class Server:
     def _expire(self) -> None:
         if self.moves is not None:
             self.moves.expire()
+        if self.checkpoints is not None:
+            self.checkpoints.tick()
+        if self.standbys is not None:
+            self.standbys.expire()
         now = time.monotonic()
         for s in list(self.sessions.values()):
             idle = now - s.last_seen

@@ -76,6 +76,7 @@ class HelloReply(_Req):
     capabilities: list[Name] = Field(default_factory=list)
     devices: list[DeviceInfo] = Field(default_factory=list)
     local_proof: Name = ""  # NOTE [proven locality] (gpud/shm.py): the file a same-host client creates
+    checkpoint_s: float = 0.0  # NOTE [checkpoints] (gpud/checkpoint.py): the client keeps a replay log when > 0
 
 
 class ProveLocal(_Req):
@@ -153,6 +154,7 @@ class MoveIn(_Req):
     messages: int = Field(0, ge=0)
     aten: dict[str, Any] | None = None  # the executor's tensor table (gpud/aten_exec.py move_export)
     blobs: Annotated[list[Size], Field(max_length=1 << 20)] = Field(default_factory=list)  # sizes of its storages
+    moves: int = Field(0, ge=0, le=1 << 30)  # times the session moved or was restored before
 
 
 class MoveBlob(_Req):
@@ -185,6 +187,63 @@ class MoveCommit(_Req):
 class MoveAbort(_Req):
     kind: Literal["move_abort"] = "move_abort"
     move: Name
+
+
+# ---------------------------------------------------------------- checkpoints (NOTE [checkpoints] in gpud/checkpoint.py)
+Digest = Annotated[bytes, Field(min_length=16, max_length=16)]  # xxh3-128 of a chunk
+ChunkList = Annotated[list[Digest], Field(max_length=1 << 22)]
+
+
+class CkptBegin(_Req):
+    """Source gpud to the session's standby: a checkpoint of ``session`` after its ``seq``-th message. ``state``
+    is the session as ``move_in`` carries it (module images in bulk); ``regions`` ([start, size, digests]) and
+    ``blobs`` ([size, digests]) list the chunks of its memory and tensor storages; the chunks the standby does not
+    hold yet follow as ``ckpt_chunk``. ``order`` is the pool's standby order (``standby/<source>/<session>``)."""
+
+    kind: Literal["ckpt_begin"] = "ckpt_begin"
+    order: Name = ""
+    source: Name = ""
+    admin_token: Name = ""
+    session: Name
+    tenant: Name
+    seq: int = Field(ge=0)
+    restore_key: Annotated[str, Field(min_length=64, max_length=64, pattern=r"^[0-9a-f]+$")]  # sha256 of the token
+    chunk: Annotated[int, Field(ge=4096, le=256 << 20)]
+    state: MoveIn
+    regions: Annotated[list[Annotated[list[Any], Field(min_length=3, max_length=3)]], Field(max_length=1 << 20)]
+    blobs: Annotated[list[Annotated[list[Any], Field(min_length=2, max_length=2)]], Field(max_length=1 << 20)]
+
+
+class CkptChunk(_Req):
+    kind: Literal["ckpt_chunk"] = "ckpt_chunk"
+    ckpt: Name
+    digest: Digest
+    frame: FrameIndex = 0
+
+
+class CkptCommit(_Req):
+    kind: Literal["ckpt_commit"] = "ckpt_commit"
+    ckpt: Name
+
+
+class CkptDrop(_Req):
+    """The session ended at its source: its standby forgets it."""
+
+    kind: Literal["ckpt_drop"] = "ckpt_drop"
+    session: Name
+    source: Name = ""
+    order: Name = ""
+    admin_token: Name = ""
+
+
+class Restore(_Req):
+    """A client whose node died asks the standby for its session back (``token``: the restore token its source
+    gave it with the checkpoint). Replies with a resume token and the messages the checkpoint covers."""
+
+    kind: Literal["restore"] = "restore"
+    session: Name
+    tenant: Name
+    token: Name
 
 
 # ---------------------------------------------------------------- memory
@@ -565,7 +624,7 @@ class Batch(_Req):
 
 
 Message = Annotated[
-    Hello | HelloReply | ProveLocal | Bye | Ping | Pong | Sync | ListSessions | MoveOut | MoveIn | MoveBlob | MoveData | MoveCommit | MoveAbort | MemAlloc | MemFree | MemGetInfo | MemcpyHtoD | MemcpyDtoH | MemcpyDtoD | Memset | BlasGemm | StreamCreate | StreamDestroy | StreamSynchronize | StreamQuery | StreamWaitEvent | EventCreate | EventRecord | EventQuery | EventSynchronize | EventElapsed | EventDestroy | CtxSynchronize | ModuleLoad | ModuleUnload | ModuleGetFunction | ModuleGetGlobal | Launch | AtenBatch | AtenCall | DedupUpload | DedupPublish | DedupQuery | DedupTensor | Batch | ShmOpen | ShmHtoD | ShmDtoH | HostMap | HostUnmap | IpcGet | IpcOpen | IpcClose | Result | Error,
+    Hello | HelloReply | ProveLocal | Bye | Ping | Pong | Sync | ListSessions | MoveOut | MoveIn | MoveBlob | MoveData | MoveCommit | MoveAbort | CkptBegin | CkptChunk | CkptCommit | CkptDrop | Restore | MemAlloc | MemFree | MemGetInfo | MemcpyHtoD | MemcpyDtoH | MemcpyDtoD | Memset | BlasGemm | StreamCreate | StreamDestroy | StreamSynchronize | StreamQuery | StreamWaitEvent | EventCreate | EventRecord | EventQuery | EventSynchronize | EventElapsed | EventDestroy | CtxSynchronize | ModuleLoad | ModuleUnload | ModuleGetFunction | ModuleGetGlobal | Launch | AtenBatch | AtenCall | DedupUpload | DedupPublish | DedupQuery | DedupTensor | Batch | ShmOpen | ShmHtoD | ShmDtoH | HostMap | HostUnmap | IpcGet | IpcOpen | IpcClose | Result | Error,
     Field(discriminator="kind"),
 ]
 

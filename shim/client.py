@@ -61,6 +61,7 @@ class Connection:
         server_key: str = "",
         reservation: str = "",
         probe_s: float = 0.0,
+        replay_log_mb: int = 1024,
     ) -> None:
         self.endpoint = endpoint
         self.timeout_s = timeout_s
@@ -100,6 +101,13 @@ class Connection:
         self._seq = 0
         self._record: list[tuple[int, dict[str, Any], Sequence[Any]]] = []
         self._moved_to = ""  # the resume token of the last move followed
+        # NOTE [replay log]: a checkpointed session keeps every message since its last checkpoint
+        self._replay = False
+        self._replay_max = replay_log_mb << 20
+        self._replay_bytes = 0
+        self._replay_gap = 0  # the last message dropped from a full log: a restore needs a checkpoint past it
+        self._standby: dict[str, Any] | None = None  # the last checkpoint: its seq, the standby and restore token
+        self.restores = 0
         self.moves = 0
         self.on_move: list[Any] = []  # callbacks(conn) after the session moved to another node
         self._creds = (tenant, token, reservation, list(capabilities), program or " ".join(sys.argv)[:200])
@@ -126,6 +134,7 @@ class Connection:
         self.server_capabilities: list[str] = reply.get("capabilities", [])
         self.same_host = reply["host_id"] == host_id() and self._prove_local(reply.get("local_proof", ""))
         self.heartbeat_s = float(reply["heartbeat_s"])
+        self._replay = float(reply.get("checkpoint_s") or 0) > 0
         _CONNECTIONS.add(self)
         self._hb = threading.Thread(target=self._heartbeat, name="wooly-heartbeat", daemon=True)
         self._hb.start()
@@ -202,7 +211,9 @@ class Connection:
         kind = body.get("kind")
         if kind != "ping" and kind != "hello":
             self._seq += 1
-            if self._pending:  # NOTE [resume]: a move can only happen under a call in flight
+            if self._replay:
+                self._log(body, bulk)
+            elif self._pending:  # NOTE [resume]: a move can only happen under a call in flight
                 self._record.append((self._seq, body, bulk))
         try:
             self._sock.send_multipart(encode_body(body, bulk), copy=not bulk)
@@ -231,7 +242,7 @@ class Connection:
             finally:
                 self._pending.discard(rid)
                 self._stash.pop(rid, None)
-                if not self._pending:
+                if not self._pending and not self._replay:
                     self._record.clear()  # NOTE [resume]: everything sent so far ran where it was sent
 
     def _wait(self, rid: int, timeout_s: float, deadline: float | None = None) -> tuple[Any, list[Any]]:
@@ -265,6 +276,8 @@ class Connection:
                         raise self._dead from None
                     if body.get("output"):
                         write_device_output(body["output"])
+                    if body.get("ckpt"):
+                        self._checkpointed(body["ckpt"])
                     other = body.get("rid")
                     if other != rid:
                         if other in self._pending:
@@ -275,6 +288,7 @@ class Connection:
                 body, bulk = got
                 kind = body.get("kind")
                 if kind == "moved":
+                    self._standby = None  # the session's checkpoints start again where it goes
                     self._follow(body)  # NOTE [resume]: the session is on another node now; ask it there
                     last_heard = time.monotonic()
                     continue
@@ -287,6 +301,12 @@ class Connection:
             if now - last_heard > timeout_s or (deadline is not None and now > deadline):
                 if self._ever_heard:  # it answered before: it died, hung or the network went
                     detail = f"stopped answering (no reply in {timeout_s:.1f} s): the daemon or its host went away"
+                    if self._replay:  # NOTE [replay log]: bring the session back from its checkpoint
+                        why = self._failover()
+                        if not why:
+                            last_heard = time.monotonic()
+                            continue
+                        detail += f"; restoring it from its checkpoint failed: {why}"
                 else:
                     hint = " (or is WOOLY_SERVER_KEY not its key?)" if curve.is_tcp(self.endpoint) else ""
                     detail = f"did not answer (no reply in {timeout_s:.1f} s); is the daemon running{hint}?"
@@ -349,6 +369,81 @@ class Connection:
         self.same_host = reply.get("host_id") == host_id() and self._prove_local(reply.get("local_proof", ""))
         for cb in list(self.on_move):
             cb(self)
+
+    # NOTE [replay log]
+    # A session whose tenant has a checkpoint policy (NOTE [checkpoints] in gpud/checkpoint.py) is told so in its
+    # hello reply. Its connection then keeps every message it sends (pings and hellos aside), with copies of the
+    # host data they carry, numbered as gpud counts them. A reply may say that the standby holds a checkpoint
+    # covering the first ``seq`` messages (with the standby's endpoint and key and this session's restore token):
+    # the log drops what that covers. When gpud stops answering, the connection asks the standby to restore the
+    # session, follows it there as after a move (NOTE [resume]) and re-sends the messages after ``seq``: the call
+    # in flight goes on waiting for its reply. The log is bounded (WOOLY_REPLAY_LOG_MB): when full it drops its
+    # oldest messages, and until a checkpoint covers them the session cannot be restored (the call fails with
+    # CUDA_ERROR_DEVICE_UNAVAILABLE saying so).
+    def _log(self, body: dict[str, Any], bulk: Sequence[Any]) -> None:
+        kept = [b if isinstance(b, bytes) else bytes(b) for b in bulk]  # the program may reuse its buffers
+        self._record.append((self._seq, dict(body), kept))
+        self._replay_bytes += sum(len(b) for b in kept)
+        while self._replay_bytes > self._replay_max and len(self._record) > 1:
+            seq, _, old = self._record.pop(0)
+            self._replay_bytes -= sum(len(b) for b in old)
+            self._replay_gap = seq
+
+    def _checkpointed(self, ck: dict[str, Any]) -> None:
+        try:
+            seq = int(ck["seq"])
+        except (KeyError, TypeError, ValueError):
+            return
+        self._standby = ck
+        keep = [e for e in self._record if e[0] > seq]
+        if len(keep) != len(self._record):
+            self._record = keep
+            self._replay_bytes = sum(len(b) for e in keep for b in e[2])
+        if self._replay_gap <= seq:
+            self._replay_gap = 0
+
+    def _failover(self) -> str:
+        """Restore the session from its last checkpoint on its standby: '' when it is back, else why not."""
+        ck = self._standby
+        if ck is None:
+            return "no checkpoint was taken yet"
+        if self._replay_gap:
+            return (f"the calls since the last one outgrew WOOLY_REPLAY_LOG_MB={self._replay_max >> 20}, so it cannot "
+                    "be brought up to date")
+        endpoint, key, node = str(ck.get("endpoint", "")), str(ck.get("server_key", "")), str(ck.get("node", ""))
+        tenant = self._creds[0]
+        sock = self._ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        try:
+            curve.secure_client(sock, endpoint, key)
+            sock.connect(endpoint)
+            sock.send_multipart(encode_body({"kind": "restore", "rid": 1, "session": self.session, "tenant": tenant,
+                                             "token": str(ck.get("token", ""))}))
+            deadline = time.monotonic() + max(RESTORE_TIMEOUT_S, self.timeout_s)
+            reply: dict[str, Any] | None = None
+            while reply is None and time.monotonic() < deadline:
+                if not sock.poll(200):
+                    continue
+                body, _ = unpack_body(sock.recv_multipart())
+                if body.get("rid") == 1:
+                    reply = body
+        except (zmq.ZMQError, ValueError, ProtocolError) as exc:
+            return f"its standby {node} at {endpoint} could not be asked to restore it: {exc}"
+        finally:
+            sock.close(0)
+        if reply is None:
+            return f"its standby {node} at {endpoint} did not restore it within {RESTORE_TIMEOUT_S:.0f} s"
+        if reply.get("kind") == "error":
+            return f"its standby {node} could not restore it: {reply.get('message', '')}"
+        value = reply.get("value") or {}
+        self._standby = None
+        try:
+            self._follow({"resume": value.get("resume", ""), "endpoint": endpoint, "server_key": key,
+                          "executed": int(value.get("executed", 0))})
+        except CudaError as exc:
+            return f"the restored session on {node} did not take it back: {exc.message}"
+        self.restores += 1
+        return ""
 
     def _prove_local(self, path: str) -> bool:
         """NOTE [proven locality] (gpud/shm.py): create the file gpud named, so that it knows this client shares its
@@ -416,6 +511,19 @@ class Connection:
                 pass
             self._closed = True
             self._sock.close(linger=500)
+
+
+RESTORE_TIMEOUT_S = 120.0  # NOTE [replay log]: how long a standby may take to re-create a session
+
+
+def lost() -> CudaError | None:
+    """The error of a connection whose gpud went away (CUDA_ERROR_DEVICE_UNAVAILABLE), if any: the session's device
+    state is gone with it. ``wooly run`` turns a program's uncaught exception into one line when this is set."""
+    for conn in list(_CONNECTIONS):
+        dead = conn._dead
+        if dead is not None and dead.code == DEVICE_UNAVAILABLE:
+            return dead
+    return None
 
 
 @atexit.register

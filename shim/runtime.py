@@ -76,7 +76,7 @@ def driver() -> Driver:
         try:
             conn = Connection(
                 endpoint, tenant=s.tenant, token=s.token, timeout_s=s.timeout_s, connect_timeout_s=s.connect_timeout_s,
-                server_key=server_key, reservation=reservation, probe_s=s.probe_s,
+                server_key=server_key, reservation=reservation, probe_s=s.probe_s, replay_log_mb=s.replay_log_mb,
             )
         except CudaError as exc:
             if exc.code == codes.NO_DEVICE:  # nothing listens: like cuInit without a driver, for good

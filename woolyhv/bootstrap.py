@@ -6,8 +6,42 @@ import os
 import runpy
 import sys
 
+# An uncaught exception while the program's gpud is gone (the node died, its host or the network went) is reported
+# as one line and exit status 75 (EX_TEMPFAIL: a retry may succeed), not as a traceback through the shim that
+# tells the user nothing more; WOOLY_TRACEBACK=1 keeps the traceback.
+LOST_EXIT = 75
+
+
+def _lost_session_line(exc: BaseException) -> str | None:
+    if isinstance(exc, (SystemExit, KeyboardInterrupt)) or os.environ.get("WOOLY_TRACEBACK") == "1":
+        return None
+    try:
+        from proto.errors import error_name
+        from shim.client import lost
+    except ImportError:
+        return None
+    dead = lost()
+    if dead is None:
+        return None
+    tenant = os.environ.get("WOOLY_TENANT", "") or "default"
+    why = "" if "checkpoint" in dead.message else f" (tenant {tenant!r} has no checkpoint policy to restore it from)"
+    return (f"wooly: {error_name(dead.code)}: {dead.message}; the session's device state is lost{why}. "
+            "WOOLY_TRACEBACK=1 shows where the program was.")
+
 
 def main() -> None:
+    try:
+        _main()
+    except BaseException as exc:
+        line = _lost_session_line(exc)
+        if line is None:
+            raise
+        sys.stdout.flush()
+        print(line, file=sys.stderr, flush=True)
+        raise SystemExit(LOST_EXIT) from None
+
+
+def _main() -> None:
     if len(sys.argv) < 2:
         print("usage: python -m woolyhv.bootstrap script.py [args...] | -m module [args...]", file=sys.stderr)
         raise SystemExit(2)

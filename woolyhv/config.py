@@ -74,6 +74,7 @@ class Settings(BaseSettings):
     arch: str = Field("", description="only devices of this architecture: sm_90, or sm_80+ for that or newer")
     priority: int = Field(0, description="placement priority (-1000..1000): higher waits less")
     place_timeout_s: float = Field(60.0, description="seconds a placement may wait for room in the pool")
+    replay_log_mb: int = Field(1024, description="MiB of calls a checkpointed session keeps to replay after a failover")
 
     @field_validator("server")
     @classmethod
@@ -128,6 +129,13 @@ class Settings(BaseSettings):
             raise ValueError("expected a number of seconds > 0")
         return v
 
+    @field_validator("replay_log_mb")
+    @classmethod
+    def _replay(cls, v: int) -> int:
+        if not 1 <= v <= 1 << 20:
+            raise ValueError("expected a whole number of MiB from 1 to 1048576")
+        return v
+
     @field_validator("cpu_memory")
     @classmethod
     def _bytes(cls, v: int) -> int:
@@ -154,7 +162,8 @@ _EXPECTED = {"float_parsing": "expected a number", "int_parsing": "expected a wh
              "bool_parsing": "expected 1/0, true/false, yes/no or on/off"}
 _FIELD_EXPECTS = {"timeout_s": "expected a number of seconds > 0", "connect_timeout_s": "expected a number of seconds > 0",
                   "place_timeout_s": "expected a number of seconds > 0", "probe_s": "expected a number of seconds > 0", "priority": "expected a whole number from -1000 to 1000",
-                  "cpu_memory": "expected a number of bytes >= 0 (0: the host's memory)"}
+                  "cpu_memory": "expected a number of bytes >= 0 (0: the host's memory)",
+                  "replay_log_mb": "expected a whole number of MiB from 1 to 1048576"}
 
 
 def settings() -> Settings:

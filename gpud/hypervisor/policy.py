@@ -77,6 +77,14 @@ class _Cfg(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class CheckpointPolicy(_Cfg):
+    """NOTE [checkpoints] (gpud/checkpoint.py): write the session's state to a standby node every ``interval_s``
+    (at its next synchronisation point), so that the session survives this node's death."""
+
+    interval_s: float = Field(10.0, ge=0.5, le=86400.0)
+    target: Literal["peer"] = "peer"  # another node of the pool, chosen by the controller
+
+
 class TenantPolicy(_Cfg):
     quota: int | float = 1.0  # bytes, or fraction of the device's memory
     weight: float = Field(1.0, gt=0, le=1e6)
@@ -87,6 +95,22 @@ class TenantPolicy(_Cfg):
     token: str = ""
     keys: list[str] = Field(default_factory=list)  # client public keys (Z85) bound to this tenant (gpud/zap.py)
     sleepable: bool = True  # may be put to sleep at all
+    checkpoint: CheckpointPolicy | None = None  # NOTE [checkpoints]; ``checkpoint=10`` in a --tenant spec
+
+    @field_validator("checkpoint", mode="before")
+    @classmethod
+    def _checkpoint(cls, v: Any) -> Any:
+        if isinstance(v, str) and v.strip().lower() in ("", "0", "off", "no", "false"):
+            return None
+        if isinstance(v, str):
+            try:
+                v = float(v.strip().lower().removesuffix("s"))
+            except ValueError:
+                raise ValueError(f"checkpoint: {v!r} is not an interval in seconds (checkpoint=10) or a table "
+                                 "{interval_s = 10, target = \"peer\"}") from None
+        if isinstance(v, int | float) and not isinstance(v, bool):
+            return None if v == 0 else {"interval_s": v}
+        return v
 
     @field_validator("keys")
     @classmethod

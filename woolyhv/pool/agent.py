@@ -27,7 +27,7 @@ from typing import Any
 
 from gpud import log
 from woolyhv.pool import keys
-from woolyhv.pool.model import Inventory, Ledger, MoveOrder
+from woolyhv.pool.model import Inventory, Ledger, MoveOrder, StandbyOrder
 from woolyhv.pool.store import Store, StoreError, cmp_create, cmp_lease, cmp_mod, op_get, op_put
 
 LEDGER_CHECK_S = 10.0
@@ -63,6 +63,11 @@ class NodeAgent:
         self._orders_started: set[str] = set()
         self._reports: list[tuple[Any, bool, dict[str, Any]]] = []
         self._next_orders = 0.0
+        # NOTE [checkpoints]: the standby orders of this node's checkpointed sessions go to ``on_standby(orders)``
+        # (session id -> order) whenever they change
+        self.on_standby: Any = None
+        self._standbys_seen: dict[str, dict[str, Any]] | None = None
+        self._next_standbys = 0.0
 
     # ------------------------------------------------------------------ called by gpud's loop
     def offer(self, snapshot: dict[str, Any]) -> None:
@@ -109,6 +114,7 @@ class NodeAgent:
             self._publish()
             self._reconcile()
             self._moves()
+            self._standbys()
         except StoreError as exc:
             self.errors += 1
             log.warning("pool.etcd", node=self.name, error=str(exc))
@@ -240,6 +246,28 @@ class NodeAgent:
 
             self.on_move(order, report)
 
+    # ------------------------------------------------------------------ NOTE [standby]
+    def standby_order(self, source: str, session: str) -> dict[str, Any] | None:
+        """The standby order ``standby/<source>/<session>`` as etcd holds it now (a standby checks against it)."""
+        kv = self.store.get(keys.standby(self.store, source, session))
+        return kv.json() if kv is not None else None
+
+    def _standbys(self) -> None:
+        if self.on_standby is None or time.monotonic() < self._next_standbys:
+            return
+        self._next_standbys = time.monotonic() + 0.5
+        kvs, _ = self.store.get_prefix(keys.standby(self.store, self.name, ""))
+        orders: dict[str, dict[str, Any]] = {}
+        for kv in kvs:
+            try:
+                o = StandbyOrder.model_validate_json(kv.value)
+            except ValueError:
+                continue
+            orders[o.session] = o.model_dump()
+        if orders != self._standbys_seen:
+            self._standbys_seen = orders
+            self.on_standby(orders)
+
     def _schedule_check(self, ledger: Ledger, now: float) -> None:
         """Read the ledger again when its first unclaimed reservation is due, and at least every
         ``LEDGER_CHECK_S`` (new reservations a controller added are learnt then or when their session arrives)."""
@@ -252,6 +280,9 @@ def _stable(inv: Inventory) -> dict[str, Any]:
     """The inventory without what changes every time (so an idle node does not write to etcd)."""
     d = inv.model_dump(exclude={"updated", "sessions"})
     d["load"] = round(d["load"], 1)
-    d["session_ids"] = sorted((s.session, s.reservation, s.memory >> 20) for s in inv.sessions)
+    # a session's checkpoints and moves are news (``wooly pool sessions`` shows them; NOTE [standby] plans on them)
+    d["session_ids"] = sorted((s.session, s.reservation, s.memory >> 20, s.checkpoint_s, s.moves,
+                               str(s.checkpoint.get("count", "")), str(s.checkpoint.get("standby", "")))
+                              for s in inv.sessions)
     return d
 

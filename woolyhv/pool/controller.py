@@ -113,6 +113,9 @@ class Controller:
         from woolyhv.pool.drain import Drainer
 
         self.drainer = Drainer(self)  # NOTE [drain]
+        from woolyhv.pool.standby import Planner
+
+        self.standbys = Planner(self)  # NOTE [standby]
         self.metrics = None
         if metrics_port:
             from woolyhv.pool.metrics import serve
@@ -147,6 +150,7 @@ class Controller:
                     self._place_incoming()
                 self._retry_pending()
                 self.drainer.step()
+                self.standbys.step()
         finally:
             self.shutdown()
 

@@ -34,6 +34,11 @@ def move(store: Store, node: str, session: str) -> str:
     return store.key("moves", node, session) if session else store.key("moves", node) + "/"
 
 
+def standby(store: Store, node: str, session: str) -> str:
+    """``standby/<node>/<session>`` (``session`` '' for the node's prefix): NOTE [standby]."""
+    return store.key("standby", node, session) if session else store.key("standby", node) + "/"
+
+
 def leader(store: Store) -> str:
     return store.key("leader")
 

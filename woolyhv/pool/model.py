@@ -46,6 +46,9 @@ class SessionRow(_Doc):
     program: Text = ""
     reservation: Text = ""
     age_s: float = 0.0
+    checkpoint_s: float = Field(0.0, ge=0.0)  # NOTE [checkpoints]: the tenant's interval (0: not checkpointed)
+    checkpoint: dict[str, float | int | str] = Field(default_factory=dict, max_length=16)  # the last one
+    moves: int = Field(0, ge=0)  # times the session moved or was restored before it came here
 
 
 class Inventory(_Doc):
@@ -127,3 +130,17 @@ class MoveOrder(_Doc):
     updated: float = 0.0
     state: Literal["ordered", "failed"] = "ordered"
     error: Text = ""
+
+
+class StandbyOrder(_Doc):
+    """``standby/<source>/<session>``: where a checkpointed session's checkpoints go (NOTE [standby])."""
+
+    session: Text
+    tenant: Text
+    source: Name
+    target: Name
+    endpoint: Text
+    server_key: Text = ""
+    decision: Text = ""
+    token: Text
+    created: float = 0.0
