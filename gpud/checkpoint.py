@@ -49,7 +49,7 @@ import zmq
 
 from gpud import log
 from gpud.errors import CudaError, codes
-from gpud.migrate import PEER_TIMEOUT_S, WINDOW, MoveIn, MoveOut, moves_of
+from gpud.migrate import PEER_TIMEOUT_S, WINDOW, MoveIn, MoveOut, moves_of, nudge
 from gpud.session import CLOSE_HOOKS, PEER_CALLS, Session
 from gpud.streams import when_all
 from proto import curve
@@ -110,6 +110,7 @@ class Checkpoint(MoveOut):
     def start(self) -> None:
         self.track.busy = True
         self.session.moving = self  # NOTE [migration]: the next call freezes the session
+        nudge(self.server, self.session)
 
     def _fail(self, reason: str) -> None:
         if self.session.moving is self:
@@ -219,6 +220,7 @@ class Checkpoint(MoveOut):
         stats = self.server.stats
         stats["checkpoints"] = stats.get("checkpoints", 0) + 1
         stats["checkpoint_bytes"] = stats.get("checkpoint_bytes", 0) + sent
+        stats["checkpoint_pause_s"] = stats.get("checkpoint_pause_s", 0.0) + t.pause_ms / 1e3
         order = t.order or {}
         s.ext["ckpt_ack"] = {"seq": seq, "node": order.get("target", ""), "endpoint": order.get("endpoint", ""),
                              "server_key": order.get("server_key", ""), "token": t.token}

@@ -75,6 +75,12 @@ def movable(session: Session) -> str:
     return ""
 
 
+def nudge(server: Server, session: Session) -> None:
+    """Tell an idle client that its session waits for its next call (``sync_due``): its heartbeat answers with an
+    ``idle`` call, so a move or checkpoint of a client busy on its own CPU happens now, not at its next call."""
+    server._send(session.identity, encode_body({"kind": "sync_due", "rid": 0}), session)
+
+
 @dataclass
 class Forward:
     endpoint: str
@@ -118,6 +124,7 @@ class MoveOut:
             self._finish(False, {"error": f"session {self.session.id} cannot move: {why}"})
             return
         self.session.moving = self
+        nudge(self.server, self.session)
         log.event("move.start", session=self.session.id, target=self.endpoint)
 
     def freeze(self) -> None:
@@ -173,6 +180,7 @@ class MoveOut:
 
     def _fail(self, reason: str) -> None:
         log.warning("move.failed", session=self.session.id, target=self.endpoint, reason=reason)
+        self.server.stats["move_failures"] = self.server.stats.get("move_failures", 0) + 1
         self._release()
         self._finish(False, {"error": reason})
 
@@ -194,6 +202,7 @@ class MoveOut:
         self.server.close_session(s, "moved")
         self.server.stats["sessions_moved"] = self.server.stats.get("sessions_moved", 0) + 1
         self.server.stats["moved_bytes"] = self.server.stats.get("moved_bytes", 0) + self.bytes
+        self.server.stats["move_pause_s"] = self.server.stats.get("move_pause_s", 0.0) + pause
         log.event("move.done", session=s.id, target=self.endpoint, bytes=self.bytes, pause_ms=round(pause * 1e3, 1))
         self._finish(True, {"session": s.id, "bytes": self.bytes, "pause_s": round(pause, 4),
                             "total_s": round(time.monotonic() - self.t0, 4), "target": self.endpoint})

@@ -43,7 +43,7 @@ EXTENSION_MODULES = ("gpud.shm", "gpud.aten", "gpud.hypervisor", "gpud.hostmap",
 WAKE_IDENTITY = b"\x00gpud-wake"
 
 # Requests that report pending asynchronous errors before they run (CUDA's "next API call").
-_NO_ERROR_CHECK = frozenset({"batch", "ping", "bye", "list_sessions", "hello"})
+_NO_ERROR_CHECK = frozenset({"batch", "ping", "bye", "list_sessions", "hello", "idle"})
 
 
 class Server:

@@ -222,6 +222,9 @@ class Session:
     def on_sync(self, msg: m.Sync, bulk: list[Any]) -> Any:
         return None
 
+    def on_idle(self, msg: m.Idle, bulk: list[Any]) -> Any:
+        return None
+
     # ------------------------------------------------------------------ memory
     # NOTE [bounded daemon state]
     # Nothing a client sends may make gpud hold without bound: sessions in all and per tenant (Hypervisor.admit),
@@ -570,6 +573,9 @@ class Session:
             "age_s": round(time.time() - self.info.created, 3),
             "idle_s": round(time.monotonic() - self.last_seen, 3),
             "device": self.backend.ordinal,
+            "moves": int(self.ext.get("moves", 0)),  # NOTE [migration]: moves and restores before it came here
+            "checkpoint": self.ext["ckpt"].describe() if "ckpt" in self.ext else None,  # NOTE [checkpoints]
+            "restored_from": self.ext.get("restored_from"),
         }
 
 

@@ -103,6 +103,13 @@ class Sync(_Req):
     kind: Literal["sync"] = "sync"
 
 
+class Idle(_Req):
+    """A call that does nothing (errors stay pending): an idle client's heartbeat sends it when gpud said
+    ``sync_due`` (a move or checkpoint waits for the session's next call, NOTE [migration])."""
+
+    kind: Literal["idle"] = "idle"
+
+
 class ListSessions(_Req):
     """An admin call: every tenant's sessions. Needs gpud's admin token where one is set (or tenants need tokens)."""
 
@@ -624,7 +631,7 @@ class Batch(_Req):
 
 
 Message = Annotated[
-    Hello | HelloReply | ProveLocal | Bye | Ping | Pong | Sync | ListSessions | MoveOut | MoveIn | MoveBlob | MoveData | MoveCommit | MoveAbort | CkptBegin | CkptChunk | CkptCommit | CkptDrop | Restore | MemAlloc | MemFree | MemGetInfo | MemcpyHtoD | MemcpyDtoH | MemcpyDtoD | Memset | BlasGemm | StreamCreate | StreamDestroy | StreamSynchronize | StreamQuery | StreamWaitEvent | EventCreate | EventRecord | EventQuery | EventSynchronize | EventElapsed | EventDestroy | CtxSynchronize | ModuleLoad | ModuleUnload | ModuleGetFunction | ModuleGetGlobal | Launch | AtenBatch | AtenCall | DedupUpload | DedupPublish | DedupQuery | DedupTensor | Batch | ShmOpen | ShmHtoD | ShmDtoH | HostMap | HostUnmap | IpcGet | IpcOpen | IpcClose | Result | Error,
+    Hello | HelloReply | ProveLocal | Bye | Ping | Pong | Sync | Idle | ListSessions | MoveOut | MoveIn | MoveBlob | MoveData | MoveCommit | MoveAbort | CkptBegin | CkptChunk | CkptCommit | CkptDrop | Restore | MemAlloc | MemFree | MemGetInfo | MemcpyHtoD | MemcpyDtoH | MemcpyDtoD | Memset | BlasGemm | StreamCreate | StreamDestroy | StreamSynchronize | StreamQuery | StreamWaitEvent | EventCreate | EventRecord | EventQuery | EventSynchronize | EventElapsed | EventDestroy | CtxSynchronize | ModuleLoad | ModuleUnload | ModuleGetFunction | ModuleGetGlobal | Launch | AtenBatch | AtenCall | DedupUpload | DedupPublish | DedupQuery | DedupTensor | Batch | ShmOpen | ShmHtoD | ShmDtoH | HostMap | HostUnmap | IpcGet | IpcOpen | IpcClose | Result | Error,
     Field(discriminator="kind"),
 ]
 

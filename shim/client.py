@@ -476,16 +476,37 @@ class Connection:
             time.sleep(self.heartbeat_s)
             if self._closed or self._dead is not None:
                 return
-            if time.monotonic() - self._last_sent < self.heartbeat_s:
-                continue
-            if self._lock.acquire(blocking=False):
+            if self._lock.acquire(blocking=False):  # no call in flight (each holds the lock)
                 try:
-                    if not self._closed and self._dead is None:
+                    if self._closed or self._dead is not None:
+                        continue
+                    if self._sync_due():
+                        self.call({"kind": "idle"})  # NOTE [migration]: a move or checkpoint waits for a call
+                    elif time.monotonic() - self._last_sent >= self.heartbeat_s:
                         self._send({"kind": "ping", "rid": 0})
                 except CudaError:
                     return
                 finally:
                     self._lock.release()
+
+    def _sync_due(self) -> bool:
+        """Read what gpud sent while no call waited (under the lock): its output, checkpoint notes, and whether it
+        asked for a call (``sync_due``). Anything else is a pong or the reply to an abandoned request."""
+        due = False
+        while True:
+            try:
+                frames = self._sock.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return due
+            try:
+                body, _ = unpack_body(frames)
+            except ProtocolError:
+                continue
+            if body.get("output"):
+                write_device_output(body["output"])
+            if body.get("ckpt"):
+                self._checkpointed(body["ckpt"])
+            due = due or body.get("kind") == "sync_due"
 
     @property
     def alive(self) -> bool:

@@ -23,7 +23,7 @@ from proto import launch as rules
 from proto.errors import CudaError
 from shim import progress
 from shim.client import Connection
-from shim.shm import MIN_SHM_BYTES, StagingRing
+from shim.shm import MIN_SHM_BYTES, RingGone, StagingRing
 from woolyhv.config import settings
 
 DRIVER_VERSION = 13000  # the CUDA version the API surface corresponds to (13.0: CUDA 13 runtimes require it)
@@ -240,8 +240,11 @@ class Driver:
         ring = self._staging() if n >= MIN_SHM_BYTES else None
         if ring is not None:
             self._check_range(dst, n, "cuMemcpyHtoD")
-            ring.htod(int(dst), np.frombuffer(view, dtype=np.uint8).ctypes.data, n, self._stream(stream))
-            return
+            try:
+                ring.htod(int(dst), np.frombuffer(view, dtype=np.uint8).ctypes.data, n, self._stream(stream))
+                return
+            except RingGone:  # the session moved (NOTE [resume]): this copy goes inline, later ones a new ring
+                self._ring = None
         self.conn.post({"kind": "memcpy_htod", "dst": int(dst), "frame": 0, "stream": self._stream(stream)}, [bytes(view)])
         progress.advance(n)
 
@@ -256,8 +259,11 @@ class Driver:
             view = memoryview(target).cast("B")
             if view.readonly or view.nbytes < size:
                 raise CudaError(codes.INVALID_VALUE, "cuMemcpyDtoH: destination buffer is read-only or too small")
-            ring.dtoh(int(src), int(size), np.frombuffer(view, dtype=np.uint8).ctypes.data, self._stream(stream))
-            return target
+            try:
+                ring.dtoh(int(src), int(size), np.frombuffer(view, dtype=np.uint8).ctypes.data, self._stream(stream))
+                return target
+            except RingGone:  # the session moved (NOTE [resume]): this copy comes inline, later ones by a new ring
+                self._ring = None
         _, bulk = self.conn.call({"kind": "memcpy_dtoh", "src": int(src), "size": int(size), "stream": self._stream(stream)})
         data = bulk[0]
         if out is None:

@@ -25,9 +25,14 @@ ERROR_BIT = 1 << 63
 MIN_SHM_BYTES = 256 << 10  # below this the inline frame path is as fast
 
 
+class RingGone(Exception):
+    """The session moved to another gpud since this ring was opened: the ring is the old node's."""
+
+
 class StagingRing:
     def __init__(self, conn: Any) -> None:
         self.conn = conn
+        self.epoch = getattr(conn, "moves", 0)
         info, _ = conn.call({"kind": "shm_open"})
         self.slots = int(info["slots"])
         self.slot_size = int(info["slot_size"])
@@ -74,7 +79,7 @@ class StagingRing:
             now = time.monotonic()
             if now > next_check:
                 next_check = now + 1.0
-                self.conn.call({"kind": "sync"})  # surfaces errors, proves gpud alive
+                self.conn.call({"kind": "ping"})  # proves gpud alive (errors show in the flag word)
 
     def _take(self) -> tuple[int, int]:
         slot = self._next
@@ -84,13 +89,23 @@ class StagingRing:
         self._issued[slot] = self._seq
         return slot, self._seq
 
+    # A staged copy holds the connection for its whole length: its posts name this ring, which exists only on the
+    # gpud that made it, so no call of another thread (or of the heartbeat) may let the session move mid-copy
+    # (NOTE [migration] in gpud/migrate.py: a session moves at a call); the liveness check in ``_wait`` is a ping,
+    # which never holds a session. After a move the driver opens a new ring, or copies inline.
     def htod(self, dst: int, src_addr: int, size: int, stream: int) -> None:
-        with self.lock:
+        with self.lock, self.conn._lock:
+            self._current()
             self._htod(dst, src_addr, size, stream)
 
     def dtoh(self, src: int, size: int, dst_addr: int, stream: int) -> None:
-        with self.lock:
+        with self.lock, self.conn._lock:
+            self._current()
             self._dtoh(src, size, dst_addr, stream)
+
+    def _current(self) -> None:
+        if getattr(self.conn, "moves", 0) != self.epoch:
+            raise RingGone
 
     def _htod(self, dst: int, src_addr: int, size: int, stream: int) -> None:
         off = 0

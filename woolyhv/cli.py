@@ -213,7 +213,10 @@ def ps(
 
         sessions(pool=server, as_json=as_json)
         return
+    import time
+
     from woolyhv.config import check_endpoint
+    from woolyhv.pool.cli import _checkpoint
     from woolyhv.top import AdminError, admin_call
 
     check_endpoint(server, "--server (WOOLY_SERVER)")
@@ -227,11 +230,15 @@ def ps(
         return
     for d in info["devices"]:
         typer.echo(f"device {d['ordinal']} {d['backend']} {d['name']}: {_human(d['used'])} / {_human(d['total_mem'])} used")
-    typer.echo(f"{'session':12}  {'tenant':10}  {'pid':>7}  {'memory':>10}  {'allocs':>6}  {'mods':>4}  {'strm':>4}  {'evts':>4}  {'age':>8}  program")
+    typer.echo(f"{'session':12}  {'tenant':10}  {'pid':>7}  {'memory':>10}  {'allocs':>6}  {'mods':>4}  {'strm':>4}  {'evts':>4}  {'age':>8}  {'moves':>5}  {'checkpoint':24}  program")
+    now = time.time()
     for s in info["sessions"]:
+        ck = s.get("checkpoint") or {}
+        row = {"checkpoint_s": ck.get("interval_s", 0), "checkpoint": {"at": ck["at"], "standby": ck["standby"]} if ck.get("at") else {}}
         typer.echo(
             f"{s['session']:12}  {s['tenant'][:10]:10}  {s['pid']:>7}  {_human(s['memory_used']):>10}  {s['allocations']:>6}  "
-            f"{s['modules']:>4}  {s['streams']:>4}  {s['events']:>4}  {s['age_s']:>7.1f}s  {s['program'][:40]}"
+            f"{s['modules']:>4}  {s['streams']:>4}  {s['events']:>4}  {s['age_s']:>7.1f}s  {s.get('moves', 0):>5}  "
+            f"{_checkpoint(row, now):24}  {s['program'][:40]}"
         )
     hv = info.get("hypervisor")
     if hv:

@@ -101,6 +101,21 @@ class _Collector(Collector):
             yield GaugeMetricFamily("wooly_sched_starvation_p99_seconds", "99th percentile wait of ready work",
                                     value=sch["starvation_p99_wait_s"])
             yield GaugeMetricFamily("wooly_sched_waiting", "Ready work waiting for the device", value=sch["waiting"])
+        st = dict(getattr(hv.server, "stats", {}))  # NOTE [migration], NOTE [checkpoints]
+        for name, key, doc in (
+                ("wooly_sessions_moved", "sessions_moved", "Sessions moved live to another node"),
+                ("wooly_moved_bytes", "moved_bytes", "Bytes of session memory moved to other nodes"),
+                ("wooly_move_pause_seconds", "move_pause_s", "Time moved sessions were held (sum of pauses)"),
+                ("wooly_move_failures", "move_failures", "Moves that failed (the session stayed)"),
+                ("wooly_checkpoints", "checkpoints", "Checkpoints written to standbys"),
+                ("wooly_checkpoint_bytes", "checkpoint_bytes", "Changed bytes sent to standbys"),
+                ("wooly_checkpoint_pause_seconds", "checkpoint_pause_s", "Time sessions were held for checkpoints"),
+                ("wooly_checkpoint_failures", "checkpoint_failures", "Checkpoints not taken or not kept"),
+                ("wooly_sessions_restored", "sessions_restored", "Sessions of a lost node restored here")):
+            yield CounterMetricFamily(name, doc, value=float(st.get(key, 0)))
+        standbys = getattr(hv.server, "standbys", None)
+        yield GaugeMetricFamily("wooly_standby_bytes", "Checkpoint bytes this node keeps for other nodes' sessions",
+                                value=float(sum(k.nbytes for k in list(standbys.kept.values())) if standbys else 0))
         agent = getattr(hv.server, "pool_agent", None)
         if agent is not None:  # NOTE [node agent] (woolyhv/pool/agent.py)
             yield GaugeMetricFamily("wooly_pool_node_joined", "1 while this gpud holds its pool lease",

@@ -66,10 +66,25 @@ def sessions(pool: PoolOpt = "", as_json: Annotated[bool, typer.Option("--json")
     r = _call(pool, {"kind": "sessions"})
     if _printed_json(r, as_json):
         return
-    typer.echo(f"{'node':20}  {'session':12}  {'tenant':12}  {'memory':>10}  {'reservation':16}  {'age':>8}  program")
+    import time
+
+    typer.echo(f"{'node':20}  {'session':12}  {'tenant':12}  {'memory':>10}  {'reservation':16}  {'age':>8}  "
+               f"{'moves':>5}  {'checkpoint':24}  program")
+    now = time.time()
     for s in r["sessions"]:
         typer.echo(f"{s['node'][:20]:20}  {s['session'][:12]:12}  {s['tenant'][:12]:12}  {_human(s['memory']):>10}  "
-                   f"{(s.get('reservation') or '-')[:16]:16}  {s.get('age_s', 0):>7.1f}s  {s.get('program', '')[:40]}")
+                   f"{(s.get('reservation') or '-')[:16]:16}  {s.get('age_s', 0):>7.1f}s  {s.get('moves', 0):>5}  "
+                   f"{_checkpoint(s, now):24}  {s.get('program', '')[:40]}")
+
+
+def _checkpoint(row: dict, now: float) -> str:
+    """'3.2s ago -> n2' (the last checkpoint and its standby), 'none yet (every 10s)', or '-' (no policy)."""
+    ck, every = row.get("checkpoint") or {}, row.get("checkpoint_s") or 0
+    if not every:
+        return "-"
+    if not ck:
+        return f"none yet (every {every:g}s)"
+    return f"{max(0.0, now - float(ck.get('at', now))):.1f}s ago -> {ck.get('standby', '?')}"[:24]
 
 
 @pool_app.command()

@@ -71,7 +71,7 @@ def test_numba_program_drained_mid_run_matches_an_uninterrupted_run(two) -> None
         assert f"{source} is drained" in drained.stdout
         assert wait_until(lambda: [s for s in _sessions(two) if s["session"] == sid], 10, 0.1)
         moved = [s for s in _sessions(two) if s["session"] == sid]
-        assert moved and moved[0]["node"] == target, moved
+        assert moved and moved[0]["node"] == target and moved[0]["moves"] == 1, moved
         out, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import time
 
 import pytest
 
 from tests.integration.migrate.test_drain import _sessions, _wait_line
-from tests.integration.pool.conftest import run_program
+from tests.integration.pool.conftest import WOOLY, run_program
 from woolyhv.pool.local import wait_until
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -44,7 +45,13 @@ def _kill_mid_run(pool, script: str, env: dict[str, str]) -> tuple[str, str, str
         row = [s for s in _sessions(pool) if s["tenant"] == "ckpt"][0]
         source, target = row["node"], row["checkpoint"]["standby"]
         assert target and target != source, row
+        shown = subprocess.run([*WOOLY, "pool", "sessions", "--pool", pool.url()], capture_output=True, text=True,
+                               timeout=30)
+        assert f"ago -> {target}" in shown.stdout, shown.stdout  # where its checkpoints go, and how fresh
         pool.nodes[source][0].proc.send_signal(signal.SIGKILL)
+        # the session comes back on its standby (the pool lists it there, restored once) while the program runs on
+        assert wait_until(lambda: [s for s in _sessions(pool) if s["session"] == row["session"] and s["node"] == target
+                                   and s["moves"] == 1], 30, 0.1), _sessions(pool)
         out, err = proc.communicate(timeout=240)
     finally:
         if proc.poll() is None:
@@ -60,7 +67,7 @@ def _kill_mid_run(pool, script: str, env: dict[str, str]) -> tuple[str, str, str
 @pytest.mark.parametrize("script", ["torch_train.py", "numba_steps.py"])
 def test_killed_node_session_resumes_from_its_checkpoint(pair, script: str) -> None:  # type: ignore[no-untyped-def]
     path = os.path.join(HERE, script)
-    env = {"STEPS": "60", "PAUSE": "0.1"}
+    env = {"STEPS": "100", "PAUSE": "0.1"}
     base = run_program(pair.url(), path, mem="256MiB", extra_env=env | {"WOOLY_TENANT": "ckpt"})
     assert base.returncode == 0, base.stderr
     t0 = time.monotonic()
