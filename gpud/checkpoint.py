@@ -109,6 +109,7 @@ class Checkpoint(MoveOut):
 
     def start(self) -> None:
         self.track.busy = True
+        self.armed = True
         self.session.moving = self  # NOTE [migration]: the next call freezes the session
         nudge(self.server, self.session)
 

@@ -29,6 +29,7 @@ NOTE [migration]
 
 from __future__ import annotations
 
+import bisect
 import ctypes
 import secrets
 import threading
@@ -53,6 +54,9 @@ if TYPE_CHECKING:
 
 CHUNK = 32 << 20  # bytes per move_data message
 WINDOW = 4  # move_data messages in flight
+PRE_CHUNK = 4 << 20  # bytes per pre-copied chunk (and per digest compared at the freeze)
+PRE_WINDOW = 8  # move_chunk messages in flight
+PREP_S = 600.0  # how long a target keeps pre-copied chunks no move_in claimed
 FORWARD_S = 600.0  # how long a moved session's old connection is answered with ``moved``
 PEER_TIMEOUT_S = 30.0  # silence from the target that fails a move
 ARRIVAL_S = 30.0  # how long a session that moved in waits for its client
@@ -113,6 +117,10 @@ class MoveOut:
         self.done = done
         self.held: list[list[Any]] = []
         self.frozen = False
+        self.armed = False  # the next call freezes the session (once the pre-copy is done)
+        self.sock: zmq.Socket | None = None  # to the target, opened by the pre-copy
+        self.prep = ""
+        self.pre_bytes = 0
         self.t0 = time.monotonic()
         self.t_frozen = 0.0
         self.bytes = 0
@@ -123,9 +131,21 @@ class MoveOut:
         if why:
             self._finish(False, {"error": f"session {self.session.id} cannot move: {why}"})
             return
-        self.session.moving = self
+        s = self.session
+        s.moving = self
+        log.event("move.start", session=s.id, target=self.endpoint)
+        regions = [(r.start, r.size) for r in s.regions.values() if r.allocation is not None]
+        arena = [s.arena.base, s.arena.size] if s.arena is not None else [0, 0]
+        threading.Thread(target=self._precopy, args=(s.arena, arena, regions), name="gpud-move-pre",
+                         daemon=True).start()
+
+    def _arm(self) -> None:
+        """Pre-copied: the session's next call freezes it (and an idle client is asked for one)."""
+        if self.session.closed:
+            self._finish(False, {"error": "the session closed before it could move"})
+            return
+        self.armed = True
         nudge(self.server, self.session)
-        log.event("move.start", session=self.session.id, target=self.endpoint)
 
     def freeze(self) -> None:
         """The session's first call since the move was asked for arrived (and is held): move it now."""
@@ -179,6 +199,9 @@ class MoveOut:
             self.server.handle(frames, unparked=True)
 
     def _fail(self, reason: str) -> None:
+        if self.sock is not None:
+            self.sock.close(linger=0)
+            self.sock = None
         log.warning("move.failed", session=self.session.id, target=self.endpoint, reason=reason)
         self.server.stats["move_failures"] = self.server.stats.get("move_failures", 0) + 1
         self._release()
@@ -201,10 +224,12 @@ class MoveOut:
         s.moving = None
         self.server.close_session(s, "moved")
         self.server.stats["sessions_moved"] = self.server.stats.get("sessions_moved", 0) + 1
-        self.server.stats["moved_bytes"] = self.server.stats.get("moved_bytes", 0) + self.bytes
+        self.server.stats["moved_bytes"] = self.server.stats.get("moved_bytes", 0) + self.pre_bytes + self.bytes
         self.server.stats["move_pause_s"] = self.server.stats.get("move_pause_s", 0.0) + pause
-        log.event("move.done", session=s.id, target=self.endpoint, bytes=self.bytes, pause_ms=round(pause * 1e3, 1))
-        self._finish(True, {"session": s.id, "bytes": self.bytes, "pause_s": round(pause, 4),
+        log.event("move.done", session=s.id, target=self.endpoint, bytes=self.pre_bytes + self.bytes,
+                  pause_bytes=self.bytes, pause_ms=round(pause * 1e3, 1))
+        self._finish(True, {"session": s.id, "bytes": self.pre_bytes + self.bytes, "pause_bytes": self.bytes,
+                            "pause_s": round(pause, 4),
                             "total_s": round(time.monotonic() - self.t0, 4), "target": self.endpoint})
 
     def _finish(self, ok: bool, detail: dict[str, Any]) -> None:
@@ -212,29 +237,79 @@ class MoveOut:
             self.done(ok, detail)
 
     # ------------------------------------------------------------------ on its own thread
-    def _transfer(self, header: dict[str, Any], images: list[bytes], regions: list[tuple[int, int]],
-                  blobs: list[Any]) -> None:
-        ctx = zmq.Context.instance()
-        sock = ctx.socket(zmq.DEALER)
+    def _connect(self) -> zmq.Socket:
+        sock = zmq.Context.instance().socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.RCVTIMEO, int(PEER_TIMEOUT_S * 1000))
         sock.setsockopt(zmq.SNDTIMEO, int(PEER_TIMEOUT_S * 1000))
-        move = ""
+        curve.secure_client(sock, self.endpoint, self.server_key)
+        sock.connect(self.endpoint)
+        return sock
+
+    def _precopy(self, arena: Any, span: list[int], regions: list[tuple[int, int]]) -> None:
+        """While the session runs: its memory to the target in ``PRE_CHUNK`` pieces, each with its digest. A chunk
+        written meanwhile is sent again at the freeze (its digest then differs); one freed meanwhile is skipped."""
+        from gpud.checkpoint import _digest
+
         try:
-            curve.secure_client(sock, self.endpoint, self.server_key)
-            sock.connect(self.endpoint)
-            rid = 1
-            sock.send_multipart(encode_body(header | {"kind": "move_in", "rid": rid}, images))
+            sock = self.sock = self._connect()
+            sock.send_multipart(encode_body({"kind": "move_prep", "rid": 1, "order": self.order, "source": self.source,
+                                             "admin_token": self.admin_token, "session": self.session.id,
+                                             "tenant": self.session.info.tenant, "arena": span,
+                                             "regions": [list(r) for r in regions]}))
+            self.prep = str(self._recv(sock, 1)["prep"])
+            rid, outstanding = 1, []
+            for start, size in regions if arena is not None else []:
+                for off in range(0, size, PRE_CHUNK):
+                    n = min(PRE_CHUNK, size - off)
+                    data = arena.read_live(start, off, n)
+                    if data is None or self.session.closed:
+                        continue
+                    rid += 1
+                    sock.send_multipart(encode_body({"kind": "move_chunk", "rid": rid, "prep": self.prep,
+                                                     "addr": start + off, "digest": _digest(data), "frame": 0},
+                                                    [data]), copy=False)
+                    outstanding.append(rid)
+                    self.pre_bytes += n
+                    if len(outstanding) >= PRE_WINDOW:
+                        self._recv(sock, outstanding.pop(0))
+            for r in outstanding:
+                self._recv(sock, r)
+        except (CudaError, zmq.ZMQError, KeyError, TypeError, ValueError) as exc:
+            why = exc.message if isinstance(exc, CudaError) else f"{type(exc).__name__}: {exc}"
+            self.server.call_on_loop(lambda: self._fail(f"the target {self.endpoint} did not take the session: {why}"))
+            return
+        self.server.call_on_loop(self._arm)
+
+    def _transfer(self, header: dict[str, Any], images: list[bytes], regions: list[tuple[int, int]],
+                  blobs: list[Any]) -> None:
+        from gpud.checkpoint import _digest
+
+        move = ""
+        sock = self.sock
+        try:
+            if sock is None:
+                sock = self.sock = self._connect()
+            digests = []
+            for start, size in regions:  # the session is quiescent: what it holds now, chunk by chunk
+                ds = []
+                for off in range(0, size, PRE_CHUNK):
+                    n = min(PRE_CHUNK, size - off)
+                    ds.append(_digest(memoryview((ctypes.c_char * n).from_address(start + off)).cast("B")))
+                digests.append([start, size, ds])
+            rid = 1000
+            sock.send_multipart(encode_body(header | {"kind": "move_in", "rid": rid, "prep": self.prep,
+                                                      "digests": digests}, images))
             reply = self._recv(sock, rid)
             move = reply["move"]
             outstanding: list[int] = []
-            for start, size in regions:
+            for addr, size in reply.get("need", []):  # what the pre-copy did not bring, or brought stale
                 off = 0
                 while off < size:
                     n = min(CHUNK, size - off)
-                    view = memoryview((ctypes.c_char * n).from_address(start + off)).cast("B")
+                    view = memoryview((ctypes.c_char * n).from_address(addr + off)).cast("B")
                     rid += 1
-                    sock.send_multipart(encode_body({"kind": "move_data", "rid": rid, "move": move, "addr": start + off,
+                    sock.send_multipart(encode_body({"kind": "move_data", "rid": rid, "move": move, "addr": addr + off,
                                                      "frame": 0}, [view]), copy=False)
                     outstanding.append(rid)
                     self.bytes += n
@@ -255,16 +330,18 @@ class MoveOut:
             for r in outstanding:
                 self._recv(sock, r)
             rid += 1
-            sock.send_multipart(encode_body({"kind": "move_commit", "rid": rid, "move": move, "total": self.bytes}))
+            total = sum(size for _, size in regions) + sum(memoryview(b).nbytes for b in blobs)
+            sock.send_multipart(encode_body({"kind": "move_commit", "rid": rid, "move": move, "total": total}))
             resume = self._recv(sock, rid)["resume"]
         except (CudaError, zmq.ZMQError, KeyError, TypeError, ValueError) as exc:
             why = exc.message if isinstance(exc, CudaError) else f"{type(exc).__name__}: {exc}"
-            if move:
+            if move and sock is not None:
                 try:
                     sock.send_multipart(encode_body({"kind": "move_abort", "rid": 0, "move": move}), flags=zmq.NOBLOCK)
                 except zmq.ZMQError:
                     pass
-            sock.close(linger=200)
+            if sock is not None:
+                sock.close(linger=200)
             self.server.call_on_loop(lambda: self._fail(f"the target {self.endpoint} did not take the session: {why}"))
             return
         sock.close(linger=1000)
@@ -333,10 +410,11 @@ class MoveIn:
     """A session arriving (NOTE [migration]): made from ``move_in``, filled by ``move_data``, handed to its client
     at ``move_commit`` + the client's hello with the resume token."""
 
-    def __init__(self, server: Server, msg: m.MoveIn, bulk: list[Any]) -> None:
+    def __init__(self, server: Server, msg: m.MoveIn, bulk: list[Any], prep: Prep | None = None) -> None:
         self.server = server
         self.id = secrets.token_hex(8)
         self.received = 0
+        self.need: list[list[int]] = []  # [addr, size] the source must still send (move_data)
         self.ready = Marker()
         self.aten = msg.aten
         if len(msg.blobs) > 65536 or sum(msg.blobs) > server.hv.config.limits.parked_bytes * 64:
@@ -350,7 +428,13 @@ class MoveIn:
         server.hv.on_open(s)
         reserved = placed = 0
         try:
-            if msg.regions:
+            if prep is not None and prep.arena is not None and prep.arena.base == base:
+                s.arena, prep.arena = prep.arena, None  # what the pre-copy reserved and wrote (NOTE [migration])
+                keep = {(int(a), int(n)) for a, n in msg.regions}
+                for start, a in list(prep.allocs.items()):
+                    if (start, a.size) not in keep:  # freed (or re-made) since the pre-copy began
+                        s.backend.free(prep.allocs.pop(start))
+            elif msg.regions:
                 if not base:
                     raise CudaError(codes.NOT_SUPPORTED, "the session has allocations but no arena")
                 try:
@@ -361,13 +445,18 @@ class MoveIn:
             server.reserve_memory(s, total)  # the tenant's quota here
             reserved = total
             for start, sz in msg.regions:
-                a = s.backend.alloc(sz, s.arena, at=start)
+                a = prep.allocs.pop(start) if prep is not None and start in prep.allocs else \
+                    s.backend.alloc(sz, s.arena, at=start)
                 s._add_region(Region(a.addr, a.size, a))
                 s.memory_used += a.size
                 placed += a.size
             for h, flags, prio in msg.streams:
                 s.engine.create(int(h), int(flags), int(prio))
+            if msg.digests or prep is not None:
+                self._fill(msg, prep.written if prep is not None else {})
         except BaseException:
+            if prep is not None:
+                prep.release(s.backend)
             s.closed = True
             s.free_all()  # gives back what was placed, and the arena
             if reserved > placed:
@@ -395,6 +484,31 @@ class MoveIn:
         globs = [(int(h), str(name), images[int(f)]) for h, name, f in msg.globals]
         funcs = [(int(h), int(mh), str(name)) for h, mh, name in msg.functions]
         server.run_async(lambda: self._load(mods, globs, funcs))
+
+    def _fill(self, msg: m.MoveIn, written: dict[int, bytes]) -> None:
+        """Each chunk the pre-copy wrote in place whose digest is still the session's stands; ``need`` lists the
+        rest (written since, or never sent), which the source sends while the session is held."""
+        listed = {}
+        for entry in msg.digests:
+            start, size, ds = entry
+            if not (isinstance(start, int) and isinstance(size, int) and isinstance(ds, list)) or \
+                    len(ds) != -(-size // PRE_CHUNK):
+                raise CudaError(codes.INVALID_VALUE, "move_in: an allocation's digests do not match its size")
+            listed[start] = (size, ds)
+        for start, size in msg.regions:
+            size_ds = listed.get(start)
+            ds = size_ds[1] if size_ds is not None and size_ds[0] == size else None
+            if ds is None:
+                self.need.append([start, size])
+                continue
+            for i, d in enumerate(ds):
+                off, n = i * PRE_CHUNK, min(PRE_CHUNK, size - i * PRE_CHUNK)
+                if isinstance(d, bytes) and written.get(start + off) == d:
+                    self.received += n
+                elif off and self.need and self.need[-1][0] + self.need[-1][1] == start + off:  # same allocation
+                    self.need[-1][1] += n
+                else:
+                    self.need.append([start + off, n])
 
     def _load(self, mods: list[tuple[int, str, bytes]], globs: list[tuple[int, str, bytes]],
               funcs: list[tuple[int, int, str]]) -> None:
@@ -440,6 +554,30 @@ class MoveIn:
         self.server.close_session(self.session, f"move-aborted: {why}")
 
 
+@dataclass
+class Prep:
+    """A session that will move here, while it still runs at its source: its arena and allocations (as the
+    pre-copy began) and the digest of each chunk written into them, until its ``move_in`` takes them over."""
+
+    peer: bytes
+    session: str
+    id: str = field(default_factory=lambda: secrets.token_hex(8))
+    arena: Any = None
+    allocs: dict[int, Any] = field(default_factory=dict)  # start -> backend Allocation
+    written: dict[int, bytes] = field(default_factory=dict)  # chunk address -> digest of what is there
+    starts: list[int] = field(default_factory=list)  # sorted starts of ``allocs``
+    until: float = field(default_factory=lambda: time.monotonic() + PREP_S)
+
+    def release(self, backend: Any) -> None:
+        """Give back what no session took over."""
+        for a in self.allocs.values():
+            backend.free(a)
+        self.allocs.clear()
+        if self.arena is not None:
+            self.arena.close()
+            self.arena = None
+
+
 class Moves:
     """The ``move_*`` calls of one gpud: ``move_out`` (an admin asks this gpud to move a session away) and the
     target's side, ``move_in`` / ``move_data`` / ``move_commit`` / ``move_abort`` (from a peer gpud)."""
@@ -447,6 +585,7 @@ class Moves:
     def __init__(self, server: Server) -> None:
         self.server = server
         self.incoming: dict[str, MoveIn] = {}  # move id -> arriving session
+        self.preps: dict[str, Prep] = {}  # prep id -> chunks pre-copied for a session that will move here
         self.resumable: dict[str, tuple[Session, float]] = {}  # resume token -> (session, deadline)
         self.by_peer: dict[bytes, set[str]] = {}
 
@@ -502,7 +641,16 @@ class Moves:
         if any(s.id == msg.session for s in self.server.sessions.values()) or any(
                 mi.session.id == msg.session for mi in self.incoming.values()):
             raise CudaError(codes.INVALID_VALUE, f"move_in: session {msg.session} is here already")
-        mi = MoveIn(self.server, msg, bulk)
+        prep = None
+        if msg.prep:
+            prep = self.preps.pop(msg.prep, None)
+            if prep is None or prep.peer != identity or prep.session != msg.session:
+                if prep is not None:
+                    self.preps[msg.prep] = prep
+                raise CudaError(codes.INVALID_HANDLE, f"move_in: no prep {msg.prep!r} of this session from this peer")
+        mi = MoveIn(self.server, msg, bulk, prep)
+        if prep is not None:
+            prep.release(self.server.backends[0])  # what the session did not keep
         mi.peer = identity  # type: ignore[attr-defined]
         self.incoming[mi.id] = mi
         self.by_peer.setdefault(identity, set()).add(mi.id)
@@ -512,9 +660,58 @@ class Moves:
                 self._drop(mi, "its modules did not load here")
                 self.server._error(identity, rid, mi.ready.error, None)
             else:
-                self.server._reply(identity, rid, {"move": mi.id}, [], None)
+                self.server._reply(identity, rid, {"move": mi.id, "need": mi.need}, [], None)
 
         when_all([mi.ready], lambda: self.server.call_on_loop(loaded))
+
+    def on_move_prep(self, identity: bytes, rid: int, msg: m.MovePrep, bulk: list[Any]) -> dict[str, Any]:
+        self._authorise(msg)
+        if any(s.id == msg.session for s in self.server.sessions.values()):
+            raise CudaError(codes.INVALID_VALUE, f"move_prep: session {msg.session} is here already")
+        for pid, p in list(self.preps.items()):
+            if p.session == msg.session:
+                self.preps.pop(pid).release(self.server.backends[0])  # a newer move of the same session
+        quota = self.server.hv.tenant(msg.tenant).quota
+        if sum(n for _, n in msg.regions) > quota:
+            raise CudaError(codes.OUT_OF_MEMORY, f"move_prep: the session holds more than tenant {msg.tenant!r} may "
+                            "here")
+        prep = Prep(identity, msg.session)
+        backend = self.server.backends[0]
+        if msg.regions:
+            base, size = msg.arena
+            try:
+                prep.arena = backend.new_arena(base) if base else None
+                if prep.arena is None:
+                    raise CudaError(codes.NOT_SUPPORTED, "the session has allocations but no arena")
+                for start, n in msg.regions:
+                    prep.allocs[int(start)] = backend.alloc(int(n), prep.arena, at=int(start))
+                prep.starts = sorted(prep.allocs)
+            except CudaError as exc:
+                prep.release(backend)
+                raise CudaError(codes.INVALID_VALUE, f"move_prep: the session's memory (0x{base:x}+{size}) cannot "
+                                f"be placed here: {exc.message}") from None
+        self.preps[prep.id] = prep
+        return {"prep": prep.id}
+
+    def on_move_chunk(self, identity: bytes, rid: int, msg: m.MoveChunk, bulk: list[Any]) -> dict[str, Any]:
+        from gpud.checkpoint import _digest
+
+        prep = self.preps.get(msg.prep)
+        if prep is None or prep.peer != identity:
+            raise CudaError(codes.INVALID_HANDLE, f"no prep {msg.prep!r} from this peer")
+        if msg.frame >= len(bulk):
+            raise CudaError(codes.INVALID_VALUE, "move_chunk: no bulk frame")
+        data = bulk[msg.frame]
+        n = len(data) if isinstance(data, bytes) else memoryview(data).nbytes
+        i = bisect.bisect_right(prep.starts, msg.addr) - 1
+        a = prep.allocs.get(prep.starts[i]) if i >= 0 else None
+        if a is None or n > PRE_CHUNK or msg.addr + n > a.addr + a.size:
+            raise CudaError(codes.INVALID_VALUE, "move_chunk: not a chunk of the session's memory")
+        if _digest(data) != msg.digest:
+            return {"kept": False}  # torn while it was read: sent again at the freeze
+        self.server.backends[0].copyin(msg.addr, data)
+        prep.written[msg.addr] = msg.digest
+        return {"kept": True}
 
     def _get(self, identity: bytes, move: str) -> MoveIn:
         mi = self.incoming.get(move)
@@ -605,6 +802,9 @@ class Moves:
 
     def expire(self) -> None:
         now = time.monotonic()
+        for pid, p in list(self.preps.items()):
+            if now > p.until:
+                self.preps.pop(pid).release(self.server.backends[0])
         for token, (s, deadline) in list(self.resumable.items()):
             if now > deadline:
                 del self.resumable[token]
@@ -625,7 +825,7 @@ def _peer(kind: str) -> None:
         identity, rid, msg, bulk)
 
 
-for _kind in ("move_out", "move_in", "move_data", "move_blob", "move_commit", "move_abort"):
+for _kind in ("move_out", "move_prep", "move_chunk", "move_in", "move_data", "move_blob", "move_commit", "move_abort"):
     _peer(_kind)
 PEER_CALLS["resume"] = lambda server, identity, rid, msg, bulk: moves_of(server).resume(msg.resume, msg.tenant)
 

@@ -245,7 +245,7 @@ class Server:
             if raw_kind != "ping" and raw_kind != "hello":
                 if session is not None:
                     mv = session.moving
-                    if mv is not None and (mv.frozen or rid):  # NOTE [migration]: the first call freezes it
+                    if mv is not None and (mv.frozen or (rid and mv.armed)):  # NOTE [migration]: a call freezes it
                         mv.held.append(frames)
                         if not mv.frozen:
                             mv.freeze()

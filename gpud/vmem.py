@@ -200,6 +200,14 @@ class Arena:
         self._commit(addr, n)
         return addr
 
+    def read_live(self, start: int, off: int, n: int) -> bytes | None:
+        """A copy of ``n`` bytes at ``off`` in the allocation at ``start`` if it is still live, else None: read while
+        the session runs (a move's pre-copy, NOTE [migration]) under the lock a free takes, so the pages stay."""
+        with self._lock:
+            if self.live.get(start, -1) < off + n:
+                return None
+            return ctypes.string_at(start + off, n)
+
     def _commit(self, addr: int, n: int) -> None:
         try:
             _mmap_at(addr, n, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | 0x10)

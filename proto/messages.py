@@ -162,6 +162,34 @@ class MoveIn(_Req):
     aten: dict[str, Any] | None = None  # the executor's tensor table (gpud/aten_exec.py move_export)
     blobs: Annotated[list[Size], Field(max_length=1 << 20)] = Field(default_factory=list)  # sizes of its storages
     moves: int = Field(0, ge=0, le=1 << 30)  # times the session moved or was restored before
+    prep: Name = ""  # the ``move_prep`` whose pre-copied chunks stand where their digests still match
+    digests: Annotated[list[Annotated[list[Any], Field(min_length=3, max_length=3)]], Field(max_length=1 << 20)] = \
+        Field(default_factory=list)  # per allocation: start, size, xxh3-128 of each PRE_CHUNK (gpud/migrate.py)
+
+
+class MovePrep(_Req):
+    """Source gpud to target gpud, while the session still runs: reserve the session's arena and allocations (as
+    they are now) for ``session`` (authorised as ``move_in`` is) and write the ``move_chunk`` bytes that follow
+    into place; ``move_in`` then names this prep and keeps what is still current."""
+
+    kind: Literal["move_prep"] = "move_prep"
+    order: Name = ""
+    source: Name = ""
+    admin_token: Name = ""
+    session: Name
+    tenant: Name
+    arena: Pair = Field(default_factory=lambda: [0, 0])  # base, size
+    regions: Annotated[list[Pair], Field(max_length=1 << 20)] = Field(default_factory=list)  # as the copy starts
+
+
+class MoveChunk(_Req):
+    """A pre-copied chunk of a moving session's memory, by its xxh3-128 digest (checked by the target)."""
+
+    kind: Literal["move_chunk"] = "move_chunk"
+    prep: Name
+    addr: U64
+    digest: Annotated[bytes, Field(min_length=16, max_length=16)]
+    frame: FrameIndex = 0
 
 
 class MoveBlob(_Req):
@@ -631,7 +659,7 @@ class Batch(_Req):
 
 
 Message = Annotated[
-    Hello | HelloReply | ProveLocal | Bye | Ping | Pong | Sync | Idle | ListSessions | MoveOut | MoveIn | MoveBlob | MoveData | MoveCommit | MoveAbort | CkptBegin | CkptChunk | CkptCommit | CkptDrop | Restore | MemAlloc | MemFree | MemGetInfo | MemcpyHtoD | MemcpyDtoH | MemcpyDtoD | Memset | BlasGemm | StreamCreate | StreamDestroy | StreamSynchronize | StreamQuery | StreamWaitEvent | EventCreate | EventRecord | EventQuery | EventSynchronize | EventElapsed | EventDestroy | CtxSynchronize | ModuleLoad | ModuleUnload | ModuleGetFunction | ModuleGetGlobal | Launch | AtenBatch | AtenCall | DedupUpload | DedupPublish | DedupQuery | DedupTensor | Batch | ShmOpen | ShmHtoD | ShmDtoH | HostMap | HostUnmap | IpcGet | IpcOpen | IpcClose | Result | Error,
+    Hello | HelloReply | ProveLocal | Bye | Ping | Pong | Sync | Idle | ListSessions | MoveOut | MoveIn | MovePrep | MoveChunk | MoveBlob | MoveData | MoveCommit | MoveAbort | CkptBegin | CkptChunk | CkptCommit | CkptDrop | Restore | MemAlloc | MemFree | MemGetInfo | MemcpyHtoD | MemcpyDtoH | MemcpyDtoD | Memset | BlasGemm | StreamCreate | StreamDestroy | StreamSynchronize | StreamQuery | StreamWaitEvent | EventCreate | EventRecord | EventQuery | EventSynchronize | EventElapsed | EventDestroy | CtxSynchronize | ModuleLoad | ModuleUnload | ModuleGetFunction | ModuleGetGlobal | Launch | AtenBatch | AtenCall | DedupUpload | DedupPublish | DedupQuery | DedupTensor | Batch | ShmOpen | ShmHtoD | ShmDtoH | HostMap | HostUnmap | IpcGet | IpcOpen | IpcClose | Result | Error,
     Field(discriminator="kind"),
 ]
 

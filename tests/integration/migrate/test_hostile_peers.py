@@ -95,6 +95,20 @@ def test_moves_and_checkpoints_need_an_order_or_the_admin_token(gpud) -> None:  
         huge = [[base, 1 << 40, [d] * (1 << 20)]]
         r = raw.call(_begin("s-x", "victim", sx, huge, admin_token=ADMIN))
         assert _error(r) == "CUDA_ERROR_OUT_OF_MEMORY", r
+        # a move's pre-copy: the same rule, and only into the memory it announced, bytes checked against digests
+        prep = {"kind": "move_prep", "session": "s-pre", "tenant": "victim", "arena": [base, 64 << 30],
+                "regions": [[base, 2 * MiB]]}
+        assert _error(raw.call(prep)) == "CUDA_ERROR_NOT_PERMITTED"
+        assert _error(raw.call({"kind": "move_chunk", "prep": "nope", "addr": base, "digest": d, "frame": 0},
+                               [b"\0" * MiB])) == "CUDA_ERROR_INVALID_HANDLE"
+        r = raw.call(prep | {"admin_token": ADMIN})
+        assert r["kind"] == "result", r
+        pid = r["value"]["prep"]
+        chunk = {"kind": "move_chunk", "prep": pid, "digest": d, "frame": 0}
+        assert _error(raw.call(chunk | {"addr": base + 2 * MiB}, [b"\0" * MiB])) == "CUDA_ERROR_INVALID_VALUE"
+        assert _error(raw.call(chunk | {"addr": base + MiB + 4096}, [b"\0" * MiB])) == "CUDA_ERROR_INVALID_VALUE"
+        assert raw.call(chunk | {"addr": base}, [b"\1" * MiB])["value"] == {"kept": False}  # not what d names
+        assert raw.call(chunk | {"addr": base}, [b"\0" * MiB])["value"] == {"kept": True}
     finally:
         raw.close()
     # gpud serves its clients as before
