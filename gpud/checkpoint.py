@@ -37,6 +37,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import hmac
+import mmap
 import os
 import secrets
 import threading
@@ -140,23 +141,23 @@ class Checkpoint(MoveOut):
         held, new = self.track.held, {}
         regions, blob_lists = [], []
 
-        def chunks(view: memoryview) -> list[bytes]:
+        def chunks(view: memoryview, private: bool) -> list[bytes]:
             out = []
             for off in range(0, view.nbytes, CHUNK):
                 piece = view[off:off + CHUNK]
                 d = _digest(piece)
                 out.append(d)
                 if d not in held and d not in new:
-                    new[d] = bytes(piece)
+                    new[d] = piece if private else bytes(piece)  # live memory is copied; a snapshot is not
             return out
 
         for r in s.regions.values():
             if r.allocation is not None:
                 view = memoryview((ctypes.c_char * r.size).from_address(r.start)).cast("B") if r.size else memoryview(b"")
-                regions.append([r.start, r.size, chunks(view)])
+                regions.append([r.start, r.size, chunks(view, False)])
         for b in blobs:
-            view = memoryview(b).cast("B")
-            blob_lists.append([view.nbytes, chunks(view)])
+            # the executor's process wrote its tensors out (a memfd, bytes): already a copy of the moment
+            blob_lists.append([memoryview(b).nbytes, chunks(memoryview(b).cast("B"), isinstance(b, mmap.mmap | bytes))])
         pause = time.monotonic() - self.t_frozen
         self.track.pause_ms = round(pause * 1e3, 2)
         self._release()  # the program goes on; the checkpoint travels from here
