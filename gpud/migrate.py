@@ -56,6 +56,7 @@ CHUNK = 32 << 20  # bytes per move_data message
 WINDOW = 4  # move_data messages in flight
 PRE_CHUNK = 4 << 20  # bytes per pre-copied chunk (and per digest compared at the freeze)
 PRE_WINDOW = 8  # move_chunk messages in flight
+HAVE_BATCH = 16  # chunks asked about at once (move_have)
 PREP_S = 600.0  # how long a target keeps pre-copied chunks no move_in claimed
 FORWARD_S = 600.0  # how long a moved session's old connection is answered with ``moved``
 PEER_TIMEOUT_S = 30.0  # silence from the target that fails a move
@@ -121,6 +122,7 @@ class MoveOut:
         self.sock: zmq.Socket | None = None  # to the target, opened by the pre-copy
         self.prep = ""
         self.pre_bytes = 0
+        self.deduped_bytes = 0  # pre-copy chunks the target took from its own dedup store
         self.t0 = time.monotonic()
         self.t_frozen = 0.0
         self.bytes = 0
@@ -229,6 +231,7 @@ class MoveOut:
         log.event("move.done", session=s.id, target=self.endpoint, bytes=self.pre_bytes + self.bytes,
                   pause_bytes=self.bytes, pause_ms=round(pause * 1e3, 1))
         self._finish(True, {"session": s.id, "bytes": self.pre_bytes + self.bytes, "pause_bytes": self.bytes,
+                            "deduped_bytes": self.deduped_bytes,
                             "pause_s": round(pause, 4),
                             "total_s": round(time.monotonic() - self.t0, 4), "target": self.endpoint})
 
@@ -259,16 +262,30 @@ class MoveOut:
                                              "regions": [list(r) for r in regions]}))
             self.prep = str(self._recv(sock, 1)["prep"])
             rid, outstanding = 1, []
-            for start, size in regions if arena is not None else []:
-                for off in range(0, size, PRE_CHUNK):
-                    n = min(PRE_CHUNK, size - off)
-                    data = arena.read_live(start, off, n)
-                    if data is None or self.session.closed:
+            todo = [(start + off, min(PRE_CHUNK, size - off)) for start, size in (regions if arena is not None else [])
+                    for off in range(0, size, PRE_CHUNK)]
+            starts = sorted(start for start, _ in regions)
+            for i in range(0, len(todo), HAVE_BATCH):
+                batch = []
+                for addr, n in todo[i:i + HAVE_BATCH]:
+                    start = starts[bisect.bisect_right(starts, addr) - 1]
+                    data = None if self.session.closed else arena.read_live(start, addr - start, n)
+                    if data is not None:
+                        batch.append((addr, n, _digest(data), data))
+                if not batch:
+                    continue
+                # chunks the target's dedup store holds (a base model's weights, say) are not sent
+                rid += 1
+                sock.send_multipart(encode_body({"kind": "move_have", "rid": rid, "prep": self.prep,
+                                                 "chunks": [[a, n, d] for a, n, d, _ in batch]}))
+                held = (list(self._recv(sock, rid).get("held", [])) + [False] * len(batch))[:len(batch)]
+                for (addr, n, d, data), have in zip(batch, held, strict=True):
+                    if have:
+                        self.deduped_bytes += n
                         continue
                     rid += 1
                     sock.send_multipart(encode_body({"kind": "move_chunk", "rid": rid, "prep": self.prep,
-                                                     "addr": start + off, "digest": _digest(data), "frame": 0},
-                                                    [data]), copy=False)
+                                                     "addr": addr, "digest": d, "frame": 0}, [data]), copy=False)
                     outstanding.append(rid)
                     self.pre_bytes += n
                     if len(outstanding) >= PRE_WINDOW:
@@ -696,22 +713,43 @@ class Moves:
     def on_move_chunk(self, identity: bytes, rid: int, msg: m.MoveChunk, bulk: list[Any]) -> dict[str, Any]:
         from gpud.checkpoint import _digest
 
-        prep = self.preps.get(msg.prep)
-        if prep is None or prep.peer != identity:
-            raise CudaError(codes.INVALID_HANDLE, f"no prep {msg.prep!r} from this peer")
         if msg.frame >= len(bulk):
             raise CudaError(codes.INVALID_VALUE, "move_chunk: no bulk frame")
         data = bulk[msg.frame]
         n = len(data) if isinstance(data, bytes) else memoryview(data).nbytes
-        i = bisect.bisect_right(prep.starts, msg.addr) - 1
-        a = prep.allocs.get(prep.starts[i]) if i >= 0 else None
-        if a is None or n > PRE_CHUNK or msg.addr + n > a.addr + a.size:
-            raise CudaError(codes.INVALID_VALUE, "move_chunk: not a chunk of the session's memory")
+        prep = self._prep_chunk(identity, msg.prep, msg.addr, n)
         if _digest(data) != msg.digest:
             return {"kept": False}  # torn while it was read: sent again at the freeze
         self.server.backends[0].copyin(msg.addr, data)
         prep.written[msg.addr] = msg.digest
         return {"kept": True}
+
+    def _prep_chunk(self, identity: bytes, pid: str, addr: int, n: int) -> Prep:
+        prep = self.preps.get(pid)
+        if prep is None or prep.peer != identity:
+            raise CudaError(codes.INVALID_HANDLE, f"no prep {pid!r} from this peer")
+        i = bisect.bisect_right(prep.starts, addr) - 1
+        a = prep.allocs.get(prep.starts[i]) if i >= 0 else None
+        if a is None or not 0 < n <= PRE_CHUNK or addr + n > a.addr + a.size:
+            raise CudaError(codes.INVALID_VALUE, "move_chunk: not a chunk of the session's memory")
+        return prep
+
+    def on_move_have(self, identity: bytes, rid: int, msg: m.MoveHave, bulk: list[Any]) -> dict[str, Any]:
+        """NOTE [migration]: chunks of a moving session this node's dedup store holds are copied from there."""
+        dedup = self.server.hv.dedup
+        held = []
+        for entry in msg.chunks:
+            addr, n, d = entry
+            if not (isinstance(addr, int) and isinstance(n, int) and isinstance(d, bytes)):
+                raise CudaError(codes.INVALID_VALUE, "move_have: each chunk is [addr, size, digest]")
+            prep = self._prep_chunk(identity, msg.prep, addr, n)
+            with dedup.lock:
+                c = dedup.store.get(("xxh3_128", d, n))
+                if c is not None:
+                    self.server.backends[0].copyin_from(addr, n, c.mem.addr)
+                    prep.written[addr] = d
+            held.append(c is not None)
+        return {"held": held}
 
     def _get(self, identity: bytes, move: str) -> MoveIn:
         mi = self.incoming.get(move)
@@ -825,7 +863,7 @@ def _peer(kind: str) -> None:
         identity, rid, msg, bulk)
 
 
-for _kind in ("move_out", "move_prep", "move_chunk", "move_in", "move_data", "move_blob", "move_commit", "move_abort"):
+for _kind in ("move_out", "move_prep", "move_chunk", "move_have", "move_in", "move_data", "move_blob", "move_commit", "move_abort"):
     _peer(_kind)
 PEER_CALLS["resume"] = lambda server, identity, rid, msg, bulk: moves_of(server).resume(msg.resume, msg.tenant)
 

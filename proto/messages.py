@@ -192,6 +192,15 @@ class MoveChunk(_Req):
     frame: FrameIndex = 0
 
 
+class MoveHave(_Req):
+    """Pre-copy: which of these chunks ([addr, size, xxh3-128]) does the target's dedup store hold? Those it
+    holds it copies into place itself; the source sends only the others."""
+
+    kind: Literal["move_have"] = "move_have"
+    prep: Name
+    chunks: Annotated[list[Annotated[list[Any], Field(min_length=3, max_length=3)]], Field(max_length=64)]
+
+
 class MoveBlob(_Req):
     """Bytes of one storage of a moving session's tensors: bulk frame ``frame`` goes to ``offset`` of blob ``index``."""
 
@@ -659,7 +668,7 @@ class Batch(_Req):
 
 
 Message = Annotated[
-    Hello | HelloReply | ProveLocal | Bye | Ping | Pong | Sync | Idle | ListSessions | MoveOut | MoveIn | MovePrep | MoveChunk | MoveBlob | MoveData | MoveCommit | MoveAbort | CkptBegin | CkptChunk | CkptCommit | CkptDrop | Restore | MemAlloc | MemFree | MemGetInfo | MemcpyHtoD | MemcpyDtoH | MemcpyDtoD | Memset | BlasGemm | StreamCreate | StreamDestroy | StreamSynchronize | StreamQuery | StreamWaitEvent | EventCreate | EventRecord | EventQuery | EventSynchronize | EventElapsed | EventDestroy | CtxSynchronize | ModuleLoad | ModuleUnload | ModuleGetFunction | ModuleGetGlobal | Launch | AtenBatch | AtenCall | DedupUpload | DedupPublish | DedupQuery | DedupTensor | Batch | ShmOpen | ShmHtoD | ShmDtoH | HostMap | HostUnmap | IpcGet | IpcOpen | IpcClose | Result | Error,
+    Hello | HelloReply | ProveLocal | Bye | Ping | Pong | Sync | Idle | ListSessions | MoveOut | MoveIn | MovePrep | MoveChunk | MoveHave | MoveBlob | MoveData | MoveCommit | MoveAbort | CkptBegin | CkptChunk | CkptCommit | CkptDrop | Restore | MemAlloc | MemFree | MemGetInfo | MemcpyHtoD | MemcpyDtoH | MemcpyDtoD | Memset | BlasGemm | StreamCreate | StreamDestroy | StreamSynchronize | StreamQuery | StreamWaitEvent | EventCreate | EventRecord | EventQuery | EventSynchronize | EventElapsed | EventDestroy | CtxSynchronize | ModuleLoad | ModuleUnload | ModuleGetFunction | ModuleGetGlobal | Launch | AtenBatch | AtenCall | DedupUpload | DedupPublish | DedupQuery | DedupTensor | Batch | ShmOpen | ShmHtoD | ShmDtoH | HostMap | HostUnmap | IpcGet | IpcOpen | IpcClose | Result | Error,
     Field(discriminator="kind"),
 ]
 

@@ -76,3 +76,43 @@ def test_admin_move_keeps_pointers_and_bytes_and_is_counted() -> None:
             drv.conn.close()
         a.stop()
         b.stop()
+
+
+def test_a_move_does_not_send_what_the_target_dedup_store_holds() -> None:
+    """One base model, many adapters: the weights a session moves with are already on the target (another tenant
+    uploaded them there, so its dedup store holds them); the pre-copy asks, and those chunks are not sent."""
+    a = start("tcp", extra_args=["--admin-token", "ta"])
+    b = start("tcp", extra_args=["--admin-token", "tb"])
+    on_b = mover = None
+    try:
+        weights = np.random.default_rng(3).integers(0, 255, 16 * MiB, dtype=np.uint8).tobytes()
+        on_b = connect(b.endpoint, tenant="other", timeout_s=10)
+        pb = on_b.mem_alloc(len(weights))
+        on_b.memcpy_htod(pb, weights)  # content-addressed: b's store now holds these chunks
+        on_b.ctx_synchronize()
+        mover = connect(a.endpoint, tenant="adapter", timeout_s=10)
+        p = mover.mem_alloc(len(weights))
+        mover.memcpy_htod(p, weights)
+        q = mover.mem_alloc(4 * MiB)
+        mover.memset(q, 0x11, 1, 4 * MiB)  # its own state: not on b
+        mover.ctx_synchronize()
+        raw = Raw(a.endpoint)
+        raw.sock.setsockopt(__import__("zmq").RCVTIMEO, 60_000)
+        try:
+            r = raw.call({"kind": "move_out", "token": "ta", "session": mover.conn.session, "endpoint": b.endpoint,
+                          "target_token": "tb"})  # the heartbeat's idle call lets it happen without one of ours
+        finally:
+            raw.close()
+        assert r["kind"] == "result", r
+        moved = r["value"]
+        print(moved)
+        assert moved["deduped_bytes"] == len(weights), moved  # not one byte of the weights crossed
+        assert moved["bytes"] == 4 * MiB, moved
+        assert bytes(mover.memcpy_dtoh(p, len(weights))) == weights and mover.conn.endpoint == b.endpoint
+        assert bytes(mover.memcpy_dtoh(q, 64)) == b"\x11" * 64
+    finally:
+        for d in (on_b, mover):
+            if d is not None:
+                d.conn.close()
+        a.stop()
+        b.stop()
