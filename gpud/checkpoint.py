@@ -45,12 +45,12 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import xxhash
 import zmq
 
 from gpud import log
 from gpud.errors import CudaError, codes
 from gpud.migrate import PEER_TIMEOUT_S, WINDOW, MoveIn, MoveOut, moves_of, nudge
+from gpud.migrate import chunk_digest as _digest
 from gpud.session import CLOSE_HOOKS, PEER_CALLS, Session
 from gpud.streams import when_all
 from proto import curve
@@ -68,10 +68,6 @@ STANDBY_SHARE = 0.5  # of this host's memory, at most, for the checkpoints it ke
 def policy_of(server: Server, session: Session) -> Any:
     """The session's tenant's CheckpointPolicy, or None."""
     return server.hv.tenant(session.info.tenant).policy.checkpoint
-
-
-def _digest(view: Any) -> bytes:
-    return xxhash.xxh3_128_digest(view)
 
 
 @dataclass

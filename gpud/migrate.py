@@ -38,6 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import xxhash
 import zmq
 
 from gpud import log
@@ -61,6 +62,11 @@ PREP_S = 600.0  # how long a target keeps pre-copied chunks no move_in claimed
 FORWARD_S = 600.0  # how long a moved session's old connection is answered with ``moved``
 PEER_TIMEOUT_S = 30.0  # silence from the target that fails a move
 ARRIVAL_S = 30.0  # how long a session that moved in waits for its client
+
+
+def chunk_digest(view: Any) -> bytes:
+    """xxh3-128 of a chunk: what pre-copies, checkpoints and the dedup store compare (16 bytes)."""
+    return xxhash.xxh3_128_digest(view)
 
 
 def movable(session: Session) -> str:
@@ -252,8 +258,6 @@ class MoveOut:
     def _precopy(self, arena: Any, span: list[int], regions: list[tuple[int, int]]) -> None:
         """While the session runs: its memory to the target in ``PRE_CHUNK`` pieces, each with its digest. A chunk
         written meanwhile is sent again at the freeze (its digest then differs); one freed meanwhile is skipped."""
-        from gpud.checkpoint import _digest
-
         try:
             sock = self.sock = self._connect()
             sock.send_multipart(encode_body({"kind": "move_prep", "rid": 1, "order": self.order, "source": self.source,
@@ -271,7 +275,7 @@ class MoveOut:
                     start = starts[bisect.bisect_right(starts, addr) - 1]
                     data = None if self.session.closed else arena.read_live(start, addr - start, n)
                     if data is not None:
-                        batch.append((addr, n, _digest(data), data))
+                        batch.append((addr, n, chunk_digest(data), data))
                 if not batch:
                     continue
                 # chunks the target's dedup store holds (a base model's weights, say) are not sent
@@ -300,8 +304,6 @@ class MoveOut:
 
     def _transfer(self, header: dict[str, Any], images: list[bytes], regions: list[tuple[int, int]],
                   blobs: list[Any]) -> None:
-        from gpud.checkpoint import _digest
-
         move = ""
         sock = self.sock
         try:
@@ -312,7 +314,7 @@ class MoveOut:
                 ds = []
                 for off in range(0, size, PRE_CHUNK):
                     n = min(PRE_CHUNK, size - off)
-                    ds.append(_digest(memoryview((ctypes.c_char * n).from_address(start + off)).cast("B")))
+                    ds.append(chunk_digest(memoryview((ctypes.c_char * n).from_address(start + off)).cast("B")))
                 digests.append([start, size, ds])
             rid = 1000
             sock.send_multipart(encode_body(header | {"kind": "move_in", "rid": rid, "prep": self.prep,
@@ -711,14 +713,12 @@ class Moves:
         return {"prep": prep.id}
 
     def on_move_chunk(self, identity: bytes, rid: int, msg: m.MoveChunk, bulk: list[Any]) -> dict[str, Any]:
-        from gpud.checkpoint import _digest
-
         if msg.frame >= len(bulk):
             raise CudaError(codes.INVALID_VALUE, "move_chunk: no bulk frame")
         data = bulk[msg.frame]
         n = len(data) if isinstance(data, bytes) else memoryview(data).nbytes
         prep = self._prep_chunk(identity, msg.prep, msg.addr, n)
-        if _digest(data) != msg.digest:
+        if chunk_digest(data) != msg.digest:
             return {"kept": False}  # torn while it was read: sent again at the freeze
         self.server.backends[0].copyin(msg.addr, data)
         prep.written[msg.addr] = msg.digest
@@ -868,13 +868,17 @@ for _kind in ("move_out", "move_prep", "move_chunk", "move_have", "move_in", "mo
 PEER_CALLS["resume"] = lambda server, identity, rid, msg, bulk: moves_of(server).resume(msg.resume, msg.tenant)
 
 
-def _pool_move(server: Server, order: Any, report: Callable[[bool, dict[str, Any]], None]) -> None:
+def _pool_move(server: Server, order: Any, report: Callable[[bool, dict[str, Any]], None], tries: int = 0) -> None:
     """NOTE [drain]: the pool ordered a session of this node to ``order.target`` (on the I/O loop)."""
     session = next((s for s in server.sessions.values() if s.id == order.session), None)
     if session is None:
         report(False, {"error": f"no session {order.session} on this node (it ended?)"})
         return
-    if session.moving is not None:
+    if session.moving is not None:  # a checkpoint (or an admin's move) is under way: the order waits for it
+        if tries >= 600:
+            report(False, {"error": f"session {order.session} stayed busy with another move or checkpoint"})
+            return
+        threading.Timer(0.2, lambda: server.call_on_loop(lambda: _pool_move(server, order, report, tries + 1))).start()
         return
     moves_of(server).move(session, order.endpoint, order.server_key, order=order.token, source=order.source,
                           node=order.target, reservation=order.reservation, done=report)

@@ -305,7 +305,12 @@ class Connection:
                         why = self._failover()
                         if not why:
                             last_heard = time.monotonic()
-                            continue
+                            if any(b.get("rid") == rid for _, b, _ in self._record):
+                                continue  # re-sent: its reply comes from the restored session
+                            # it ran before the checkpoint and its reply went down with the node: the session
+                            # goes on, this call reports it (re-running it could do twice what it did)
+                            raise CudaError(DEVICE_UNAVAILABLE, f"gpud at {self.endpoint}: the session was restored "
+                                            "from its checkpoint, but the reply to this call was lost with its node")
                         detail += f"; restoring it from its checkpoint failed: {why}"
                 else:
                     hint = " (or is WOOLY_SERVER_KEY not its key?)" if curve.is_tcp(self.endpoint) else ""

@@ -99,8 +99,15 @@ def explain(decision: Annotated[str, typer.Argument(help="a decision id (printed
 
 @pool_app.command()
 def cordon(node: str, reason: Annotated[str, typer.Option(help="why (shown in explanations)")] = "maintenance",
+           and_drain: Annotated[bool, typer.Option("--drain", help="and move its sessions off, live (as `wooly pool "
+                                                   "drain --no-wait`)")] = False,
            pool: PoolOpt = "", token: TokenOpt = "") -> None:
-    """Take a node out of placement (its sessions keep running)."""
+    """Take a node out of placement (its sessions keep running, or with --drain move to other nodes)."""
+    if and_drain:
+        r = _call(pool, {"kind": "drain", "node": node, "reason": reason}, token)
+        typer.echo(f"{node} cordoned and draining: {len(r['sessions'])} session(s) to move (wooly pool drain {node} "
+                   "follows them)")
+        return
     _call(pool, {"kind": "cordon", "node": node, "reason": reason}, token)
     typer.echo(f"{node} cordoned: {reason}")
 

@@ -9,9 +9,9 @@ NOTE [standby]
   token. No memory is reserved: a standby holds the checkpoint in host memory, and a restore that finds the node
   full is refused there.
 - The session's node reads its orders (NOTE [node agent]) and sends checkpoints to the standby, which checks the
-  order in etcd before it keeps anything. An order whose standby left the pool is replaced; an order whose
-  session is on no node any more, or whose node left, is deleted (the session ended, moved, or its node died and
-  its client restored it elsewhere: there the session gets a new standby).
+  order in etcd before it keeps anything. An order whose standby left the pool or was cordoned is replaced; an
+  order whose session is on no node any more, or whose node left, is deleted (the session ended, moved, or its
+  node died and its client restored it elsewhere: there the session gets a new standby).
 """
 
 from __future__ import annotations
@@ -66,8 +66,9 @@ class Planner:
                 if o.source not in nodes or time.time() - o.created > 10:  # gone (a fresh order may precede its row)
                     store.delete(kv.key)
                 continue
-            if o.target not in nodes:
-                log.info("standby: %s of session %s left the pool; choosing another", o.target, o.session)
+            if o.target not in nodes or nodes[o.target].cordon is not None:
+                log.info("standby: %s of session %s left the pool or was cordoned; choosing another", o.target,
+                         o.session)
                 store.delete(kv.key)
                 continue
             have[(o.source, o.session)] = o

@@ -119,3 +119,19 @@ def test_torch_training_drained_mid_run_has_the_same_loss_curve(two) -> None:  #
     want = [ln for ln in base.stdout.splitlines() if ln.startswith(("step", "checksum"))]
     got = [ln for ln in out.splitlines() if ln.startswith(("step", "checksum"))]
     assert len(want) == 31 and got == want, (drained, out)
+
+
+def test_cordon_with_drain_starts_a_drain(two) -> None:  # type: ignore[no-untyped-def]
+    """`wooly pool cordon N --drain` is `wooly pool drain N --no-wait`: cordoned as draining; uncordon ends it."""
+    try:
+        r = subprocess.run([*WOOLY, "pool", "cordon", "n1", "--drain", "--reason", "kernel upgrade", "--pool",
+                            two.url()], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0 and "n1 cordoned and draining: 0 session(s)" in r.stdout, r.stdout + r.stderr
+        assert wait_until(lambda: any(n["node"] == "n1" and (n.get("cordon") or "").startswith("draining: kernel upgrade")
+                                      for n in (two.call({"kind": "nodes"}) or {}).get("nodes", [])), 10, 0.1)
+        st = two.call({"kind": "drain", "node": "n1", "status": True})
+        assert st and st["draining"] and st["sessions"] == [], st
+    finally:
+        subprocess.run([*WOOLY, "pool", "uncordon", "n1", "--pool", two.url()], capture_output=True, timeout=30)
+    st = two.call({"kind": "drain", "node": "n1", "status": True})
+    assert st and not st["draining"], st

@@ -14,7 +14,7 @@ import time
 import numpy as np
 
 from tests.conftest import connect, free_port, start
-from tests.integration.hypervisor.test_observability import scrape
+from tests.integration.hypervisor.test_observability import dashboard_series, scrape
 from tests.integration.migrate.test_hostile_peers import Raw
 
 MiB = 1 << 20
@@ -66,6 +66,9 @@ def test_admin_move_keeps_pointers_and_bytes_and_is_counted() -> None:
         print(f"moved {moved['bytes']} bytes, pause {moved['pause_s'] * 1e3:.1f} ms")
         _, series = scrape(port)
         assert series["wooly_sessions_moved_total"] == 1 and series["wooly_moved_bytes_total"] >= 8 * MiB, series
+        assert series["wooly_move_failures_total"] == 1  # the refused one
+        # every series of the dashboard's migration panels is one gpud exports
+        assert dashboard_series("wooly_sessions_", "wooly_move", "wooly_checkpoint") <= {k.split("{")[0] for k in series}
         env = dict(os.environ, WOOLY_ADMIN_TOKEN="tb")
         ps = subprocess.run([sys.executable, "-m", "woolyhv", "ps", "--server", b.endpoint, "--json"], env=env,
                             capture_output=True, text=True, timeout=60)
