@@ -17,7 +17,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def _native_build_module():
-    spec = importlib.util.spec_from_file_location("_wooly_native_build", os.path.join(HERE, "shim", "native", "build.py"))
+    spec = importlib.util.spec_from_file_location(
+        "_wooly_native_build", os.path.join(HERE, "shim", "native", "build.py")
+    )
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -33,7 +35,9 @@ class BuildNative(build_ext):
         try:
             super().build_extension(ext)
         except Exception as exc:  # noqa: BLE001
-            print(f"warning: the wooly native library was not built ({exc}); it is compiled at first use", file=sys.stderr)
+            print(
+                f"warning: the wooly native library was not built ({exc}); it is compiled at first use", file=sys.stderr
+            )
             return
         stamp = self.get_ext_fullpath(ext.name) + ".srchash"
         with open(stamp, "w") as f:

@@ -96,12 +96,15 @@ def saturate(endpoint: str, tenant: str, seconds: float, barrier: Any, out: Any,
 
 def _mismatch(tenant: str, p: int, got: bytes, want: bytes, hist: list[str]) -> str:
     diff = [i for i in range(0, len(want), 4096) if got[i : i + 4096] != want[i : i + 4096]]
-    return (f"{tenant}: read-back mismatch at 0x{p:x} ({len(want)} bytes, {len(diff)} pages differ, first at "
-            f"{diff[0] if diff else -1}; history {hist[-6:]})")
+    return (
+        f"{tenant}: read-back mismatch at 0x{p:x} ({len(want)} bytes, {len(diff)} pages differ, first at "
+        f"{diff[0] if diff else -1}; history {hist[-6:]})"
+    )
 
 
-def soak(endpoint: str, tenant: str, seconds: float, seed: int, out: Any, pause_every: int = 0,
-         max_live: int = 24) -> None:
+def soak(
+    endpoint: str, tenant: str, seconds: float, seed: int, out: Any, pause_every: int = 0, max_live: int = 24
+) -> None:
     """Random mix of allocations, shared and private uploads, writes, copies and read-backs, all verified.
     ``pause_every``: go idle for a second every that many ops (so an idle timeout puts us to sleep)."""
     rng = random.Random(seed)
@@ -121,7 +124,11 @@ def soak(endpoint: str, tenant: str, seconds: float, seed: int, out: Any, pause_
                 r = 0.99  # free one: keeps each client's memory bounded
             try:
                 if r < 0.25 or not live:
-                    data = shared[rng.randrange(len(shared))] if rng.random() < 0.5 else rng.randbytes(rng.randrange(1, 3 * MiB))
+                    data = (
+                        shared[rng.randrange(len(shared))]
+                        if rng.random() < 0.5
+                        else rng.randbytes(rng.randrange(1, 3 * MiB))
+                    )
                     p = d.mem_alloc(len(data))
                     htod(d, p, data)
                     live.append((p, data))
@@ -239,11 +246,21 @@ $L: mad.lo.u32 %r3, %r3, 1664525, 1013904223; add.u32 %r2, %r2, 1; setp.lt.u32 %
 """
 
 
-def burn(endpoint: str, tenant: str, seconds: float, blocks: int, iters: int, barrier: Any, out: Any,
-         ahead: bool = False, linger_s: float = 0.0) -> None:
+def burn(
+    endpoint: str,
+    tenant: str,
+    seconds: float,
+    blocks: int,
+    iters: int,
+    barrier: Any,
+    out: Any,
+    ahead: bool = False,
+    linger_s: float = 0.0,
+) -> None:
     """Launch ``burn`` (``blocks`` blocks of 32 threads) back to back for ``seconds`` (``ahead``: one launch queued
     behind the running one); report each launch's (start, end) wall-clock times."""
     import struct
+
     d = connect(endpoint, tenant)
     o = d.mem_alloc(4 * max(blocks, 1))
     fn = d.module_get_function(d.module_load_data(BURN), "burn")

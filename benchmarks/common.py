@@ -19,7 +19,17 @@ def median(samples: list[float]) -> float:
     return statistics.median(samples)
 
 
-def emit(bench: str, metric: str, value: float, baseline: float, target: float, unit: str, *, higher_is_better: bool = False, **extra: Any) -> dict[str, Any]:
+def emit(
+    bench: str,
+    metric: str,
+    value: float,
+    baseline: float,
+    target: float,
+    unit: str,
+    *,
+    higher_is_better: bool = False,
+    **extra: Any,
+) -> dict[str, Any]:
     """Print one result line. ``ratio`` = value / baseline; ``target`` is on the ratio."""
     ratio = value / baseline if baseline else float("nan")
     ok = ratio >= target if higher_is_better else ratio <= target

@@ -103,14 +103,14 @@ def n_matmul(A, B, C):  # type: ignore[no-untyped-def]
         bi, bj = bt // nt, bt % nt
         acc = np.zeros((TILE, TILE), np.float32)
         for t in range(nt):
-            a = A[bi * TILE:(bi + 1) * TILE, t * TILE:(t + 1) * TILE]
-            b = B[t * TILE:(t + 1) * TILE, bj * TILE:(bj + 1) * TILE]
+            a = A[bi * TILE : (bi + 1) * TILE, t * TILE : (t + 1) * TILE]
+            b = B[t * TILE : (t + 1) * TILE, bj * TILE : (bj + 1) * TILE]
             for i in range(TILE):
                 for k in range(TILE):
                     aik = a[i, k]
                     for j in range(TILE):
                         acc[i, j] += aik * b[k, j]
-        C[bi * TILE:(bi + 1) * TILE, bj * TILE:(bj + 1) * TILE] = acc
+        C[bi * TILE : (bi + 1) * TILE, bj * TILE : (bj + 1) * TILE] = acc
 
 
 @njit(parallel=True, cache=False)
@@ -133,7 +133,7 @@ def numba_params(kernel: Any, *args: Any) -> bytes:
     buf = bytearray(kernel.param_buffer_size)
     for p, v in zip(kernel.params, vals, strict=False):
         raw = struct.pack("<f", v) if isinstance(v, float) else int(v).to_bytes(p.size, "little", signed=v < 0)
-        buf[p.offset:p.offset + p.size] = raw
+        buf[p.offset : p.offset + p.size] = raw
     return bytes(buf)
 
 
@@ -165,8 +165,16 @@ def best_pair(fa: Callable[[], Any], fb: Callable[[], Any], reps: int) -> tuple[
 
 
 def emit(metric: str, value: float, baseline: float, target: float, unit: str, **extra: Any) -> dict:
-    rec = {"bench": "jit", "metric": metric, "value": round(value, 4), "baseline": round(baseline, 4),
-           "ratio": round(value / baseline, 3) if baseline else 0.0, "target": target, "unit": unit, **extra}
+    rec = {
+        "bench": "jit",
+        "metric": metric,
+        "value": round(value, 4),
+        "baseline": round(baseline, 4),
+        "ratio": round(value / baseline, 3) if baseline else 0.0,
+        "target": target,
+        "unit": unit,
+        **extra,
+    }
     print(json.dumps(rec), flush=True)
     return rec
 
@@ -195,6 +203,7 @@ def fresh_process_hits(ptxs: list[str], runs: int = 3) -> tuple[list[float], flo
     import subprocess
     import sys
     import tempfile
+
     with tempfile.TemporaryDirectory() as d:
         paths = []
         for i, s in enumerate(ptxs):
@@ -206,8 +215,9 @@ def fresh_process_hits(ptxs: list[str], runs: int = 3) -> tuple[list[float], flo
         best_hits = [math.inf] * len(ptxs)
         first = warm = math.inf
         for _ in range(runs):
-            r = subprocess.run([sys.executable, "-c", _FRESH, *paths], capture_output=True, text=True, env=env,
-                               cwd=root, check=True)
+            r = subprocess.run(
+                [sys.executable, "-c", _FRESH, *paths], capture_output=True, text=True, env=env, cwd=root, check=True
+            )
             rec = json.loads(r.stdout.strip().splitlines()[-1])
             first, warm = min(first, rec["first"]), min(warm, rec["warm"])
             best_hits = [min(a, b) for a, b in zip(best_hits, rec["hits"], strict=True)]
@@ -219,6 +229,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
     from jit import compile_module
+
     q = args.quick
     reps = 3 if q else 7
     rng = np.random.default_rng(0)
@@ -236,12 +247,16 @@ def main() -> None:
     n = 4_000_000 if q else 24_000_000  # full sizes: every measured kernel runs for >= 50 ms
     x, y, out = rng.random(n, dtype=np.float32), rng.random(n, dtype=np.float32), np.zeros(n, np.float32)
     p = numba_params(kern["saxpy"], 2.0, x, y, out)
-    tj, tn = best_pair(lambda: kern["saxpy"].launch(((n + 255) // 256,), (256,), 0, p),
-                       lambda: n_saxpy(np.float32(2.0), x, y, out), reps)
+    tj, tn = best_pair(
+        lambda: kern["saxpy"].launch(((n + 255) // 256,), (256,), 0, p),
+        lambda: n_saxpy(np.float32(2.0), x, y, out),
+        reps,
+    )
     assert np.allclose(out, 2 * x + y)
     ratios.append(emit("saxpy_ms", tj * 1e3, tn * 1e3, 1.5, "ms", n=n)["ratio"])
     # bounds-checked global memory (tenant isolation): the same launch with every access checked
     from jit import GlobalRange
+
     # the quick tier (NOTE [compile tiers]) runs a new module until its optimised code lands
     mq = compile_module(ptxs["saxpy"], tier="quick")
     kq = mq.get_kernel(mq.kernel_names[0])
@@ -278,12 +293,14 @@ def main() -> None:
     A, B, C = (rng.random((m, m), dtype=np.float32) for _ in range(3))
     p = numba_params(kern["matmul"], A, B, C)
     C2 = np.zeros_like(C)
-    tj, tn = best_pair(lambda: kern["matmul"].launch((m // TILE, m // TILE), (TILE, TILE), 0, p),
-                       lambda: n_matmul(A, B, C2), reps)
+    tj, tn = best_pair(
+        lambda: kern["matmul"].launch((m // TILE, m // TILE), (TILE, TILE), 0, p), lambda: n_matmul(A, B, C2), reps
+    )
     assert np.allclose(C, A @ B, rtol=1e-3)
     ratios.append(emit("matmul_ms", tj * 1e3, tn * 1e3, 1.5, "ms", n=m)["ratio"])
-    tb = checked_time("matmul", lambda k: k.launch((m // TILE, m // TILE), (TILE, TILE), 0, p,
-                                                   allowed_ranges=granted_for(A, B, C)))
+    tb = checked_time(
+        "matmul", lambda k: k.launch((m // TILE, m // TILE), (TILE, TILE), 0, p, allowed_ranges=granted_for(A, B, C))
+    )
     emit("matmul_bounds_checked_ms", tb * 1e3, tj * 1e3, 3.0, "ms", n=m, note="baseline = unchecked JIT")
 
     d = rng.integers(0, 1 << 30, n, dtype=np.uint32)
@@ -302,8 +319,10 @@ def main() -> None:
     # code, NOTE [compile tiers]); the optimised compile is measured first on its own, then as the background
     # tier-up that follows every cold compile (time from compile_module's return until the switch).
     import jit.compiler as jc
+
     jc.warm_up()
     os.environ["WOOLY_JIT_CACHE"] = "0"
+
     def cold_compiles(tier: str, reps: int) -> list[float]:
         """Best of ``reps`` per kernel, taken round-robin so that a slow spell of this (virtual, shared) host does
         not hit every try of one kernel."""
@@ -329,18 +348,54 @@ def main() -> None:
     for s in ptxs.values():
         compile_module(s, tier="optimized")
     hit = [best(lambda s=s: compile_module(s), 5) for s in ptxs.values()]
-    emit("cold_compile_ms", 1e3 * sum(cold) / len(cold), 100.0, 100.0, "ms", per_kernel=[round(c * 1e3, 1) for c in cold],
-         note="until the module runs: quick tier")
-    emit("cold_compile_optimized_ms", 1e3 * sum(cold_opt) / len(cold_opt), 1e3 * sum(cold) / len(cold), 0.0, "ms",
-         per_kernel=[round(c * 1e3, 1) for c in cold_opt], note="tier='optimized' (waits for O2 code); baseline = cold_compile_ms")
-    emit("tier_up_ms", 1e3 * sum(tier_up) / len(tier_up), 0.0, 0.0, "ms", per_kernel=[round(c * 1e3, 1) for c in tier_up],
-         note="after a cold compile_module returns, until its kernels run optimised code (niced background worker)")
+    emit(
+        "cold_compile_ms",
+        1e3 * sum(cold) / len(cold),
+        100.0,
+        100.0,
+        "ms",
+        per_kernel=[round(c * 1e3, 1) for c in cold],
+        note="until the module runs: quick tier",
+    )
+    emit(
+        "cold_compile_optimized_ms",
+        1e3 * sum(cold_opt) / len(cold_opt),
+        1e3 * sum(cold) / len(cold),
+        0.0,
+        "ms",
+        per_kernel=[round(c * 1e3, 1) for c in cold_opt],
+        note="tier='optimized' (waits for O2 code); baseline = cold_compile_ms",
+    )
+    emit(
+        "tier_up_ms",
+        1e3 * sum(tier_up) / len(tier_up),
+        0.0,
+        0.0,
+        "ms",
+        per_kernel=[round(c * 1e3, 1) for c in tier_up],
+        note="after a cold compile_module returns, until its kernels run optimised code (niced background worker)",
+    )
     emit("cache_hit_ms", 1e3 * sum(hit) / len(hit), 1.0, 1.0, "ms", note="in-process: loaded engine reused")
     disk, first, warm = fresh_process_hits(list(ptxs.values()))
-    emit("cache_hit_disk_ms", sum(disk) / len(disk), 1.0, 1.0, "ms", per_kernel=[round(d, 3) for d in disk],
-         note="fresh process after jit.warm_up()'s loader warm-up: read the disk cache entry + load into the engine")
-    emit("fresh_process_setup_ms", first + warm, 0.0, 0.0, "ms", imports_host_id=round(first, 1),
-         loader_warm_up=round(warm, 1), note="once per process: jit imports + host id, then LLVM loader warm-up")
+    emit(
+        "cache_hit_disk_ms",
+        sum(disk) / len(disk),
+        1.0,
+        1.0,
+        "ms",
+        per_kernel=[round(d, 3) for d in disk],
+        note="fresh process after jit.warm_up()'s loader warm-up: read the disk cache entry + load into the engine",
+    )
+    emit(
+        "fresh_process_setup_ms",
+        first + warm,
+        0.0,
+        0.0,
+        "ms",
+        imports_host_id=round(first, 1),
+        loader_warm_up=round(warm, 1),
+        note="once per process: jit imports + host id, then LLVM loader warm-up",
+    )
     jc.shutdown()
     geo = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
     emit("geomean_time_ratio_vs_numba_parallel", geo, 1.0, 1.5, "x")

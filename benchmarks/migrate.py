@@ -129,8 +129,15 @@ def _move_one(a: Any, b: Any, size: int, dirty: float = 0.0) -> dict[str, Any]:
             raw = Raw(a.endpoint)
             raw.sock.setsockopt(__import__("zmq").RCVTIMEO, 600_000)
             try:
-                out["r"] = raw.call({"kind": "move_out", "token": "ta", "session": drv.conn.session,
-                                     "endpoint": b.endpoint, "target_token": "tb"})
+                out["r"] = raw.call(
+                    {
+                        "kind": "move_out",
+                        "token": "ta",
+                        "session": drv.conn.session,
+                        "endpoint": b.endpoint,
+                        "target_token": "tb",
+                    }
+                )
             finally:
                 raw.close()
 
@@ -173,16 +180,37 @@ def bench_moves(sizes: list[int]) -> list[dict[str, Any]]:
             moved = _move_one(a, b, size)
             raw = raw_copy_s(size, CHUNK, WINDOW)
             pause, raw_ms = moved["pause_s"] * 1e3, raw * 1e3
-            lines.append(emit("migrate", f"move_pause_ms_{size >> 20}MiB", pause, raw_ms,
-                              round((1.5 * raw_ms + 50) / raw_ms, 3), "ms", raw_copy_ms=round(raw_ms, 1),
-                              wire_bytes=moved["bytes"], pause_bytes=moved["pause_bytes"],
-                              total_ms=round(moved["total_s"] * 1e3, 1), goal="pause <= 1.5 x raw copy + 50 ms"))
+            lines.append(
+                emit(
+                    "migrate",
+                    f"move_pause_ms_{size >> 20}MiB",
+                    pause,
+                    raw_ms,
+                    round((1.5 * raw_ms + 50) / raw_ms, 3),
+                    "ms",
+                    raw_copy_ms=round(raw_ms, 1),
+                    wire_bytes=moved["bytes"],
+                    pause_bytes=moved["pause_bytes"],
+                    total_ms=round(moved["total_s"] * 1e3, 1),
+                    goal="pause <= 1.5 x raw copy + 50 ms",
+                )
+            )
             busy = _move_one(a, b, size, dirty=0.25)
             if busy.get("pause_s") is not None:
-                lines.append(emit("migrate", f"move_pause_ms_{size >> 20}MiB_writing25", busy["pause_s"] * 1e3,
-                                  raw_ms, round((1.5 * raw_ms + 50) / raw_ms, 3), "ms", raw_copy_ms=round(raw_ms, 1),
-                                  wire_bytes=busy["bytes"], pause_bytes=busy["pause_bytes"],
-                                  goal="pause <= 1.5 x raw copy + 50 ms (a quarter of the memory written all along)"))
+                lines.append(
+                    emit(
+                        "migrate",
+                        f"move_pause_ms_{size >> 20}MiB_writing25",
+                        busy["pause_s"] * 1e3,
+                        raw_ms,
+                        round((1.5 * raw_ms + 50) / raw_ms, 3),
+                        "ms",
+                        raw_copy_ms=round(raw_ms, 1),
+                        wire_bytes=busy["bytes"],
+                        pause_bytes=busy["pause_bytes"],
+                        goal="pause <= 1.5 x raw copy + 50 ms (a quarter of the memory written all along)",
+                    )
+                )
     finally:
         a.stop()
         b.stop()
@@ -236,8 +264,13 @@ def bench_checkpoints(interval: float, run_s: float) -> dict[str, Any]:
             means: dict[str, list[float]] = {"plain": [], "ck": []}
             for _ in range(ROUNDS):
                 for tenant in ("plain", "ck"):
-                    r = run_program(pool.url(), script, mem="1GiB", timeout=run_s * 4 + 120,
-                                    extra_env={"WOOLY_TENANT": tenant, "RUN_S": str(run_s)})
+                    r = run_program(
+                        pool.url(),
+                        script,
+                        mem="1GiB",
+                        timeout=run_s * 4 + 120,
+                        extra_env={"WOOLY_TENANT": tenant, "RUN_S": str(run_s)},
+                    )
                     line = [ln for ln in r.stdout.splitlines() if ln.startswith("STEPS")]
                     if r.returncode != 0 or not line:
                         raise RuntimeError(f"training as {tenant} failed: {r.stderr[-2000:]}")
@@ -248,12 +281,21 @@ def bench_checkpoints(interval: float, run_s: float) -> dict[str, Any]:
     done = [ln for ln in logs.splitlines() if "ckpt.done" in ln]
     pauses = [float(ln.split("pause_ms=")[1].split()[0]) for ln in done if "pause_ms=" in ln]
     plain, ck = sum(means["plain"]) / ROUNDS, sum(means["ck"]) / ROUNDS
-    return emit("migrate", "ckpt_step_ms", ck * 1e3, plain * 1e3, 1.10, "ms", interval_s=interval,
-                checkpoints=len(done), ckpt_pause_ms_max=max(pauses) if pauses else None,
-                ckpt_pause_ms_mean=round(sum(pauses) / len(pauses), 2) if pauses else None,
-                held_share=round(sum(pauses) / 1e3 / (ROUNDS * run_s), 4),  # of the checkpointed runs' time
-                runs_ms={k: [round(v * 1e3, 2) for v in vs] for k, vs in means.items()},
-                goal="<= 1.10 at a 10 s interval")
+    return emit(
+        "migrate",
+        "ckpt_step_ms",
+        ck * 1e3,
+        plain * 1e3,
+        1.10,
+        "ms",
+        interval_s=interval,
+        checkpoints=len(done),
+        ckpt_pause_ms_max=max(pauses) if pauses else None,
+        ckpt_pause_ms_mean=round(sum(pauses) / len(pauses), 2) if pauses else None,
+        held_share=round(sum(pauses) / 1e3 / (ROUNDS * run_s), 4),  # of the checkpointed runs' time
+        runs_ms={k: [round(v * 1e3, 2) for v in vs] for k, vs in means.items()},
+        goal="<= 1.10 at a 10 s interval",
+    )
 
 
 def _size(text: str) -> int:

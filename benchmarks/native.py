@@ -30,8 +30,9 @@ ROOT = os.path.dirname(HERE)
 def _run(args: list[str], server: str) -> float:
     env = dict(os.environ, WOOLY_SERVER=server)
     env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    proc = subprocess.run([sys.executable, "-m", "woolyhv", "run", *args], capture_output=True, text=True,
-                          timeout=900, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-m", "woolyhv", "run", *args], capture_output=True, text=True, timeout=900, env=env
+    )
     if proc.returncode != 0:
         raise SystemExit(f"{args[0]} failed: {proc.stdout[-500:]}{proc.stderr[-1500:]}")
     return float(proc.stdout.strip().splitlines()[-1])
@@ -66,17 +67,40 @@ def main() -> None:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             exe = os.path.join(tmp, "launch_loop")
-            subprocess.run([nvcc, "-o", exe, os.path.join(HERE, "native_progs", "launch_loop.cu")], check=True,
-                           capture_output=True, timeout=600)
+            subprocess.run(
+                [nvcc, "-o", exe, os.path.join(HERE, "native_progs", "launch_loop.cu")],
+                check=True,
+                capture_output=True,
+                timeout=600,
+            )
             native = _run([exe, n, rounds], server)
             python = _run([os.path.join(HERE, "native_progs", "launch_loop.py"), n, rounds], server)
-            emit("native", "cudart_launch_vs_python_face", native * 1e6, python * 1e6, 1.0, "us/launch",
-                 launches=int(n), rounds=int(rounds))
+            emit(
+                "native",
+                "cudart_launch_vs_python_face",
+                native * 1e6,
+                python * 1e6,
+                1.0,
+                "us/launch",
+                launches=int(n),
+                rounds=int(rounds),
+            )
             from shim.native import build as native_build
 
             sgemm = os.path.join(tmp, "sgemm")
-            subprocess.run([nvcc, "-o", sgemm, os.path.join(HERE, "native_progs", "sgemm.cu"),
-                            f"-L{native_build.ensure_built()}", "-lcublas"], check=True, capture_output=True, timeout=600)
+            subprocess.run(
+                [
+                    nvcc,
+                    "-o",
+                    sgemm,
+                    os.path.join(HERE, "native_progs", "sgemm.cu"),
+                    f"-L{native_build.ensure_built()}",
+                    "-lcublas",
+                ],
+                check=True,
+                capture_output=True,
+                timeout=600,
+            )
             size = 1024 if args.quick else 2048
             remote = _run([sgemm, str(size), "3"], server)
             emit("native", "sgemm_remoted_cublas_vs_numpy", remote, _numpy_sgemm(size, 3), 1.2, "s", n=size)

@@ -53,15 +53,35 @@ def _inventory(i: int, rnd: random.Random, models: list[list[str]]) -> tuple[dic
     ndev = rnd.choice([1, 2, 4, 8])
     held = rnd.sample(range(MODELS), rnd.choice([0, 0, 1, 2]))
     content = sorted({h for m in held for h in models[m]})
-    tenants = {f"t{rnd.randrange(50)}": {"sessions": 1, "memory": rnd.randrange(8) * GiB, "shared": 0}
-               for _ in range(rnd.randrange(3))}
-    devices = [{"ordinal": d, "vendor": vendor, "name": f"sim-{vendor}-{arch}", "arch": arch, "total": total,
-                "used": 0, "unreserved": rnd.randrange(0, 8) * GiB if rnd.random() < 0.3 else 0,
-                "jit_targets": ["ptx"] if vendor == "nvidia" else ["amdgcn"] if vendor == "amd" else ["llvm:x86_64"]}
-               for d in range(ndev)]
-    snap = {"version": "sim", "devices": devices, "tenants": tenants, "sessions": [], "session_count": 0,
-            "load": round(rnd.random(), 2), "dedup": "xxh3_128:4194304", "content": content, "content_threshold": 256,
-            "content_bytes": len(content) * (4 << 20)}
+    tenants = {
+        f"t{rnd.randrange(50)}": {"sessions": 1, "memory": rnd.randrange(8) * GiB, "shared": 0}
+        for _ in range(rnd.randrange(3))
+    }
+    devices = [
+        {
+            "ordinal": d,
+            "vendor": vendor,
+            "name": f"sim-{vendor}-{arch}",
+            "arch": arch,
+            "total": total,
+            "used": 0,
+            "unreserved": rnd.randrange(0, 8) * GiB if rnd.random() < 0.3 else 0,
+            "jit_targets": ["ptx"] if vendor == "nvidia" else ["amdgcn"] if vendor == "amd" else ["llvm:x86_64"],
+        }
+        for d in range(ndev)
+    ]
+    snap = {
+        "version": "sim",
+        "devices": devices,
+        "tenants": tenants,
+        "sessions": [],
+        "session_count": 0,
+        "load": round(rnd.random(), 2),
+        "dedup": "xxh3_128:4194304",
+        "content": content,
+        "content_threshold": 256,
+        "content_bytes": len(content) * (4 << 20),
+    }
     return snap, held
 
 
@@ -78,8 +98,9 @@ def worker(etcd: str, start: int, count: int, ttl: int, seed: int, ready: Any, s
     for i in range(start, start + count):
         rnd = random.Random(seed * 100_003 + i)
         snap, _ = _inventory(i, rnd, models)
-        a = NodeAgent(store, f"sim-{i:05d}", f"tcp://10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}:5555", ttl=ttl,
-                      interval=ttl / 3)
+        a = NodeAgent(
+            store, f"sim-{i:05d}", f"tcp://10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}:5555", ttl=ttl, interval=ttl / 3
+        )
         a.offer(snap)
         agents.append(a)
     due = [(0.0, k) for k in range(len(agents))]
@@ -114,13 +135,20 @@ def clients(url: str, n: int, seed: int, out: Any, go: Any) -> None:
     for _ in range(n):
         model = rnd.randrange(MODELS) if rnd.random() < 0.25 else None
         vendor = rnd.choice(["nvidia", "amd"]) if rnd.random() < 0.33 else None
-        req = PlaceRequest(tenant=f"t{rnd.randrange(50)}", memory=rnd.randint(1, 40) * GiB, vendor=vendor,
-                           arch="sm_80+" if vendor != "amd" and rnd.random() < 0.2 else None, deadline_s=5.0,
-                           digests=models[model] if model is not None else [])
+        req = PlaceRequest(
+            tenant=f"t{rnd.randrange(50)}",
+            memory=rnd.randint(1, 40) * GiB,
+            vendor=vendor,
+            arch="sm_80+" if vendor != "amd" and rnd.random() < 0.2 else None,
+            deadline_s=5.0,
+            digests=models[model] if model is not None else [],
+        )
         t0 = time.perf_counter()
         try:
             p = c.place(req)
-            results.append({"ms": (time.perf_counter() - t0) * 1e3, "node": p.node, "model": model, "t_end": time.time()})
+            results.append(
+                {"ms": (time.perf_counter() - t0) * 1e3, "node": p.node, "model": model, "t_end": time.time()}
+            )
         except PoolError as exc:
             results.append({"ms": (time.perf_counter() - t0) * 1e3, "error": str(exc), "t_end": time.time()})
     c.close()
@@ -197,9 +225,26 @@ def main() -> None:
 
         port = free_port()
         url = f"pool://127.0.0.1:{port}"
-        ctl = subprocess.Popen([sys.executable, "-m", "woolyhv", "controller", "--etcd", etcd.url, "--listen",
-                                f"tcp://127.0.0.1:{port}", "--insecure", "--log-level", "warning", "--claim-s", "300"],
-                               stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, env=dict(os.environ, WOOLY_INSECURE="1"))
+        ctl = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "woolyhv",
+                "controller",
+                "--etcd",
+                etcd.url,
+                "--listen",
+                f"tcp://127.0.0.1:{port}",
+                "--insecure",
+                "--log-level",
+                "warning",
+                "--claim-s",
+                "300",
+            ],
+            stdin=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env=dict(os.environ, WOOLY_INSECURE="1"),
+        )
         os.environ["WOOLY_INSECURE"] = "1"
         try:
             t1 = time.monotonic()
@@ -217,9 +262,14 @@ def main() -> None:
             view_s = time.monotonic() - t1
             floor = _etcd_txn_floor(etcd.url)
             out, go = ctx.Queue(), ctx.Event()
-            per_client = [args.placements // args.clients + (1 if i < args.placements % args.clients else 0)
-                          for i in range(args.clients)]
-            cps = [ctx.Process(target=clients, args=(url, n, 1000 + i, out, go), daemon=True) for i, n in enumerate(per_client)]
+            per_client = [
+                args.placements // args.clients + (1 if i < args.placements % args.clients else 0)
+                for i in range(args.clients)
+            ]
+            cps = [
+                ctx.Process(target=clients, args=(url, n, 1000 + i, out, go), daemon=True)
+                for i, n in enumerate(per_client)
+            ]
             for p in cps:
                 p.start()
             time.sleep(2.0)  # let the client processes import and connect
@@ -249,14 +299,32 @@ def main() -> None:
         rnd_held[f"sim-{i:05d}"] = set(held)
     with_model = [r for r in placed if r.get("model") is not None]
     affinity_hits = sum(1 for r in with_model if r["model"] in rnd_held.get(r["node"], set()))
-    common = {"nodes": args.nodes, "placements": args.placements, "placed": len(placed), "unplaced": len(errors),
-              "clients": args.clients, "join_s": round(joined_s, 2), "view_load_s": round(view_s, 2),
-              "load_before": round(load, 2), "conflicts": status["stats"]["conflicts"],
-              "affinity_placed_on_holder": f"{affinity_hits}/{len(with_model)}"}
+    common = {
+        "nodes": args.nodes,
+        "placements": args.placements,
+        "placed": len(placed),
+        "unplaced": len(errors),
+        "clients": args.clients,
+        "join_s": round(joined_s, 2),
+        "view_load_s": round(view_s, 2),
+        "load_before": round(load, 2),
+        "conflicts": status["stats"]["conflicts"],
+        "affinity_placed_on_holder": f"{affinity_hits}/{len(with_model)}",
+    }
     emit("pool", "place_all_s", wall, 10.0, 1.0, "s", **common)
-    emit("pool", "place_p99_ms", percentile(lat, 99), 20.0, 1.0, "ms", p50_ms=round(percentile(lat, 50), 3),
-         controller_p50_ms=status.get("latency_ms", {}).get("p50"), controller_p99_ms=status.get("latency_ms", {}).get("p99"),
-         etcd_txn_p50_ms=round(percentile(floor, 50), 3), etcd_txn_p99_ms=round(percentile(floor, 99), 3))
+    emit(
+        "pool",
+        "place_p99_ms",
+        percentile(lat, 99),
+        20.0,
+        1.0,
+        "ms",
+        p50_ms=round(percentile(lat, 50), 3),
+        controller_p50_ms=status.get("latency_ms", {}).get("p50"),
+        controller_p99_ms=status.get("latency_ms", {}).get("p99"),
+        etcd_txn_p50_ms=round(percentile(floor, 50), 3),
+        etcd_txn_p99_ms=round(percentile(floor, 99), 3),
+    )
     emit("pool", "controller_cores", cores, 1.0, 1.0, "cores", cpu_s=round(cpu1 - cpu0, 3), wall_s=round(wall, 3))
     emit("pool", "controller_rss_mb", hwm, 300.0, 1.0, "MB", rss_end_mb=round(rss, 1))
     if errors:

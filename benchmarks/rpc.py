@@ -124,8 +124,9 @@ def main() -> None:
             ep_raw = f"ipc:///tmp/wooly-bench-raw-{os.getpid()}.sock"
             ep_gpud = f"ipc:///tmp/wooly-bench-gpud-{os.getpid()}.sock"
         insecure = transport == "tcp_insecure"
-        endpoint, proc = start_gpud(ep_gpud, backend="cpu", log_level="warning",
-                                    extra_args=["--insecure"] if insecure else None)
+        endpoint, proc = start_gpud(
+            ep_gpud, backend="cpu", log_level="warning", extra_args=["--insecure"] if insecure else None
+        )
         time.sleep(2.0)  # steady state: let gpud's background JIT warm-up finish before timing
         try:
             if insecure:
@@ -154,7 +155,16 @@ def main() -> None:
                         if worst is None or line["ratio"] < worst["ratio"]:
                             worst = line
                 assert worst is not None
-                emit("rpc", "copy_bandwidth_worst", worst["value"], worst["baseline"], 0.5, "GB/s", higher_is_better=True, case=worst["metric"])
+                emit(
+                    "rpc",
+                    "copy_bandwidth_worst",
+                    worst["value"],
+                    worst["baseline"],
+                    0.5,
+                    "GB/s",
+                    higher_is_better=True,
+                    case=worst["metric"],
+                )
             driver.conn.close()
         finally:
             proc.terminate()

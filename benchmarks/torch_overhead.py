@@ -46,8 +46,16 @@ def _step_ms(cmd: list[str], local: bool) -> float:
 
 def line(metric: str, value: float, baseline: float, target: float, unit: str, **extra: object) -> dict[str, object]:
     ratio = value / baseline if baseline else 0.0
-    return {"bench": "torch_overhead", "metric": metric, "value": round(value, 3), "baseline": round(baseline, 3),
-            "ratio": round(ratio, 3), "target": target, "unit": unit, **extra}
+    return {
+        "bench": "torch_overhead",
+        "metric": metric,
+        "value": round(value, 3),
+        "baseline": round(baseline, 3),
+        "ratio": round(ratio, 3),
+        "target": target,
+        "unit": unit,
+        **extra,
+    }
 
 
 def _executor_hop(quick: bool) -> list[dict[str, object]]:
@@ -55,16 +63,24 @@ def _executor_hop(quick: bool) -> list[dict[str, object]]:
     one with executors and one running ATen in-process, alternately, best of the repeats."""
     from woolyhv.launcher import start_gpud
 
-    gpuds = {on: start_gpud(log_level="warning", extra_args=["--executors" if on else "--no-executors"])
-             for on in (True, False)}
+    gpuds = {
+        on: start_gpud(log_level="warning", extra_args=["--executors" if on else "--no-executors"])
+        for on in (True, False)
+    }
     runs: dict[bool, list[dict[str, float]]] = {True: [], False: []}
     try:
         for _ in range(2 if quick else 4):
             for on, (endpoint, _) in gpuds.items():
                 cmd = [sys.executable, "-m", "woolyhv", "run", str(ROOT / "benchmarks" / "aten_hop.py")]
                 env = {**_env(False), "WOOLY_SERVER": endpoint}
-                p = subprocess.run(cmd + (["--quick"] if quick else []), capture_output=True, text=True, env=env,
-                                   cwd=str(ROOT), timeout=600)
+                p = subprocess.run(
+                    cmd + (["--quick"] if quick else []),
+                    capture_output=True,
+                    text=True,
+                    env=env,
+                    cwd=str(ROOT),
+                    timeout=600,
+                )
                 if p.returncode != 0:
                     raise RuntimeError(p.stderr[-3000:])
                 runs[on].append(json.loads([ln for ln in p.stdout.splitlines() if ln.startswith("{")][-1]))
@@ -75,8 +91,17 @@ def _executor_hop(quick: bool) -> list[dict[str, object]]:
     out = []
     for key, metric in (("sync_us", "executor_hop_sync_op"), ("stream_us_per_op", "executor_hop_streamed_op")):
         on, off = min(r[key] for r in runs[True]), min(r[key] for r in runs[False])
-        out.append(line(metric, on, off, 1.1, "us", runs_executors=[round(r[key], 2) for r in runs[True]],
-                        runs_in_process=[round(r[key], 2) for r in runs[False]]))
+        out.append(
+            line(
+                metric,
+                on,
+                off,
+                1.1,
+                "us",
+                runs_executors=[round(r[key], 2) for r in runs[True]],
+                runs_in_process=[round(r[key], 2) for r in runs[False]],
+            )
+        )
     return out
 
 
@@ -92,11 +117,25 @@ def main() -> None:
             local.append(_step_ms([sys.executable, script, "--steps", steps], local=True))
             wooly.append(_step_ms([sys.executable, "-m", "woolyhv", "run", script, "--steps", steps], local=False))
         w, l_ = min(wooly), min(local)
-        print(f"{name}: wooly {w:.2f} ms/step, local {l_:.2f} ms/step ({w / l_:.2f}x); "
-              f"runs wooly {wooly} local {local}", file=sys.stderr)
-        results.append(line(f"step_time_ratio_{name}", w, l_, target, "ratio", value_unit="ms/step",
-                            wooly_runs=wooly, local_runs=local))
-    cmd = [sys.executable, "-m", "woolyhv", "run", str(ROOT / "benchmarks" / "torch_probe.py")] + (["--quick"] if quick else [])
+        print(
+            f"{name}: wooly {w:.2f} ms/step, local {l_:.2f} ms/step ({w / l_:.2f}x); runs wooly {wooly} local {local}",
+            file=sys.stderr,
+        )
+        results.append(
+            line(
+                f"step_time_ratio_{name}",
+                w,
+                l_,
+                target,
+                "ratio",
+                value_unit="ms/step",
+                wooly_runs=wooly,
+                local_runs=local,
+            )
+        )
+    cmd = [sys.executable, "-m", "woolyhv", "run", str(ROOT / "benchmarks" / "torch_probe.py")] + (
+        ["--quick"] if quick else []
+    )
     p = subprocess.run(cmd, capture_output=True, text=True, env=_env(False), cwd=str(ROOT), timeout=600)
     if p.returncode != 0:
         raise RuntimeError(p.stderr[-3000:])
@@ -115,8 +154,17 @@ def main() -> None:
     results.append(line("client_us_per_op", probe["op_us"], local_op_us, 25.0, "us"))
     results.append(line("sync_round_trips_per_step", probe["round_trips_per_step"], 1.0, 1.0, "round trips"))
     # A captured CUDA graph replayed (one op on the wire) against the same step streamed op by op.
-    results.append(line("cuda_graph_replay_step_ratio", probe["replayed_step_ms"], probe["streamed_step_ms"], 1.0,
-                        "ratio", value_unit="ms/step", graph_ops=probe["graph_ops"]))
+    results.append(
+        line(
+            "cuda_graph_replay_step_ratio",
+            probe["replayed_step_ms"],
+            probe["streamed_step_ms"],
+            1.0,
+            "ratio",
+            value_unit="ms/step",
+            graph_ops=probe["graph_ops"],
+        )
+    )
     results.extend(_executor_hop(quick))
     headline = results.pop(2)  # GPT
     for r in results + [headline]:

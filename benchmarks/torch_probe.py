@@ -81,5 +81,14 @@ for _ in range(3):
         graph.replay()
         static_loss.item()
     replayed = min(replayed, (time.perf_counter() - t0) / n_steps)
-print(json.dumps({"op_us": best * 1e6, "round_trips_per_step": round_trips, "graph_ops": graph._ops,
-                  "streamed_step_ms": streamed * 1e3, "replayed_step_ms": replayed * 1e3}))
+print(
+    json.dumps(
+        {
+            "op_us": best * 1e6,
+            "round_trips_per_step": round_trips,
+            "graph_ops": graph._ops,
+            "streamed_step_ms": streamed * 1e3,
+            "replayed_step_ms": replayed * 1e3,
+        }
+    )
+)

@@ -57,8 +57,10 @@ def _run(step: str, cmd: list[str], **kw: object) -> str:
     p = subprocess.run(cmd, capture_output=True, text=True, **kw)  # type: ignore[call-overload]
     if p.returncode != 0:
         tail = (p.stdout + p.stderr).strip().splitlines()[-15:]
-        raise BuildError(f"{step}: `{' '.join(cmd[:6])}{' ...' if len(cmd) > 6 else ''}` exited {p.returncode}:\n  "
-                         + "\n  ".join(tail))
+        raise BuildError(
+            f"{step}: `{' '.join(cmd[:6])}{' ...' if len(cmd) > 6 else ''}` exited {p.returncode}:\n  "
+            + "\n  ".join(tail)
+        )
     print(f"  [{step}] {' '.join(cmd[:4])} ... ({time.monotonic() - t0:.0f} s)", flush=True)
     return p.stdout
 
@@ -80,7 +82,9 @@ def source_id() -> str:
     import hashlib
 
     diff = subprocess.run(["git", "-C", ROOT, "diff", "HEAD"], capture_output=True).stdout
-    untracked = subprocess.run(["git", "-C", ROOT, "ls-files", "--others", "--exclude-standard"], capture_output=True).stdout
+    untracked = subprocess.run(
+        ["git", "-C", ROOT, "ls-files", "--others", "--exclude-standard"], capture_output=True
+    ).stdout
     return revision() + ("" if not (diff or untracked) else "-" + hashlib.sha256(diff + untracked).hexdigest()[:8])
 
 
@@ -137,44 +141,95 @@ def image(work: str, tag: str, oci_archive: str | None) -> dict[str, object]:
     try:
         _run("image", [*b, "copy", ctr, fs + "/", "/"])
         run = [*b, "run", "--isolation", "chroot", "-v", f"{whl}:/wheels:ro", ctr, "--"]
-        _run("image", [*run, "sh", "-c",
-                       "python3 -m venv /opt/wooly && /opt/wooly/bin/pip install -q --no-index --find-links /wheels "
-                       "--no-compile torch==2.13.0 'woolyhv[numba]' && "
-                       # g++ from apt (so that purging it takes its dependencies too), only for this
-                       f"apt-get update -q >/dev/null && apt-get install -q -y --no-install-recommends {' '.join(BUILD_ONLY)}"
-                       " >/dev/null && /opt/wooly/bin/python -m shim.torch.device && "
-                       f"apt-get purge -q -y --auto-remove {' '.join(BUILD_ONLY)} binutils binutils-common >/dev/null && "
-                       "apt-get clean && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin && "
-                       "find /opt/wooly -name __pycache__ -prune -exec rm -rf {} + && "
-                       "useradd --uid 10001 --create-home --shell /usr/sbin/nologin wooly && "
-                       "mkdir -p /var/cache/wooly /var/lib/wooly && chown wooly /var/cache/wooly /var/lib/wooly && "
-                       "rm -f /.wooly-done"])
+        _run(
+            "image",
+            [
+                *run,
+                "sh",
+                "-c",
+                "python3 -m venv /opt/wooly && /opt/wooly/bin/pip install -q --no-index --find-links /wheels "
+                "--no-compile torch==2.13.0 'woolyhv[numba]' && "
+                # g++ from apt (so that purging it takes its dependencies too), only for this
+                f"apt-get update -q >/dev/null && apt-get install -q -y --no-install-recommends {' '.join(BUILD_ONLY)}"
+                " >/dev/null && /opt/wooly/bin/python -m shim.torch.device && "
+                f"apt-get purge -q -y --auto-remove {' '.join(BUILD_ONLY)} binutils binutils-common >/dev/null && "
+                "apt-get clean && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin && "
+                "find /opt/wooly -name __pycache__ -prune -exec rm -rf {} + && "
+                "useradd --uid 10001 --create-home --shell /usr/sbin/nologin wooly && "
+                "mkdir -p /var/cache/wooly /var/lib/wooly && chown wooly /var/cache/wooly /var/lib/wooly && "
+                "rm -f /.wooly-done",
+            ],
+        )
         ver = version()
-        _run("image", [*b, "config",
-                       "--env", "PATH=/opt/wooly/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                       "--env", "WOOLY_JIT_CACHE_DIR=/var/cache/wooly/jit",
-                       "--env", "WOOLY_SPILL_DIR=/var/lib/wooly/spill",
-                       "--env", "PYTHONDONTWRITEBYTECODE=1",
-                       "--user", "wooly", "--workingdir", "/home/wooly",
-                       "--volume", "/var/cache/wooly", "--volume", "/var/lib/wooly",
-                       "--port", "5555", "--port", "9400", "--port", "7000", "--port", "9401", "--port", "2379",
-                       "--healthcheck", "CMD wooly ps --server tcp://127.0.0.1:5555 --json",
-                       "--healthcheck-interval", "30s", "--healthcheck-timeout", "10s", "--healthcheck-retries", "3",
-                       "--label", f"org.opencontainers.image.version={ver}",
-                       "--label", f"org.opencontainers.image.revision={revision()}",
-                       "--label", "org.opencontainers.image.title=woolyhv",
-                       "--label", "org.opencontainers.image.description=gpud, the pool controller, etcd and the wooly client",
-                       "--label", "org.opencontainers.image.licenses=Apache-2.0",
-                       "--entrypoint", '["/usr/bin/tini", "--"]',
-                       "--cmd", '["wooly", "gpud", "--listen", "tcp://0.0.0.0:5555"]', ctr],
-             env=dict(os.environ, BUILDAH_FORMAT="docker"))  # the OCI format has no HEALTHCHECK
+        _run(
+            "image",
+            [
+                *b,
+                "config",
+                "--env",
+                "PATH=/opt/wooly/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                "--env",
+                "WOOLY_JIT_CACHE_DIR=/var/cache/wooly/jit",
+                "--env",
+                "WOOLY_SPILL_DIR=/var/lib/wooly/spill",
+                "--env",
+                "PYTHONDONTWRITEBYTECODE=1",
+                "--user",
+                "wooly",
+                "--workingdir",
+                "/home/wooly",
+                "--volume",
+                "/var/cache/wooly",
+                "--volume",
+                "/var/lib/wooly",
+                "--port",
+                "5555",
+                "--port",
+                "9400",
+                "--port",
+                "7000",
+                "--port",
+                "9401",
+                "--port",
+                "2379",
+                "--healthcheck",
+                "CMD wooly ps --server tcp://127.0.0.1:5555 --json",
+                "--healthcheck-interval",
+                "30s",
+                "--healthcheck-timeout",
+                "10s",
+                "--healthcheck-retries",
+                "3",
+                "--label",
+                f"org.opencontainers.image.version={ver}",
+                "--label",
+                f"org.opencontainers.image.revision={revision()}",
+                "--label",
+                "org.opencontainers.image.title=woolyhv",
+                "--label",
+                "org.opencontainers.image.description=gpud, the pool controller, etcd and the wooly client",
+                "--label",
+                "org.opencontainers.image.licenses=Apache-2.0",
+                "--entrypoint",
+                '["/usr/bin/tini", "--"]',
+                "--cmd",
+                '["wooly", "gpud", "--listen", "tcp://0.0.0.0:5555"]',
+                ctr,
+            ],
+            env=dict(os.environ, BUILDAH_FORMAT="docker"),
+        )  # the OCI format has no HEALTHCHECK
         image_id = _run("image", [*b, "commit", "--format", "docker", "--rm", ctr, tag]).strip().splitlines()[-1]
     except BaseException:
         subprocess.run([*b, "rm", ctr], capture_output=True)
         raise
     info = json.loads(_run("image", ["podman", *STORAGE, "image", "inspect", tag]))[0]
-    out: dict[str, object] = {"tag": tag, "id": image_id[:12], "size_mb": round(info["Size"] / 1e6, 1),
-                              "version": version(), "source": source_id()}
+    out: dict[str, object] = {
+        "tag": tag,
+        "id": image_id[:12],
+        "size_mb": round(info["Size"] / 1e6, 1),
+        "version": version(),
+        "source": source_id(),
+    }
     if oci_archive:
         _run("image", ["podman", *STORAGE, "save", "--format", "oci-archive", "-o", oci_archive, tag])
         out["archive"] = oci_archive
@@ -182,7 +237,9 @@ def image(work: str, tag: str, oci_archive: str | None) -> dict[str, object]:
     return out
 
 
-def build(work: str, tag: str, *, until: str = "image", fresh: bool = False, oci_archive: str | None = None) -> dict[str, object]:
+def build(
+    work: str, tag: str, *, until: str = "image", fresh: bool = False, oci_archive: str | None = None
+) -> dict[str, object]:
     if fresh:
         shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work, exist_ok=True)

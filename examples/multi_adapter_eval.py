@@ -37,8 +37,10 @@ def adapter(layers: int, index: int):  # each client's own LoRA: A (rank x hidde
     import torch
 
     g = torch.Generator().manual_seed(1000 + index)
-    return [(torch.randn(RANK, HIDDEN, generator=g) * 0.01, torch.randn(HIDDEN, RANK, generator=g) * 0.01)
-            for _ in range(layers)]
+    return [
+        (torch.randn(RANK, HIDDEN, generator=g) * 0.01, torch.randn(HIDDEN, RANK, generator=g) * 0.01)
+        for _ in range(layers)
+    ]
 
 
 def forward(x, weights, lora):
@@ -72,8 +74,18 @@ def child(index: int, base_mib: int, batches: int) -> None:
         worst = max(worst, (got - want).abs().max().item())
     eval_s = time.perf_counter() - t0
     free, total = torch.cuda.mem_get_info()
-    print(json.dumps({"client": index, "load_s": round(load_s, 3), "eval_s": round(eval_s, 3),
-                      "max_abs_err": worst, "used_bytes": total - free}), flush=True)
+    print(
+        json.dumps(
+            {
+                "client": index,
+                "load_s": round(load_s, 3),
+                "eval_s": round(eval_s, 3),
+                "max_abs_err": worst,
+                "used_bytes": total - free,
+            }
+        ),
+        flush=True,
+    )
     # Stay loaded until the parent has looked at gpud's memory (it closes our stdin).
     sys.stdin.read()
 
@@ -99,9 +111,20 @@ def main() -> None:
     try:
         kids = [
             subprocess.Popen(
-                [sys.executable, __file__, "--child", str(i), "--base-mib", str(args.base_mib), "--batches",
-                 str(args.batches)],
-                env=dict(env, WOOLY_TENANT=f"adapter{i}"), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                [
+                    sys.executable,
+                    __file__,
+                    "--child",
+                    str(i),
+                    "--base-mib",
+                    str(args.base_mib),
+                    "--batches",
+                    str(args.batches),
+                ],
+                env=dict(env, WOOLY_TENANT=f"adapter{i}"),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
             )
             for i in range(args.clients)
         ]

@@ -35,8 +35,12 @@ def check(result):
 def main() -> int:
     check(driver.cuInit(0))
     device = check(driver.cuDeviceGet(0))
-    major = check(driver.cuDeviceGetAttribute(driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device))
-    minor = check(driver.cuDeviceGetAttribute(driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device))
+    major = check(
+        driver.cuDeviceGetAttribute(driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device)
+    )
+    minor = check(
+        driver.cuDeviceGetAttribute(driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device)
+    )
 
     prog = check(nvrtc.nvrtcCreateProgram(SAXPY.encode(), b"saxpy.cu", 0, [], []))
     opts = [b"--fmad=false", f"--gpu-architecture=compute_{major}{minor}".encode()]
@@ -64,8 +68,13 @@ def main() -> int:
     check(driver.cuMemcpyHtoDAsync(d_y, y.ctypes.data, size, stream))
 
     # kernelParams: an array of pointers, one per argument, each to the argument's value
-    args = [a, np.array([int(d_x)], dtype=np.uint64), np.array([int(d_y)], dtype=np.uint64),
-            np.array([int(d_out)], dtype=np.uint64), np.array([n], dtype=np.uint64)]
+    args = [
+        a,
+        np.array([int(d_x)], dtype=np.uint64),
+        np.array([int(d_y)], dtype=np.uint64),
+        np.array([int(d_out)], dtype=np.uint64),
+        np.array([n], dtype=np.uint64),
+    ]
     params = np.array([arg.ctypes.data for arg in args], dtype=np.uint64)
     check(driver.cuLaunchKernel(kernel, blocks, 1, 1, threads, 1, 1, 0, stream, params.ctypes.data, 0))
     check(driver.cuMemcpyDtoHAsync(out.ctypes.data, d_out, size, stream))

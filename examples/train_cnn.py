@@ -32,7 +32,7 @@ def synthetic_batch(gen: torch.Generator, batch: int, classes: int = 10) -> tupl
     x = torch.randn(batch, 3, 32, 32, generator=gen) * 0.5
     for i in range(batch):
         r, c = divmod(int(y[i]), 4)
-        x[i, :, r * 8:r * 8 + 8, c * 8:c * 8 + 8] += 2.0
+        x[i, :, r * 8 : r * 8 + 8, c * 8 : c * 8 + 8] += 2.0
     return x, y
 
 

@@ -81,8 +81,8 @@ def main() -> None:
     first = 0
     for step in range(args.steps):
         ix = torch.randint(len(data) - args.block - 1, (args.batch,), generator=gen)
-        x = torch.stack([data[i:i + args.block] for i in ix]).to(device)
-        y = torch.stack([data[i + 1:i + 1 + args.block] for i in ix]).to(device)
+        x = torch.stack([data[i : i + args.block] for i in ix]).to(device)
+        y = torch.stack([data[i + 1 : i + 1 + args.block] for i in ix]).to(device)
         with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=args.amp):
             _, loss = model(x, y)
         opt.zero_grad(set_to_none=True)
@@ -107,7 +107,7 @@ def main() -> None:
         idx = torch.zeros((1, 1), dtype=torch.long, device=device)
         with torch.no_grad():
             for _ in range(args.sample):
-                logits, _ = model(idx[:, -args.block:])
+                logits, _ = model(idx[:, -args.block :])
                 nxt = torch.multinomial(F.softmax(logits[:, -1, :], dim=-1), 1)
                 idx = torch.cat([idx, nxt], dim=1)
         print("".join(chars[i] for i in idx[0].tolist()))

@@ -29,8 +29,10 @@ def main() -> None:
     data_gen = torch.Generator().manual_seed(args.seed + 1)  # data come from the host, as from a loader
 
     model = nn.Sequential(
-        nn.Linear(32, args.hidden), nn.ReLU(),
-        nn.Linear(args.hidden, args.hidden), nn.ReLU(),
+        nn.Linear(32, args.hidden),
+        nn.ReLU(),
+        nn.Linear(args.hidden, args.hidden),
+        nn.ReLU(),
         nn.Linear(args.hidden, 10),
     ).to(device)
     opt_cls = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW}[args.optimizer]
@@ -73,8 +75,16 @@ def main() -> None:
         print(f"median time/step {sorted(step_times)[len(step_times) // 2] * 1000:.3f} ms")
     print(f"time/step {dt / max(timed, 1) * 1000:.3f} ms")
     if args.save:
-        torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict(),
-                    "data_gen": data_gen.get_state(), "step": start + args.steps}, args.save)
+        torch.save(
+            {
+                "model": model.state_dict(),
+                "opt": opt.state_dict(),
+                "sched": sched.state_dict(),
+                "data_gen": data_gen.get_state(),
+                "step": start + args.steps,
+            },
+            args.save,
+        )
 
 
 if __name__ == "__main__":

@@ -73,7 +73,9 @@ class _Holder:
                     self.channel = self.session.server.executors.channel(self.session, self.device)
         return self.channel
 
-    def request(self, msg: list[Any], bulk: list[Any] = (), fds: list[int] | None = None) -> tuple[list[Any], list[int]]:  # type: ignore[assignment]
+    def request(
+        self, msg: list[Any], bulk: list[Any] = (), fds: list[int] | None = None
+    ) -> tuple[list[Any], list[int]]:  # type: ignore[assignment]
         """One request to the executor process, ``bulk`` appended as descriptors (gpud/chan.py) where given; its
         error reply becomes this call's CudaError. ``fds`` (closed here) travel with it."""
         fds = fds if fds is not None else []

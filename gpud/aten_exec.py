@@ -27,16 +27,29 @@ _NAME_RE = re.compile(r"^aten\.([A-Za-z0-9_]+)(?:\.([A-Za-z0-9_]+))?$")
 # checks, and the sparse constructors that skip validating their indices; by argument: ``unsafe=True``
 # (segment_reduce, _index_put_impl_ skip their checks with it); by result: any tensor that is not strided
 # (a sparse tensor's indices can be rewritten in place through ``_indices()``, and every later op trusts them).
-_DENIED = frozenset({"from_file", "_unsafe_index", "_unsafe_index_put", "_unsafe_masked_index",
-                     "_unsafe_masked_index_put_accumulate", "_unsafe_set_version_counter",
-                     "_sparse_coo_tensor_unsafe", "_sparse_coo_tensor_with_dims_and_tensors",
-                     "_sparse_compressed_tensor_unsafe", "_sparse_csr_tensor_unsafe", "_sparse_csc_tensor_unsafe",
-                     "_sparse_bsr_tensor_unsafe", "_sparse_bsc_tensor_unsafe"})
+_DENIED = frozenset(
+    {
+        "from_file",
+        "_unsafe_index",
+        "_unsafe_index_put",
+        "_unsafe_masked_index",
+        "_unsafe_masked_index_put_accumulate",
+        "_unsafe_set_version_counter",
+        "_sparse_coo_tensor_unsafe",
+        "_sparse_coo_tensor_with_dims_and_tensors",
+        "_sparse_compressed_tensor_unsafe",
+        "_sparse_csr_tensor_unsafe",
+        "_sparse_csc_tensor_unsafe",
+        "_sparse_bsr_tensor_unsafe",
+        "_sparse_bsc_tensor_unsafe",
+    }
+)
 _UNSAFE_ARG = "unsafe"
 # Random ops without a generator argument: they draw from the device's default generator, which
 # is swapped with the session's around the call (under a lock: it is shared by all sessions).
-_DEFAULT_GEN_OPS = frozenset({"native_dropout", "_fused_dropout", "dropout", "feature_dropout",
-                              "alpha_dropout", "feature_alpha_dropout"})
+_DEFAULT_GEN_OPS = frozenset(
+    {"native_dropout", "_fused_dropout", "dropout", "feature_dropout", "alpha_dropout", "feature_alpha_dropout"}
+)
 _DEFAULT_GEN_LOCK = threading.Lock()
 # The wire decoding is proto's (NOTE [aten values] in proto/aten.py).
 _DEC = W.decoder()
@@ -68,7 +81,9 @@ def resolve(name: str, permit_unsafe: bool = False) -> tuple[Any, bool, bool, in
         if not isinstance(op, torch._ops.OpOverload):
             raise AttributeError(name)
     except (AttributeError, RuntimeError):
-        raise CudaError(codes.NOT_SUPPORTED, f"gpud's torch {torch.__version__} has no operator aten::{base}.{overload}") from None
+        raise CudaError(
+            codes.NOT_SUPPORTED, f"gpud's torch {torch.__version__} has no operator aten::{base}.{overload}"
+        ) from None
     has_gen = any(a.name == "generator" for a in op._schema.arguments)
     if not has_gen:  # randn.default -> randn.generator, randint.low -> randint.low_generator ...
         for alt in ("generator" if overload == "default" else f"{overload}_generator",):
@@ -126,6 +141,7 @@ class SessionHost(Host):
 
 class Executor:
     resolve = staticmethod(resolve)  # for gpud/aten_graph.py, which this module imports
+
     def __init__(self, host: Host, device: str, permit_unsafe: bool = False) -> None:
         self.host = host
         self.permit_unsafe = permit_unsafe  # only in a tenant's own executor process (NOTE [executors])
@@ -156,7 +172,9 @@ class Executor:
         t = self.tensors.get(h)
         if t is None:
             if h in self.poisoned:
-                raise _Poisoned(codes.INVALID_VALUE, f"tensor {h} was to be made by an op that failed (reported earlier)")
+                raise _Poisoned(
+                    codes.INVALID_VALUE, f"tensor {h} was to be made by an op that failed (reported earlier)"
+                )
             raise CudaError(codes.INVALID_HANDLE, f"tensor handle {h} is not live in this session")
         return t
 
@@ -175,8 +193,11 @@ class Executor:
         if entry is None:
             if nbytes and key > 0:
                 if self.limit and self.allocated + nbytes > self.limit:
-                    raise CudaError(codes.OUT_OF_MEMORY, f"out of memory: {nbytes} bytes more would pass this process's "
-                                    f"limit of {self.limit} bytes (set_per_process_memory_fraction)")
+                    raise CudaError(
+                        codes.OUT_OF_MEMORY,
+                        f"out of memory: {nbytes} bytes more would pass this process's "
+                        f"limit of {self.limit} bytes (set_per_process_memory_fraction)",
+                    )
                 self.host.charge(nbytes)  # raises OUT_OF_MEMORY
                 self.allocated += nbytes
                 self.peak = max(self.peak, self.allocated)
@@ -284,14 +305,22 @@ class Executor:
         """Run one ATen op (its wire form decoded here); every failure becomes a CudaError naming the op."""
         try:
             fn, has_gen, default_gen, unsafe, guard = resolve(name, self.permit_unsafe)
-            if self.portable and ((alt := self.portable.get(name[5:])) is not None
-                                  or (alt := self.portable.get(name.split(".")[1])) is not None):
+            if self.portable and (
+                (alt := self.portable.get(name[5:])) is not None
+                or (alt := self.portable.get(name.split(".")[1])) is not None
+            ):
                 fn = alt
             a = self.decode(args)
             k = self.decode(kwargs)
-            if unsafe >= 0 and not self.permit_unsafe and (a[unsafe] if unsafe < len(a) else k.get(_UNSAFE_ARG)) is True:
-                raise CudaError(codes.NOT_PERMITTED, f"{name}: unsafe=True is refused by gpud (it skips the op's "
-                                "bounds checks; NOTE [unsafe ops])")
+            if (
+                unsafe >= 0
+                and not self.permit_unsafe
+                and (a[unsafe] if unsafe < len(a) else k.get(_UNSAFE_ARG)) is True
+            ):
+                raise CudaError(
+                    codes.NOT_PERMITTED,
+                    f"{name}: unsafe=True is refused by gpud (it skips the op's bounds checks; NOTE [unsafe ops])",
+                )
             if guard is not None:
                 guard(name, a, k)
             if has_gen and k.get("generator") is None:
@@ -312,7 +341,9 @@ class Executor:
         produced: list[torch.Tensor] = []
         _flatten(result, produced)
         if len(produced) != len(outs):
-            raise CudaError(codes.INVALID_VALUE, f"{name}: produced {len(produced)} tensors, client named {len(outs)} handles")
+            raise CudaError(
+                codes.INVALID_VALUE, f"{name}: produced {len(produced)} tensors, client named {len(outs)} handles"
+            )
         for t in produced:
             _strided(name, t)
         return produced
@@ -378,8 +409,13 @@ class Executor:
             raw = flat.view(torch.uint8) if c.numel() else torch.empty(0, dtype=torch.uint8)
             return [_DTYPE_NAMES.get(c.dtype, str(c.dtype)), list(c.shape)], [memoryview(raw.numpy())]
         if name == W.OP_STATS:
-            return {"allocated": self.allocated, "peak": self.peak, "tensors": len(self.tensors), "limit": self.limit,
-                    "device": str(self.device)}, []
+            return {
+                "allocated": self.allocated,
+                "peak": self.peak,
+                "tensors": len(self.tensors),
+                "limit": self.limit,
+                "device": str(self.device),
+            }, []
         if name == W.OP_SET_LIMIT:
             limit = args[0] if args else None
             if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
@@ -411,7 +447,6 @@ class Executor:
             return self.graphs.drop(args)
         raise CudaError(codes.NOT_SUPPORTED, f"unknown pseudo-op {name[:80]!r}")
 
-
     # ------------------------------------------------------------------ NOTE [migration]
     def move_export(self) -> tuple[dict[str, Any], list[Any]]:
         """Every tensor of the session (handle, storage, dtype, shape, stride, offset), one bulk frame per storage
@@ -429,11 +464,18 @@ class Executor:
                 st = t.untyped_storage()
                 raw = torch.empty(0, dtype=torch.uint8, device=st.device).set_(st)
                 frames.append(memoryview(raw.cpu().numpy()) if raw.numel() else b"")
-            tensors.append([h, i, _DTYPE_NAMES.get(t.dtype, str(t.dtype)), list(t.shape), list(t.stride()),
-                            t.storage_offset()])
-        return {"tensors": tensors, "storages": len(frames), "next_handle": self.next_handle, "limit": self.limit,
-                "peak": self.peak, "rng": bytes(self.gen.get_state().numpy().tobytes()),
-                "poisoned": sorted(self.poisoned)}, frames
+            tensors.append(
+                [h, i, _DTYPE_NAMES.get(t.dtype, str(t.dtype)), list(t.shape), list(t.stride()), t.storage_offset()]
+            )
+        return {
+            "tensors": tensors,
+            "storages": len(frames),
+            "next_handle": self.next_handle,
+            "limit": self.limit,
+            "peak": self.peak,
+            "rng": bytes(self.gen.get_state().numpy().tobytes()),
+            "poisoned": sorted(self.poisoned),
+        }, frames
 
     def move_import(self, desc: Any) -> tuple[Any, list[Any]]:
         if not isinstance(desc, dict) or not isinstance(desc.get("tensors"), list):
@@ -446,7 +488,11 @@ class Executor:
             buf = self.bulk[self.base + i]
             nbytes = memoryview(buf).nbytes
             if isinstance(buf, mmap.mmap):  # a memfd the broker filled: its pages become the storage
-                flat = torch.frombuffer(buf, dtype=torch.uint8, count=nbytes) if nbytes else torch.empty(0, dtype=torch.uint8)
+                flat = (
+                    torch.frombuffer(buf, dtype=torch.uint8, count=nbytes)
+                    if nbytes
+                    else torch.empty(0, dtype=torch.uint8)
+                )
             else:
                 flat = torch.empty(nbytes, dtype=torch.uint8)
                 if nbytes:
@@ -486,8 +532,11 @@ def _flatten(v: Any, out: list[torch.Tensor]) -> None:
 
 def _strided(name: str, t: torch.Tensor) -> None:
     if t.layout != torch.strided:
-        raise CudaError(codes.NOT_SUPPORTED, f"{name}: {str(t.layout).removeprefix('torch.')} tensors are not kept on "
-                        "gpud (their indices could be rewritten to point anywhere; NOTE [unsafe ops])")
+        raise CudaError(
+            codes.NOT_SUPPORTED,
+            f"{name}: {str(t.layout).removeprefix('torch.')} tensors are not kept on "
+            "gpud (their indices could be rewritten to point anywhere; NOTE [unsafe ops])",
+        )
 
 
 def _first_line(exc: BaseException) -> str:

@@ -61,8 +61,13 @@ class Graphs:
         created: set[int] = set()
         freed: set[int] = set()
         for op in ops:
-            if not isinstance(op, list) or len(op) != 4 or not isinstance(op[1], list) or not isinstance(op[2], dict) \
-                    or not isinstance(op[3], list):
+            if (
+                not isinstance(op, list)
+                or len(op) != 4
+                or not isinstance(op[1], list)
+                or not isinstance(op[2], dict)
+                or not isinstance(op[3], list)
+            ):
                 raise CudaError(codes.INVALID_VALUE, "malformed op in a CUDA graph")
             name, a, _, outs = op
             if name == W.OP_FREE:
@@ -110,8 +115,12 @@ class Graphs:
             ms = m.untyped_storage()
             real = run.real.get(ms._cdata)
             if real is None:  # zeroed, never another tenant's old bytes
-                real = run.real[ms._cdata] = torch.zeros(ms.nbytes(), dtype=torch.uint8, device=ex.device).untyped_storage()
-            ex.store(h, torch.empty(0, dtype=m.dtype, device=ex.device).set_(real, m.storage_offset(), m.shape, m.stride()))
+                real = run.real[ms._cdata] = torch.zeros(
+                    ms.nbytes(), dtype=torch.uint8, device=ex.device
+                ).untyped_storage()
+            ex.store(
+                h, torch.empty(0, dtype=m.dtype, device=ex.device).set_(real, m.storage_offset(), m.shape, m.stride())
+            )
 
     def drop(self, args: list[Any]) -> None:
         g = self.graphs.pop(args[0] if args else None, None)
@@ -179,8 +188,9 @@ class _MetaRun:
                 ms = torch.UntypedStorage(st.nbytes(), device="meta")
                 self.by_ptr[st.data_ptr() or -h] = ms
                 self.real[ms._cdata] = st
-            m = self.meta[h] = torch.empty(0, dtype=t.dtype, device="meta").set_(ms, t.storage_offset(), t.shape,
-                                                                                   t.stride())
+            m = self.meta[h] = torch.empty(0, dtype=t.dtype, device="meta").set_(
+                ms, t.storage_offset(), t.shape, t.stride()
+            )
         return m
 
     def from_frame(self, frame: Any, dtype: Any, shape: list[int], device: Any) -> Any:
@@ -188,5 +198,6 @@ class _MetaRun:
 
 
 def _same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a is b or (a.data_ptr() == b.data_ptr() and a.shape == b.shape and a.stride() == b.stride()
-                      and a.dtype == b.dtype)
+    return a is b or (
+        a.data_ptr() == b.data_ptr() and a.shape == b.shape and a.stride() == b.stride() and a.dtype == b.dtype
+    )

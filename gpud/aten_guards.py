@@ -18,8 +18,10 @@ from gpud.errors import CudaError, codes
 
 
 def _bind(schema: Any, args: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
-    return {a.name: (args[i] if i < len(args) else kwargs.get(a.name, a.default_value))
-            for i, a in enumerate(schema.arguments)}
+    return {
+        a.name: (args[i] if i < len(args) else kwargs.get(a.name, a.default_value))
+        for i, a in enumerate(schema.arguments)
+    }
 
 
 def _ints(name: str, what: str, v: Any) -> list[int]:
@@ -82,6 +84,7 @@ def _plane(v: Any, dims: int) -> int | None:
 
 def pool_backward(dims: int) -> Callable[[str, dict[str, Any]], None]:
     """max/adaptive/fractional pooling backwards scatter the gradient to ``indices`` within each input plane."""
+
     def check(name: str, named: dict[str, Any]) -> None:
         plane = _plane(named.get("self"), dims)
         if plane is not None:
@@ -112,19 +115,29 @@ def segment_reduce(name: str, named: dict[str, Any]) -> None:
     if isinstance(offsets, torch.Tensor) and offsets.numel():
         if offsets.is_floating_point() or offsets.is_complex():
             raise _bad(name, "offsets must be integers")
-        if int(offsets.min()) < 0 or int(offsets.max()) > size or (offsets.dim() and offsets.shape[-1] > 1 and bool(
-                (offsets[..., 1:] < offsets[..., :-1]).any())):
+        if (
+            int(offsets.min()) < 0
+            or int(offsets.max()) > size
+            or (offsets.dim() and offsets.shape[-1] > 1 and bool((offsets[..., 1:] < offsets[..., :-1]).any()))
+        ):
             raise _bad(name, f"offsets must be non-decreasing within [0, {size}]")
 
 
 # base name -> check(op name, arguments by name)
 GUARDS: dict[str, Callable[[str, dict[str, Any]], None]] = {
-    "_ctc_loss": ctc_loss, "_ctc_loss_backward": ctc_loss, "ctc_loss": ctc_loss,
-    "max_pool2d_with_indices_backward": pool_backward(2), "max_pool3d_with_indices_backward": pool_backward(3),
-    "adaptive_max_pool2d_backward": pool_backward(2), "adaptive_max_pool3d_backward": pool_backward(3),
-    "fractional_max_pool2d_backward": pool_backward(2), "fractional_max_pool3d_backward": pool_backward(3),
-    "max_unpool2d": max_unpool, "max_unpool3d": max_unpool,
-    "segment_reduce": segment_reduce, "_segment_reduce_backward": segment_reduce,
+    "_ctc_loss": ctc_loss,
+    "_ctc_loss_backward": ctc_loss,
+    "ctc_loss": ctc_loss,
+    "max_pool2d_with_indices_backward": pool_backward(2),
+    "max_pool3d_with_indices_backward": pool_backward(3),
+    "adaptive_max_pool2d_backward": pool_backward(2),
+    "adaptive_max_pool3d_backward": pool_backward(3),
+    "fractional_max_pool2d_backward": pool_backward(2),
+    "fractional_max_pool3d_backward": pool_backward(3),
+    "max_unpool2d": max_unpool,
+    "max_unpool3d": max_unpool,
+    "segment_reduce": segment_reduce,
+    "_segment_reduce_backward": segment_reduce,
 }
 
 

@@ -40,8 +40,16 @@ def _scores(q: torch.Tensor, k: torch.Tensor, is_causal: bool, mask: Any, scale:
     return att, s
 
 
-def sdpa_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float = 0.0, is_causal: bool = False,
-                 *, attn_mask: Any = None, scale: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
+def sdpa_forward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    *,
+    attn_mask: Any = None,
+    scale: Any = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     if dropout_p:
         raise NotImplementedError("attention dropout on a non-CPU gpud")
     att, _ = _scores(q, k, is_causal, attn_mask, scale)
@@ -50,9 +58,19 @@ def sdpa_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: f
     return out.to(q.dtype), lse
 
 
-def sdpa_backward(grad: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
-                  lse: torch.Tensor, dropout_p: float = 0.0, is_causal: bool = False, *, attn_mask: Any = None,
-                  scale: Any = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def sdpa_backward(
+    grad: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    *,
+    attn_mask: Any = None,
+    scale: Any = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     att, s = _scores(q, k, is_causal, attn_mask, scale)
     ct = att.dtype
     p = torch.exp(att - lse.to(ct).unsqueeze(-1))
@@ -77,8 +95,9 @@ def _gates(ig: torch.Tensor, hg: torch.Tensor, ib: Any, hb: Any) -> torch.Tensor
     return g
 
 
-def lstm_cell(ig: torch.Tensor, hg: torch.Tensor, cx: torch.Tensor, ib: Any = None,
-              hb: Any = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def lstm_cell(
+    ig: torch.Tensor, hg: torch.Tensor, cx: torch.Tensor, ib: Any = None, hb: Any = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(hy, cy, workspace); the workspace holds the activated gates i, f, g, o (as the CUDA kernel's)."""
     i, f, g, o = _gates(ig, hg, ib, hb).chunk(4, 1)
     i, f, g, o = i.sigmoid(), f.sigmoid(), g.tanh(), o.sigmoid()
@@ -86,8 +105,9 @@ def lstm_cell(ig: torch.Tensor, hg: torch.Tensor, cx: torch.Tensor, ib: Any = No
     return o * cy.tanh(), cy, torch.cat((i, f, g, o), 1)
 
 
-def lstm_cell_backward(ghy: Any, gcy: Any, cx: torch.Tensor, cy: torch.Tensor, ws: torch.Tensor,
-                       has_bias: bool) -> tuple[torch.Tensor, torch.Tensor, Any]:
+def lstm_cell_backward(
+    ghy: Any, gcy: Any, cx: torch.Tensor, cy: torch.Tensor, ws: torch.Tensor, has_bias: bool
+) -> tuple[torch.Tensor, torch.Tensor, Any]:
     i, f, g, o = ws.chunk(4, 1)
     tcy = cy.tanh()
     ghy = torch.zeros_like(cy) if ghy is None else ghy
@@ -96,8 +116,9 @@ def lstm_cell_backward(ghy: Any, gcy: Any, cx: torch.Tensor, cy: torch.Tensor, w
     return gates, gc * f, gates.sum(0) if has_bias else None
 
 
-def gru_cell(ig: torch.Tensor, hg: torch.Tensor, hx: torch.Tensor, ib: Any = None,
-             hb: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
+def gru_cell(
+    ig: torch.Tensor, hg: torch.Tensor, hx: torch.Tensor, ib: Any = None, hb: Any = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(hy, workspace); the workspace holds r, z, n, hx and the hidden gate's n part (as CUDA's)."""
     ir, iz, in_ = (ig if ib is None else ig + ib).chunk(3, 1)
     hr, hz, hn = (hg if hb is None else hg + hb).chunk(3, 1)
@@ -136,14 +157,23 @@ def _mm_dtype_out(fn: Any, nin: int) -> Any:
     return run
 
 
-_MATMUL_DTYPE = {f"{name}.{variant}": make(getattr(torch, name), nin)
-                 for name, nin in (("mm", 2), ("bmm", 2), ("addmm", 3), ("baddbmm", 3))
-                 for variant, make in (("dtype", _mm_dtype), ("dtype_out", _mm_dtype_out))}
+_MATMUL_DTYPE = {
+    f"{name}.{variant}": make(getattr(torch, name), nin)
+    for name, nin in (("mm", 2), ("bmm", 2), ("addmm", 3), ("baddbmm", 3))
+    for variant, make in (("dtype", _mm_dtype), ("dtype_out", _mm_dtype_out))
+}
+
 
 def _no_cudnn(*args: Any, **kwargs: Any) -> bool:
     return False  # cuDNN's and MIOpen's CTC losses are GPU kernels: the native _ctc_loss runs instead
 
 
-CUDA_ONLY = {**_MATMUL_DTYPE, "_use_cudnn_ctc_loss": _no_cudnn, "_use_miopen_ctc_loss": _no_cudnn,
-             "_thnn_fused_lstm_cell": lstm_cell, "_thnn_fused_lstm_cell_backward_impl": lstm_cell_backward,
-             "_thnn_fused_gru_cell": gru_cell, "_thnn_fused_gru_cell_backward": gru_cell_backward}
+CUDA_ONLY = {
+    **_MATMUL_DTYPE,
+    "_use_cudnn_ctc_loss": _no_cudnn,
+    "_use_miopen_ctc_loss": _no_cudnn,
+    "_thnn_fused_lstm_cell": lstm_cell,
+    "_thnn_fused_lstm_cell_backward_impl": lstm_cell_backward,
+    "_thnn_fused_gru_cell": gru_cell,
+    "_thnn_fused_gru_cell_backward": gru_cell_backward,
+}

@@ -85,9 +85,17 @@ def gemm_numpy(g: Any) -> None:
 
 def check_types(g: Any) -> None:
     """The type combinations this implements (cuBLAS's gemm/GemmEx table, less the integer ones)."""
-    ok = {("f32", "f32", "f32", "f32"), ("f64", "f64", "f64", "f64"), ("c64", "c64", "c64", "c64"),
-          ("c128", "c128", "c128", "c128"), ("f16", "f16", "f16", "f16"), ("f16", "f16", "f16", "f32"),
-          ("f16", "f16", "f32", "f32"), ("bf16", "bf16", "bf16", "f32"), ("bf16", "bf16", "f32", "f32")}
+    ok = {
+        ("f32", "f32", "f32", "f32"),
+        ("f64", "f64", "f64", "f64"),
+        ("c64", "c64", "c64", "c64"),
+        ("c128", "c128", "c128", "c128"),
+        ("f16", "f16", "f16", "f16"),
+        ("f16", "f16", "f16", "f32"),
+        ("f16", "f16", "f32", "f32"),
+        ("bf16", "bf16", "bf16", "f32"),
+        ("bf16", "bf16", "f32", "f32"),
+    }
     key = (g.a_type, g.b_type, g.c_type, g.compute_type)
     if key not in ok:
         raise CudaError(codes.NOT_SUPPORTED, f"gemm with A/B/C/compute types {'/'.join(key)} is not supported")

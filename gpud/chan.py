@@ -70,9 +70,10 @@ class Conn:
         if sent < len(data):
             self.sock.sendall(data[sent:])
         for i in range(_FDS_PER_MSG, len(fds), _FDS_PER_MSG):
-            part = fds[i:i + _FDS_PER_MSG]
-            self.sock.sendmsg([_HEAD.pack(0, len(part))],
-                              [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", part))])
+            part = fds[i : i + _FDS_PER_MSG]
+            self.sock.sendmsg(
+                [_HEAD.pack(0, len(part))], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", part))]
+            )
 
     def _fill(self, fds: list[int]) -> None:
         data, got, flags, _ = socket.recv_fds(self.sock, 65536, _FDS_PER_MSG)
@@ -105,8 +106,7 @@ class Conn:
             if len(fds) != nfds:
                 raise ChannelClosed(f"frame announced {nfds} descriptors, {len(fds)} came")
             try:
-                obj = msgpack.unpackb(body, raw=False, strict_map_key=False, max_bin_len=MAX_BODY,
-                                      max_str_len=MAX_BODY)
+                obj = msgpack.unpackb(body, raw=False, strict_map_key=False, max_bin_len=MAX_BODY, max_str_len=MAX_BODY)
             except Exception as exc:  # noqa: BLE001 - a broken body is a broken channel
                 raise ChannelClosed(f"undecodable frame: {type(exc).__name__}") from None
             return obj, fds
@@ -131,7 +131,7 @@ def memfd_with(data: Any, name: str = "wooly-bulk", seal: bool = False) -> int:
         os.ftruncate(fd, view.nbytes)
         off = 0
         while off < view.nbytes:
-            off += os.pwrite(fd, view[off:off + (1 << 30)], off)
+            off += os.pwrite(fd, view[off : off + (1 << 30)], off)
         if seal:
             fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
     except BaseException:
@@ -165,8 +165,14 @@ def unpack_bulk(descs: Any, fds: list[int], used: set[int], sealed: bool = False
         if isinstance(d, bytes):
             out.append(d)
             continue
-        if (not isinstance(d, list) or len(d) != 2 or not all(type(x) is int for x in d)
-                or not 0 <= d[0] < len(fds) or d[0] in used or d[1] <= 0):
+        if (
+            not isinstance(d, list)
+            or len(d) != 2
+            or not all(type(x) is int for x in d)
+            or not 0 <= d[0] < len(fds)
+            or d[0] in used
+            or d[1] <= 0
+        ):
             raise ValueError("malformed bulk descriptor")
         fd = fds[d[0]]
         used.add(d[0])

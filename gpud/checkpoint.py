@@ -88,9 +88,16 @@ class Track:
     error: str = ""
 
     def describe(self) -> dict[str, Any]:
-        return {"interval_s": self.interval_s, "standby": (self.order or {}).get("target", ""), "seq": self.seq,
-                "at": self.at, "count": self.count, "sent_bytes": self.sent_bytes, "pause_ms": self.pause_ms,
-                "error": self.error}
+        return {
+            "interval_s": self.interval_s,
+            "standby": (self.order or {}).get("target", ""),
+            "seq": self.seq,
+            "at": self.at,
+            "count": self.count,
+            "sent_bytes": self.sent_bytes,
+            "pause_ms": self.pause_ms,
+            "error": self.error,
+        }
 
 
 class Checkpoint(MoveOut):
@@ -99,9 +106,15 @@ class Checkpoint(MoveOut):
 
     def __init__(self, server: Server, session: Session, track: Track) -> None:
         order = track.order or {}
-        super().__init__(server, session, str(order.get("endpoint", "")), str(order.get("server_key", "")),
-                         order=str(order.get("token", "")), source=getattr(server.pool_agent, "name", ""),
-                         node=str(order.get("target", "")))
+        super().__init__(
+            server,
+            session,
+            str(order.get("endpoint", "")),
+            str(order.get("server_key", "")),
+            order=str(order.get("token", "")),
+            source=getattr(server.pool_agent, "name", ""),
+            node=str(order.get("target", "")),
+        )
         self.track = track
 
     def start(self) -> None:
@@ -140,7 +153,7 @@ class Checkpoint(MoveOut):
         def chunks(view: memoryview, private: bool) -> list[bytes]:
             out = []
             for off in range(0, view.nbytes, CHUNK):
-                piece = view[off:off + CHUNK]
+                piece = view[off : off + CHUNK]
                 d = _digest(piece)
                 out.append(d)
                 if d not in held and d not in new:
@@ -149,7 +162,9 @@ class Checkpoint(MoveOut):
 
         for r in s.regions.values():
             if r.allocation is not None:
-                view = memoryview((ctypes.c_char * r.size).from_address(r.start)).cast("B") if r.size else memoryview(b"")
+                view = (
+                    memoryview((ctypes.c_char * r.size).from_address(r.start)).cast("B") if r.size else memoryview(b"")
+                )
                 regions.append([r.start, r.size, chunks(view, False)])
         for b in blobs:
             # the executor's process wrote its tensors out (a memfd, bytes): already a copy of the moment
@@ -157,9 +172,20 @@ class Checkpoint(MoveOut):
         pause = time.monotonic() - self.t_frozen
         self.track.pause_ms = round(pause * 1e3, 2)
         self._release()  # the program goes on; the checkpoint travels from here
-        begin = {"kind": "ckpt_begin", "rid": 1, "order": self.order, "source": self.source, "session": s.id,
-                 "tenant": s.info.tenant, "seq": seq, "restore_key": hashlib.sha256(self.track.token.encode()).hexdigest(),
-                 "chunk": CHUNK, "state": state, "regions": regions, "blobs": blob_lists}
+        begin = {
+            "kind": "ckpt_begin",
+            "rid": 1,
+            "order": self.order,
+            "source": self.source,
+            "session": s.id,
+            "tenant": s.info.tenant,
+            "seq": seq,
+            "restore_key": hashlib.sha256(self.track.token.encode()).hexdigest(),
+            "chunk": CHUNK,
+            "state": state,
+            "regions": regions,
+            "blobs": blob_lists,
+        }
         threading.Thread(target=self._send, args=(begin, images, new), name="gpud-ckpt", daemon=True).start()
 
     # ------------------------------------------------------------------ on its own thread
@@ -177,13 +203,18 @@ class Checkpoint(MoveOut):
             ckpt, need = str(reply["ckpt"]), list(reply["need"])
             missing = [d for d in need if d not in new]
             if missing:
-                raise CudaError(codes.NOT_FOUND, f"the standby lacks {len(missing)} chunk(s) this node no longer has "
-                                "(the next checkpoint is a full one)")
+                raise CudaError(
+                    codes.NOT_FOUND,
+                    f"the standby lacks {len(missing)} chunk(s) this node no longer has "
+                    "(the next checkpoint is a full one)",
+                )
             rid, outstanding = 1, []
             for d in need:
                 rid += 1
-                sock.send_multipart(encode_body({"kind": "ckpt_chunk", "rid": rid, "ckpt": ckpt, "digest": d, "frame": 0},
-                                                [new[d]]), copy=False)
+                sock.send_multipart(
+                    encode_body({"kind": "ckpt_chunk", "rid": rid, "ckpt": ckpt, "digest": d, "frame": 0}, [new[d]]),
+                    copy=False,
+                )
                 sent += len(new[d])
                 outstanding.append(rid)
                 if len(outstanding) >= WINDOW * 4:
@@ -220,10 +251,16 @@ class Checkpoint(MoveOut):
         stats["checkpoint_bytes"] = stats.get("checkpoint_bytes", 0) + sent
         stats["checkpoint_pause_s"] = stats.get("checkpoint_pause_s", 0.0) + t.pause_ms / 1e3
         order = t.order or {}
-        s.ext["ckpt_ack"] = {"seq": seq, "node": order.get("target", ""), "endpoint": order.get("endpoint", ""),
-                             "server_key": order.get("server_key", ""), "token": t.token}
-        log.event("ckpt.done", session=s.id, standby=self.node, seq=seq, bytes=sent, chunks=len(digests),
-                  pause_ms=t.pause_ms)
+        s.ext["ckpt_ack"] = {
+            "seq": seq,
+            "node": order.get("target", ""),
+            "endpoint": order.get("endpoint", ""),
+            "server_key": order.get("server_key", ""),
+            "token": t.token,
+        }
+        log.event(
+            "ckpt.done", session=s.id, standby=self.node, seq=seq, bytes=sent, chunks=len(digests), pause_ms=t.pause_ms
+        )
 
 
 # ---------------------------------------------------------------------- the source's side: when
@@ -276,8 +313,17 @@ class Checkpointer:
             try:
                 curve.secure_client(sock, str(order.get("endpoint", "")), str(order.get("server_key", "")))
                 sock.connect(str(order.get("endpoint", "")))
-                sock.send_multipart(encode_body({"kind": "ckpt_drop", "rid": 0, "session": s.id, "source": source,
-                                                 "order": str(order.get("token", ""))}))
+                sock.send_multipart(
+                    encode_body(
+                        {
+                            "kind": "ckpt_drop",
+                            "rid": 0,
+                            "session": s.id,
+                            "source": source,
+                            "order": str(order.get("token", "")),
+                        }
+                    )
+                )
             except (zmq.ZMQError, ValueError):
                 pass
             finally:
@@ -359,8 +405,9 @@ class Standbys:
             return
         need = self.server.hv.config.admin_token
         if not need or not hmac.compare_digest(need.encode(), admin_token.encode()):
-            raise CudaError(codes.NOT_PERMITTED, "ckpt: outside a pool a checkpoint is taken only with this gpud's "
-                            "admin token")
+            raise CudaError(
+                codes.NOT_PERMITTED, "ckpt: outside a pool a checkpoint is taken only with this gpud's admin token"
+            )
 
     def on_ckpt_begin(self, identity: bytes, rid: int, msg: m.CkptBegin, bulk: list[Any]) -> dict[str, Any]:
         self._authorise(msg.session, msg.tenant, msg.source, msg.order, msg.admin_token)
@@ -385,8 +432,11 @@ class Standbys:
         quota = self.server.hv.tenant(msg.tenant).quota
         others = sum(k.nbytes for sid, k in self.kept.items() if sid != msg.session)
         if total > quota or others + total > self.limit:
-            raise CudaError(codes.OUT_OF_MEMORY, f"ckpt_begin: {total} bytes do not fit the standby (tenant quota "
-                            f"{quota}, {self.limit - others} left for checkpoints)")
+            raise CudaError(
+                codes.OUT_OF_MEMORY,
+                f"ckpt_begin: {total} bytes do not fit the standby (tenant quota "
+                f"{quota}, {self.limit - others} left for checkpoints)",
+            )
         old = self.kept.get(msg.session)
         have = old.chunks if old is not None and old.source == msg.source else {}
         need = {d for d in listed if d not in have}
@@ -424,8 +474,20 @@ class Standbys:
             for ds in lists:
                 for d in ds:
                     chunks[d] = inc.got.get(d) or have[d]
-        self.kept[b.session] = Standby(b.session, b.tenant, b.source, b.order, b.seq, b.restore_key, b.chunk, b.state,
-                                       inc.images, [list(e) for e in b.regions], [list(e) for e in b.blobs], chunks)
+        self.kept[b.session] = Standby(
+            b.session,
+            b.tenant,
+            b.source,
+            b.order,
+            b.seq,
+            b.restore_key,
+            b.chunk,
+            b.state,
+            inc.images,
+            [list(e) for e in b.regions],
+            [list(e) for e in b.blobs],
+            chunks,
+        )
         log.event("ckpt.kept", session=b.session, source=b.source, seq=b.seq, chunks=len(chunks), new=len(inc.got))
         return {"seq": b.seq}
 
@@ -440,8 +502,9 @@ class Standbys:
         k = self.kept.get(msg.session)
         key = hashlib.sha256(msg.token.encode()).hexdigest()
         if k is None or not hmac.compare_digest(k.restore_key.encode(), key.encode()):
-            raise CudaError(codes.NOT_FOUND, f"restore: this node keeps no checkpoint of session {msg.session!r} "
-                            "under that token")
+            raise CudaError(
+                codes.NOT_FOUND, f"restore: this node keeps no checkpoint of session {msg.session!r} under that token"
+            )
         if k.tenant != msg.tenant:
             raise CudaError(codes.NOT_PERMITTED, "restore: the checkpoint belongs to another tenant")
         if any(s.id == k.session for s in self.server.sessions.values()):
@@ -453,10 +516,10 @@ class Standbys:
             for start, size, ds in k.regions:
                 for i, d in enumerate(ds):
                     piece = k.chunks[d]
-                    mi.write(start + i * k.chunk, piece[:min(k.chunk, size - i * k.chunk)])
+                    mi.write(start + i * k.chunk, piece[: min(k.chunk, size - i * k.chunk)])
             for index, (size, ds) in enumerate(k.blobs):
                 for i, d in enumerate(ds):
-                    mi.write_blob(index, i * k.chunk, k.chunks[d][:min(k.chunk, size - i * k.chunk)])
+                    mi.write_blob(index, i * k.chunk, k.chunks[d][: min(k.chunk, size - i * k.chunk)])
         except CudaError:
             mi.abort("its checkpoint did not fit")
             raise
@@ -471,8 +534,14 @@ class Standbys:
             stats = self.server.stats
             stats["sessions_restored"] = stats.get("sessions_restored", 0) + 1
             mi.session.ext["restored_from"] = {"source": k.source, "seq": k.seq, "at": time.time()}
-            log.event("ckpt.restored", session=k.session, source=k.source, seq=k.seq, bytes=mi.received,
-                      ms=round((time.monotonic() - t0) * 1e3, 1))
+            log.event(
+                "ckpt.restored",
+                session=k.session,
+                source=k.source,
+                seq=k.seq,
+                bytes=mi.received,
+                ms=round((time.monotonic() - t0) * 1e3, 1),
+            )
             self.server._reply(identity, rid, {"resume": token, "executed": k.seq}, [], None)
 
         def loaded() -> None:
@@ -500,7 +569,8 @@ def standbys_of(server: Server) -> Standbys:
 
 def _peer(kind: str) -> None:
     PEER_CALLS[kind] = lambda server, identity, rid, msg, bulk: getattr(standbys_of(server), "on_" + kind)(
-        identity, rid, msg, bulk)
+        identity, rid, msg, bulk
+    )
 
 
 for _kind in ("ckpt_begin", "ckpt_chunk", "ckpt_commit", "ckpt_drop", "restore"):

@@ -15,7 +15,13 @@ class Found:
     detail: str = ""
 
     def as_dict(self) -> dict[str, Any]:
-        return {"backend": self.backend, "index": self.index, "name": self.name, "total_mem": self.total_mem, "detail": self.detail}
+        return {
+            "backend": self.backend,
+            "index": self.index,
+            "name": self.name,
+            "total_mem": self.total_mem,
+            "detail": self.detail,
+        }
 
 
 def nvidia() -> tuple[list[Found], str]:
@@ -54,7 +60,15 @@ def amd() -> tuple[list[Found], str]:
         for i, h in enumerate(amdsmi.amdsmi_get_processor_handles()):
             info = amdsmi.amdsmi_get_gpu_asic_info(h)
             vram = amdsmi.amdsmi_get_gpu_memory_total(h, amdsmi.AmdSmiMemoryType.VRAM)
-            out.append(Found("amd", i, str(info.get("market_name", "AMD GPU")), int(vram), str(info.get("target_graphics_version", ""))))
+            out.append(
+                Found(
+                    "amd",
+                    i,
+                    str(info.get("market_name", "AMD GPU")),
+                    int(vram),
+                    str(info.get("target_graphics_version", "")),
+                )
+            )
         return out, "rocm"
     finally:
         amdsmi.amdsmi_shut_down()

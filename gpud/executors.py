@@ -73,8 +73,12 @@ class Zygote:
         ours, theirs = chan.pair()
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "gpud.zygote", str(theirs.fileno())], pass_fds=[theirs.fileno()],
-                env=_scrubbed_env(), stdin=subprocess.DEVNULL, close_fds=True)
+                [sys.executable, "-m", "gpud.zygote", str(theirs.fileno())],
+                pass_fds=[theirs.fileno()],
+                env=_scrubbed_env(),
+                stdin=subprocess.DEVNULL,
+                close_fds=True,
+            )
         finally:
             theirs.close()
         ours.settimeout(_READY_S)
@@ -119,8 +123,7 @@ class Zygote:
             raise CudaError(codes.LAUNCH_FAILED, "gpud's executor zygote answered out of turn")
         return reply
 
-    def fork(self, tenant: str, limit: int, device: str, permit_unsafe: bool,
-             max_op_s: float) -> tuple[int, chan.Conn]:
+    def fork(self, tenant: str, limit: int, device: str, permit_unsafe: bool, max_op_s: float) -> tuple[int, chan.Conn]:
         ours, theirs = chan.pair()
         try:
             with self.lock:
@@ -204,8 +207,11 @@ class TenantExecutor:
                 code, ended = codes.LAUNCH_TIMEOUT, "was stopped: an op ran longer than the tenant's max_kernel_s"
             else:
                 code, ended = codes.LAUNCH_FAILED, (f"{why}; " if why else "") + _exit_words(status)
-            self.failure = CudaError(code, f"the ATen executor of tenant {self.tenant!r} (pid {self.pid}) {ended}; "
-                                     "this session's tensors are lost (NOTE [executors])")
+            self.failure = CudaError(
+                code,
+                f"the ATen executor of tenant {self.tenant!r} (pid {self.pid}) {ended}; "
+                "this session's tensors are lost (NOTE [executors])",
+            )
             channels = list(self.channels)
         log.event("executors.failed", tenant=self.tenant, pid=self.pid, why=self.failure.message[:200])
         self.owner.forget(self)
@@ -353,8 +359,9 @@ class Executors:
                 policy = self.hv.config.policy(tenant)
                 quota = policy.quota_bytes(session.backend.total_memory)
                 limit = quota + _HEADROOM
-                pid, ctl = self.zygote.fork(tenant, limit, device, self.hv.config.aten.permit_unsafe,
-                                            policy.max_kernel_s)
+                pid, ctl = self.zygote.fork(
+                    tenant, limit, device, self.hv.config.aten.permit_unsafe, policy.max_kernel_s
+                )
                 ex = self.by_tenant[tenant] = TenantExecutor(self, tenant, pid, ctl)
                 log.event("executors.start", tenant=tenant, pid=pid)
             return ex.open(session)

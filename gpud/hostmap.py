@@ -45,7 +45,9 @@ def host_map(session: Session, msg: m.HostMap, bulk: list[Any]) -> int:
     if not session.info.local:
         raise CudaError(codes.NOT_SUPPORTED, "mapped host memory needs the client on gpud's host")
     if not session.backend.host_memory:
-        raise CudaError(codes.NOT_SUPPORTED, f"mapped host memory is not supported by the {session.backend.kind} backend")
+        raise CudaError(
+            codes.NOT_SUPPORTED, f"mapped host memory is not supported by the {session.backend.kind} backend"
+        )
     path = os.path.realpath(msg.path)
     if os.path.dirname(path) != os.path.realpath(shm_dir()) or not os.path.basename(path).startswith(PREFIX):
         raise CudaError(codes.INVALID_VALUE, f"host_map: {msg.path!r} is not a wooly host-memory file")

@@ -48,7 +48,9 @@ def _handle(e: _Export) -> bytes:
 def ipc_get(session: Session, msg: m.IpcGet, bulk: list[Any]) -> bytes:
     r = session.regions.get(msg.addr)
     if r is None or r.allocation is None:
-        raise CudaError(codes.INVALID_VALUE, f"cuIpcGetMemHandle: 0x{msg.addr:x} is not the start of an allocation of this context")
+        raise CudaError(
+            codes.INVALID_VALUE, f"cuIpcGetMemHandle: 0x{msg.addr:x} is not the start of an allocation of this context"
+        )
     with _lock:
         e = _by_alloc.get(id(r.allocation))
         if e is None:
@@ -100,7 +102,9 @@ def ipc_close(session: Session, msg: m.IpcClose, bulk: list[Any]) -> None:
     with _lock:
         e = session.ext.get("ipc_opened", {}).get(msg.addr)
         if e is None:
-            raise CudaError(codes.INVALID_VALUE, f"cuIpcCloseMemHandle: 0x{msg.addr:x} was not opened from an IPC handle")
+            raise CudaError(
+                codes.INVALID_VALUE, f"cuIpcCloseMemHandle: 0x{msg.addr:x} was not opened from an IPC handle"
+            )
         _release(session, e, all_opens=False)
 
 

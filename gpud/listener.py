@@ -24,8 +24,9 @@ class ListenError(OSError):
     """An endpoint gpud cannot bind (in use, no such directory, not allowed): one line naming it."""
 
 
-def open_listener(ctx: zmq.Context, endpoints: list[str], insecure: bool,
-                  config: Any) -> tuple[zmq.Socket, list[str], ZapHandler | None]:
+def open_listener(
+    ctx: zmq.Context, endpoints: list[str], insecure: bool, config: Any
+) -> tuple[zmq.Socket, list[str], ZapHandler | None]:
     """The ROUTER bound to ``endpoints``, the endpoints as bound, and the ZAP handler if the config binds keys."""
     sock = ctx.socket(zmq.ROUTER)
     sock.setsockopt(zmq.LINGER, 0)

@@ -102,16 +102,34 @@ class Forward:
     until: float = field(default_factory=lambda: time.monotonic() + FORWARD_S)
 
     def reply(self, rid: int) -> dict[str, Any]:
-        return {"kind": "moved", "rid": rid, "endpoint": self.endpoint, "server_key": self.server_key,
-                "resume": self.resume, "executed": self.executed, "node": self.node}
+        return {
+            "kind": "moved",
+            "rid": rid,
+            "endpoint": self.endpoint,
+            "server_key": self.server_key,
+            "resume": self.resume,
+            "executed": self.executed,
+            "node": self.node,
+        }
 
 
 class MoveOut:
     """One session leaving this gpud (NOTE [migration]). ``done(ok, detail)`` is called on the I/O loop."""
 
-    def __init__(self, server: Server, session: Session, endpoint: str, server_key: str, *, order: str = "",
-                 source: str = "", admin_token: str = "", node: str = "", reservation: str = "",
-                 done: Callable[[bool, dict[str, Any]], None] | None = None) -> None:
+    def __init__(
+        self,
+        server: Server,
+        session: Session,
+        endpoint: str,
+        server_key: str,
+        *,
+        order: str = "",
+        source: str = "",
+        admin_token: str = "",
+        node: str = "",
+        reservation: str = "",
+        done: Callable[[bool, dict[str, Any]], None] | None = None,
+    ) -> None:
         self.server = server
         self.session = session
         self.endpoint = endpoint
@@ -144,8 +162,9 @@ class MoveOut:
         log.event("move.start", session=s.id, target=self.endpoint)
         regions = [(r.start, r.size) for r in s.regions.values() if r.allocation is not None]
         arena = [s.arena.base, s.arena.size] if s.arena is not None else [0, 0]
-        threading.Thread(target=self._precopy, args=(s.arena, arena, regions), name="gpud-move-pre",
-                         daemon=True).start()
+        threading.Thread(
+            target=self._precopy, args=(s.arena, arena, regions), name="gpud-move-pre", daemon=True
+        ).start()
 
     def _arm(self) -> None:
         """Pre-copied: the session's next call freezes it (and an idle client is asked for one)."""
@@ -192,11 +211,18 @@ class MoveOut:
         except CudaError as exc:
             self._fail(f"session {s.id} cannot move: {exc.message}")
             return
-        header.update(order=self.order, source=self.source, admin_token=self.admin_token, reservation=self.reservation,
-                      aten=aten, blobs=[memoryview(b).nbytes for b in blobs])
+        header.update(
+            order=self.order,
+            source=self.source,
+            admin_token=self.admin_token,
+            reservation=self.reservation,
+            aten=aten,
+            blobs=[memoryview(b).nbytes for b in blobs],
+        )
         regions = [(r.start, r.size) for r in s.regions.values() if r.allocation is not None]
-        threading.Thread(target=self._transfer, args=(header, images, regions, blobs), name="gpud-move",
-                         daemon=True).start()
+        threading.Thread(
+            target=self._transfer, args=(header, images, regions, blobs), name="gpud-move", daemon=True
+        ).start()
 
     def _release(self) -> None:
         """The session runs here again: the requests held since the freeze run, in order, as if nothing happened."""
@@ -234,12 +260,26 @@ class MoveOut:
         self.server.stats["sessions_moved"] = self.server.stats.get("sessions_moved", 0) + 1
         self.server.stats["moved_bytes"] = self.server.stats.get("moved_bytes", 0) + self.pre_bytes + self.bytes
         self.server.stats["move_pause_s"] = self.server.stats.get("move_pause_s", 0.0) + pause
-        log.event("move.done", session=s.id, target=self.endpoint, bytes=self.pre_bytes + self.bytes,
-                  pause_bytes=self.bytes, pause_ms=round(pause * 1e3, 1))
-        self._finish(True, {"session": s.id, "bytes": self.pre_bytes + self.bytes, "pause_bytes": self.bytes,
-                            "deduped_bytes": self.deduped_bytes,
-                            "pause_s": round(pause, 4),
-                            "total_s": round(time.monotonic() - self.t0, 4), "target": self.endpoint})
+        log.event(
+            "move.done",
+            session=s.id,
+            target=self.endpoint,
+            bytes=self.pre_bytes + self.bytes,
+            pause_bytes=self.bytes,
+            pause_ms=round(pause * 1e3, 1),
+        )
+        self._finish(
+            True,
+            {
+                "session": s.id,
+                "bytes": self.pre_bytes + self.bytes,
+                "pause_bytes": self.bytes,
+                "deduped_bytes": self.deduped_bytes,
+                "pause_s": round(pause, 4),
+                "total_s": round(time.monotonic() - self.t0, 4),
+                "target": self.endpoint,
+            },
+        )
 
     def _finish(self, ok: bool, detail: dict[str, Any]) -> None:
         if self.done is not None:
@@ -260,18 +300,32 @@ class MoveOut:
         written meanwhile is sent again at the freeze (its digest then differs); one freed meanwhile is skipped."""
         try:
             sock = self.sock = self._connect()
-            sock.send_multipart(encode_body({"kind": "move_prep", "rid": 1, "order": self.order, "source": self.source,
-                                             "admin_token": self.admin_token, "session": self.session.id,
-                                             "tenant": self.session.info.tenant, "arena": span,
-                                             "regions": [list(r) for r in regions]}))
+            sock.send_multipart(
+                encode_body(
+                    {
+                        "kind": "move_prep",
+                        "rid": 1,
+                        "order": self.order,
+                        "source": self.source,
+                        "admin_token": self.admin_token,
+                        "session": self.session.id,
+                        "tenant": self.session.info.tenant,
+                        "arena": span,
+                        "regions": [list(r) for r in regions],
+                    }
+                )
+            )
             self.prep = str(self._recv(sock, 1)["prep"])
             rid, outstanding = 1, []
-            todo = [(start + off, min(PRE_CHUNK, size - off)) for start, size in (regions if arena is not None else [])
-                    for off in range(0, size, PRE_CHUNK)]
+            todo = [
+                (start + off, min(PRE_CHUNK, size - off))
+                for start, size in (regions if arena is not None else [])
+                for off in range(0, size, PRE_CHUNK)
+            ]
             starts = sorted(start for start, _ in regions)
             for i in range(0, len(todo), HAVE_BATCH):
                 batch = []
-                for addr, n in todo[i:i + HAVE_BATCH]:
+                for addr, n in todo[i : i + HAVE_BATCH]:
                     start = starts[bisect.bisect_right(starts, addr) - 1]
                     data = None if self.session.closed else arena.read_live(start, addr - start, n)
                     if data is not None:
@@ -280,16 +334,36 @@ class MoveOut:
                     continue
                 # chunks the target's dedup store holds (a base model's weights, say) are not sent
                 rid += 1
-                sock.send_multipart(encode_body({"kind": "move_have", "rid": rid, "prep": self.prep,
-                                                 "chunks": [[a, n, d] for a, n, d, _ in batch]}))
-                held = (list(self._recv(sock, rid).get("held", [])) + [False] * len(batch))[:len(batch)]
+                sock.send_multipart(
+                    encode_body(
+                        {
+                            "kind": "move_have",
+                            "rid": rid,
+                            "prep": self.prep,
+                            "chunks": [[a, n, d] for a, n, d, _ in batch],
+                        }
+                    )
+                )
+                held = (list(self._recv(sock, rid).get("held", [])) + [False] * len(batch))[: len(batch)]
                 for (addr, n, d, data), have in zip(batch, held, strict=True):
                     if have:
                         self.deduped_bytes += n
                         continue
                     rid += 1
-                    sock.send_multipart(encode_body({"kind": "move_chunk", "rid": rid, "prep": self.prep,
-                                                     "addr": addr, "digest": d, "frame": 0}, [data]), copy=False)
+                    sock.send_multipart(
+                        encode_body(
+                            {
+                                "kind": "move_chunk",
+                                "rid": rid,
+                                "prep": self.prep,
+                                "addr": addr,
+                                "digest": d,
+                                "frame": 0,
+                            },
+                            [data],
+                        ),
+                        copy=False,
+                    )
                     outstanding.append(rid)
                     self.pre_bytes += n
                     if len(outstanding) >= PRE_WINDOW:
@@ -302,8 +376,9 @@ class MoveOut:
             return
         self.server.call_on_loop(self._arm)
 
-    def _transfer(self, header: dict[str, Any], images: list[bytes], regions: list[tuple[int, int]],
-                  blobs: list[Any]) -> None:
+    def _transfer(
+        self, header: dict[str, Any], images: list[bytes], regions: list[tuple[int, int]], blobs: list[Any]
+    ) -> None:
         move = ""
         sock = self.sock
         try:
@@ -317,8 +392,9 @@ class MoveOut:
                     ds.append(chunk_digest(memoryview((ctypes.c_char * n).from_address(start + off)).cast("B")))
                 digests.append([start, size, ds])
             rid = 1000
-            sock.send_multipart(encode_body(header | {"kind": "move_in", "rid": rid, "prep": self.prep,
-                                                      "digests": digests}, images))
+            sock.send_multipart(
+                encode_body(header | {"kind": "move_in", "rid": rid, "prep": self.prep, "digests": digests}, images)
+            )
             reply = self._recv(sock, rid)
             move = reply["move"]
             outstanding: list[int] = []
@@ -328,8 +404,12 @@ class MoveOut:
                     n = min(CHUNK, size - off)
                     view = memoryview((ctypes.c_char * n).from_address(addr + off)).cast("B")
                     rid += 1
-                    sock.send_multipart(encode_body({"kind": "move_data", "rid": rid, "move": move, "addr": addr + off,
-                                                     "frame": 0}, [view]), copy=False)
+                    sock.send_multipart(
+                        encode_body(
+                            {"kind": "move_data", "rid": rid, "move": move, "addr": addr + off, "frame": 0}, [view]
+                        ),
+                        copy=False,
+                    )
                     outstanding.append(rid)
                     self.bytes += n
                     off += n
@@ -338,10 +418,15 @@ class MoveOut:
             for index, blob in enumerate(blobs):
                 view = memoryview(blob).cast("B")
                 for off in range(0, view.nbytes, CHUNK):
-                    piece = view[off:off + CHUNK]
+                    piece = view[off : off + CHUNK]
                     rid += 1
-                    sock.send_multipart(encode_body({"kind": "move_blob", "rid": rid, "move": move, "index": index,
-                                                     "offset": off, "frame": 0}, [piece]), copy=False)
+                    sock.send_multipart(
+                        encode_body(
+                            {"kind": "move_blob", "rid": rid, "move": move, "index": index, "offset": off, "frame": 0},
+                            [piece],
+                        ),
+                        copy=False,
+                    )
                     outstanding.append(rid)
                     self.bytes += piece.nbytes
                     if len(outstanding) >= WINDOW:
@@ -412,14 +497,23 @@ def export(s: Session) -> tuple[dict[str, Any], list[bytes]]:
     streams = [[h, 0 if st.blocking else 1, st.priority] for h, st in s.engine.streams.items() if h not in (0, 2)]
     events = [[h, ev.flags, ev.marker.t_ns if ev.marker is not None else -1] for h, ev in s.events.items()]
     header = {
-        "session": s.id, "tenant": s.info.tenant, "pid": s.info.pid, "host_id": s.info.host_id,
-        "program": s.info.program, "reservation": "",
+        "session": s.id,
+        "tenant": s.info.tenant,
+        "pid": s.info.pid,
+        "host_id": s.info.host_id,
+        "program": s.info.program,
+        "reservation": "",
         "arena": [s.arena.base, s.arena.size] if s.arena is not None else [0, 0],
         "regions": [[r.start, r.size] for r in s.regions.values() if r.allocation is not None],
-        "modules": modules, "globals": globals_, "functions": functions, "streams": streams, "events": events,
+        "modules": modules,
+        "globals": globals_,
+        "functions": functions,
+        "streams": streams,
+        "events": events,
         "sticky": [s.sticky_error.code, s.sticky_error.message] if s.sticky_error else [],
         "pending": [s.pending_error.code, s.pending_error.message] if s.pending_error else [],
-        "messages": s.messages, "moves": int(s.ext.get("moves", 0)),
+        "messages": s.messages,
+        "moves": int(s.ext.get("moves", 0)),
     }
     return header, images
 
@@ -459,13 +553,18 @@ class MoveIn:
                 try:
                     s.arena = s.backend.new_arena(base)
                 except CudaError as exc:
-                    raise CudaError(codes.INVALID_VALUE, f"the session's address range 0x{base:x}+{size} is not "
-                                    f"free on this node: {exc.message}") from None
+                    raise CudaError(
+                        codes.INVALID_VALUE,
+                        f"the session's address range 0x{base:x}+{size} is not free on this node: {exc.message}",
+                    ) from None
             server.reserve_memory(s, total)  # the tenant's quota here
             reserved = total
             for start, sz in msg.regions:
-                a = prep.allocs.pop(start) if prep is not None and start in prep.allocs else \
-                    s.backend.alloc(sz, s.arena, at=start)
+                a = (
+                    prep.allocs.pop(start)
+                    if prep is not None and start in prep.allocs
+                    else s.backend.alloc(sz, s.arena, at=start)
+                )
                 s._add_region(Region(a.addr, a.size, a))
                 s.memory_used += a.size
                 placed += a.size
@@ -510,8 +609,9 @@ class MoveIn:
         listed = {}
         for entry in msg.digests:
             start, size, ds = entry
-            if not (isinstance(start, int) and isinstance(size, int) and isinstance(ds, list)) or \
-                    len(ds) != -(-size // PRE_CHUNK):
+            if not (isinstance(start, int) and isinstance(size, int) and isinstance(ds, list)) or len(ds) != -(
+                -size // PRE_CHUNK
+            ):
                 raise CudaError(codes.INVALID_VALUE, "move_in: an allocation's digests do not match its size")
             listed[start] = (size, ds)
         for start, size in msg.regions:
@@ -529,8 +629,9 @@ class MoveIn:
                 else:
                     self.need.append([start + off, n])
 
-    def _load(self, mods: list[tuple[int, str, bytes]], globs: list[tuple[int, str, bytes]],
-              funcs: list[tuple[int, int, str]]) -> None:
+    def _load(
+        self, mods: list[tuple[int, str, bytes]], globs: list[tuple[int, str, bytes]], funcs: list[tuple[int, int, str]]
+    ) -> None:
         """Modules, globals and functions, off the I/O loop (a module not in the JIT cache compiles)."""
         s = self.session
         try:
@@ -565,8 +666,10 @@ class MoveIn:
     def write_blob(self, index: int, offset: int, data: Any) -> None:
         view = memoryview(data).cast("B")
         if index >= len(self.blobs) or offset + view.nbytes > len(self.blobs[index]):
-            raise CudaError(codes.INVALID_VALUE, f"move_blob: {view.nbytes} bytes at {offset} of blob {index} do not fit")
-        self.blobs[index][offset:offset + view.nbytes] = view
+            raise CudaError(
+                codes.INVALID_VALUE, f"move_blob: {view.nbytes} bytes at {offset} of blob {index} do not fit"
+            )
+        self.blobs[index][offset : offset + view.nbytes] = view
         self.received += view.nbytes
 
     def abort(self, why: str) -> None:
@@ -650,15 +753,19 @@ class Moves:
             return
         need = self.server.hv.config.admin_token
         if not need:
-            raise CudaError(codes.NOT_PERMITTED, "move_in: outside a pool a session moves in only with the target's "
-                            "admin token, and this gpud has none (admin_token)")
+            raise CudaError(
+                codes.NOT_PERMITTED,
+                "move_in: outside a pool a session moves in only with the target's "
+                "admin token, and this gpud has none (admin_token)",
+            )
         if not hmac.compare_digest(need.encode(), msg.admin_token.encode()):
             raise CudaError(codes.NOT_PERMITTED, "move_in: wrong admin token for this gpud")
 
     def on_move_in(self, identity: bytes, rid: int, msg: m.MoveIn, bulk: list[Any]) -> None:
         self._authorise(msg)
         if any(s.id == msg.session for s in self.server.sessions.values()) or any(
-                mi.session.id == msg.session for mi in self.incoming.values()):
+            mi.session.id == msg.session for mi in self.incoming.values()
+        ):
             raise CudaError(codes.INVALID_VALUE, f"move_in: session {msg.session} is here already")
         prep = None
         if msg.prep:
@@ -692,8 +799,9 @@ class Moves:
                 self.preps.pop(pid).release(self.server.backends[0])  # a newer move of the same session
         quota = self.server.hv.tenant(msg.tenant).quota
         if sum(n for _, n in msg.regions) > quota:
-            raise CudaError(codes.OUT_OF_MEMORY, f"move_prep: the session holds more than tenant {msg.tenant!r} may "
-                            "here")
+            raise CudaError(
+                codes.OUT_OF_MEMORY, f"move_prep: the session holds more than tenant {msg.tenant!r} may here"
+            )
         prep = Prep(identity, msg.session)
         backend = self.server.backends[0]
         if msg.regions:
@@ -707,8 +815,10 @@ class Moves:
                 prep.starts = sorted(prep.allocs)
             except CudaError as exc:
                 prep.release(backend)
-                raise CudaError(codes.INVALID_VALUE, f"move_prep: the session's memory (0x{base:x}+{size}) cannot "
-                                f"be placed here: {exc.message}") from None
+                raise CudaError(
+                    codes.INVALID_VALUE,
+                    f"move_prep: the session's memory (0x{base:x}+{size}) cannot be placed here: {exc.message}",
+                ) from None
         self.preps[prep.id] = prep
         return {"prep": prep.id}
 
@@ -776,8 +886,11 @@ class Moves:
         expect = mi.session.memory_used + sum(len(b) for b in mi.blobs)
         if mi.received != msg.total or msg.total != expect:
             self._drop(mi, "incomplete")
-            raise CudaError(codes.INVALID_VALUE, f"move_commit: {mi.received} bytes arrived, {msg.total} were sent, "
-                            f"the session holds {expect}")
+            raise CudaError(
+                codes.INVALID_VALUE,
+                f"move_commit: {mi.received} bytes arrived, {msg.total} were sent, the session holds {expect}",
+            )
+
         def settled(token: str, error: CudaError | None) -> None:
             if error is not None:
                 self._drop(mi, "its tensors did not load here")
@@ -792,6 +905,7 @@ class Moves:
     def settle(self, mi: MoveIn, then: Callable[[str, CudaError | None], None]) -> None:
         """Finish an arrived session (its tensors into its executor), list it, and hand ``then`` the one-time
         resume token its client will say hello with (on the I/O loop). Also restores a checkpoint."""
+
         def adopt() -> None:
             token = secrets.token_hex(16)
             s = mi.session
@@ -860,10 +974,21 @@ def moves_of(server: Server) -> Moves:
 
 def _peer(kind: str) -> None:
     PEER_CALLS[kind] = lambda server, identity, rid, msg, bulk: getattr(moves_of(server), "on_" + kind)(
-        identity, rid, msg, bulk)
+        identity, rid, msg, bulk
+    )
 
 
-for _kind in ("move_out", "move_prep", "move_chunk", "move_have", "move_in", "move_data", "move_blob", "move_commit", "move_abort"):
+for _kind in (
+    "move_out",
+    "move_prep",
+    "move_chunk",
+    "move_have",
+    "move_in",
+    "move_data",
+    "move_blob",
+    "move_commit",
+    "move_abort",
+):
     _peer(_kind)
 PEER_CALLS["resume"] = lambda server, identity, rid, msg, bulk: moves_of(server).resume(msg.resume, msg.tenant)
 
@@ -880,8 +1005,16 @@ def _pool_move(server: Server, order: Any, report: Callable[[bool, dict[str, Any
             return
         threading.Timer(0.2, lambda: server.call_on_loop(lambda: _pool_move(server, order, report, tries + 1))).start()
         return
-    moves_of(server).move(session, order.endpoint, order.server_key, order=order.token, source=order.source,
-                          node=order.target, reservation=order.reservation, done=report)
+    moves_of(server).move(
+        session,
+        order.endpoint,
+        order.server_key,
+        order=order.token,
+        source=order.source,
+        node=order.target,
+        reservation=order.reservation,
+        done=report,
+    )
 
 
 PEER_CALLS["pool_move"] = _pool_move

@@ -37,8 +37,15 @@ from woolyhv.hostinfo import PROOF_PREFIX, host_id, pid_alive, shm_dir
 
 # gpud modules that register message handlers with ``gpud.session.extension`` (imported at start;
 # each imports its heavy dependencies, such as torch, lazily).
-EXTENSION_MODULES = ("gpud.shm", "gpud.aten", "gpud.hypervisor", "gpud.hostmap", "gpud.ipc", "gpud.migrate",
-                     "gpud.checkpoint")
+EXTENSION_MODULES = (
+    "gpud.shm",
+    "gpud.aten",
+    "gpud.hypervisor",
+    "gpud.hostmap",
+    "gpud.ipc",
+    "gpud.migrate",
+    "gpud.checkpoint",
+)
 
 WAKE_IDENTITY = b"\x00gpud-wake"
 
@@ -74,7 +81,9 @@ class Server:
         self.ctx = zmq.Context.instance()
         self.sock, self.bound, self.zap = open_listener(self.ctx, endpoints, insecure, hypervisor)
         self.insecure = insecure
-        self.pool = ThreadPoolExecutor(max_workers=workers or max(8, 2 * (os.cpu_count() or 2)), thread_name_prefix="gpud-stream")
+        self.pool = ThreadPoolExecutor(
+            max_workers=workers or max(8, 2 * (os.cpu_count() or 2)), thread_name_prefix="gpud-stream"
+        )
         self.sessions: dict[bytes, Session] = {}
         # NOTE [wake-ups]: the I/O loop blocks in recv on the ROUTER alone (a poll over several
         # sockets costs ~30 us per message in pyzmq). Other threads wake it by sending a frame to
@@ -184,8 +193,9 @@ class Server:
     def _reply(self, identity: bytes, rid: int, value: Any, bulk: list[Any], session: Session | None) -> None:
         out = session.take_output() if session is not None else ""
         if bulk and session is not None:
-            session.charge("bytes_out", sum(len(b) if isinstance(b, bytes | bytearray) else memoryview(b).nbytes
-                                             for b in bulk))
+            session.charge(
+                "bytes_out", sum(len(b) if isinstance(b, bytes | bytearray) else memoryview(b).nbytes for b in bulk)
+            )
         body = {"kind": "result", "rid": rid, "value": value, "output": out}
         if session is not None and "ckpt_ack" in session.ext:  # NOTE [checkpoints]: the client may trim its log
             body["ckpt"] = session.ext.pop("ckpt_ack")
@@ -223,7 +233,14 @@ class Server:
     def _error(self, identity: bytes, rid: int, exc: CudaError, session: Session | None) -> None:
         self.stats["errors"] += 1
         out = session.take_output() if session is not None else ""
-        body = {"kind": "error", "rid": rid, "code": exc.code, "name": exc.name, "message": exc.message[:65000], "output": out}
+        body = {
+            "kind": "error",
+            "rid": rid,
+            "code": exc.code,
+            "name": exc.name,
+            "message": exc.message[:65000],
+            "output": out,
+        }
         self._send(identity, encode_body(body))
 
     # ------------------------------------------------------------------ request handling
@@ -288,7 +305,9 @@ class Server:
                     self._reply(identity, rid, value, [], None)
                 return
             if session is None:
-                raise CudaError(codes.NOT_INITIALIZED, "no session for this connection: send hello first (was it expired?)")
+                raise CudaError(
+                    codes.NOT_INITIALIZED, "no session for this connection: send hello first (was it expired?)"
+                )
             if kind == "bye":
                 self.close_session(session, "bye")
                 self._reply(identity, rid, None, [], None)
@@ -359,8 +378,14 @@ class Server:
         if not msg.resume:
             self.hv.on_open(session)
             self.stats["sessions_opened"] += 1
-            log.event("session.open", session=sid, tenant=msg.tenant, pid=msg.pid, claims_local=claims_local,
-                      program=msg.program)
+            log.event(
+                "session.open",
+                session=sid,
+                tenant=msg.tenant,
+                pid=msg.pid,
+                claims_local=claims_local,
+                program=msg.program,
+            )
         caps = self.capabilities()
         ckpt = self.hv.tenant(msg.tenant).policy.checkpoint
         if ckpt is not None:  # NOTE [checkpoints]: its replay log must hold every byte it uploads
@@ -405,7 +430,13 @@ class Server:
             "endpoints": self.bound,
             "uptime_s": round(time.time() - self.started, 3),
             "devices": [
-                {"ordinal": b.ordinal, "name": b.info().name, "backend": b.kind, "total_mem": b.total_memory, "used": self.hv.physical[b.ordinal]}
+                {
+                    "ordinal": b.ordinal,
+                    "name": b.info().name,
+                    "backend": b.kind,
+                    "total_mem": b.total_memory,
+                    "used": self.hv.physical[b.ordinal],
+                }
                 for b in self.backends
             ],
             "sessions": [s.describe() for s in self.sessions.values()],
@@ -500,7 +531,7 @@ class Server:
         for ep in self.bound:
             if ep.startswith("ipc://"):
                 try:
-                    os.unlink(ep[len("ipc://"):])
+                    os.unlink(ep[len("ipc://") :])
                 except OSError:
                     pass
         log.event("gpud.stopped")

@@ -235,8 +235,9 @@ class Session:
     def room(self, held: int, what: str) -> None:
         limit = getattr(self.server.hv.config.limits, what)
         if held >= limit:
-            raise CudaError(codes.OUT_OF_MEMORY, f"this session holds {held} {what}, the most gpud allows one "
-                            f"(limits.{what})")
+            raise CudaError(
+                codes.OUT_OF_MEMORY, f"this session holds {held} {what}, the most gpud allows one (limits.{what})"
+            )
 
     def on_mem_alloc(self, msg: m.MemAlloc, bulk: list[Any]) -> int:
         if msg.size == 0:
@@ -540,9 +541,18 @@ class Session:
         share = getattr(self.engine.gate, "share", None)  # NOTE [spatial sharing]: the tenant's cores
 
         def run() -> None:
-            res = self.backend.launch(fn, grid, block, msg.shared_mem, params, allowed,  # type: ignore[arg-type]
-                                      cooperative=msg.cooperative, deadline_s=limit, cancel=self.stop_launches,
-                                      share=share)
+            res = self.backend.launch(
+                fn,
+                grid,
+                block,
+                msg.shared_mem,
+                params,
+                allowed,  # type: ignore[arg-type]
+                cooperative=msg.cooperative,
+                deadline_s=limit,
+                cancel=self.stop_launches,
+                share=share,
+            )
             if res.printf:
                 self.add_output(res.printf)
 

@@ -192,7 +192,7 @@ class Arena:
                 if ext[0] <= addr and addr + n <= ext[0] + ext[1]:
                     before, after = addr - ext[0], ext[0] + ext[1] - (addr + n)
                     repl = ([[ext[0], before]] if before else []) + ([[addr + n, after]] if after else [])
-                    self._free[i:i + 1] = repl
+                    self._free[i : i + 1] = repl
                     break
             else:
                 raise ValueError(f"0x{addr:x}+{size} overlaps an allocation of this arena")

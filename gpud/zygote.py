@@ -125,8 +125,9 @@ def executor_main(fd: int, tenant: str, limit: int, device: str, permit_unsafe: 
         except (chan.ChannelClosed, OSError):
             os._exit(0)  # gpud closed our control socket, or died: the sessions' threads go with us
         if isinstance(msg, list) and msg and msg[0] == "open" and len(fds) == 1:
-            threading.Thread(target=_serve, args=(fds[0], device, permit_unsafe), name="wooly-x-session",
-                             daemon=True).start()
+            threading.Thread(
+                target=_serve, args=(fds[0], device, permit_unsafe), name="wooly-x-session", daemon=True
+            ).start()
         else:
             chan._close_all(fds)
 
@@ -141,8 +142,10 @@ def _watchdog(max_op_s: float) -> None:
         for ex in list(_live):
             started = ex.op_started
             if started and now - started > max_op_s:
-                sys.stderr.write(f"wooly executor {os.getpid()}: an ATen op ran {now - started:.1f} s, over "
-                                 f"max_kernel_s={max_op_s:g} s; stopping\n")
+                sys.stderr.write(
+                    f"wooly executor {os.getpid()}: an ATen op ran {now - started:.1f} s, over "
+                    f"max_kernel_s={max_op_s:g} s; stopping\n"
+                )
                 os._exit(TIMEOUT_EXIT)
 
 
@@ -225,8 +228,10 @@ def _serve(fd: int, device: str, permit_unsafe: bool) -> None:
             except chan.ChannelClosed:
                 return
             except Exception as exc:  # noqa: BLE001 - a request this executor cannot read
-                reply, out_fds = ["error", codes.INVALID_VALUE, f"executor: {type(exc).__name__}: {exc}"[:2000],
-                                  host.settle()], []
+                reply, out_fds = (
+                    ["error", codes.INVALID_VALUE, f"executor: {type(exc).__name__}: {exc}"[:2000], host.settle()],
+                    [],
+                )
             finally:
                 chan._close_all(fds)
             try:
@@ -273,8 +278,17 @@ def _handle(ex: Any, host: ChannelHost, msg: Any, fds: list[int]) -> tuple[list[
     raise CudaError(codes.INVALID_VALUE, f"unknown executor request {str(op)[:40]}")
 
 
-def _build_dedup(ex: Any, host: ChannelHost, token: int, handle: int, dtype: str, shape: list[int], size: int,
-                 plan: list[list[int]], fds: list[int]) -> None:
+def _build_dedup(
+    ex: Any,
+    host: ChannelHost,
+    token: int,
+    handle: int,
+    dtype: str,
+    shape: list[int],
+    size: int,
+    plan: list[list[int]],
+    fds: list[int],
+) -> None:
     """A tensor over a fresh region whose chunks map memfds ``MAP_PRIVATE`` (NOTE [tensor dedup]): the store's
     chunks, and one-off memfds for chunks gpud would not store. ``token`` names the region to the broker when it
     dies."""

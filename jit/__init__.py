@@ -11,8 +11,17 @@ from __future__ import annotations
 
 from jit.errors import JitError
 
-__all__ = ["compile_module", "JitError", "CpuModule", "CpuKernel", "GlobalInfo", "GlobalRange", "ParamInfo",
-           "LaunchResult", "warm_up"]
+__all__ = [
+    "compile_module",
+    "JitError",
+    "CpuModule",
+    "CpuKernel",
+    "GlobalInfo",
+    "GlobalRange",
+    "ParamInfo",
+    "LaunchResult",
+    "warm_up",
+]
 
 
 # Feature flags callers can test for (tests/integration/hypervisor/test_isolation.py looks at BOUNDS_CHECK).
@@ -50,6 +59,7 @@ def compile_module(ptx: str | bytes, target: str = "cpu", bounds_check: bool = F
     from jit.compiler import compile_tiered
     from jit.errors import CUDA_ERROR_INVALID_PTX, CUDA_ERROR_NOT_SUPPORTED
     from jit.runtime import CpuModule
+
     if isinstance(ptx, str):
         data = ptx.encode()
     elif isinstance(ptx, (bytes, bytearray, memoryview)):
@@ -58,6 +68,7 @@ def compile_module(ptx: str | bytes, target: str = "cpu", bounds_check: bool = F
         raise JitError(CUDA_ERROR_INVALID_PTX, f"PTX must be str or bytes, not {type(ptx).__name__}")
     data = data.split(b"\0", 1)[0]
     from jit.emit import ARCHS
+
     if target != "cpu" and target not in ARCHS:
         raise JitError(CUDA_ERROR_NOT_SUPPORTED, f"JIT target '{target}' (supported: cpu, {', '.join(ARCHS)})")
     if target == "cpu" and 0 < lazy_bytes() < len(data):  # NOTE [lazy modules] (jit/ptx/split.py)
@@ -70,17 +81,20 @@ def compile_module(ptx: str | bytes, target: str = "cpu", bounds_check: bool = F
     obj, meta, key, quick, pending = compile_tiered(data, target, bool(bounds_check), tier)
     if target in ARCHS:
         from jit.amdgpu_module import AmdgpuModule
+
         return AmdgpuModule.from_meta(obj, meta)
     return CpuModule(obj, meta, key, quick=quick, pending=pending)
 
 
 def warm_up() -> None:
     from jit.compiler import warm_up as _w
+
     _w()
 
 
 def __getattr__(name: str):  # lazy re-exports keep `import jit` cheap
     if name in ("CpuModule", "CpuKernel", "GlobalInfo", "GlobalRange", "ParamInfo", "LaunchResult"):
         from jit import runtime
+
         return getattr(runtime, name)
     raise AttributeError(name)

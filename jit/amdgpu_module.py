@@ -20,8 +20,10 @@ class AmdgpuKernel:
     arch: str = ""
 
     def launch(self, *args, **kwargs):  # type: ignore[no-untyped-def]
-        raise JitError(CUDA_ERROR_NOT_SUPPORTED,
-                       f"{self.name}: AMDGPU code objects are launched by the AMD backend (hipModuleLaunchKernel)")
+        raise JitError(
+            CUDA_ERROR_NOT_SUPPORTED,
+            f"{self.name}: AMDGPU code objects are launched by the AMD backend (hipModuleLaunchKernel)",
+        )
 
 
 @dataclass
@@ -35,12 +37,24 @@ class AmdgpuModule:
 
     @classmethod
     def from_meta(cls, obj: bytes, meta: dict) -> AmdgpuModule:
-        m = cls(obj, meta["arch"], int(meta["wavefront"]), {k: tuple(v) for k, v in meta["globals"].items()},
-                meta.get("data_symbol"))
+        m = cls(
+            obj,
+            meta["arch"],
+            int(meta["wavefront"]),
+            {k: tuple(v) for k, v in meta["globals"].items()},
+            meta.get("data_symbol"),
+        )
         for k in meta["kernels"]:
             m._kernels[k["name"]] = AmdgpuKernel(
-                k["name"], [ParamInfo(**p) for p in k["params"]], k["param_size"], k["static_shared"],
-                k["local_bytes"], k["max_threads"], k["name"] + ".kd", m.arch)
+                k["name"],
+                [ParamInfo(**p) for p in k["params"]],
+                k["param_size"],
+                k["static_shared"],
+                k["local_bytes"],
+                k["max_threads"],
+                k["name"] + ".kd",
+                m.arch,
+            )
         return m
 
     @property

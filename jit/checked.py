@@ -20,6 +20,7 @@ from jit.errors import CUDA_ERROR_INVALID_VALUE, JitError
 @dataclass(frozen=True)
 class GlobalRange:
     """One device allocation a bounds-checked launch may touch: [start, start + size)."""
+
     start: int
     size: int
 
@@ -140,7 +141,7 @@ class RangeTable:
         ``offsets``); (1, 0), an empty range, for a pointer in none (NOTE [rooted bounds checks])."""
         out = []
         for off in offsets:
-            p = int.from_bytes(params[off:off + 8].ljust(8, b"\0"), "little")
+            p = int.from_bytes(params[off : off + 8].ljust(8, b"\0"), "little")
             i = bisect.bisect_right(self.starts, p) - 1
             if i >= 0 and p <= self.ends[i]:  # inside, or one past the end (a base for negative indexing)
                 out += [self.starts[i], self.ends[i]]

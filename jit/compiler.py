@@ -29,6 +29,8 @@ def _source_digest() -> str:
         h.update(p.relative_to(root).as_posix().encode())
         h.update(p.read_bytes())
     return h.hexdigest()[:16]
+
+
 _MEM_CACHE: dict[str, tuple[bytes, dict]] = {}
 _MEM_LOCK = threading.Lock()
 
@@ -37,9 +39,12 @@ def _host_id() -> str:
     import llvmlite.binding as llvm
 
     from jit.passes.optimize import init_llvm
+
     init_llvm()
-    return (f"{_source_digest()}|{llvm.llvm_version_info}|{llvm.get_host_cpu_name()}|"
-            f"{llvm.get_host_cpu_features().flatten()}")
+    return (
+        f"{_source_digest()}|{llvm.llvm_version_info}|{llvm.get_host_cpu_name()}|"
+        f"{llvm.get_host_cpu_features().flatten()}"
+    )
 
 
 _HOST: str | None = None
@@ -73,8 +78,9 @@ class Worker:
         env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
         env["WOOLY_JIT_WORKER_NICE"] = str(self.nice)  # the worker lowers its own priority (no preexec_fn: threads)
         env["WOOLY_JIT_PARENT"] = str(os.getpid())  # NOTE [bounded compiler] (jit/worker.py): it dies with us
-        return subprocess.Popen([sys.executable, "-m", "jit.worker"], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, env=env, cwd=root)
+        return subprocess.Popen(
+            [sys.executable, "-m", "jit.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd=root
+        )
 
     def ensure(self) -> subprocess.Popen[bytes]:
         if self.proc is None or self.proc.poll() is not None:
@@ -127,15 +133,22 @@ class Worker:
 def _death(rc: int, late: bool) -> str:
     """Why a compile worker died, as the error of the compile it was doing (NOTE [bounded compiler])."""
     import signal
+
     if late:
-        return (f"compiling this module took longer than {os.environ.get('WOOLY_JIT_COMPILE_WALL_S', '300')} s "
-                "(WOOLY_JIT_COMPILE_WALL_S); the compile was stopped")
+        return (
+            f"compiling this module took longer than {os.environ.get('WOOLY_JIT_COMPILE_WALL_S', '300')} s "
+            "(WOOLY_JIT_COMPILE_WALL_S); the compile was stopped"
+        )
     if rc == -signal.SIGXCPU:
-        return (f"compiling this module needs more than {os.environ.get('WOOLY_JIT_COMPILE_CPU_S', '60')} s of CPU "
-                "time (WOOLY_JIT_COMPILE_CPU_S); the compile was stopped")
+        return (
+            f"compiling this module needs more than {os.environ.get('WOOLY_JIT_COMPILE_CPU_S', '60')} s of CPU "
+            "time (WOOLY_JIT_COMPILE_CPU_S); the compile was stopped"
+        )
     if rc in (-signal.SIGABRT, -signal.SIGSEGV, -signal.SIGKILL):
-        return (f"PTX compiler worker died (exit status {rc}): LLVM rejected this module, or it needs more memory "
-                "than a compile may use (WOOLY_JIT_WORKER_MEMORY)")
+        return (
+            f"PTX compiler worker died (exit status {rc}): LLVM rejected this module, or it needs more memory "
+            "than a compile may use (WOOLY_JIT_WORKER_MEMORY)"
+        )
     return f"PTX compiler worker died (exit status {rc}); LLVM rejected this module"
 
 
@@ -176,6 +189,7 @@ def warm_load_path() -> None:
     classes) and LLVM's one-time loader set-up (the shared MCJIT engine)."""
     import jit.runtime  # noqa: F401
     from jit.loader import warm_loader
+
     warm_loader()
 
 
@@ -259,6 +273,7 @@ def compile_object(ptx: bytes, target: str = "cpu", bounds_check: bool = False) 
 # optimised compile fails keeps its quick code. tier="optimized" waits for the optimised code (what every compile
 # did before tiers, and what WOOLY_JIT_TIERS=0 makes "auto" mean); tier="quick" never tiers up (tests, debugging).
 # Only CPU modules tier; AMDGPU code objects are always optimised.
+
 
 def tiers_enabled() -> bool:
     return os.environ.get("WOOLY_JIT_TIERS", "1") not in ("0", "false", "no", "off")
@@ -351,6 +366,7 @@ _PENDING_LOCK = threading.Lock()
 def wait_background(timeout: float | None = None) -> bool:
     """Wait until no optimised compile is queued or running (benchmarks, tests). False on timeout."""
     import time
+
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
         with _PENDING_LOCK:
@@ -363,8 +379,9 @@ def wait_background(timeout: float | None = None) -> bool:
         pend.done.wait(left)
 
 
-def compile_tiered(ptx: bytes, target: str, bounds_check: bool,
-                   tier: str = "auto") -> tuple[bytes, dict, str | None, bool, Pending | None]:
+def compile_tiered(
+    ptx: bytes, target: str, bounds_check: bool, tier: str = "auto"
+) -> tuple[bytes, dict, str | None, bool, Pending | None]:
     """Like compile_object, for tier 'auto' | 'quick' | 'optimized' (NOTE [compile tiers]). Returns the object to
     load now, its metadata, its cache key (None: not to be shared), whether it is quick code and, for quick code
     that will be replaced, the Pending optimised compile to attach the module to."""
@@ -413,7 +430,12 @@ CODE_FIELDS = ("symbol", "rec_bytes", "rec_threads", "red_bytes")
 def same_layout(a: dict, b: dict) -> bool:
     """Whether two compiles of one PTX agree on everything but code and its scratch (CODE_FIELDS): parameters,
     globals, the data block, shared and local sizes, register counts."""
+
     def strip(m: dict) -> dict:
-        return {**m, "ftab": "",
-                "kernels": [{k: v for k, v in kern.items() if k not in CODE_FIELDS} for kern in m["kernels"]]}
+        return {
+            **m,
+            "ftab": "",
+            "kernels": [{k: v for k, v in kern.items() if k not in CODE_FIELDS} for kern in m["kernels"]],
+        }
+
     return strip(a) == strip(b)

@@ -79,10 +79,15 @@ class Share:
             self.arbiter.leave(self, w, time.thread_time() - t)
 
     def describe(self) -> dict[str, Any]:
-        return {"cores": self.cores, "core_share": round(self.target, 3), "core_s": round(self.core_s, 4),
-                "given_s": round(self.alloc_s, 4),
-                "busy_s": round(self.busy_s, 4), "concurrent_s": round(self.together_s, 4),
-                "concurrency": round(self.together_s / self.busy_s, 4) if self.busy_s else 0.0}
+        return {
+            "cores": self.cores,
+            "core_share": round(self.target, 3),
+            "core_s": round(self.core_s, 4),
+            "given_s": round(self.alloc_s, 4),
+            "busy_s": round(self.busy_s, 4),
+            "concurrent_s": round(self.together_s, 4),
+            "concurrency": round(self.together_s / self.busy_s, 4) if self.busy_s else 0.0,
+        }
 
 
 class _OneCore:
@@ -275,5 +280,6 @@ def arbiter() -> Arbiter:
     global _ARBITER
     if _ARBITER is None:
         from jit.runtime import _POOL_SIZE
+
         _ARBITER = Arbiter(_POOL_SIZE)
     return _ARBITER

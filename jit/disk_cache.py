@@ -43,6 +43,7 @@ def directory() -> Path:
 def max_bytes() -> int:
     """The bound in bytes (0: none). A value that is not a size warns once and leaves the default in force."""
     from woolyhv.sizes import parse_bytes
+
     raw = os.environ.get("WOOLY_JIT_CACHE_MAX", DEFAULT_MAX)
     try:
         return parse_bytes(raw)

@@ -68,8 +68,10 @@ class LazyCpuModule:
 
         obj, meta, key, quick, pending = compile_tiered(self._split.piece(name), "cpu", self.bounds_check, self._tier)
         if _layout(meta) != self._layout_meta:
-            raise JitError(CUDA_ERROR_NOT_SUPPORTED,
-                           f"kernel {name}: its piece of the module lays out the module's variables differently")
+            raise JitError(
+                CUDA_ERROR_NOT_SUPPORTED,
+                f"kernel {name}: its piece of the module lays out the module's variables differently",
+            )
         piece = CpuModule(obj, meta, key, quick=quick, pending=pending)
         for kname in piece.kernel_names:
             piece.get_kernel(kname)._module = self._owner  # one data block and heap for the whole module

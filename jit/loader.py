@@ -46,6 +46,7 @@ class DeviceReader:
 
     def __init__(self, lctx: int) -> None:
         from jit.emit import L_NRANGES, L_RANGES, L_SLOTS
+
         slots = (ctypes.c_int64 * L_SLOTS).from_address(lctx) if lctx else None
         self.table = int(slots[L_RANGES]) if slots is not None else 0
         self.n = int(slots[L_NRANGES]) if slots is not None else 0
@@ -83,6 +84,7 @@ class DeviceReader:
 def _fail_launch(lctx: int, addr: int) -> None:
     from jit.emit import L_BADADDR, L_ERROR, L_SLOTS
     from jit.errors import CUDA_ERROR_ILLEGAL_ADDRESS
+
     slots = (ctypes.c_int64 * L_SLOTS).from_address(lctx)
     if not slots[L_ERROR]:
         slots[L_BADADDR] = addr & ((1 << 63) - 1)
@@ -94,7 +96,7 @@ def format_printf(fmt: bytes, args: int, mem: DeviceReader | None = None) -> str
     out: list[str] = []
     pos, off = 0, 0
     for m in _CONV.finditer(fmt):
-        out.append(fmt[pos:m.start()].decode("utf-8", "replace"))
+        out.append(fmt[pos : m.start()].decode("utf-8", "replace"))
         pos = m.end()
         flags, width, prec, length, conv = (x.decode() if x else "" for x in m.groups())
         if conv == "%":

@@ -25,20 +25,20 @@ from jit.ptx.parser import parse
 
 # Each pass is run(module) -> module over the PTX AST, in this order.
 AST_PASSES = [
-    reg_params,      # .funcs with .reg parameters/returns -> .param ones plus registers (the pre-ABI form)
-    warp_matrix,     # mma/wmma/ldmatrix/stmatrix/movmatrix -> plain PTX over a per-warp shared area
+    reg_params,  # .funcs with .reg parameters/returns -> .param ones plus registers (the pre-ABI form)
+    warp_matrix,  # mma/wmma/ldmatrix/stmatrix/movmatrix -> plain PTX over a per-warp shared area
     flatten_scopes,  # nested { } scopes -> unique names, function-level declarations
-    inline_sync,     # calls of .funcs holding barriers / warp collectives -> inlined bodies
-    special_regs,    # %tid.x, %laneid, %clock64 ... -> Special operands
-    predication,     # @p instr -> @!p bra skip; instr; skip:
-    dynamic_stack,   # alloca/stacksave/stackrestore -> a per-thread .local stack and its pointer register
-    branch_tables,   # brx.idx i, ts -> compare-and-branch chain over the .branchtargets labels
-    pointer_roots,   # 64-bit registers derived from a kernel pointer parameter (NOTE [pointer roots])
-    fused_loops,     # kernels that are one grid-stride loop: recorded, for blocks that can run it fused (CPU)
+    inline_sync,  # calls of .funcs holding barriers / warp collectives -> inlined bodies
+    special_regs,  # %tid.x, %laneid, %clock64 ... -> Special operands
+    predication,  # @p instr -> @!p bra skip; instr; skip:
+    dynamic_stack,  # alloca/stacksave/stackrestore -> a per-thread .local stack and its pointer register
+    branch_tables,  # brx.idx i, ts -> compare-and-branch chain over the .branchtargets labels
+    pointer_roots,  # 64-bit registers derived from a kernel pointer parameter (NOTE [pointer roots])
+    fused_loops,  # kernels that are one grid-stride loop: recorded, for blocks that can run it fused (CPU)
     lockstep_loops,  # grid-stride loops carrying values in kernels that go on after them: bracketed (CPU)
     index_versioning,  # grid-stride loops: a copy without numba's wrap-around of indices that cannot be negative
-    yield_points,    # where the CPU scheduler may switch threads: grid-stride and wait loops
-    sync_points,     # number barriers and warp collectives; registers live across each
+    yield_points,  # where the CPU scheduler may switch threads: grid-stride and wait loops
+    sync_points,  # number barriers and warp collectives; registers live across each
 ]
 
 
@@ -64,8 +64,9 @@ def front_end(ptx: str | bytes, quick: bool = False) -> A.Module:
     return mod
 
 
-def translate(ptx: str | bytes, target: str = "cpu", bounds_check: bool = False, tag: str = "",
-              quick: bool = False) -> to_llvm.Lowered:
+def translate(
+    ptx: str | bytes, target: str = "cpu", bounds_check: bool = False, tag: str = "", quick: bool = False
+) -> to_llvm.Lowered:
     """PTX text -> LLVM IR module (plus kernel metadata). Registers become allocas; LLVM's mem2reg/SROA (in
     the optimise pass) turns them into SSA values. ``quick``: for the quick tier (front_end)."""
     return to_llvm.run(front_end(ptx, quick), target, bounds_check, tag)

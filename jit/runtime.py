@@ -112,6 +112,7 @@ def _buffer(n: int) -> tuple[Any, int]:
 class KernelCode:
     """A kernel's entry point with the per-launch scratch its code lays out for itself (thread records, reduction
     buffer): what a tier switch replaces, as one object (NOTE [compile tiers], jit/compiler.py)."""
+
     fn: Any
     rec_bytes: int = 0
     rec_threads: int = 0  # records laid out for this many threads; 0: for the launch's block (NOTE [thread records])
@@ -137,12 +138,19 @@ class CpuKernel:
     _dyn_offset: int = 0
     _module: Any = field(repr=False, default=None)
 
-    def launch(self, grid: tuple[int, ...] | int = (1, 1, 1), block: tuple[int, ...] | int = (1, 1, 1),
-               shared_mem: int = 0, params: bytes | bytearray | memoryview | Any = b"",
-               workers: int | None = None,
-               allowed_ranges: Sequence[GlobalRange] | Sequence[tuple[int, int]] | None = None,
-               cooperative: bool = False, deadline_s: float | None = None,
-               cancel: watchdog.Cancel | None = None, share: Any = None) -> LaunchResult:
+    def launch(
+        self,
+        grid: tuple[int, ...] | int = (1, 1, 1),
+        block: tuple[int, ...] | int = (1, 1, 1),
+        shared_mem: int = 0,
+        params: bytes | bytearray | memoryview | Any = b"",
+        workers: int | None = None,
+        allowed_ranges: Sequence[GlobalRange] | Sequence[tuple[int, int]] | None = None,
+        cooperative: bool = False,
+        deadline_s: float | None = None,
+        cancel: watchdog.Cancel | None = None,
+        share: Any = None,
+    ) -> LaunchResult:
         """Run the kernel. ``allowed_ranges`` (modules compiled with bounds_check=True only): the allocations this
         launch may access through global/generic pointers, besides the module's own globals and the block's
         shared/local memory; an access outside them fails the launch with CUDA_ERROR_ILLEGAL_ADDRESS (700). Pass
@@ -155,8 +163,10 @@ class CpuKernel:
         blocks (NOTE [spatial sharing], jit/cores.py); cooperative launches keep every block resident."""
         checked = self._module is not None and self._module.bounds_check
         if allowed_ranges is not None and not checked:
-            raise JitError(CUDA_ERROR_INVALID_VALUE,
-                           f"allowed_ranges given for {self.name}, but its module was compiled without bounds_check")
+            raise JitError(
+                CUDA_ERROR_INVALID_VALUE,
+                f"allowed_ranges given for {self.name}, but its module was compiled without bounds_check",
+            )
         code = self._code  # once: NOTE [compile tiers] may switch it between launches
         g, bl = _dims(grid, "grid"), _dims(block, "block")
         nt = bl[0] * bl[1] * bl[2]
@@ -180,8 +190,11 @@ class CpuKernel:
         lctx[L_CHUNK] = max(1, min(64, nblocks // (nw * 16)))  # ~16 claims per worker keeps the load balanced
         if cooperative:
             if nblocks > COOPERATIVE_MAX_BLOCKS:
-                raise JitError(CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE, f"cooperative launch of {self.name}: "
-                               f"{nblocks} blocks, at most {COOPERATIVE_MAX_BLOCKS} can be resident at once")
+                raise JitError(
+                    CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE,
+                    f"cooperative launch of {self.name}: "
+                    f"{nblocks} blocks, at most {COOPERATIVE_MAX_BLOCKS} can be resident at once",
+                )
             nw, lctx[L_CHUNK] = nblocks, 1  # one block per worker, each worker its own OS thread
             ws = (ctypes.c_uint64 * 8)()  # the grid-sync workspace, zeroed
             lctx[L_GRID_WS], lctx[L_OS_YIELD] = ctypes.addressof(ws), _sched_yield()
@@ -257,14 +270,20 @@ class CpuKernel:
             if err == CUDA_ERROR_LAUNCH_TIMEOUT and running is not None:
                 e = JitError(err, f"kernel {self.name} was stopped: {running.why}")
             elif err == CUDA_ERROR_ILLEGAL_ADDRESS:
-                e = JitError(err, f"kernel {self.name}: illegal address 0x{int(lctx[L_BADADDR]) & (2**64 - 1):x} "
-                                  "outside the launch's allowed ranges")
+                e = JitError(
+                    err,
+                    f"kernel {self.name}: illegal address 0x{int(lctx[L_BADADDR]) & (2**64 - 1):x} "
+                    "outside the launch's allowed ranges",
+                )
             elif err == CUDA_ERROR_ASSERT:
                 e = JitError(err, f"device-side assert triggered in {self.name}: {rec['assert'] or ''}".strip())
             elif err == CUDA_ERROR_LAUNCH_FAILED:
-                e = JitError(err, f"trap executed in kernel {self.name} (a trap instruction, or a thread out of "
-                                  "stack: alloca past its 4 KiB, NOTE [dynamic stack], .func frames, or .func "
-                                  "recursion too deep)")
+                e = JitError(
+                    err,
+                    f"trap executed in kernel {self.name} (a trap instruction, or a thread out of "
+                    "stack: alloca past its 4 KiB, NOTE [dynamic stack], .func frames, or .func "
+                    "recursion too deep)",
+                )
             else:
                 e = JitError(err, f"kernel {self.name} failed")
             e.printf = text  # type: ignore[attr-defined]
@@ -357,8 +376,10 @@ def _sched_yield() -> int:
 def _run_resident(fn: Any, key: int, wctxs: list[Any]) -> None:
     """Run a cooperative launch: one OS thread per worker context (one block each), all at once. The calls
     release the GIL (ctypes), so the blocks really run side by side and can wait for each other."""
-    threads = [threading.Thread(target=fn, args=(key, ctypes.addressof(w)), name=f"wooly-coop-{i}", daemon=True)
-               for i, w in enumerate(wctxs)]
+    threads = [
+        threading.Thread(target=fn, args=(key, ctypes.addressof(w)), name=f"wooly-coop-{i}", daemon=True)
+        for i, w in enumerate(wctxs)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -380,8 +401,9 @@ _HEAP_LOCK = threading.Lock()
 class CpuModule:
     """A loaded PTX module: kernels (code shared per PTX hash) and this instance's own module-scope globals."""
 
-    def __init__(self, obj: bytes, meta: dict, key: str | None = None, quick: bool = False,
-                 pending: Any = None) -> None:
+    def __init__(
+        self, obj: bytes, meta: dict, key: str | None = None, quick: bool = False, pending: Any = None
+    ) -> None:
         """``pending``: the jit.compiler.Pending optimised compile this quick module switches to when it lands."""
         self._code = loaded(obj, meta, key)
         self._meta = meta
@@ -411,11 +433,19 @@ class CpuModule:
         self._kernels: dict[str, CpuKernel] = {}
         for k in meta["kernels"]:
             kern = CpuKernel(
-                name=k["name"], params=[ParamInfo(**p) for p in k["params"]], param_buffer_size=k["param_size"],
-                static_shared_bytes=k["static_shared"], local_bytes_per_thread=k["local_bytes"],
-                max_threads_per_block=k["max_threads"], num_regs=k["num_regs"],
-                _code=KernelCode.of(self._code.fns[k["name"]], k), _bc_roots=list(k.get("bc_roots", [])),
-                _func_stack=k.get("func_stack", 0), _dyn_offset=int(meta["dyn_offset"]), _module=self)
+                name=k["name"],
+                params=[ParamInfo(**p) for p in k["params"]],
+                param_buffer_size=k["param_size"],
+                static_shared_bytes=k["static_shared"],
+                local_bytes_per_thread=k["local_bytes"],
+                max_threads_per_block=k["max_threads"],
+                num_regs=k["num_regs"],
+                _code=KernelCode.of(self._code.fns[k["name"]], k),
+                _bc_roots=list(k.get("bc_roots", [])),
+                _func_stack=k.get("func_stack", 0),
+                _dyn_offset=int(meta["dyn_offset"]),
+                _module=self,
+            )
             self._kernels[k["name"]] = kern
         if pending is not None:
             pending.attach(self)  # may switch at once, if the optimised code has landed meanwhile
@@ -423,6 +453,7 @@ class CpuModule:
     def tier_up(self, obj: bytes, meta: dict, key: str | None) -> None:
         """Switch every kernel to the optimised code of the same PTX (called by the background compile)."""
         from jit.compiler import same_layout
+
         if self.tier == "optimized" or not same_layout(self._meta, meta):
             return  # different metadata would mean a different translation: keep the code we have
         code = loaded(obj, meta, key)

@@ -39,15 +39,18 @@ def compile_ptx(ptx: bytes, target: str, opt: int = 2, bounds_check: bool = Fals
     from jit.errors import JitError, not_supported
     from jit.passes import optimize
     from jit.pipeline import translate
+
     if target in ARCHS:
         from jit.emit.amdgpu import compile_amdgpu
         from jit.pipeline import front_end
+
         if bounds_check:
             raise not_supported("bounds checking on AMDGPU")
         return compile_amdgpu(front_end(ptx), target, opt)
     if target != "cpu":
         raise not_supported(f"JIT target '{target}'")
     import hashlib
+
     raw = ptx if isinstance(ptx, bytes) else ptx.encode()
     tag = hashlib.sha256(raw + f"|{target}|{int(bounds_check)}".encode()).hexdigest()[:16]
     if opt == 0:  # the quick tier's symbols must not clash with the optimised tier's in the shared engine
@@ -61,10 +64,17 @@ def compile_ptx(ptx: bytes, target: str, opt: int = 2, bounds_check: bool = Fals
         tm = _TMS[opt] = optimize.host_target_machine(opt)
     mod = optimize.run_quick(str(low.ir_module), tm) if opt == 0 else optimize.run(str(low.ir_module), tm, opt)
     obj = tm.emit_object(mod)
-    meta = {"kernels": [asdict(k) for k in low.kernels], "globals": low.globals, "dyn_offset": low.dyn_offset,
-            "bounds_check": bounds_check,
-            "gdata": low.gdata.rstrip(b"\0").hex(), "gsize": len(low.gdata),  # the zero tail is not sent
-            "grelocs": low.grelocs, "frelocs": low.frelocs, "ftab": low.ftab}
+    meta = {
+        "kernels": [asdict(k) for k in low.kernels],
+        "globals": low.globals,
+        "dyn_offset": low.dyn_offset,
+        "bounds_check": bounds_check,
+        "gdata": low.gdata.rstrip(b"\0").hex(),
+        "gsize": len(low.gdata),  # the zero tail is not sent
+        "grelocs": low.grelocs,
+        "frelocs": low.frelocs,
+        "ftab": low.ftab,
+    }
     return obj, meta
 
 
@@ -78,6 +88,7 @@ def serve(inp: BinaryIO, out: BinaryIO) -> None:
     import gc
 
     from jit.errors import JitError
+
     gc.freeze()
     while True:
         hdr = read_frame(inp)
@@ -88,14 +99,22 @@ def serve(inp: BinaryIO, out: BinaryIO) -> None:
         gc.disable()
         _cpu_budget()
         try:
-            obj, meta = compile_ptx(ptx, req.get("target", "cpu"), int(req.get("opt", 2)),
-                                    bool(req.get("bounds_check", False)))
+            obj, meta = compile_ptx(
+                ptx, req.get("target", "cpu"), int(req.get("opt", 2)), bool(req.get("bounds_check", False))
+            )
             reply, payload = {"ok": True, "meta": meta}, obj
         except JitError as e:
             reply, payload = {"ok": False, "code": e.code, "message": e.message}, b""
         except MemoryError:  # NOTE [bounded compiler]: past RLIMIT_AS
-            reply, payload = {"ok": False, "code": 218, "message": "compiling this module needs more memory than a "
-                              "compile may use (WOOLY_JIT_WORKER_MEMORY)"}, b""
+            reply, payload = (
+                {
+                    "ok": False,
+                    "code": 218,
+                    "message": "compiling this module needs more memory than a "
+                    "compile may use (WOOLY_JIT_WORKER_MEMORY)",
+                },
+                b"",
+            )
         except Exception as e:  # a bug in the translator: report it, keep serving
             msg = f"internal JIT error: {type(e).__name__}: {e}\n{traceback.format_exc(limit=6)}"
             reply, payload = {"ok": False, "code": 218, "message": msg}, b""
@@ -148,6 +167,7 @@ def _cpu_budget() -> None:
     """Allow this compile WOOLY_JIT_COMPILE_CPU_S more seconds of CPU (see NOTE [bounded compiler])."""
     import os
     import resource
+
     limit = float(os.environ.get("WOOLY_JIT_COMPILE_CPU_S", "60") or 0)
     if limit <= 0:
         return
@@ -159,6 +179,7 @@ def _cpu_budget() -> None:
 def main() -> None:
     sys.setrecursionlimit(20000)
     import os
+
     _bound_process()
     nice = int(os.environ.get("WOOLY_JIT_WORKER_NICE", "0") or 0)
     if nice and hasattr(os, "nice"):
@@ -167,6 +188,7 @@ def main() -> None:
     # (jit.warm_up), so its first compile should not pay ~0.3 s of imports
     import jit.pipeline  # noqa: F401
     from jit.passes import optimize
+
     optimize.init_llvm()
     warm_compile(2 if nice > 0 else 0)
     serve(sys.stdin.buffer, sys.stdout.buffer)

@@ -40,12 +40,30 @@ OP_GRAPH_DROP = "wooly.graph_drop"  # args: [graph id]
 OP_MOVE_EXPORT = "wooly.move_export"  # -> the tensor table + one bulk frame per storage (sync only)
 OP_MOVE_IMPORT = "wooly.move_import"  # args: [what move_export returned], bulk: its storages
 BROKER_ONLY = frozenset({OP_MOVE_EXPORT, OP_MOVE_IMPORT})
-OP_SET_LIMIT = "wooly.set_limit"  # args: [bytes or 0]: cap this session's tensor bytes (set_per_process_memory_fraction)
+OP_SET_LIMIT = (
+    "wooly.set_limit"  # args: [bytes or 0]: cap this session's tensor bytes (set_per_process_memory_fraction)
+)
 
 # Wire names of the dtypes both ends know.
 DTYPES = (
-    "float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool",
-    "complex64", "complex128", "float8_e4m3fn", "float8_e5m2", "uint16", "uint32", "uint64", "complex32",
+    "float32",
+    "float64",
+    "float16",
+    "bfloat16",
+    "int64",
+    "int32",
+    "int16",
+    "int8",
+    "uint8",
+    "bool",
+    "complex64",
+    "complex128",
+    "float8_e4m3fn",
+    "float8_e5m2",
+    "uint16",
+    "uint32",
+    "uint64",
+    "complex32",
 )
 MEMORY_FORMATS = ("contiguous_format", "channels_last", "channels_last_3d", "preserve_format")
 LAYOUTS = ("strided", "sparse_coo", "sparse_csr")

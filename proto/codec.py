@@ -76,7 +76,7 @@ def unpack_body(frames: Sequence[Any]) -> tuple[dict[str, Any], list[Any]]:
         raise ProtocolError(f"message body of {size} bytes exceeds the {MAX_BODY_BYTES} byte limit")
     if len(frames) - 1 > MAX_BULK_FRAMES:
         raise ProtocolError(f"too many bulk frames: {len(frames) - 1} > {MAX_BULK_FRAMES}")
-    body_frame = memoryview(head)[len(VERSION_FRAME):]
+    body_frame = memoryview(head)[len(VERSION_FRAME) :]
     try:
         body = msgpack.unpackb(
             body_frame,

@@ -21,7 +21,8 @@ SERVER_KEY = "server.key"  # "public <z85>\nsecret <z85>\n"; a copy holding only
 
 def key_dir() -> str:
     return os.environ.get("WOOLY_KEY_DIR") or os.path.join(
-        os.environ.get("XDG_CONFIG_HOME") or os.path.expanduser("~/.config"), "wooly", "keys")
+        os.environ.get("XDG_CONFIG_HOME") or os.path.expanduser("~/.config"), "wooly", "keys"
+    )
 
 
 def is_tcp(endpoint: str) -> bool:
@@ -78,8 +79,10 @@ def client_keys() -> tuple[bytes, bytes]:
     except OSError as exc:
         raise ValueError(f"WOOLY_CLIENT_KEY: cannot read {path!r} ({exc.strerror})") from None
     if "public" not in keys or "secret" not in keys:
-        raise ValueError(f"WOOLY_CLIENT_KEY: {path!r} is not a wooly key file with 'public' and 'secret' lines "
-                         "(`wooly keys --client NAME` makes one)")
+        raise ValueError(
+            f"WOOLY_CLIENT_KEY: {path!r} is not a wooly key file with 'public' and 'secret' lines "
+            "(`wooly keys --client NAME` makes one)"
+        )
     return keys["public"], keys["secret"]
 
 
@@ -140,8 +143,10 @@ def secure_client(sock: Any, endpoint: str, server_key: str = "") -> None:
 
     server = server_key.encode() if len(server_key) == 40 else server_public_key()
     if server is None:
-        raise ValueError(f"gpud at {endpoint} speaks CURVE: set WOOLY_SERVER_KEY to its public key (`wooly keys` on "
-                         "gpud's host prints it), or WOOLY_INSECURE=1 for a gpud started --insecure")
+        raise ValueError(
+            f"gpud at {endpoint} speaks CURVE: set WOOLY_SERVER_KEY to its public key (`wooly keys` on "
+            "gpud's host prints it), or WOOLY_INSECURE=1 for a gpud started --insecure"
+        )
     public, secret = client_keys()
     sock.setsockopt(zmq.CURVE_SERVERKEY, server)
     sock.setsockopt(zmq.CURVE_PUBLICKEY, public)

@@ -27,9 +27,22 @@ MAX_SHARED_PER_BLOCK_OPTIN = 97
 MAX_BLOCKS_PER_SM = 106
 
 MAX_PARAM_BYTES = 32764  # the kernel parameter buffer (CUDA 12.1+ on sm_70 and later)
-_DEFAULTS = {MAX_THREADS_PER_BLOCK: 1024, 2: 1024, 3: 1024, 4: 64, 5: 2**31 - 1, 6: 65535, 7: 65535,
-             MAX_SHARED_PER_BLOCK: 49152, SM_COUNT: 1, MAX_THREADS_PER_SM: 2048, MAX_SHARED_PER_SM: 167936,
-             COOPERATIVE_LAUNCH: 0, MAX_SHARED_PER_BLOCK_OPTIN: 49152, MAX_BLOCKS_PER_SM: 32}
+_DEFAULTS = {
+    MAX_THREADS_PER_BLOCK: 1024,
+    2: 1024,
+    3: 1024,
+    4: 64,
+    5: 2**31 - 1,
+    6: 65535,
+    7: 65535,
+    MAX_SHARED_PER_BLOCK: 49152,
+    SM_COUNT: 1,
+    MAX_THREADS_PER_SM: 2048,
+    MAX_SHARED_PER_SM: 167936,
+    COOPERATIVE_LAUNCH: 0,
+    MAX_SHARED_PER_BLOCK_OPTIN: 49152,
+    MAX_BLOCKS_PER_SM: 32,
+}
 
 
 def attr(device: Mapping[Any, int], number: int) -> int:
@@ -62,9 +75,20 @@ def blocks_per_sm(device: Mapping[Any, int], threads: int, max_threads: int, sha
     return max(0, min(attr(device, MAX_THREADS_PER_SM) // threads, by_blocks, by_smem))
 
 
-def check(name: str, device: Mapping[Any, int], grid: Sequence[int], block: Sequence[int], shared: int, *,
-          max_threads: int | None = None, dynamic_shared: int | None = None, static_shared: int = 0,
-          params: int | None = None, cooperative: bool = False, resident_blocks: int | None = None) -> None:
+def check(
+    name: str,
+    device: Mapping[Any, int],
+    grid: Sequence[int],
+    block: Sequence[int],
+    shared: int,
+    *,
+    max_threads: int | None = None,
+    dynamic_shared: int | None = None,
+    static_shared: int = 0,
+    params: int | None = None,
+    cooperative: bool = False,
+    resident_blocks: int | None = None,
+) -> None:
     """Raise the CudaError a driver raises for this launch, or return. ``max_threads``: the function's limit
     (default the device's); ``dynamic_shared``: the function's dynamic shared memory limit (default
     ``dynamic_shared_limit``); ``params``: the parameter buffer's size; ``resident_blocks``: how many blocks fit on
@@ -85,17 +109,23 @@ def check(name: str, device: Mapping[Any, int], grid: Sequence[int], block: Sequ
         raise CudaError(codes.INVALID_VALUE, f"{name}: {threads} threads per block exceed the limit of {most}")
     dyn = dynamic_shared if dynamic_shared is not None else dynamic_shared_limit(device, static_shared)
     if not 0 <= shared <= dyn:
-        raise CudaError(codes.INVALID_VALUE,
-                        f"{name}: {shared} bytes of dynamic shared memory exceed the {dyn} available ({static_shared} "
-                        f"static; raise CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES for more)")
+        raise CudaError(
+            codes.INVALID_VALUE,
+            f"{name}: {shared} bytes of dynamic shared memory exceed the {dyn} available ({static_shared} "
+            f"static; raise CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES for more)",
+        )
     if params is not None and params > MAX_PARAM_BYTES:
         raise CudaError(codes.INVALID_VALUE, f"{name}: a parameter buffer of {params} bytes exceeds {MAX_PARAM_BYTES}")
     if cooperative:
         if not attr(device, COOPERATIVE_LAUNCH):
             raise CudaError(codes.NOT_SUPPORTED, f"{name}: the device does not support cooperative launches")
-        fit = resident_blocks if resident_blocks is not None else attr(device, SM_COUNT) * attr(device, MAX_BLOCKS_PER_SM)
+        fit = (
+            resident_blocks if resident_blocks is not None else attr(device, SM_COUNT) * attr(device, MAX_BLOCKS_PER_SM)
+        )
         blocks = grid[0] * grid[1] * grid[2]
         if blocks > fit:
-            raise CudaError(codes.COOPERATIVE_LAUNCH_TOO_LARGE,
-                            f"{name}: a cooperative grid of {blocks} blocks, at most {fit} blocks of {threads} threads "
-                            f"fit on the device at once")
+            raise CudaError(
+                codes.COOPERATIVE_LAUNCH_TOO_LARGE,
+                f"{name}: a cooperative grid of {blocks} blocks, at most {fit} blocks of {threads} threads "
+                f"fit on the device at once",
+            )

@@ -163,8 +163,9 @@ class MoveIn(_Req):
     blobs: Annotated[list[Size], Field(max_length=1 << 20)] = Field(default_factory=list)  # sizes of its storages
     moves: int = Field(0, ge=0, le=1 << 30)  # times the session moved or was restored before
     prep: Name = ""  # the ``move_prep`` whose pre-copied chunks stand where their digests still match
-    digests: Annotated[list[Annotated[list[Any], Field(min_length=3, max_length=3)]], Field(max_length=1 << 20)] = \
-        Field(default_factory=list)  # per allocation: start, size, xxh3-128 of each PRE_CHUNK (gpud/migrate.py)
+    digests: Annotated[list[Annotated[list[Any], Field(min_length=3, max_length=3)]], Field(max_length=1 << 20)] = (
+        Field(default_factory=list)
+    )  # per allocation: start, size, xxh3-128 of each PRE_CHUNK (gpud/migrate.py)
 
 
 class MovePrep(_Req):
@@ -481,7 +482,9 @@ class Launch(_Req):
     shared_mem: Annotated[int, Field(ge=0, le=1 << 30)] = 0
     stream: Handle = DEFAULT_STREAM
     params: Annotated[bytes, Field(max_length=1 << 16)] = b""
-    cooperative: bool = False  # every block resident at once; grid sync allowed (NOTE [grid sync], jit/emit/cpu_grid.py)
+    cooperative: bool = (
+        False  # every block resident at once; grid sync allowed (NOTE [grid sync], jit/emit/cpu_grid.py)
+    )
 
 
 # ---------------------------------------------------------------- same-host staging (shared memory)
@@ -657,7 +660,25 @@ class Error(_Req):
 
 
 QueuedCall = Annotated[
-    MemFree | MemcpyHtoD | MemcpyDtoD | Memset | BlasGemm | StreamCreate | StreamDestroy | StreamWaitEvent | EventCreate | EventRecord | EventDestroy | ModuleUnload | Launch | ShmHtoD | ShmDtoH | AtenBatch | DedupPublish | DedupTensor | HostUnmap,
+    MemFree
+    | MemcpyHtoD
+    | MemcpyDtoD
+    | Memset
+    | BlasGemm
+    | StreamCreate
+    | StreamDestroy
+    | StreamWaitEvent
+    | EventCreate
+    | EventRecord
+    | EventDestroy
+    | ModuleUnload
+    | Launch
+    | ShmHtoD
+    | ShmDtoH
+    | AtenBatch
+    | DedupPublish
+    | DedupTensor
+    | HostUnmap,
     Field(discriminator="kind"),
 ]
 
@@ -668,7 +689,71 @@ class Batch(_Req):
 
 
 Message = Annotated[
-    Hello | HelloReply | ProveLocal | Bye | Ping | Pong | Sync | Idle | ListSessions | MoveOut | MoveIn | MovePrep | MoveChunk | MoveHave | MoveBlob | MoveData | MoveCommit | MoveAbort | CkptBegin | CkptChunk | CkptCommit | CkptDrop | Restore | MemAlloc | MemFree | MemGetInfo | MemcpyHtoD | MemcpyDtoH | MemcpyDtoD | Memset | BlasGemm | StreamCreate | StreamDestroy | StreamSynchronize | StreamQuery | StreamWaitEvent | EventCreate | EventRecord | EventQuery | EventSynchronize | EventElapsed | EventDestroy | CtxSynchronize | ModuleLoad | ModuleUnload | ModuleGetFunction | ModuleGetGlobal | Launch | AtenBatch | AtenCall | DedupUpload | DedupPublish | DedupQuery | DedupTensor | Batch | ShmOpen | ShmHtoD | ShmDtoH | HostMap | HostUnmap | IpcGet | IpcOpen | IpcClose | Result | Error,
+    Hello
+    | HelloReply
+    | ProveLocal
+    | Bye
+    | Ping
+    | Pong
+    | Sync
+    | Idle
+    | ListSessions
+    | MoveOut
+    | MoveIn
+    | MovePrep
+    | MoveChunk
+    | MoveHave
+    | MoveBlob
+    | MoveData
+    | MoveCommit
+    | MoveAbort
+    | CkptBegin
+    | CkptChunk
+    | CkptCommit
+    | CkptDrop
+    | Restore
+    | MemAlloc
+    | MemFree
+    | MemGetInfo
+    | MemcpyHtoD
+    | MemcpyDtoH
+    | MemcpyDtoD
+    | Memset
+    | BlasGemm
+    | StreamCreate
+    | StreamDestroy
+    | StreamSynchronize
+    | StreamQuery
+    | StreamWaitEvent
+    | EventCreate
+    | EventRecord
+    | EventQuery
+    | EventSynchronize
+    | EventElapsed
+    | EventDestroy
+    | CtxSynchronize
+    | ModuleLoad
+    | ModuleUnload
+    | ModuleGetFunction
+    | ModuleGetGlobal
+    | Launch
+    | AtenBatch
+    | AtenCall
+    | DedupUpload
+    | DedupPublish
+    | DedupQuery
+    | DedupTensor
+    | Batch
+    | ShmOpen
+    | ShmHtoD
+    | ShmDtoH
+    | HostMap
+    | HostUnmap
+    | IpcGet
+    | IpcOpen
+    | IpcClose
+    | Result
+    | Error,
     Field(discriminator="kind"),
 ]
 

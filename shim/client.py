@@ -36,7 +36,6 @@ _CONNECTIONS: weakref.WeakSet[Connection] = weakref.WeakSet()
 _ABANDONED: list[Connection] = []
 
 
-
 def _python_stdout(text: str) -> None:
     sys.stdout.write(text)
     sys.stdout.flush()
@@ -46,6 +45,7 @@ def _python_stdout(text: str) -> None:
 # interpreter]) replaces this with a write through its own C stdio buffer, so device lines and
 # host lines keep the order the program printed them in.
 write_device_output = _python_stdout
+
 
 class Connection:
     def __init__(
@@ -146,7 +146,9 @@ class Connection:
         daemon that accepts but is slow to answer still gets ``connect_timeout_s``."""
         from zmq.utils.monitor import recv_monitor_message
 
-        failed = zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+        failed = (
+            zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+        )
         monitor = self._sock.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_HANDSHAKE_SUCCEEDED | failed)
         connected = handshake_failed = False
         try:
@@ -169,16 +171,23 @@ class Connection:
         if handshake_failed:
             self._sock.close(0)
             if os.environ.get("WOOLY_INSECURE", "") == "1":
-                why = ("this client speaks in clear (WOOLY_INSECURE=1) and gpud does not: unset it and set "
-                       "WOOLY_SERVER_KEY (`wooly keys` on gpud's host prints it)")
+                why = (
+                    "this client speaks in clear (WOOLY_INSECURE=1) and gpud does not: unset it and set "
+                    "WOOLY_SERVER_KEY (`wooly keys` on gpud's host prints it)"
+                )
             else:
-                why = ("WOOLY_SERVER_KEY is not its key (`wooly keys` on its host prints it), or gpud was started "
-                       "--insecure (then set WOOLY_INSECURE=1)")
+                why = (
+                    "WOOLY_SERVER_KEY is not its key (`wooly keys` on its host prints it), or gpud was started "
+                    "--insecure (then set WOOLY_INSECURE=1)"
+                )
             raise CudaError(DEVICE_UNAVAILABLE, f"gpud at {endpoint} refused the handshake: {why}")
         if not connected:
             self._sock.close(0)
-            raise CudaError(NO_DEVICE, f"gpud at {endpoint} did not answer: nothing accepted a connection there within "
-                                       f"{probe_s:g} s (is gpud running, and is WOOLY_SERVER its endpoint?)")
+            raise CudaError(
+                NO_DEVICE,
+                f"gpud at {endpoint} did not answer: nothing accepted a connection there within "
+                f"{probe_s:g} s (is gpud running, and is WOOLY_SERVER its endpoint?)",
+            )
 
     # ------------------------------------------------------------------ queue
     def post(self, body: dict[str, Any], bulk: Sequence[Any] = ()) -> None:
@@ -191,7 +200,11 @@ class Connection:
                 self._qbulk.extend(bulk)
                 self._qbytes += sum(len(b) if isinstance(b, bytes | bytearray) else memoryview(b).nbytes for b in bulk)
             self._queue.append(body)
-            if len(self._queue) >= C.FLUSH_MAX_CALLS or self._qbytes >= C.FLUSH_MAX_BYTES or len(self._qbulk) >= C.MAX_BULK_FRAMES - 1:
+            if (
+                len(self._queue) >= C.FLUSH_MAX_CALLS
+                or self._qbytes >= C.FLUSH_MAX_BYTES
+                or len(self._qbulk) >= C.MAX_BULK_FRAMES - 1
+            ):
                 self._flush_locked()
 
     def flush(self) -> None:
@@ -218,13 +231,18 @@ class Connection:
         try:
             self._sock.send_multipart(encode_body(body, bulk), copy=not bulk)
         except zmq.ZMQError as exc:
-            hint = " (no connection came up: is the daemon running, and is WOOLY_SERVER_KEY its key?)" \
-                if isinstance(exc, zmq.Again) else ""
+            hint = (
+                " (no connection came up: is the daemon running, and is WOOLY_SERVER_KEY its key?)"
+                if isinstance(exc, zmq.Again)
+                else ""
+            )
             self._dead = CudaError(DEVICE_UNAVAILABLE, f"cannot send to gpud at {self.endpoint}: {exc}{hint}")
             raise self._dead from None
         self._last_sent = time.monotonic()
 
-    def call(self, body: dict[str, Any], bulk: Sequence[Any] = (), *, timeout_s: float | None = None) -> tuple[Any, list[Any]]:
+    def call(
+        self, body: dict[str, Any], bulk: Sequence[Any] = (), *, timeout_s: float | None = None
+    ) -> tuple[Any, list[Any]]:
         """Send a request and wait for its reply: returns (value, bulk frames) or raises CudaError."""
         with self._lock:
             if self._dead is not None:
@@ -257,8 +275,11 @@ class Connection:
         heard = False  # anything at all from gpud: a silent one is reported as gone, below
         while True:
             if deadline is not None and time.monotonic() > deadline and heard:
-                self._dead = CudaError(DEVICE_UNAVAILABLE, f"gpud at {self.endpoint} did not answer within "
-                                       f"{timeout_s:.1f} s (it answers pings: busy, or the reply was lost)")
+                self._dead = CudaError(
+                    DEVICE_UNAVAILABLE,
+                    f"gpud at {self.endpoint} did not answer within "
+                    f"{timeout_s:.1f} s (it answers pings: busy, or the reply was lost)",
+                )
                 raise self._dead
             got = self._stash.pop(rid, None)
             if got is None:
@@ -309,8 +330,11 @@ class Connection:
                                 continue  # re-sent: its reply comes from the restored session
                             # it ran before the checkpoint and its reply went down with the node: the session
                             # goes on, this call reports it (re-running it could do twice what it did)
-                            raise CudaError(DEVICE_UNAVAILABLE, f"gpud at {self.endpoint}: the session was restored "
-                                            "from its checkpoint, but the reply to this call was lost with its node")
+                            raise CudaError(
+                                DEVICE_UNAVAILABLE,
+                                f"gpud at {self.endpoint}: the session was restored "
+                                "from its checkpoint, but the reply to this call was lost with its node",
+                            )
                         detail += f"; restoring it from its checkpoint failed: {why}"
                 else:
                     hint = " (or is WOOLY_SERVER_KEY not its key?)" if curve.is_tcp(self.endpoint) else ""
@@ -342,7 +366,9 @@ class Connection:
             curve.secure_client(sock, endpoint, key)
         except ValueError as exc:
             sock.close(0)
-            self._dead = CudaError(DEVICE_UNAVAILABLE, f"the session moved to {endpoint}, which cannot be reached: {exc}")
+            self._dead = CudaError(
+                DEVICE_UNAVAILABLE, f"the session moved to {endpoint}, which cannot be reached: {exc}"
+            )
             raise self._dead from None
         sock.connect(endpoint)
         old, self._sock = self._sock, sock
@@ -354,15 +380,29 @@ class Connection:
         rid = self._rid
         self._pending.add(rid)
         try:
-            self._send({"kind": "hello", "rid": rid, "protocol": C.PROTOCOL_VERSION, "client_version": __version__,
-                        "tenant": tenant, "token": token, "pid": os.getpid(), "host_id": host_id(), "program": program,
-                        "capabilities": caps, "reservation": reservation, "resume": resume})
+            self._send(
+                {
+                    "kind": "hello",
+                    "rid": rid,
+                    "protocol": C.PROTOCOL_VERSION,
+                    "client_version": __version__,
+                    "tenant": tenant,
+                    "token": token,
+                    "pid": os.getpid(),
+                    "host_id": host_id(),
+                    "program": program,
+                    "capabilities": caps,
+                    "reservation": reservation,
+                    "resume": resume,
+                }
+            )
             reply, _ = self._wait(rid, self.timeout_s)
         finally:
             self._pending.discard(rid)
         if reply.get("session") != self.session:
-            self._dead = CudaError(DEVICE_UNAVAILABLE, f"the session moved to {endpoint}, which took it as "
-                                   f"{reply.get('session')!r}")
+            self._dead = CudaError(
+                DEVICE_UNAVAILABLE, f"the session moved to {endpoint}, which took it as {reply.get('session')!r}"
+            )
             raise self._dead
         self.server_capabilities = reply.get("capabilities", [])
         self.devices = reply.get("devices", self.devices)
@@ -413,8 +453,10 @@ class Connection:
         if ck is None:
             return "no checkpoint was taken yet"
         if self._replay_gap:
-            return (f"the calls since the last one outgrew WOOLY_REPLAY_LOG_MB={self._replay_max >> 20}, so it cannot "
-                    "be brought up to date")
+            return (
+                f"the calls since the last one outgrew WOOLY_REPLAY_LOG_MB={self._replay_max >> 20}, so it cannot "
+                "be brought up to date"
+            )
         endpoint, key, node = str(ck.get("endpoint", "")), str(ck.get("server_key", "")), str(ck.get("node", ""))
         tenant = self._creds[0]
         sock = self._ctx.socket(zmq.DEALER)
@@ -422,8 +464,17 @@ class Connection:
         try:
             curve.secure_client(sock, endpoint, key)
             sock.connect(endpoint)
-            sock.send_multipart(encode_body({"kind": "restore", "rid": 1, "session": self.session, "tenant": tenant,
-                                             "token": str(ck.get("token", ""))}))
+            sock.send_multipart(
+                encode_body(
+                    {
+                        "kind": "restore",
+                        "rid": 1,
+                        "session": self.session,
+                        "tenant": tenant,
+                        "token": str(ck.get("token", "")),
+                    }
+                )
+            )
             deadline = time.monotonic() + max(RESTORE_TIMEOUT_S, self.timeout_s)
             reply: dict[str, Any] | None = None
             while reply is None and time.monotonic() < deadline:
@@ -443,8 +494,14 @@ class Connection:
         value = reply.get("value") or {}
         self._standby = None
         try:
-            self._follow({"resume": value.get("resume", ""), "endpoint": endpoint, "server_key": key,
-                          "executed": int(value.get("executed", 0))})
+            self._follow(
+                {
+                    "resume": value.get("resume", ""),
+                    "endpoint": endpoint,
+                    "server_key": key,
+                    "executed": int(value.get("executed", 0)),
+                }
+            )
         except CudaError as exc:
             return f"the restored session on {node} did not take it back: {exc.message}"
         self.restores += 1

@@ -48,7 +48,9 @@ class FunctionInfo:
         buf = bytearray(self.param_buffer_size)
         for (size, _align, off), a in zip(self.params, args, strict=True):
             if len(a) != size:
-                raise CudaError(codes.INVALID_VALUE, f"{self.name}: parameter at offset {off} is {size} bytes, got {len(a)}")
+                raise CudaError(
+                    codes.INVALID_VALUE, f"{self.name}: parameter at offset {off} is {size} bytes, got {len(a)}"
+                )
             buf[off : off + size] = a
         return bytes(buf)
 
@@ -117,7 +119,10 @@ class Driver:
     def mem_free(self, addr: int) -> None:
         with self._lock:
             if addr in self._imported:
-                raise CudaError(codes.INVALID_VALUE, f"cuMemFree: 0x{addr:x} was opened from an IPC handle: close it with cuIpcCloseMemHandle")
+                raise CudaError(
+                    codes.INVALID_VALUE,
+                    f"cuMemFree: 0x{addr:x} was opened from an IPC handle: close it with cuIpcCloseMemHandle",
+                )
             if addr not in self._alloc_size:
                 raise CudaError(codes.INVALID_VALUE, f"cuMemFree: 0x{addr:x} is not an allocation of this context")
             size = self._alloc_size.pop(addr)
@@ -130,7 +135,9 @@ class Driver:
     def ipc_get_mem_handle(self, addr: int) -> bytes:
         with self._lock:
             if addr not in self._alloc_size or addr in self._imported:
-                raise CudaError(codes.INVALID_VALUE, f"cuIpcGetMemHandle: 0x{addr:x} is not an allocation of this context")
+                raise CudaError(
+                    codes.INVALID_VALUE, f"cuIpcGetMemHandle: 0x{addr:x} is not an allocation of this context"
+                )
         handle, _ = self.conn.call({"kind": "ipc_get", "addr": int(addr)})
         return bytes(handle)
 
@@ -147,7 +154,9 @@ class Driver:
         with self._lock:
             n = self._imported.get(addr)
             if n is None:
-                raise CudaError(codes.INVALID_VALUE, f"cuIpcCloseMemHandle: 0x{addr:x} was not opened from an IPC handle")
+                raise CudaError(
+                    codes.INVALID_VALUE, f"cuIpcCloseMemHandle: 0x{addr:x} was not opened from an IPC handle"
+                )
             if n > 1:
                 self._imported[addr] = n - 1
             else:
@@ -245,7 +254,9 @@ class Driver:
                 return
             except RingGone:  # the session moved (NOTE [resume]): this copy goes inline, later ones a new ring
                 self._ring = None
-        self.conn.post({"kind": "memcpy_htod", "dst": int(dst), "frame": 0, "stream": self._stream(stream)}, [bytes(view)])
+        self.conn.post(
+            {"kind": "memcpy_htod", "dst": int(dst), "frame": 0, "stream": self._stream(stream)}, [bytes(view)]
+        )
         progress.advance(n)
 
     def memcpy_dtoh(self, src: int, size: int, stream: int = 0, out: Any = None) -> Any:
@@ -264,7 +275,9 @@ class Driver:
                 return target
             except RingGone:  # the session moved (NOTE [resume]): this copy comes inline, later ones by a new ring
                 self._ring = None
-        _, bulk = self.conn.call({"kind": "memcpy_dtoh", "src": int(src), "size": int(size), "stream": self._stream(stream)})
+        _, bulk = self.conn.call(
+            {"kind": "memcpy_dtoh", "src": int(src), "size": int(size), "stream": self._stream(stream)}
+        )
         data = bulk[0]
         if out is None:
             return bytes(data)
@@ -279,16 +292,33 @@ class Driver:
         except CudaError:
             return
         if ptr + size > base + n:
-            raise CudaError(codes.INVALID_VALUE, f"{what}: range 0x{ptr:x}+{size} overruns the allocation 0x{base:x}+{n}")
+            raise CudaError(
+                codes.INVALID_VALUE, f"{what}: range 0x{ptr:x}+{size} overruns the allocation 0x{base:x}+{n}"
+            )
 
     def memcpy_dtod(self, dst: int, src: int, size: int, stream: int = 0) -> None:
         if size:
-            self.conn.post({"kind": "memcpy_dtod", "dst": int(dst), "src": int(src), "size": int(size), "stream": self._stream(stream)})
+            self.conn.post(
+                {
+                    "kind": "memcpy_dtod",
+                    "dst": int(dst),
+                    "src": int(src),
+                    "size": int(size),
+                    "stream": self._stream(stream),
+                }
+            )
 
     def memset(self, dst: int, value: int, elem_size: int, count: int, stream: int = 0) -> None:
         mask = (1 << (8 * elem_size)) - 1
         self.conn.post(
-            {"kind": "memset", "dst": int(dst), "value": int(value) & mask, "elem_size": elem_size, "count": int(count), "stream": self._stream(stream)}
+            {
+                "kind": "memset",
+                "dst": int(dst),
+                "value": int(value) & mask,
+                "elem_size": elem_size,
+                "count": int(count),
+                "stream": self._stream(stream),
+            }
         )
 
     # ------------------------------------------------------------------ streams and events
@@ -425,9 +455,17 @@ class Driver:
         b = [int(x) for x in block]
         if not checked:  # proto/launch.py, with the function's own attributes (the CUDA API face checked already)
             a = info.attributes
-            rules.check(info.name, self.devices[0]["attributes"], g, b, int(shared_mem),
-                        max_threads=a.get("max_threads_per_block"), static_shared=a.get("shared_size_bytes", 0),
-                        params=len(params), cooperative=cooperative)
+            rules.check(
+                info.name,
+                self.devices[0]["attributes"],
+                g,
+                b,
+                int(shared_mem),
+                max_threads=a.get("max_threads_per_block"),
+                static_shared=a.get("shared_size_bytes", 0),
+                params=len(params),
+                cooperative=cooperative,
+            )
         self.conn.post(
             {
                 "kind": "launch",

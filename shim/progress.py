@@ -47,8 +47,15 @@ def transfer(total: int, what: str) -> Iterator[None]:
         return
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
-    bar = Progress(TextColumn("wooly: {task.description}"), BarColumn(), DownloadColumn(binary_units=True),
-                   TransferSpeedColumn(), TimeRemainingColumn(), console=_console(), transient=True)
+    bar = Progress(
+        TextColumn("wooly: {task.description}"),
+        BarColumn(),
+        DownloadColumn(binary_units=True),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+        console=_console(),
+        transient=True,
+    )
     task = bar.add_task(what, total=total)
     _tls.bar = (bar, task)
     bar.start()

@@ -75,8 +75,15 @@ def driver() -> Driver:
             endpoint, server_key, reservation = placed.endpoint, placed.server_key, placed.reservation
         try:
             conn = Connection(
-                endpoint, tenant=s.tenant, token=s.token, timeout_s=s.timeout_s, connect_timeout_s=s.connect_timeout_s,
-                server_key=server_key, reservation=reservation, probe_s=s.probe_s, replay_log_mb=s.replay_log_mb,
+                endpoint,
+                tenant=s.tenant,
+                token=s.token,
+                timeout_s=s.timeout_s,
+                connect_timeout_s=s.connect_timeout_s,
+                server_key=server_key,
+                reservation=reservation,
+                probe_s=s.probe_s,
+                replay_log_mb=s.replay_log_mb,
             )
         except CudaError as exc:
             if exc.code == codes.NO_DEVICE:  # nothing listens: like cuInit without a driver, for good

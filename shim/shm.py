@@ -113,7 +113,9 @@ class StagingRing:
             n = min(self.slot_size, size - off)
             slot, seq = self._take()
             ctypes.memmove(self._addr(slot), src_addr + off, n)
-            self.conn.post({"kind": "shm_htod", "dst": dst + off, "slot": slot, "size": n, "seq": seq, "stream": stream})
+            self.conn.post(
+                {"kind": "shm_htod", "dst": dst + off, "slot": slot, "size": n, "seq": seq, "stream": stream}
+            )
             self.conn.flush()
             off += n
             progress.advance(n)
@@ -126,7 +128,9 @@ class StagingRing:
             while i < len(chunks) and len(inflight) < self.slots:
                 off, n = chunks[i]
                 slot, seq = self._take()
-                self.conn.post({"kind": "shm_dtoh", "src": src + off, "slot": slot, "size": n, "seq": seq, "stream": stream})
+                self.conn.post(
+                    {"kind": "shm_dtoh", "src": src + off, "slot": slot, "size": n, "seq": seq, "stream": stream}
+                )
                 inflight.append((slot, seq, off, n))
                 i += 1
             self.conn.flush()

@@ -27,8 +27,19 @@ from typing import Any
 CORPUS = Path(__file__).parent / "jit_golden" / "cases"
 TYPES = ["u8", "s8", "u16", "s16", "u32", "s32", "u64", "s64", "b8", "b16", "b32", "b64", "f16", "f32", "f64", "pred"]
 SPACES = ["global", "shared", "local", "const", "param"]
-IMMS = ["0", "-1", "64", "0x40", "2147483647", "-2147483648", "4294967295", "9223372036854775807", "1099511627776",
-        "0f7F800000", "0d7FF8000000000000"]
+IMMS = [
+    "0",
+    "-1",
+    "64",
+    "0x40",
+    "2147483647",
+    "-2147483648",
+    "4294967295",
+    "9223372036854775807",
+    "1099511627776",
+    "0f7F800000",
+    "0d7FF8000000000000",
+]
 KERNEL_S = 2.0  # the fuzz tenant's max_kernel_s
 CALL_S = 90.0  # a call that has not answered by then is a hang (compiles are bounded at 60 s of CPU by default)
 
@@ -67,10 +78,14 @@ def mutate(text: str, rng: random.Random) -> str:
             if labels:
                 lines.insert(i, f"\tbra.uni {rng.choice(labels)};")
         elif kind == 8:  # a bigger declaration
-            lines[i] = re.sub(r"([<\[])(\d+)([>\]])", lambda m: f"{m.group(1)}{int(m.group(2)) * rng.choice([7, 1000, 1 << 20])}"
-                              f"{m.group(3)}", lines[i], count=1)
+            lines[i] = re.sub(
+                r"([<\[])(\d+)([>\]])",
+                lambda m: f"{m.group(1)}{int(m.group(2)) * rng.choice([7, 1000, 1 << 20])}{m.group(3)}",
+                lines[i],
+                count=1,
+            )
         else:
-            del lines[rng.randrange(len(lines)):]
+            del lines[rng.randrange(len(lines)) :]
     return "\n".join(lines) + "\n"
 
 
@@ -96,8 +111,9 @@ def run(endpoint: str, seconds: float, seed: int, alive: Any = None) -> dict[str
         d = connect(endpoint, tenant="fuzz", timeout_s=CALL_S)
         try:
             t = time.monotonic()
-            mod = d.conn.call({"kind": "module_load", "module": 1, "frame": 0, "format": "ptx"},
-                              [text.encode()], timeout_s=CALL_S)[0]
+            mod = d.conn.call(
+                {"kind": "module_load", "module": 1, "frame": 0, "format": "ptx"}, [text.encode()], timeout_s=CALL_S
+            )[0]
             d.modules[1] = mod
             for name in entries(text)[:2]:
                 fn = d.module_get_function(1, name)
@@ -148,14 +164,22 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args()
     from tests.conftest import start
+
     g = start("ipc", extra_args=["--tenant", f"fuzz:max_kernel_s={KERNEL_S}"])
     try:
         stats = run(g.endpoint, args.seconds, args.seed, alive=lambda: g.proc.poll() is None)
     finally:
         g.stop()
     stats.pop("hang_texts", None)
-    print(json.dumps({"bench": "fuzz_ptx", "gpud_exit": g.proc.returncode,
-                      **{k: v for k, v in stats.items() if not k.endswith("crash_text")}}))
+    print(
+        json.dumps(
+            {
+                "bench": "fuzz_ptx",
+                "gpud_exit": g.proc.returncode,
+                **{k: v for k, v in stats.items() if not k.endswith("crash_text")},
+            }
+        )
+    )
     if stats.get("crash_text"):
         print("---- the module tried when gpud was found dead:\n" + stats["crash_text"])
         print("---- the one before it:\n" + stats.get("before_crash_text", ""))

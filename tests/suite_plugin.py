@@ -40,7 +40,15 @@ def pytest_collectreport(report: pytest.CollectReport) -> None:
     if report.failed:
         crash = getattr(report.longrepr, "reprcrash", None)
         message = crash.message if crash is not None else str(report.longrepr)[-600:]
-        _write({"event": "end", "id": report.nodeid + "::<collection>", "outcome": "error", "message": message[:600], "t": time.time()})
+        _write(
+            {
+                "event": "end",
+                "id": report.nodeid + "::<collection>",
+                "outcome": "error",
+                "message": message[:600],
+                "t": time.time(),
+            }
+        )
 
 
 def pytest_runtest_logstart(nodeid: str, location: tuple) -> None:

@@ -35,8 +35,16 @@ def _records(path: str) -> tuple[dict[str, dict], str | None]:
     return ends, started
 
 
-def run_package(package: str, target: list[str], out_dir: str, deadline: float, per_test_timeout: int,
-                extra: list[str], rootdir: str | None = None, env_extra: dict[str, str] | None = None) -> None:
+def run_package(
+    package: str,
+    target: list[str],
+    out_dir: str,
+    deadline: float,
+    per_test_timeout: int,
+    extra: list[str],
+    rootdir: str | None = None,
+    env_extra: dict[str, str] | None = None,
+) -> None:
     """Run ``wooly run -m pytest TARGET`` until every test of ``package`` has an outcome (restarting after crashes)."""
     out = os.path.join(out_dir, f"{package}.jsonl")
     done_file = os.path.join(out_dir, f"{package}.done")
@@ -51,8 +59,17 @@ def run_package(package: str, target: list[str], out_dir: str, deadline: float, 
         ends, started = _records(out)
         if started is not None:  # the process died inside this test: blame it, continue after it
             with open(out, "a") as f:
-                f.write(json.dumps({"event": "end", "id": started, "outcome": "crash",
-                                    "message": "the test process or gpud died during this test"}) + "\n")
+                f.write(
+                    json.dumps(
+                        {
+                            "event": "end",
+                            "id": started,
+                            "outcome": "crash",
+                            "message": "the test process or gpud died during this test",
+                        }
+                    )
+                    + "\n"
+                )
             ends[started] = {"outcome": "crash"}
         with open(done_file, "w") as f:
             f.writelines(i + "\n" for i in ends)
@@ -60,10 +77,34 @@ def run_package(package: str, target: list[str], out_dir: str, deadline: float, 
         if remaining < 30:
             print(f"[{package}] out of time after {len(ends)} tests", file=sys.stderr)
             return
-        cmd = [sys.executable, "-m", "woolyhv", "run", "-m", "pytest", *target,
-               "-p", "tests.suite_plugin", "-p", "no:cacheprovider", "--import-mode=importlib", "-o", "consider_namespace_packages=true", "--continue-on-collection-errors", "-q", "--no-header", "-rN",
-               f"--timeout={per_test_timeout}", "-o", "addopts=", "--rootdir", rootdir or out_dir,
-               "--confcutdir", rootdir or out_dir, *extra]
+        cmd = [
+            sys.executable,
+            "-m",
+            "woolyhv",
+            "run",
+            "-m",
+            "pytest",
+            *target,
+            "-p",
+            "tests.suite_plugin",
+            "-p",
+            "no:cacheprovider",
+            "--import-mode=importlib",
+            "-o",
+            "consider_namespace_packages=true",
+            "--continue-on-collection-errors",
+            "-q",
+            "--no-header",
+            "-rN",
+            f"--timeout={per_test_timeout}",
+            "-o",
+            "addopts=",
+            "--rootdir",
+            rootdir or out_dir,
+            "--confcutdir",
+            rootdir or out_dir,
+            *extra,
+        ]
         print(f"[{package}] attempt {attempt + 1}: {len(ends)} tests done, {remaining:.0f} s left", file=sys.stderr)
         log = open(os.path.join(out_dir, f"{package}.log"), "a")
         try:
@@ -116,8 +157,12 @@ def summarise(out_dir: str, packages: list[str] | tuple[str, ...], title: str = 
         counts = collections.Counter(r["outcome"] for r in ends.values())
         summary[package] = dict(sorted(counts.items()), total=len(ends))
         groups = collections.Counter(
-            (r["outcome"], (r.get("message") or "").strip().splitlines()[0][:110] if (r.get("message") or "").strip() else "")
-            for r in ends.values() if r["outcome"] in ("failed", "error", "crash")
+            (
+                r["outcome"],
+                (r.get("message") or "").strip().splitlines()[0][:110] if (r.get("message") or "").strip() else "",
+            )
+            for r in ends.values()
+            if r["outcome"] in ("failed", "error", "crash")
         )
         print(f"\n== {title.format(package)}: " + ", ".join(f"{k} {v}" for k, v in summary[package].items()))
         for (outcome, msg), n in groups.most_common(40):

@@ -25,8 +25,10 @@ def _lost_session_line(exc: BaseException) -> str | None:
         return None
     tenant = os.environ.get("WOOLY_TENANT", "") or "default"
     why = "" if "checkpoint" in dead.message else f" (tenant {tenant!r} has no checkpoint policy to restore it from)"
-    return (f"wooly: {error_name(dead.code)}: {dead.message}; the session's device state is lost{why}. "
-            "WOOLY_TRACEBACK=1 shows where the program was.")
+    return (
+        f"wooly: {error_name(dead.code)}: {dead.message}; the session's device state is lost{why}. "
+        "WOOLY_TRACEBACK=1 shows where the program was."
+    )
 
 
 def main() -> None:

@@ -11,9 +11,9 @@ import typer
 
 from woolyhv.sizes import human as _human
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="woolyhv: run CUDA programs on a remote (or embedded) gpud.")
-
-
+app = typer.Typer(
+    add_completion=False, no_args_is_help=True, help="woolyhv: run CUDA programs on a remote (or embedded) gpud."
+)
 
 
 def _make_backends(kind: str, cpu_memory: int, bounds_check: bool = True):
@@ -52,25 +52,76 @@ def _make_backends(kind: str, cpu_memory: int, bounds_check: bool = True):
 
 @app.command()
 def gpud(
-    listen: Annotated[list[str], typer.Option(help="endpoint(s) to bind: tcp://0.0.0.0:5555, ipc:///path")] = ["tcp://127.0.0.1:5555"],  # noqa: B006
+    listen: Annotated[list[str], typer.Option(help="endpoint(s) to bind: tcp://0.0.0.0:5555, ipc:///path")] = [  # noqa: B006
+        "tcp://127.0.0.1:5555"
+    ],
     backend: Annotated[str, typer.Option(help="auto, cpu or nvidia")] = "auto",
     log_level: Annotated[str, typer.Option(help="debug, info, warning")] = "info",
     owner_pid: Annotated[int | None, typer.Option(help="exit when this process exits (embedded mode)")] = None,
     cpu_memory: Annotated[int, typer.Option(help="bytes the CPU backend offers (0 = host RAM)")] = 0,
-    config: Annotated[str | None, typer.Option(help="hypervisor config file (TOML or YAML): tenants, quotas ...")] = None,
-    tenant: Annotated[list[str], typer.Option(help="tenant policy, repeatable: name:quota=2GiB,weight=3,priority=4")] = [],  # noqa: B006
+    config: Annotated[
+        str | None, typer.Option(help="hypervisor config file (TOML or YAML): tenants, quotas ...")
+    ] = None,
+    tenant: Annotated[
+        list[str], typer.Option(help="tenant policy, repeatable: name:quota=2GiB,weight=3,priority=4")
+    ] = [],  # noqa: B006
     metrics_port: Annotated[int | None, typer.Option(help="serve Prometheus metrics on this port (0 = off)")] = None,
-    metrics_addr: Annotated[str | None, typer.Option(help="address the metrics listen on (default 127.0.0.1; 0.0.0.0 for a scraper on another host: the metrics name tenants)")] = None,
-    scheduler: Annotated[bool | None, typer.Option("--scheduler/--no-scheduler", help="weighted fair device scheduling")] = None,
-    overcommit_ratio: Annotated[float | None, typer.Option(help="tenants' memory may total this times the device")] = None,
-    admin_token: Annotated[str | None, typer.Option(envvar="WOOLY_ADMIN_TOKEN", show_default=False, help="token admin calls (wooly ps) must carry; prefer the environment variable to the flag")] = None,
-    insecure: Annotated[bool, typer.Option("--insecure", help="tcp listeners speak in clear (no CURVE): tokens and tensors are readable on the network")] = False,
-    executors: Annotated[bool | None, typer.Option("--executors/--no-executors", help="run each tenant's ATen ops in a process of its own (default: the config's [aten] executors, on)")] = None,
-    bounds_check: Annotated[bool, typer.Option("--bounds-check/--no-bounds-check", help="CPU backend: check every global access of a kernel against the launching session's memory (CUDA_ERROR_ILLEGAL_ADDRESS instead of touching another tenant's data)")] = True,
-    join: Annotated[str | None, typer.Option(envvar="WOOLY_JOIN", help="join the pool whose etcd is here: etcd://HOST:2379")] = None,
-    node_name: Annotated[str | None, typer.Option(envvar="WOOLY_NODE_NAME", help="this node's name in the pool (default: the host name)")] = None,
-    advertise: Annotated[str | None, typer.Option(envvar="WOOLY_ADVERTISE", help="endpoint clients of the pool use to reach this gpud (default: the tcp listener, 0.0.0.0 replaced by this host's address)")] = None,
-    pool_ttl: Annotated[int, typer.Option(help="seconds after which a silent node leaves the pool (its etcd lease)")] = 5,
+    metrics_addr: Annotated[
+        str | None,
+        typer.Option(
+            help="address the metrics listen on (default 127.0.0.1; 0.0.0.0 for a scraper on another host: the metrics name tenants)"
+        ),
+    ] = None,
+    scheduler: Annotated[
+        bool | None, typer.Option("--scheduler/--no-scheduler", help="weighted fair device scheduling")
+    ] = None,
+    overcommit_ratio: Annotated[
+        float | None, typer.Option(help="tenants' memory may total this times the device")
+    ] = None,
+    admin_token: Annotated[
+        str | None,
+        typer.Option(
+            envvar="WOOLY_ADMIN_TOKEN",
+            show_default=False,
+            help="token admin calls (wooly ps) must carry; prefer the environment variable to the flag",
+        ),
+    ] = None,
+    insecure: Annotated[
+        bool,
+        typer.Option(
+            "--insecure", help="tcp listeners speak in clear (no CURVE): tokens and tensors are readable on the network"
+        ),
+    ] = False,
+    executors: Annotated[
+        bool | None,
+        typer.Option(
+            "--executors/--no-executors",
+            help="run each tenant's ATen ops in a process of its own (default: the config's [aten] executors, on)",
+        ),
+    ] = None,
+    bounds_check: Annotated[
+        bool,
+        typer.Option(
+            "--bounds-check/--no-bounds-check",
+            help="CPU backend: check every global access of a kernel against the launching session's memory (CUDA_ERROR_ILLEGAL_ADDRESS instead of touching another tenant's data)",
+        ),
+    ] = True,
+    join: Annotated[
+        str | None, typer.Option(envvar="WOOLY_JOIN", help="join the pool whose etcd is here: etcd://HOST:2379")
+    ] = None,
+    node_name: Annotated[
+        str | None, typer.Option(envvar="WOOLY_NODE_NAME", help="this node's name in the pool (default: the host name)")
+    ] = None,
+    advertise: Annotated[
+        str | None,
+        typer.Option(
+            envvar="WOOLY_ADVERTISE",
+            help="endpoint clients of the pool use to reach this gpud (default: the tcp listener, 0.0.0.0 replaced by this host's address)",
+        ),
+    ] = None,
+    pool_ttl: Annotated[
+        int, typer.Option(help="seconds after which a silent node leaves the pool (its etcd lease)")
+    ] = 5,
     label: Annotated[list[str], typer.Option(help="node label for the pool, repeatable: zone=a")] = [],  # noqa: B006
 ) -> None:
     """Run the gpud daemon."""
@@ -81,8 +132,10 @@ def gpud(
         if not os.path.isdir(os.path.join(torch_path, "torch")):
             from woolyhv.config import ConfigError
 
-            raise ConfigError(f"WOOLY_TORCH_PATH={torch_path!r}: expected a directory holding a torch package "
-                              "(pip install --target DIR torch)")
+            raise ConfigError(
+                f"WOOLY_TORCH_PATH={torch_path!r}: expected a directory holding a torch package "
+                "(pip install --target DIR torch)"
+            )
         sys.path.insert(0, torch_path)
 
     faulthandler.enable()  # a fault in native code (a kernel, a vendor library) leaves its Python stack on stderr
@@ -116,7 +169,9 @@ def gpud(
         try:
             ipaddress.ip_address(metrics_addr)
         except ValueError:
-            raise ConfigError(f"--metrics-addr={metrics_addr!r}: expected an IP address (127.0.0.1, 0.0.0.0, ::)") from None
+            raise ConfigError(
+                f"--metrics-addr={metrics_addr!r}: expected an IP address (127.0.0.1, 0.0.0.0, ::)"
+            ) from None
         overrides["metrics_addr"] = metrics_addr
     try:
         hv_config = load_policy(config, tenant_specs=tenant, metrics_port=metrics_port, overrides=overrides)
@@ -127,12 +182,15 @@ def gpud(
         hv_config.scheduler.enabled = scheduler
     if executors is not None:
         if not executors and hv_config.aten.permit_unsafe:
-            raise ConfigError("--no-executors: the config's [aten] permit_unsafe needs executors (without them an "
-                              "unsafe op reads other tenants' memory)")
+            raise ConfigError(
+                "--no-executors: the config's [aten] permit_unsafe needs executors (without them an "
+                "unsafe op reads other tenants' memory)"
+            )
         hv_config.aten.executors = executors
     try:
-        server = Server(listen, _make_backends(backend, cpu_memory, bounds_check), hypervisor=hv_config,
-                        insecure=insecure)
+        server = Server(
+            listen, _make_backends(backend, cpu_memory, bounds_check), hypervisor=hv_config, insecure=insecure
+        )
     except ListenError as exc:
         raise ConfigError(str(exc)) from None
     if join:
@@ -156,8 +214,16 @@ def devices(
         from shim.client import Connection
 
         conn = Connection(server, program="wooly devices")
-        devs = [{"backend": d["backend"], "index": d["ordinal"], "name": d["name"], "total_mem": d["total_mem"],
-                 "detail": f"sm_{d['compute_capability'][0]}{d['compute_capability'][1]}"} for d in conn.devices]
+        devs = [
+            {
+                "backend": d["backend"],
+                "index": d["ordinal"],
+                "name": d["name"],
+                "total_mem": d["total_mem"],
+                "detail": f"sm_{d['compute_capability'][0]}{d['compute_capability'][1]}",
+            }
+            for d in conn.devices
+        ]
         conn.close()
         result = {"server": server, "devices": devs}
     else:
@@ -169,14 +235,22 @@ def devices(
         return
     typer.echo(f"{'#':>2}  {'backend':7}  {'memory':>10}  name")
     for d in result["devices"]:
-        typer.echo(f"{d['index']:>2}  {d['backend']:7}  {_human(d['total_mem']):>10}  {d['name']}  {d.get('detail', '')}")
+        typer.echo(
+            f"{d['index']:>2}  {d['backend']:7}  {_human(d['total_mem']):>10}  {d['name']}  {d.get('detail', '')}"
+        )
     for k, v in result.get("notes", {}).items():
         typer.echo(f"    {k}: {v}")
 
 
 @app.command()
 def keys(
-    client: Annotated[str, typer.Option("--client", help="make a client key pair NAME instead (for WOOLY_CLIENT_KEY); prints its file and public key")] = "",
+    client: Annotated[
+        str,
+        typer.Option(
+            "--client",
+            help="make a client key pair NAME instead (for WOOLY_CLIENT_KEY); prints its file and public key",
+        ),
+    ] = "",
 ) -> None:
     """Print gpud's public CURVE key, creating the key pair on first use (proto/curve.py): clients on other
     hosts need it as WOOLY_SERVER_KEY. With --client NAME: a client key pair to bind to a tenant (its config's
@@ -193,8 +267,10 @@ def keys(
         except ValueError as exc:
             raise ConfigError(f"--client: {exc}") from None
         typer.echo(f"{path}\n{public.decode()}")
-        typer.echo(f"# export WOOLY_CLIENT_KEY={path}; in gpud's config: [tenants.NAME] keys = [\"{public.decode()}\"]",
-                   err=True)
+        typer.echo(
+            f'# export WOOLY_CLIENT_KEY={path}; in gpud\'s config: [tenants.NAME] keys = ["{public.decode()}"]',
+            err=True,
+        )
         return
     public, _ = curve.server_keys()
     typer.echo(public.decode())
@@ -202,10 +278,16 @@ def keys(
 
 @app.command()
 def ps(
-    server: Annotated[str, typer.Option(envvar="WOOLY_SERVER", help="gpud endpoint, or pool://HOST:PORT (a controller)")] = "tcp://127.0.0.1:5555",
+    server: Annotated[
+        str, typer.Option(envvar="WOOLY_SERVER", help="gpud endpoint, or pool://HOST:PORT (a controller)")
+    ] = "tcp://127.0.0.1:5555",
     as_json: Annotated[bool, typer.Option("--json")] = False,
-    admin_token: Annotated[str, typer.Option(envvar="WOOLY_ADMIN_TOKEN", show_default=False, help="gpud's admin token, where it has one")] = "",
-    pool: Annotated[bool, typer.Option("--pool", help="every session in the pool (WOOLY_SERVER names its controller)")] = False,
+    admin_token: Annotated[
+        str, typer.Option(envvar="WOOLY_ADMIN_TOKEN", show_default=False, help="gpud's admin token, where it has one")
+    ] = "",
+    pool: Annotated[
+        bool, typer.Option("--pool", help="every session in the pool (WOOLY_SERVER names its controller)")
+    ] = False,
 ) -> None:
     """List a gpud's live sessions (an admin call), or the whole pool's with --pool."""
     if pool or server.startswith("pool://"):
@@ -229,12 +311,19 @@ def ps(
         typer.echo(json.dumps(info, indent=2))
         return
     for d in info["devices"]:
-        typer.echo(f"device {d['ordinal']} {d['backend']} {d['name']}: {_human(d['used'])} / {_human(d['total_mem'])} used")
-    typer.echo(f"{'session':12}  {'tenant':10}  {'pid':>7}  {'memory':>10}  {'allocs':>6}  {'mods':>4}  {'strm':>4}  {'evts':>4}  {'age':>8}  {'moves':>5}  {'checkpoint':24}  program")
+        typer.echo(
+            f"device {d['ordinal']} {d['backend']} {d['name']}: {_human(d['used'])} / {_human(d['total_mem'])} used"
+        )
+    typer.echo(
+        f"{'session':12}  {'tenant':10}  {'pid':>7}  {'memory':>10}  {'allocs':>6}  {'mods':>4}  {'strm':>4}  {'evts':>4}  {'age':>8}  {'moves':>5}  {'checkpoint':24}  program"
+    )
     now = time.time()
     for s in info["sessions"]:
         ck = s.get("checkpoint") or {}
-        row = {"checkpoint_s": ck.get("interval_s", 0), "checkpoint": {"at": ck["at"], "standby": ck["standby"]} if ck.get("at") else {}}
+        row = {
+            "checkpoint_s": ck.get("interval_s", 0),
+            "checkpoint": {"at": ck["at"], "standby": ck["standby"]} if ck.get("at") else {},
+        }
         typer.echo(
             f"{s['session']:12}  {s['tenant'][:10]:10}  {s['pid']:>7}  {_human(s['memory_used']):>10}  {s['allocations']:>6}  "
             f"{s['modules']:>4}  {s['streams']:>4}  {s['events']:>4}  {s['age_s']:>7.1f}s  {s.get('moves', 0):>5}  "
@@ -249,7 +338,10 @@ def ps(
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def run(ctx: typer.Context, program: Annotated[str, typer.Argument(help="script.py, -m module, or any executable (an nvcc-built binary)")]) -> None:
+def run(
+    ctx: typer.Context,
+    program: Annotated[str, typer.Argument(help="script.py, -m module, or any executable (an nvcc-built binary)")],
+) -> None:
     """Run a program (a Python script or module, or a native executable) with the shim loaded (embedded gpud unless WOOLY_SERVER is set)."""
     from woolyhv.config import settings
     from woolyhv.launcher import run as launch
@@ -281,10 +373,19 @@ def cache(
 
 @app.command()
 def top(
-    server: Annotated[str | None, typer.Option("--server", envvar="WOOLY_SERVER", help="gpud endpoint or pool://...; default: the embedded gpud of a running `wooly run`")] = None,
+    server: Annotated[
+        str | None,
+        typer.Option(
+            "--server",
+            envvar="WOOLY_SERVER",
+            help="gpud endpoint or pool://...; default: the embedded gpud of a running `wooly run`",
+        ),
+    ] = None,
     interval: Annotated[float, typer.Option(help="seconds between refreshes")] = 1.0,
     once: Annotated[bool, typer.Option("--once", help="print one screen and exit")] = False,
-    admin_token: Annotated[str, typer.Option(envvar="WOOLY_ADMIN_TOKEN", show_default=False, help="gpud's admin token, where it has one")] = "",
+    admin_token: Annotated[
+        str, typer.Option(envvar="WOOLY_ADMIN_TOKEN", show_default=False, help="gpud's admin token, where it has one")
+    ] = "",
 ) -> None:
     """A live view of a gpud (tenants: memory, quota, shared, device share, ops/s, state, waits; devices; sessions)
     or of a pool's nodes."""
@@ -296,8 +397,10 @@ def top(
     if not server:
         found = embedded_gpuds()
         if not found:
-            raise ConfigError("--server (WOOLY_SERVER) is unset and no `wooly run` with an embedded gpud is running: "
-                              "expected an endpoint such as tcp://host:5555")
+            raise ConfigError(
+                "--server (WOOLY_SERVER) is unset and no `wooly run` with an embedded gpud is running: "
+                "expected an endpoint such as tcp://host:5555"
+            )
         server = found[-1][1]
         if len(found) > 1:
             typer.echo(f"wooly top: {len(found)} embedded gpuds; showing the one of pid {found[-1][0]}", err=True)
@@ -312,9 +415,14 @@ def top(
 
 @app.command()
 def doctor(
-    server: Annotated[str | None, typer.Option("--server", help="gpud or pool to check (default: WOOLY_SERVER; unset: an embedded gpud)")] = None,
+    server: Annotated[
+        str | None,
+        typer.Option("--server", help="gpud or pool to check (default: WOOLY_SERVER; unset: an embedded gpud)"),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
-    no_torch: Annotated[bool, typer.Option("--no-torch", help="skip the torch op (it starts a program under wooly run)")] = False,
+    no_torch: Annotated[
+        bool, typer.Option("--no-torch", help="skip the torch op (it starts a program under wooly run)")
+    ] = False,
 ) -> None:
     """Check this setup end to end, one line a check with what to do when it fails: settings, versions, the pool,
     the connection and key, gpud's backend, the JIT cache, the native face, a PTX kernel and a torch op."""
@@ -330,7 +438,9 @@ def version() -> None:
     import shim
     from proto.constants import PROTOCOL_VERSION
 
-    typer.echo(f"woolyhv {__import__('woolyhv').__version__} (gpud {gpud.__version__}, shim {shim.__version__}, protocol {PROTOCOL_VERSION}, python {sys.version.split()[0]}, pid {os.getpid()})")
+    typer.echo(
+        f"woolyhv {__import__('woolyhv').__version__} (gpud {gpud.__version__}, shim {shim.__version__}, protocol {PROTOCOL_VERSION}, python {sys.version.split()[0]}, pid {os.getpid()})"
+    )
 
 
 def _register_pool() -> None:

@@ -42,7 +42,7 @@ def pool_controllers(url: str, what: str = "WOOLY_SERVER") -> list[str]:
     if not url.startswith("pool://") or len(url) <= len("pool://"):
         raise ConfigError(f"{what}={url!r}: expected pool://HOST:PORT[,HOST:PORT...] (the pool's controllers)")
     out = []
-    for part in url[len("pool://"):].split(","):
+    for part in url[len("pool://") :].split(","):
         ep = "tcp://" + part.strip()
         try:
             check_endpoint(ep, what)
@@ -66,7 +66,9 @@ class Settings(BaseSettings):
     backend: str = Field("auto", description="gpud backend: auto, cpu, nvidia, amd")
     shm: bool = Field(True, description="use shared memory for bulk copies when gpud is on this host")
     # placement in a pool (WOOLY_SERVER=pool://...): NOTE [pool client] in woolyhv/pool/client.py
-    mem: int = Field(0, description="device memory this program needs (4GiB); 0 = estimate from WOOLY_MODEL, else 1 GiB")
+    mem: int = Field(
+        0, description="device memory this program needs (4GiB); 0 = estimate from WOOLY_MODEL, else 1 GiB"
+    )
     model: str = Field("", description="model checkpoint (directory, config.json or .safetensors) to estimate from")
     context: int = Field(4096, description="context length for the KV-cache part of an estimate")
     training: bool = Field(False, description="estimate for training (gradients and Adam state) instead of inference")
@@ -158,12 +160,20 @@ class Settings(BaseSettings):
         return v
 
 
-_EXPECTED = {"float_parsing": "expected a number", "int_parsing": "expected a whole number",
-             "bool_parsing": "expected 1/0, true/false, yes/no or on/off"}
-_FIELD_EXPECTS = {"timeout_s": "expected a number of seconds > 0", "connect_timeout_s": "expected a number of seconds > 0",
-                  "place_timeout_s": "expected a number of seconds > 0", "probe_s": "expected a number of seconds > 0", "priority": "expected a whole number from -1000 to 1000",
-                  "cpu_memory": "expected a number of bytes >= 0 (0: the host's memory)",
-                  "replay_log_mb": "expected a whole number of MiB from 1 to 1048576"}
+_EXPECTED = {
+    "float_parsing": "expected a number",
+    "int_parsing": "expected a whole number",
+    "bool_parsing": "expected 1/0, true/false, yes/no or on/off",
+}
+_FIELD_EXPECTS = {
+    "timeout_s": "expected a number of seconds > 0",
+    "connect_timeout_s": "expected a number of seconds > 0",
+    "place_timeout_s": "expected a number of seconds > 0",
+    "probe_s": "expected a number of seconds > 0",
+    "priority": "expected a whole number from -1000 to 1000",
+    "cpu_memory": "expected a number of bytes >= 0 (0: the host's memory)",
+    "replay_log_mb": "expected a whole number of MiB from 1 to 1048576",
+}
 
 
 def settings() -> Settings:

@@ -154,8 +154,12 @@ class Doctor:
 
             t = time.monotonic()
             endpoint, self._embedded = start_gpud(owner_pid=os.getpid(), log_level="warning")
-            self.add(OK, "gpud", f"embedded gpud started at {endpoint} in {time.monotonic() - t:.1f} s (as `wooly run` "
-                                 "does with WOOLY_SERVER unset)")
+            self.add(
+                OK,
+                "gpud",
+                f"embedded gpud started at {endpoint} in {time.monotonic() - t:.1f} s (as `wooly run` "
+                "does with WOOLY_SERVER unset)",
+            )
         elif endpoint.startswith("pool://"):
             from woolyhv.pool.client import PoolClient, PoolError
             from woolyhv.pool.model import PlaceRequest
@@ -164,26 +168,44 @@ class Doctor:
             try:
                 st = pc.call({"kind": "status"})
                 leader = (st.get("leader") or {}).get("id", "none")
-                self.add(OK if st["nodes"] else WARN, "pool", f"controller {st['id']}, leader {leader}, {st['nodes']} node(s), "
-                         f"{len(st['pending'])} waiting", "" if st["nodes"] else "start gpud nodes with --join")
+                self.add(
+                    OK if st["nodes"] else WARN,
+                    "pool",
+                    f"controller {st['id']}, leader {leader}, {st['nodes']} node(s), {len(st['pending'])} waiting",
+                    "" if st["nodes"] else "start gpud nodes with --join",
+                )
                 placed = pc.place(PlaceRequest(tenant=s.tenant, memory=1 << 20, deadline_s=5.0, program="wooly doctor"))
                 endpoint, key, reservation = placed.endpoint, placed.server_key, placed.reservation
                 self.add(OK, "placement", f"node {placed.node} at {endpoint} (decision {placed.decision})")
             except PoolError as exc:
-                self.add(FAIL, "pool", f"{exc.name}: {exc}", "is `wooly controller` running there, and "
-                         "WOOLY_SERVER_KEY the pool's key?")
+                self.add(
+                    FAIL,
+                    "pool",
+                    f"{exc.name}: {exc}",
+                    "is `wooly controller` running there, and WOOLY_SERVER_KEY the pool's key?",
+                )
                 return True
             finally:
                 pc.close()
         self.endpoint = endpoint
         t = time.monotonic()
         try:
-            self.conn = Connection(endpoint, tenant=s.tenant, token=s.token, timeout_s=s.timeout_s,
-                                   connect_timeout_s=min(s.connect_timeout_s, 5.0), probe_s=s.probe_s,
-                                   server_key=key, reservation=reservation, program="wooly doctor")
+            self.conn = Connection(
+                endpoint,
+                tenant=s.tenant,
+                token=s.token,
+                timeout_s=s.timeout_s,
+                connect_timeout_s=min(s.connect_timeout_s, 5.0),
+                probe_s=s.probe_s,
+                server_key=key,
+                reservation=reservation,
+                program="wooly doctor",
+            )
         except CudaError as exc:
-            fix = {"CUDA_ERROR_NO_DEVICE": f"start gpud there (`wooly gpud --listen {endpoint}`) or fix WOOLY_SERVER",
-                   "CUDA_ERROR_NOT_SUPPORTED": "install the same woolyhv version on both sides"}.get(exc.name, "")
+            fix = {
+                "CUDA_ERROR_NO_DEVICE": f"start gpud there (`wooly gpud --listen {endpoint}`) or fix WOOLY_SERVER",
+                "CUDA_ERROR_NOT_SUPPORTED": "install the same woolyhv version on both sides",
+            }.get(exc.name, "")
             if "WOOLY_SERVER_KEY" in exc.message and not fix:
                 fix = "export WOOLY_SERVER_KEY=<the output of `wooly keys` on gpud's host>"
             self.add(FAIL, "connection", f"{exc.name}: {exc.message}", fix)
@@ -192,8 +214,12 @@ class Doctor:
         from proto.constants import PROTOCOL_VERSION
 
         where = "same host (shared-memory copies)" if c.same_host else "remote"
-        self.add(OK, "connection", f"gpud {c.server_version} at {endpoint}, protocol {PROTOCOL_VERSION}, session "
-                 f"{c.session}, {where}, hello in {(time.monotonic() - t) * 1e3:.0f} ms")
+        self.add(
+            OK,
+            "connection",
+            f"gpud {c.server_version} at {endpoint}, protocol {PROTOCOL_VERSION}, session "
+            f"{c.session}, {where}, hello in {(time.monotonic() - t) * 1e3:.0f} ms",
+        )
         return False
 
     def backend(self) -> bool:
@@ -222,9 +248,13 @@ class Doctor:
             self.add(FAIL, "jit cache", f"{path} is not writable", "set WOOLY_JIT_CACHE_DIR to a writable directory")
         else:
             bound = f"{st['max_bytes'] >> 20} MiB" if st["max_bytes"] else "no bound"
-            self.add(OK if st["enabled"] else WARN, "jit cache", f"{path}: {st['entries']} module(s), "
-                     f"{st['bytes'] >> 20} MiB of {bound}" + ("" if st["enabled"] else " (disabled)"),
-                     "" if st["enabled"] else "unset WOOLY_JIT_CACHE=0: every kernel is compiled again each run")
+            self.add(
+                OK if st["enabled"] else WARN,
+                "jit cache",
+                f"{path}: {st['entries']} module(s), "
+                f"{st['bytes'] >> 20} MiB of {bound}" + ("" if st["enabled"] else " (disabled)"),
+                "" if st["enabled"] else "unset WOOLY_JIT_CACHE=0: every kernel is compiled again each run",
+            )
         return False
 
     def native_face(self) -> bool:
@@ -232,10 +262,16 @@ class Doctor:
             from shim.native import build
 
             lib = build.ensure_built()
-            self.add(OK, "native", f"libcuda.so.1 and libnvidia-ml.so.1 shims in {lib} (nvcc binaries, CuPy, "
-                     "cuda-python under `wooly run`)")
+            self.add(
+                OK,
+                "native",
+                f"libcuda.so.1 and libnvidia-ml.so.1 shims in {lib} (nvcc binaries, CuPy, "
+                "cuda-python under `wooly run`)",
+            )
         except Exception as exc:  # noqa: BLE001
-            self.add(WARN, "native", f"no native face: {exc}", "install a C compiler (gcc) or reinstall woolyhv from a wheel")
+            self.add(
+                WARN, "native", f"no native face: {exc}", "install a C compiler (gcc) or reinstall woolyhv from a wheel"
+            )
         return False
 
     def kernel(self) -> bool:
@@ -266,8 +302,13 @@ class Doctor:
 
             version("torch")
         except Exception:  # noqa: BLE001
-            self.add(WARN, "torch", "torch is not installed: the PyTorch face is off", "pip install torch (the CPU build "
-                     "on a client: pip install torch --index-url https://download.pytorch.org/whl/cpu)")
+            self.add(
+                WARN,
+                "torch",
+                "torch is not installed: the PyTorch face is off",
+                "pip install torch (the CPU build "
+                "on a client: pip install torch --index-url https://download.pytorch.org/whl/cpu)",
+            )
             return False
         env = dict(os.environ, WOOLY_SERVER=self.s.server or self.endpoint, WOOLY_QUIET="1")
         if self._embedded is not None:
@@ -278,8 +319,9 @@ class Doctor:
             f.write(_TORCH_PROBE)
         t = time.monotonic()
         try:
-            p = subprocess.run([sys.executable, "-m", "woolyhv", "run", f.name], capture_output=True, text=True,
-                               timeout=300, env=env)
+            p = subprocess.run(
+                [sys.executable, "-m", "woolyhv", "run", f.name], capture_output=True, text=True, timeout=300, env=env
+            )
         finally:
             os.unlink(f.name)
         lines = [line for line in p.stdout.splitlines() if line.startswith("WOOLY_DOCTOR ")]
@@ -287,17 +329,20 @@ class Doctor:
             tail = (p.stderr.strip().splitlines() or ["(no output)"])[-1]
             self.add(FAIL, "torch", f"a torch op under `wooly run` failed: {tail}")
             return False
-        r = json.loads(lines[0][len("WOOLY_DOCTOR "):])
+        r = json.loads(lines[0][len("WOOLY_DOCTOR ") :])
         if not r["available"]:
             self.add(FAIL, "torch", f"torch {r['torch']}: torch.cuda.is_available() is False under `wooly run`")
         elif r["value"] != 12.0:
             self.add(FAIL, "torch", f"torch {r['torch']}: (arange(4) * 2).sum() gave {r['value']}, not 12")
         else:
             lib = r["device_library"]
-            self.add(OK if lib == "active" else WARN, "torch",
-                     f"torch {r['torch']} on {r['name']}: first op {r['first_op_ms']} ms, then {r['op_ms']} ms an op "
-                     f"(a sync each); cuda device library: {lib}; program start {time.monotonic() - t:.1f} s",
-                     "" if lib == "active" else "install g++ (the face compiles its device library at first use)")
+            self.add(
+                OK if lib == "active" else WARN,
+                "torch",
+                f"torch {r['torch']} on {r['name']}: first op {r['first_op_ms']} ms, then {r['op_ms']} ms an op "
+                f"(a sync each); cuda device library: {lib}; program start {time.monotonic() - t:.1f} s",
+                "" if lib == "active" else "install g++ (the face compiles its device library at first use)",
+            )
         return False
 
 

@@ -65,7 +65,7 @@ def wait_ready(endpoint: str, proc: subprocess.Popen[bytes] | None, wait_s: floa
     sock.setsockopt(zmq.LINGER, 0)
     try:
         if endpoint.startswith("ipc://"):
-            path = endpoint[len("ipc://"):]
+            path = endpoint[len("ipc://") :]
             while not os.path.exists(path):
                 if proc is not None and proc.poll() is not None:
                     raise RuntimeError(f"gpud exited with status {proc.returncode} before it was ready")
@@ -155,7 +155,8 @@ def run(argv: list[str], settings: Settings) -> None:
     env = dict(os.environ)
     if not settings.server:
         endpoint, _proc = start_gpud(
-            owner_pid=os.getpid(), backend=settings.backend if settings.backend != "auto" else "cpu",
+            owner_pid=os.getpid(),
+            backend=settings.backend if settings.backend != "auto" else "cpu",
             log_level=os.environ.get("WOOLY_LOG_LEVEL", "warning"),
         )
         env["WOOLY_SERVER"] = endpoint

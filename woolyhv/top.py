@@ -77,43 +77,82 @@ def _rate(now: dict[str, Any], before: dict[str, Any] | None, key: str, dt: floa
 
 def _tail(text: str, n: int) -> str:
     """The end of a long command line (a script's path ends in its name)."""
-    return text if len(text) <= n else "…" + text[-(n - 1):]
+    return text if len(text) <= n else "…" + text[-(n - 1) :]
 
 
 def frame(server: str, info: dict[str, Any], before: dict[str, Any] | None, dt: float) -> Group:
     """One screen of ``info`` (rates against ``before``, ``dt`` seconds earlier)."""
     hv = info.get("hypervisor") or {}
     prev_t = {t["tenant"]: t for t in ((before or {}).get("hypervisor") or {}).get("tenants", [])}
-    head = Text(f"gpud {info.get('server_version', '?')} at {server}  up {info.get('uptime_s', 0):.0f} s  "
-                f"{len(info.get('sessions', []))} session(s)  {time.strftime('%H:%M:%S')}", style="bold")
+    head = Text(
+        f"gpud {info.get('server_version', '?')} at {server}  up {info.get('uptime_s', 0):.0f} s  "
+        f"{len(info.get('sessions', []))} session(s)  {time.strftime('%H:%M:%S')}",
+        style="bold",
+    )
     devices = Table(title="devices", title_justify="left", expand=True)
     for col in ("#", "backend", "name", "memory", "busy"):
         devices.add_column(col, justify="right" if col in ("#", "memory", "busy") else "left")
     # busy: device time the tenants used since the last screen, over the wall time between the screens
-    used_s = sum(t.get("device_time_s", 0.0) - prev_t.get(t["tenant"], {}).get("device_time_s", 0.0)
-                 for t in hv.get("tenants", [])) if before is not None else 0.0
+    used_s = (
+        sum(
+            t.get("device_time_s", 0.0) - prev_t.get(t["tenant"], {}).get("device_time_s", 0.0)
+            for t in hv.get("tenants", [])
+        )
+        if before is not None
+        else 0.0
+    )
     ndev = max(len(info.get("devices", [])), 1)
     for d in info.get("devices", []):
         busy = f"{min(max(used_s, 0.0) / dt / ndev, 1.0) * 100:.0f}%" if before is not None and dt > 0 else "-"
-        devices.add_row(str(d["ordinal"]), d["backend"], d["name"], f"{human(d['used'])} / {human(d['total_mem'])}", busy)
+        devices.add_row(
+            str(d["ordinal"]), d["backend"], d["name"], f"{human(d['used'])} / {human(d['total_mem'])}", busy
+        )
     tenants = Table(title="tenants", title_justify="left", expand=True)
-    for col in ("tenant", "sess", "memory", "quota", "shared", "share", "cores", "calls/s", "in/s", "out/s", "state",
-                "max wait"):
+    for col in (
+        "tenant",
+        "sess",
+        "memory",
+        "quota",
+        "shared",
+        "share",
+        "cores",
+        "calls/s",
+        "in/s",
+        "out/s",
+        "state",
+        "max wait",
+    ):
         tenants.add_column(col, justify="left" if col in ("tenant", "state") else "right")
     for t in sorted(hv.get("tenants", []), key=lambda t: -t.get("memory_used", 0)):
         acct, before_acct = t.get("accounting", {}), prev_t.get(t["tenant"], {}).get("accounting") if before else None
-        tenants.add_row(t["tenant"], str(t["sessions"]), human(t["memory_used"]),
-                        human(t["memory_quota"]) if t.get("memory_quota") else "-", human(t.get("shared_bytes", 0)),
-                        f"{t.get('device_share', 0.0) * 100:.0f}%", f"{t.get('core_share', 0.0):.2f}",
-                        f"{_rate(acct, before_acct, 'rpcs', dt):.0f}", human(_rate(acct, before_acct, 'bytes_in', dt)),
-                        human(_rate(acct, before_acct, 'bytes_out', dt)), t.get("state", ""),
-                        f"{t.get('max_wait_s', 0.0) * 1e3:.0f} ms")
+        tenants.add_row(
+            t["tenant"],
+            str(t["sessions"]),
+            human(t["memory_used"]),
+            human(t["memory_quota"]) if t.get("memory_quota") else "-",
+            human(t.get("shared_bytes", 0)),
+            f"{t.get('device_share', 0.0) * 100:.0f}%",
+            f"{t.get('core_share', 0.0):.2f}",
+            f"{_rate(acct, before_acct, 'rpcs', dt):.0f}",
+            human(_rate(acct, before_acct, "bytes_in", dt)),
+            human(_rate(acct, before_acct, "bytes_out", dt)),
+            t.get("state", ""),
+            f"{t.get('max_wait_s', 0.0) * 1e3:.0f} ms",
+        )
     sessions = Table(title="sessions", title_justify="left", expand=True)
     for col in ("session", "tenant", "pid", "memory", "allocs", "mods", "age", "program"):
         sessions.add_column(col, justify="right" if col in ("pid", "memory", "allocs", "mods", "age") else "left")
     for s in info.get("sessions", [])[:40]:
-        sessions.add_row(s["session"], s["tenant"], str(s["pid"]), human(s["memory_used"]), str(s["allocations"]),
-                         str(s["modules"]), f"{s['age_s']:.0f}s", _tail(s["program"], 50))
+        sessions.add_row(
+            s["session"],
+            s["tenant"],
+            str(s["pid"]),
+            human(s["memory_used"]),
+            str(s["allocations"]),
+            str(s["modules"]),
+            f"{s['age_s']:.0f}s",
+            _tail(s["program"], 50),
+        )
     return Group(head, devices, tenants, sessions)
 
 
@@ -123,13 +162,22 @@ def pool_frame(url: str, nodes: dict[str, Any]) -> Group:
         table.add_column(col, justify="right" if col in ("free", "total", "sessions", "reserved", "load") else "left")
     for n in nodes["nodes"]:
         free = max((d["free"] for d in n["devices"]), default=0)
-        table.add_row(n["node"], ",".join(f"{d['vendor']}:{d['arch']}" for d in n["devices"]), human(max(free, 0)),
-                      human(sum(d["total"] for d in n["devices"])), str(n["sessions"]), str(n["reservations"]),
-                      f"{n['load']:.2f}", f"cordoned ({n['cordon']})" if n["cordon"] else "ready")
+        table.add_row(
+            n["node"],
+            ",".join(f"{d['vendor']}:{d['arch']}" for d in n["devices"]),
+            human(max(free, 0)),
+            human(sum(d["total"] for d in n["devices"])),
+            str(n["sessions"]),
+            str(n["reservations"]),
+            f"{n['load']:.2f}",
+            f"cordoned ({n['cordon']})" if n["cordon"] else "ready",
+        )
     return Group(Text(time.strftime("%H:%M:%S"), style="bold"), table)
 
 
-def run(server: str, token: str = "", interval: float = 1.0, once: bool = False, console: Console | None = None) -> None:
+def run(
+    server: str, token: str = "", interval: float = 1.0, once: bool = False, console: Console | None = None
+) -> None:
     console = console or Console()
     if server.startswith("pool://"):
         from woolyhv.pool.client import PoolClient, PoolError

@@ -201,9 +201,18 @@ class Backend(ABC):
         # device's opt-in bound (the client enforces cuFuncSetAttribute, the driver API's contract).
         dev = self.info().attributes
         static = int(function.attributes.get("shared_size_bytes", 0))
-        rules.check(f"launch of {function.name}", dev, grid, block, shared_mem,
-                    max_threads=function.attributes.get("max_threads_per_block"), static_shared=static,
-                    dynamic_shared=rules.optin_shared_limit(dev, static), params=len(params), cooperative=cooperative)
+        rules.check(
+            f"launch of {function.name}",
+            dev,
+            grid,
+            block,
+            shared_mem,
+            max_threads=function.attributes.get("max_threads_per_block"),
+            static_shared=static,
+            dynamic_shared=rules.optin_shared_limit(dev, static),
+            params=len(params),
+            cooperative=cooperative,
+        )
         stop = {"deadline_s": deadline_s, "cancel": cancel} if (deadline_s or cancel is not None) else {}
         if share is not None:
             stop["share"] = share

@@ -163,15 +163,30 @@ class NvidiaBackend(Backend):
         params, size = layouts.get(name, ([], 0))
         attr = cu.CUfunction_attribute
         attrs = {
-            "max_threads_per_block": int(_check(cu.cuFuncGetAttribute(attr.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, fn), "attr")),
-            "shared_size_bytes": int(_check(cu.cuFuncGetAttribute(attr.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, fn), "attr")),
+            "max_threads_per_block": int(
+                _check(cu.cuFuncGetAttribute(attr.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, fn), "attr")
+            ),
+            "shared_size_bytes": int(
+                _check(cu.cuFuncGetAttribute(attr.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, fn), "attr")
+            ),
             "num_regs": int(_check(cu.cuFuncGetAttribute(attr.CU_FUNC_ATTRIBUTE_NUM_REGS, fn), "attr")),
             "param_buffer_size": size,
         }
         return Function(name=name, params=params, attributes=attrs, native=fn)
 
-    def _launch(self, function, grid, block, shared_mem, params, allowed_ranges=None, cooperative=False,
-                deadline_s=None, cancel=None, share=None) -> LaunchResult:
+    def _launch(
+        self,
+        function,
+        grid,
+        block,
+        shared_mem,
+        params,
+        allowed_ranges=None,
+        cooperative=False,
+        deadline_s=None,
+        cancel=None,
+        share=None,
+    ) -> LaunchResult:
         # deadline_s/cancel: a CUDA kernel cannot be stopped from the host short of destroying its context; this
         # backend runs every kernel to its end (NOTE [watchdog] in jit/watchdog.py: the CPU backend's mechanism)
         cu = self._bind()
@@ -179,9 +194,12 @@ class NvidiaBackend(Backend):
         buf = ctypes.create_string_buffer(bytes(params), max(1, len(params)))
         if cooperative:  # cuLaunchCooperativeKernel takes no `extra`: one pointer per parameter, into the buffer
             ptrs = (ctypes.c_void_p * max(1, len(function.params)))(
-                *(ctypes.addressof(buf) + p.offset for p in function.params))
-            _check(cu.cuLaunchCooperativeKernel(function.native, *grid, *block, shared_mem, 0, ctypes.addressof(ptrs)),
-                   f"cuLaunchCooperativeKernel({function.name})")
+                *(ctypes.addressof(buf) + p.offset for p in function.params)
+            )
+            _check(
+                cu.cuLaunchCooperativeKernel(function.native, *grid, *block, shared_mem, 0, ctypes.addressof(ptrs)),
+                f"cuLaunchCooperativeKernel({function.name})",
+            )
             _check(cu.cuStreamSynchronize(0), f"{function.name}")
             return LaunchResult()
         # extra = {CU_LAUNCH_PARAM_BUFFER_POINTER, buf, CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END}

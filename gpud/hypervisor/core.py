@@ -69,10 +69,14 @@ class Hypervisor:
         need = self.config.admin_token
         if need:
             if not hmac.compare_digest(need.encode(), token.encode()):
-                raise CudaError(codes.NOT_PERMITTED, "wrong or missing admin token for an admin call (WOOLY_ADMIN_TOKEN)")
+                raise CudaError(
+                    codes.NOT_PERMITTED, "wrong or missing admin token for an admin call (WOOLY_ADMIN_TOKEN)"
+                )
         elif self.config.require_token:
-            raise CudaError(codes.NOT_PERMITTED, "admin calls are off: this gpud requires tenant tokens and has no "
-                            "admin_token configured")
+            raise CudaError(
+                codes.NOT_PERMITTED,
+                "admin calls are off: this gpud requires tenant tokens and has no admin_token configured",
+            )
 
     def admit(self, tenant: str, token: str, key_tenant: str | None = None) -> None:
         """Check a hello's tenant and token (or client key: ``key_tenant`` is the tenant the connection's key is bound
@@ -85,8 +89,9 @@ class Hypervisor:
             t = self.tenants.get(tenant)
             n = len(t.sessions) if t is not None else 0
         if n >= lim.sessions_per_tenant:
-            raise CudaError(codes.NOT_PERMITTED, f"tenant {tenant!r} has {n} sessions, its limit "
-                            "(limits.sessions_per_tenant)")
+            raise CudaError(
+                codes.NOT_PERMITTED, f"tenant {tenant!r} has {n} sessions, its limit (limits.sessions_per_tenant)"
+            )
         self.authenticate(tenant, token, key_tenant)
 
     def authenticate(self, tenant: str, token: str, key_tenant: str | None = None) -> None:
@@ -102,8 +107,11 @@ class Hypervisor:
         if key_tenant and key_tenant == tenant:
             return  # the handshake proved the key, and the key names the tenant
         if policy.keys and not policy.token:
-            raise CudaError(codes.NOT_PERMITTED, f"tenant {tenant!r} takes sessions from its client keys only: connect "
-                            "over tcp with WOOLY_CLIENT_KEY set to one of them")
+            raise CudaError(
+                codes.NOT_PERMITTED,
+                f"tenant {tenant!r} takes sessions from its client keys only: connect "
+                "over tcp with WOOLY_CLIENT_KEY set to one of them",
+            )
         if (policy.token or self.config.require_token) and not hmac.compare_digest(
             policy.token.encode(), token.encode()
         ):
@@ -198,7 +206,8 @@ class Hypervisor:
             # meanwhile (NOTE [sleep]). Allocations made by stream workers (torch) do not displace.
             return
         victims = [
-            t for t in self.tenants.values()
+            t
+            for t in self.tenants.values()
             if t is not requester and t.state == AWAKE and t.policy.sleepable and t.priority < requester.priority
         ]
         # Lowest priority first; among equals, the longest idle.
@@ -221,7 +230,8 @@ class Hypervisor:
             reclaimable = 0
             if t.policy.overcommit:
                 reclaimable = sum(
-                    self.sleep.resident_bytes(x) for x in self.tenants.values()
+                    self.sleep.resident_bytes(x)
+                    for x in self.tenants.values()
                     if x is not t and x.state == AWAKE and x.policy.sleepable and x.priority < t.priority
                 )
             physical_free = total - self.physical[dev] + reclaimable

@@ -108,8 +108,15 @@ class DedupEngine:
         self.lock = hv.lock
         self.store: dict[tuple[str, bytes, int], Chunk] = {}
         self.store_bytes = 0
-        self.stats = {"chunks_hit": 0, "chunks_missed": 0, "bytes_hit": 0, "published": 0,
-                      "publish_mismatch": 0, "cow_breaks": 0, "bytes_cow": 0}
+        self.stats = {
+            "chunks_hit": 0,
+            "chunks_missed": 0,
+            "bytes_hit": 0,
+            "published": 0,
+            "publish_mismatch": 0,
+            "cow_breaks": 0,
+            "bytes_cow": 0,
+        }
 
     # ------------------------------------------------------------------ store
     def _ref(self, chunk: Chunk) -> None:
@@ -272,6 +279,7 @@ class DedupEngine:
                     self._account_shared(session, share, +1)
                     session.engine.enqueue(msg.stream, lambda s=share, c=c: self._map(s, c))
                 else:
+
                     def copy(c: Chunk = c, start: int = start, length: int = length) -> None:
                         try:
                             session.backend.copyin_from(start, length, c.mem.addr)

@@ -106,8 +106,10 @@ class TenantPolicy(_Cfg):
             try:
                 v = float(v.strip().lower().removesuffix("s"))
             except ValueError:
-                raise ValueError(f"checkpoint: {v!r} is not an interval in seconds (checkpoint=10) or a table "
-                                 "{interval_s = 10, target = \"peer\"}") from None
+                raise ValueError(
+                    f"checkpoint: {v!r} is not an interval in seconds (checkpoint=10) or a table "
+                    '{interval_s = 10, target = "peer"}'
+                ) from None
         if isinstance(v, int | float) and not isinstance(v, bool):
             return None if v == 0 else {"interval_s": v}
         return v
@@ -187,8 +189,9 @@ class AtenConfig(_Cfg):
     @model_validator(mode="after")
     def _unsafe_needs_executors(self) -> AtenConfig:
         if self.permit_unsafe and not self.executors:
-            raise ValueError("aten.permit_unsafe needs aten.executors: without them an unsafe op reads other "
-                             "tenants' memory")
+            raise ValueError(
+                "aten.permit_unsafe needs aten.executors: without them an unsafe op reads other tenants' memory"
+            )
         return self
 
 
@@ -291,6 +294,7 @@ def load(
     for k, v in (overrides or {}).items():
         data[k] = v
     if "spill_dir" not in data or not data["spill_dir"]:
-        data["spill_dir"] = os.environ.get("WOOLY_SPILL_DIR") or os.path.join(os.environ.get("TMPDIR", "/tmp"),
-                                                                              f"wooly-spill-{os.getuid()}")
+        data["spill_dir"] = os.environ.get("WOOLY_SPILL_DIR") or os.path.join(
+            os.environ.get("TMPDIR", "/tmp"), f"wooly-spill-{os.getuid()}"
+        )
     return HypervisorConfig.model_validate(data)

@@ -77,8 +77,15 @@ class SleepManager:
         self.spilled = 0
         self._files = 0
         self._copiers = ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2), thread_name_prefix="gpud-wake")
-        self.stats = {"sleeps": 0, "wakes": 0, "bytes_slept": 0, "bytes_spilled": 0, "last_wake_s": 0.0,
-                      "last_wake_bytes": 0, "last_sleep_s": 0.0}
+        self.stats = {
+            "sleeps": 0,
+            "wakes": 0,
+            "bytes_slept": 0,
+            "bytes_spilled": 0,
+            "last_wake_s": 0.0,
+            "last_wake_bytes": 0,
+            "last_sleep_s": 0.0,
+        }
 
     # ------------------------------------------------------------------ helpers
     def resident_bytes(self, t: Tenant) -> int:
@@ -94,7 +101,8 @@ class SleepManager:
                 continue
             pos, end = r.start, r.start + r.size
             skip = sorted(
-                (s.start, s.start + s.length) for s in (shares.overlapping(r.start, r.size) if shares else [])
+                (s.start, s.start + s.length)
+                for s in (shares.overlapping(r.start, r.size) if shares else [])
                 if s.chunk is not None
             )
             for a, b in skip:
@@ -190,6 +198,7 @@ class SleepManager:
     def _restore(self, backend: Backend, item: Saved) -> None:
         addr, size = item.addr, item.size
         if item.host is not None:
+
             def piece(o: int) -> None:
                 n = min(_PIECE, size - o)
                 backend.populate_pages(addr + o, n)

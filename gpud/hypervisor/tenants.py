@@ -92,6 +92,9 @@ class Tenant:
             "idle_s": round(time.monotonic() - self.last_active, 3),
             # spatial sharing: cores now, fractional share, core-seconds used, and the part of its busy time that
             # it ran at once with another tenant (its concurrency)
-            **({"cores": 0, "core_share": 0.0, "core_s": 0.0, "concurrency": 0.0} if self.core_share is None
-               else {k: v for k, v in self.core_share.describe().items() if k != "busy_s"}),
+            **(
+                {"cores": 0, "core_share": 0.0, "core_s": 0.0, "concurrency": 0.0}
+                if self.core_share is None
+                else {k: v for k, v in self.core_share.describe().items() if k != "busy_s"}
+            ),
         }

@@ -95,7 +95,9 @@ def _on_tensor(session: Session, msg: m.DedupTensor, bulk: list[Any]) -> None:
                         del pins[key]
                 else:
                     if f >= len(bulk) or memoryview(bulk[f]).nbytes != length:
-                        raise CudaError(codes.INVALID_VALUE, f"dedup tensor: frame {f} is missing or not {length} bytes")
+                        raise CudaError(
+                            codes.INVALID_VALUE, f"dedup tensor: frame {f} is missing or not {length} bytes"
+                        )
                     plan.append((off, length, key, None, bulk[f]))
         except CudaError:
             _unpin_plan(hv, session, plan)
@@ -259,7 +261,11 @@ def vmem_copy(addr: int, data: Any) -> None:
     import ctypes
 
     view = memoryview(data).cast("B")
-    src = (ctypes.c_char * view.nbytes).from_buffer_copy(view) if view.readonly else (ctypes.c_char * view.nbytes).from_buffer(view)
+    src = (
+        (ctypes.c_char * view.nbytes).from_buffer_copy(view)
+        if view.readonly
+        else (ctypes.c_char * view.nbytes).from_buffer(view)
+    )
     ctypes.memmove(addr, src, view.nbytes)
 
 

@@ -12,10 +12,15 @@ L_GLOBALS, L_RANGES, L_NRANGES, L_BADADDR = 14, 15, 16, 17  # data block; bounds
 L_CHUNK = 18  # blocks a worker claims at once
 L_HEAP_ALLOC, L_HEAP_FREE, L_HEAP = 19, 20, 21  # device malloc/free of bounds-checked modules (NOTE [device heap])
 L_ROOTS = 22  # [lo, hi) per rooted pointer parameter of a bounds-checked kernel (NOTE [rooted bounds checks])
-L_OS_YIELD, L_GRID_WS = 23, 24  # cooperative launches: sched_yield's address; the grid-sync workspace (NOTE [grid sync])
+L_OS_YIELD, L_GRID_WS = (
+    23,
+    24,
+)  # cooperative launches: sched_yield's address; the grid-sync workspace (NOTE [grid sync])
 L_ALLOWED = 25  # workers of this launch that may run now (NOTE [spatial sharing], jit/cores.py)
-WINDOW_GUARD = 4096  # bytes of a launch's own before and after each shared window and .local area (NOTE [confined windows])
-L_NEXT = 32   # the shared block counter: >= 64 bytes from every other slot, so claims do not evict them
+WINDOW_GUARD = (
+    4096  # bytes of a launch's own before and after each shared window and .local area (NOTE [confined windows])
+)
+L_NEXT = 32  # the shared block counter: >= 64 bytes from every other slot, so claims do not evict them
 L_SLOTS = 40
 # worker context
 W_SHARED, W_LOCAL, W_SCRATCH, W_RED = 0, 1, 2, 3  # W_RED: NOTE [combined global reductions]
@@ -32,12 +37,27 @@ RB_DENSE = RB_DELTAS + 8 * RED_SLOTS
 RED_BYTES = RB_DENSE + 8 * DENSE_SLOTS
 # thread context passed to .func code (i64 slots)
 T_TID, T_NTID, T_CTAID, T_NCTAID, T_SHARED, T_LCTX, T_LINEAR, T_EXITED = 0, 3, 6, 9, 12, 13, 14, 15
-T_LSP, T_LEND = 16, 17  # .func frame stack of a bounds-checked kernel (NOTE [checked .func stack], jit/emit/cpu_func.py)
+T_LSP, T_LEND = (
+    16,
+    17,
+)  # .func frame stack of a bounds-checked kernel (NOTE [checked .func stack], jit/emit/cpu_func.py)
 T_LLO, T_LHI = 18, 19  # the worker's .local area of a bounds-checked kernel (NOTE [state space checks], bounds.py)
 T_STACK_FLOOR = 20  # the lowest native stack address a .func call may reach (NOTE [bounded recursion], cpu_func.py)
 T_SLOTS = 21
 # per-thread scheduler record (bytes)
-R_PC, R_PARK, R_XA, R_XB, R_XC, R_XMASK, R_XPRED, R_RVAL, R_RPRED, R_DONE, R_SLOTS = 0, 4, 8, 16, 20, 24, 28, 32, 40, 44, 48
+R_PC, R_PARK, R_XA, R_XB, R_XC, R_XMASK, R_XPRED, R_RVAL, R_RPRED, R_DONE, R_SLOTS = (
+    0,
+    4,
+    8,
+    16,
+    20,
+    24,
+    28,
+    32,
+    40,
+    44,
+    48,
+)
 
 # AMDGPU architectures (wavefront size); the code generator is jit/emit/amdgpu.py
 ARCHS = {"gfx90a": 64, "gfx942": 64, "gfx1100": 32}

@@ -48,8 +48,15 @@ def _i32(v: int) -> ir.Constant:
 class AmdEnv:
     """Env (jit/lower/core.py) for kernels and .func bodies on AMDGPU (NOTE [AMDGPU lowering])."""
 
-    def __init__(self, cg: ModuleCodegen, fn: A.Function, wave: int, lds: ir.GlobalVariable,
-                 data: ir.GlobalVariable | None, local_bytes: int) -> None:
+    def __init__(
+        self,
+        cg: ModuleCodegen,
+        fn: A.Function,
+        wave: int,
+        lds: ir.GlobalVariable,
+        data: ir.GlobalVariable | None,
+        local_bytes: int,
+    ) -> None:
         self.cg, self.fn, self.wave, self.lds, self.data, self.local_bytes = cg, fn, wave, lds, data, local_bytes
         self.local: ir.Value | None = None
 
@@ -95,8 +102,13 @@ class AmdEnv:
             eq = b.shl(_i32(1), lane)
             lt = b.sub(eq, _i32(1))
             le = b.or_(lt, eq)
-            return {"lanemask_eq": eq, "lanemask_lt": lt, "lanemask_le": le, "lanemask_gt": b.not_(le),
-                    "lanemask_ge": b.not_(lt)}[name]
+            return {
+                "lanemask_eq": eq,
+                "lanemask_lt": lt,
+                "lanemask_le": le,
+                "lanemask_gt": b.not_(le),
+                "lanemask_ge": b.not_(lt),
+            }[name]
         if name.startswith("clock") or name.startswith("globaltimer"):
             c = fl.call_intr("llvm.readcyclecounter", I64, [])
             return c if name in ("clock64", "globaltimer") else b.trunc(c, I32)
@@ -145,6 +157,7 @@ class AmdEnv:
 
     def sync(self, fl: FuncLowering, ins: A.Instr) -> None:
         from jit.emit.amdgpu_warp import lower_sync
+
         lower_sync(self, fl, ins)
 
     def yield_point(self, fl: FuncLowering, ins: A.Instr) -> None:
@@ -180,10 +193,17 @@ def translate(mod: A.Module, arch: str) -> tuple[str, list[KernelMeta], ModuleCo
         data.align = 16
     if cg.dyn_offset > LDS_BYTES:  # LLVM would abort the worker with only "local memory exceeds limit"
         hidden = max(cg.hidden_shared.values(), default=0)
-        raise JitError(CUDA_ERROR_INVALID_PTX, f"{cg.dyn_offset} bytes of static shared memory exceed the "
-                       f"{LDS_BYTES // 1024} KiB LDS of {arch}" + (
-                           f" ({hidden} of them the per-warp area of warp matrix instructions, NOTE [warp matrix "
-                           "ops]; .maxntid on the kernel shrinks it)" if hidden else ""))
+        raise JitError(
+            CUDA_ERROR_INVALID_PTX,
+            f"{cg.dyn_offset} bytes of static shared memory exceed the "
+            f"{LDS_BYTES // 1024} KiB LDS of {arch}"
+            + (
+                f" ({hidden} of them the per-warp area of warp matrix instructions, NOTE [warp matrix "
+                "ops]; .maxntid on the kernel shrinks it)"
+                if hidden
+                else ""
+            ),
+        )
     lds = ir.GlobalVariable(cg.module, ir.ArrayType(I8, max(cg.dyn_offset, 16)), "wooly.lds", addrspace=3)
     lds.initializer = ir.Constant(ir.ArrayType(I8, max(cg.dyn_offset, 16)), ir.Undefined)  # LDS: no init
     lds.align = 16
@@ -225,15 +245,23 @@ def translate(mod: A.Module, arch: str) -> tuple[str, list[KernelMeta], ModuleCo
         fl = FuncLowering(cg, f, llfn, env, ab, ir.IRBuilder(body))  # type: ignore[arg-type]
         cg.bind_locals_and_params(fl, f)
         for p, lay in zip(f.params, meta.params, strict=True):
-            fl.sym[p.name] = Storage("ptr", (lambda o=lay.offset, fl=fl, env=env: fl.b.gep(
-                env.param_base(fl), [ir.Constant(I64, o)], source_etype=I8)))
+            fl.sym[p.name] = Storage(
+                "ptr",
+                (
+                    lambda o=lay.offset, fl=fl, env=env: fl.b.gep(
+                        env.param_base(fl), [ir.Constant(I64, o)], source_etype=I8
+                    )
+                ),
+            )
         fl.zero_regs()
         fl.declare_labels()
         fl.lower_body()
         ab.branch(body)
         metas.append(meta)
     text = _fix_allocas(str(cg.module))
-    text += f'!llvm.module.flags = !{{!900}}\n!900 = !{{i32 1, !"amdhsa_code_object_version", i32 {CODE_OBJECT_VERSION}}}\n'
+    text += (
+        f'!llvm.module.flags = !{{!900}}\n!900 = !{{i32 1, !"amdhsa_code_object_version", i32 {CODE_OBJECT_VERSION}}}\n'
+    )
     return text, metas, cg
 
 
@@ -242,14 +270,17 @@ def compile_amdgpu(mod: A.Module, arch: str, opt: int = 2) -> tuple[bytes, dict]
     import llvmlite.binding as llvm
 
     from jit.passes.optimize import init_llvm, run
+
     init_llvm()
     text, metas, cg = translate(mod, arch)
-    tm = llvm.Target.from_triple(TRIPLE).create_target_machine(cpu=arch, features="", opt=opt, reloc="pic",
-                                                               codemodel="default")
+    tm = llvm.Target.from_triple(TRIPLE).create_target_machine(
+        cpu=arch, features="", opt=opt, reloc="pic", codemodel="default"
+    )
     m = run(text, tm, opt)
     obj = tm.emit_object(m)
-    lld = next((p for p in (os.environ.get("WOOLY_LD_LLD"), "ld.lld", "ld.lld-14", "ld.lld-18") if p
-                and _which(p)), None)
+    lld = next(
+        (p for p in (os.environ.get("WOOLY_LD_LLD"), "ld.lld", "ld.lld-14", "ld.lld-18") if p and _which(p)), None
+    )
     if lld is None:
         raise not_supported("AMDGPU code objects need ld.lld (Debian package 'lld')")
     with tempfile.TemporaryDirectory(prefix="wooly-amdgpu-") as d:
@@ -261,14 +292,21 @@ def compile_amdgpu(mod: A.Module, arch: str, opt: int = 2) -> tuple[bytes, dict]
             raise JitError(CUDA_ERROR_INVALID_PTX, f"ld.lld failed: {r.stderr.strip()[:2000]}")
         with open(so, "rb") as fh:
             hsaco = fh.read()
-    meta = {"kernels": [asdict(k) for k in metas], "globals": dict(cg.globals), "dyn_offset": cg.dyn_offset,
-            "arch": arch, "wavefront": ARCHS[arch], "data_symbol": "wooly.data" if cg.gdata else None,
-            "gdata": bytes(cg.gdata).hex()}
+    meta = {
+        "kernels": [asdict(k) for k in metas],
+        "globals": dict(cg.globals),
+        "dyn_offset": cg.dyn_offset,
+        "arch": arch,
+        "wavefront": ARCHS[arch],
+        "data_symbol": "wooly.data" if cg.gdata else None,
+        "gdata": bytes(cg.gdata).hex(),
+    }
     return hsaco, meta
 
 
 def _which(p: str) -> bool:
     from shutil import which
+
     return which(p) is not None
 
 

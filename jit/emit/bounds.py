@@ -89,8 +89,9 @@ def define_bc(module: ir.Module) -> ir.Function:
     s = b.load(pair, typ=I64)
     e = b.load(b.gep(pair, [_i64(1)], source_etype=I64), typ=I64)
     end = b.add(addr, n)
-    inside = b.and_(b.icmp_unsigned("<=", s, addr), b.and_(b.icmp_unsigned("<=", end, e),
-                                                            b.icmp_unsigned(">=", end, addr)))
+    inside = b.and_(
+        b.icmp_unsigned("<=", s, addr), b.and_(b.icmp_unsigned("<=", end, e), b.icmp_unsigned(">=", end, addr))
+    )
     ok = b.and_(ok_idx, inside)
     b.store(b.select(ok, s, _i64(1)), hint)
     b.store(b.select(ok, e, _i64(0)), b.gep(hint, [_i64(1)], source_etype=I64))
@@ -98,8 +99,12 @@ def define_bc(module: ir.Module) -> ir.Function:
     return fn
 
 
-def emit_check(fl, ptr: ir.Value, nbytes: int | ir.Value,  # type: ignore[no-untyped-def]
-               root: tuple[str, int] | None = None) -> None:
+def emit_check(
+    fl,
+    ptr: ir.Value,
+    nbytes: int | ir.Value,  # type: ignore[no-untyped-def]
+    root: tuple[str, int] | None = None,
+) -> None:
     """Guard one access of nbytes at ptr (see NOTE [bounds checking]); ``root``: the kernel pointer parameter the
     address derives from, if known (NOTE [rooted bounds checks])."""
     nbytes = _i64(nbytes) if isinstance(nbytes, int) else nbytes
@@ -116,8 +121,9 @@ def emit_check(fl, ptr: ir.Value, nbytes: int | ir.Value,  # type: ignore[no-unt
     addr = b.ptrtoint(ptr, I64)
     end = b.add(addr, nbytes)
     lo, hi = b.load(hint, typ=I64), b.load(hint_hi, typ=I64)
-    fast = b.and_(b.icmp_unsigned("<=", lo, addr), b.and_(b.icmp_unsigned("<=", end, hi),
-                                                          b.icmp_unsigned(">=", end, addr)))
+    fast = b.and_(
+        b.icmp_unsigned("<=", lo, addr), b.and_(b.icmp_unsigned("<=", end, hi), b.icmp_unsigned(">=", end, addr))
+    )
     slow = fl.block("bc_slow")
     bad = fl.block("oob")
     cont = fl.block("inb")
@@ -147,13 +153,20 @@ def _rooted_check(fl, ptr: ir.Value, nbytes: ir.Value, root: tuple[str, int]) ->
     _span_check(fl, fl.b.ptrtoint(ptr, I64), nbytes, lo, hi, "oob_rooted")
 
 
-def _span_check(fl, addr: ir.Value, nbytes: ir.Value, lo: ir.Value, hi: ir.Value,  # type: ignore[no-untyped-def]
-                name: str = "oob_span") -> None:
+def _span_check(
+    fl,
+    addr: ir.Value,
+    nbytes: ir.Value,
+    lo: ir.Value,
+    hi: ir.Value,  # type: ignore[no-untyped-def]
+    name: str = "oob_span",
+) -> None:
     """``lo <= addr && addr + nbytes <= hi`` (no wrap-around), or the access fails (NOTE [rooted bounds checks])."""
     b = fl.b
     end = b.add(addr, nbytes)
-    ok = b.and_(b.icmp_unsigned("<=", lo, addr), b.and_(b.icmp_unsigned("<=", end, hi),
-                                                        b.icmp_unsigned(">=", end, addr)))
+    ok = b.and_(
+        b.icmp_unsigned("<=", lo, addr), b.and_(b.icmp_unsigned("<=", end, hi), b.icmp_unsigned(">=", end, addr))
+    )
     bad = fl.block(name)
     cont = fl.block("inb")
     b.cbranch(ok, cont, bad).set_weights([1000, 1])
@@ -176,13 +189,20 @@ def fail_soft(fl, addr: ir.Value) -> None:  # type: ignore[no-untyped-def]
 def fail_trap(fl, addr: ir.Value) -> None:  # type: ignore[no-untyped-def]
     """A .func's failed check: record ``addr`` and trap with CUDA_ERROR_ILLEGAL_ADDRESS."""
     b = fl.b
-    b.cmpxchg(b.gep(fl.env.launch_ctx(fl), [_i64(L_BADADDR)], source_etype=I64), _i64(0), addr, "monotonic",
-              "monotonic")
+    b.cmpxchg(
+        b.gep(fl.env.launch_ctx(fl), [_i64(L_BADADDR)], source_etype=I64), _i64(0), addr, "monotonic", "monotonic"
+    )
     fl.env.trap(fl, CUDA_ERROR_ILLEGAL_ADDRESS)
 
 
-def guard(fl, o: A.Operand, space: str, ptr: ir.Value, nbytes: int | ir.Value,  # type: ignore[no-untyped-def]
-          root: tuple[str, int] | None = None) -> None:
+def guard(
+    fl,
+    o: A.Operand,
+    space: str,
+    ptr: ir.Value,
+    nbytes: int | ir.Value,  # type: ignore[no-untyped-def]
+    root: tuple[str, int] | None = None,
+) -> None:
     """Check one access of ``nbytes`` at ``ptr`` (= fl.addr(o, space)) in a bounds-checked module: NOTE [bounds
     checking] for global and generic addresses, NOTE [state space checks] for the others."""
     if not getattr(fl.cg, "bounds_check", False):
@@ -259,8 +279,11 @@ def _symbol_space(fl, name: str, off: int, nbytes: int | ir.Value) -> str | None
     if kind == "global":
         return "global"
     if decl is not None and getattr(decl, "space", "param") in ("local", "param"):
-        raise invalid_ptx(f"access to [{name}{off:+d}] of {nbytes if isinstance(nbytes, int) else 'a register'} bytes "
-                          f"is outside {name} ({size} bytes)", fl.cur.line if fl.cur is not None else 0)
+        raise invalid_ptx(
+            f"access to [{name}{off:+d}] of {nbytes if isinstance(nbytes, int) else 'a register'} bytes "
+            f"is outside {name} ({size} bytes)",
+            fl.cur.line if fl.cur is not None else 0,
+        )
     return "global"
 
 
@@ -305,6 +328,7 @@ def emit_free(fl, p: ir.Value) -> None:  # type: ignore[no-untyped-def]
 def needs_check(fl, o, space: str) -> bool:  # type: ignore[no-untyped-def]
     """Only register-based global/generic addresses can reach memory outside the module's own."""
     from jit.ptx import ast as A
+
     if not getattr(fl.cg, "bounds_check", False) or space not in ("global", "generic"):
         return False
     if fl.cur is not None and id(fl.cur) in fl.prechecked:  # NOTE [exit-guard versioning]: checked per block

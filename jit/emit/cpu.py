@@ -140,6 +140,7 @@ class EntryEnv(ThreadRecords):
         self.group_max = 1
         if fn.lockstep is not None:
             from jit.emit.cpu_lockstep_run import group_max, stash_fields
+
             self.group_max = group_max(fn, off, meta.max_threads)
             fields, total = stash_fields(fn, self.group_max)
             for k, size in fields:
@@ -152,6 +153,7 @@ class EntryEnv(ThreadRecords):
         self.param_values: dict[tuple[int, str], ir.Value] = {}
         self.roots: dict[tuple[str, int], tuple[ir.Value, ir.Value]] = {}
         from jit.emit.cpu_red import plan
+
         self.red_sites = plan(fn)  # NOTE [combined global reductions]
         self.red = None  # RedBuffer, set by emit_kernel when red_sites is not empty
         # while a fused loop's body is lowered (jit/emit/cpu_fused.py): reductions into the claimed dense region,
@@ -163,7 +165,8 @@ class EntryEnv(ThreadRecords):
         self.claim_last: ir.Value | None = None
         # only plain barriers as sync points: the release step is a vectorisable loop (cpu_resolve._release_all)
         self.barrier_only = bool(fn.sync_points) and all(
-            sp.kind in ("bar", "yield") and not sp.instr.has("red") for sp in fn.sync_points.values())
+            sp.kind in ("bar", "yield") and not sp.instr.has("red") for sp in fn.sync_points.values()
+        )
         self.yields = any(sp.kind == "yield" for sp in fn.sync_points.values())
         self.root_ranges: dict[tuple[str, int], tuple[ir.Value, ir.Value]] = {}
         self.bc_bad: ir.Value | None = None  # max(bad address + 1) of rooted checks (NOTE [rooted bounds checks])
@@ -207,7 +210,8 @@ class EntryEnv(ThreadRecords):
             self.meta.bc_roots.append(self.param_offsets[root[0]] + root[1])
             tab = ab.inttoptr(ab.load(ab.gep(self.L, [_i64(L_ROOTS)], source_etype=I64), typ=I64), PTR)
             r = self.root_ranges[root] = tuple(  # type: ignore[assignment]
-                ab.load(ab.gep(tab, [_i64(2 * i + k)], source_etype=I64), typ=I64) for k in (0, 1))
+                ab.load(ab.gep(tab, [_i64(2 * i + k)], source_etype=I64), typ=I64) for k in (0, 1)
+            )
         return r  # type: ignore[return-value]
 
     def bad_slot(self, fl: FuncLowering) -> ir.Value:
@@ -219,6 +223,7 @@ class EntryEnv(ThreadRecords):
 
     def bad_access(self, fl: FuncLowering, addr: ir.Value) -> None:
         from jit.emit.bounds import fail_soft
+
         fail_soft(fl, addr)
 
     def poll(self, fl: FuncLowering) -> None:
@@ -231,8 +236,13 @@ class EntryEnv(ThreadRecords):
             fault, out = fl.block("poll_fault"), fl.block("poll_out")
             b.cbranch(b.icmp_unsigned("!=", bad, _i64(0)), fault, out)
             b.position_at_end(fault)
-            b.cmpxchg(b.gep(self.L, [_i64(L_BADADDR)], source_etype=I64), _i64(0), b.sub(bad, _i64(1)), "monotonic",
-                      "monotonic")
+            b.cmpxchg(
+                b.gep(self.L, [_i64(L_BADADDR)], source_etype=I64),
+                _i64(0),
+                b.sub(bad, _i64(1)),
+                "monotonic",
+                "monotonic",
+            )
             self.set_error(fl, self.L, CUDA_ERROR_ILLEGAL_ADDRESS)
             b.branch(out)
             b.position_at_end(out)
@@ -294,8 +304,13 @@ class EntryEnv(ThreadRecords):
             eq = b.shl(_i64(1), b.zext(lane, I64))
             lt = b.sub(eq, _i64(1))
             le = b.sub(b.shl(eq, _i64(1)), _i64(1))
-            v = {"lanemask_eq": eq, "lanemask_lt": lt, "lanemask_le": le,
-                 "lanemask_gt": b.not_(le), "lanemask_ge": b.not_(lt)}[name]
+            v = {
+                "lanemask_eq": eq,
+                "lanemask_lt": lt,
+                "lanemask_le": le,
+                "lanemask_gt": b.not_(le),
+                "lanemask_ge": b.not_(lt),
+            }[name]
             return b.trunc(v, I32)
         if name in ("clock", "clock64", "globaltimer", "globaltimer_lo", "globaltimer_hi", "clock_hi"):
             c = fl.call_intr("llvm.readcyclecounter", I64, [])
@@ -318,6 +333,7 @@ class EntryEnv(ThreadRecords):
             return self.nctaid[_XYZ[name[-1]]]
         if name in ("envreg1", "envreg2"):
             from jit.emit.cpu_grid import envreg
+
             return envreg(fl, name)
         return _i32(0)  # smid, gridid, cluster_ctaid, cluster_ctarank, other envregs, ...
 
@@ -341,6 +357,7 @@ class EntryEnv(ThreadRecords):
 
     def os_yield(self, fl: FuncLowering) -> None:
         from jit.emit.cpu_grid import os_yield
+
         os_yield(fl)
 
     def exit_thread(self, fl: FuncLowering) -> None:
@@ -390,16 +407,19 @@ class EntryEnv(ThreadRecords):
         fl.b.position_at_end(save)
         return blk
 
+
 def call_printf(fl: FuncLowering, L: ir.Value, fmt: ir.Value, args: ir.Value) -> ir.Value:
     """vprintf is served by the host: wooly_rt_printf is bound by the loader (jit/loader.py)."""
     fn = fl.cg.module.globals.get("wooly_rt_printf") or ir.Function(
-        fl.cg.module, ir.FunctionType(I32, [PTR, I64, I64]), "wooly_rt_printf")
+        fl.cg.module, ir.FunctionType(I32, [PTR, I64, I64]), "wooly_rt_printf"
+    )
     return fl.b.call(fn, [L, fmt, args])
 
 
 def call_assert(fl: FuncLowering, L: ir.Value, msg: ir.Value, file: ir.Value, line: ir.Value) -> None:
     fn = fl.cg.module.globals.get("wooly_rt_assert") or ir.Function(
-        fl.cg.module, ir.FunctionType(I32, [PTR, I64, I64, I32]), "wooly_rt_assert")
+        fl.cg.module, ir.FunctionType(I32, [PTR, I64, I64, I32]), "wooly_rt_assert"
+    )
     fl.b.call(fn, [L, msg, file, line])
 
 
@@ -407,6 +427,7 @@ def build_kernel(cg: ModuleCodegen, fn: A.Function, index: int, tag: str = "") -
     """``tag`` makes the symbol unique per module (wooly_run_<tag>_<i>), so that many objects can share one MCJIT
     engine in the loader (NOTE [one shared engine] in jit/loader.py)."""
     from jit.emit.cpu_kernel import emit_kernel
+
     meta = KernelMeta(fn.name, f"wooly_run_{tag}_{index}" if tag else f"wooly_run_{index}")
     off = 0
     for p in fn.params:
@@ -418,8 +439,11 @@ def build_kernel(cg: ModuleCodegen, fn: A.Function, index: int, tag: str = "") -
     meta.static_shared = cg.reported_static_shared(fn.name)
     meta.local_bytes = cg.local_layout(fn)[1]
     if cg.bounds_check and cg.has_calls:  # NOTE [checked .func stack] (jit/emit/cpu_func.py)
-        frames = sum(align_up(cg.local_layout(f)[1], 16) + cg.local_align(f) - 16
-                     for f in cg.ast.functions if not f.is_entry and f.body)
+        frames = sum(
+            align_up(cg.local_layout(f)[1], 16) + cg.local_align(f) - 16
+            for f in cg.ast.functions
+            if not f.is_entry and f.body
+        )
         meta.func_stack = frames + FUNC_STACK_HEADROOM if frames else 0
     meta.max_threads = min(meta.max_threads, A.max_threads(fn))
     meta.num_regs = min(255, max(16, fn.num_regs or len(fn.regs)))

@@ -89,10 +89,19 @@ class FuncEnv:
             eq = b.shl(_i64(1), lane)
             lt = b.sub(eq, _i64(1))
             le = b.sub(b.shl(eq, _i64(1)), _i64(1))
-            return b.trunc({"lanemask_eq": eq, "lanemask_lt": lt, "lanemask_le": le,
-                            "lanemask_gt": b.not_(le), "lanemask_ge": b.not_(lt)}[name], I32)
+            return b.trunc(
+                {
+                    "lanemask_eq": eq,
+                    "lanemask_lt": lt,
+                    "lanemask_le": le,
+                    "lanemask_gt": b.not_(le),
+                    "lanemask_ge": b.not_(lt),
+                }[name],
+                I32,
+            )
         if name in ("envreg1", "envreg2"):
             from jit.emit.cpu_grid import envreg
+
             return envreg(fl, name)
         return _i32(0)
 
@@ -124,6 +133,7 @@ class FuncEnv:
     def pop_frames(self, fn: ir.Function) -> None:
         """Before every return: give the frame back."""
         from llvmlite.ir.instructions import Ret
+
         for blk in fn.blocks:
             term = blk.terminator
             if isinstance(term, Ret):
@@ -157,6 +167,7 @@ class FuncEnv:
 
     def bad_access(self, fl: FuncLowering, addr: ir.Value) -> None:
         from jit.emit.bounds import fail_trap
+
         fail_trap(fl, addr)
 
     def poll(self, fl: FuncLowering) -> None:
@@ -175,6 +186,7 @@ class FuncEnv:
 
     def os_yield(self, fl: FuncLowering) -> None:
         from jit.emit.cpu_grid import os_yield
+
         os_yield(fl)
 
     def exit_thread(self, fl: FuncLowering) -> None:

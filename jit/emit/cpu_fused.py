@@ -85,8 +85,7 @@ def _bits(fl: FuncLowering, r: str) -> ir.Value:
     t = a.allocated_type
     if isinstance(t, ir.IntType):
         return v
-    return fl.b.bitcast(v, ir.IntType(64 if isinstance(t, ir.DoubleType) else 16 if isinstance(t, ir.HalfType)
-                                      else 32))
+    return fl.b.bitcast(v, ir.IntType(64 if isinstance(t, ir.DoubleType) else 16 if isinstance(t, ir.HalfType) else 32))
 
 
 def _thread(fl: FuncLowering, env: EntryEnv, tx: ir.Value, probe: bool) -> None:
@@ -111,12 +110,17 @@ def emit_fused(fl: FuncLowering, env: EntryEnv, plan: FusedLoop, done: ir.Block)
     if plan.inclusive:  # i <= n  <=>  i < n + 1 (n <= 2**62 is checked first, so no overflow)
         nb = b.select(b.icmp_signed("<=", nb, _i64(MAX_START)), b.add(nb, _i64(1)), _i64(MAX_START + 1))
     inv0 = {r: _bits(fl, r) for r in plan.invariants}
-    conds = [b.icmp_unsigned("==", env.ntid[1], _i32(1)), b.icmp_unsigned("==", env.ntid[2], _i32(1)),
-             b.icmp_signed(">=", c, _i64(0)), b.icmp_signed("<=", c, _i64(MAX_START)),
-             b.icmp_signed(">=", step, _i64(1)), b.icmp_signed("<=", step, _i64(MAX_STEP)),
-             b.icmp_signed("<=", nb, _i64(MAX_START)),
-             b.icmp_signed("<=", b.add(nb, step), _i64(LIMIT[(plan.width, plan.signed)])),
-             b.icmp_unsigned("==", _entered(fl, plan), b.icmp_signed("<", c, nb))]
+    conds = [
+        b.icmp_unsigned("==", env.ntid[1], _i32(1)),
+        b.icmp_unsigned("==", env.ntid[2], _i32(1)),
+        b.icmp_signed(">=", c, _i64(0)),
+        b.icmp_signed("<=", c, _i64(MAX_START)),
+        b.icmp_signed(">=", step, _i64(1)),
+        b.icmp_signed("<=", step, _i64(MAX_STEP)),
+        b.icmp_signed("<=", nb, _i64(MAX_START)),
+        b.icmp_signed("<=", b.add(nb, step), _i64(LIMIT[(plan.width, plan.signed)])),
+        b.icmp_unsigned("==", _entered(fl, plan), b.icmp_signed("<", c, nb)),
+    ]
     ok0 = conds[0]
     for cond in conds[1:]:
         ok0 = b.and_(ok0, cond)
@@ -163,8 +167,16 @@ def emit_fused(fl: FuncLowering, env: EntryEnv, plan: FusedLoop, done: ir.Block)
     b.position_at_end(usual)
 
 
-def _chunks(fl: FuncLowering, env: EntryEnv, plan: FusedLoop, c: ir.Value, nb: ir.Value, step: ir.Value,
-            done: ir.Block, acc: _Accesses) -> None:
+def _chunks(
+    fl: FuncLowering,
+    env: EntryEnv,
+    plan: FusedLoop,
+    c: ir.Value,
+    nb: ir.Value,
+    step: ir.Value,
+    done: ir.Block,
+    acc: _Accesses,
+) -> None:
     """for (lo = c; lo < nb; lo += step) for (i = lo; i < min(lo + ntid.x, nb); ++i) body(i); then ``done``."""
     b = fl.b
     outer, run = fl.block("fused_chunk"), fl.block("fused_run")
@@ -230,8 +242,12 @@ class _Accesses:
             return  # a sparse reduction may widen the buffered range in the middle of the loop
         for ins in plan.body:
             f = forms.get(id(ins))
-            if (ins.opcode in ("ld", "ldu", "st") and isinstance(f, Aff) and fl.space(ins) in ("global", "generic")
-                    and not is_strong(ins)):
+            if (
+                ins.opcode in ("ld", "ldu", "st")
+                and isinstance(f, Aff)
+                and fl.space(ins) in ("global", "generic")
+                and not is_strong(ins)
+            ):
                 n = next((int(m[1:]) for m in ins.mods if m in ("v2", "v4", "v8")), 1)
                 self.affine.append((id(ins), f, n * type_bytes(fl.itype(ins))))
 
@@ -239,7 +255,8 @@ class _Accesses:
         """Prefetch the lines the affine accesses touch for i in [first, first + n)."""
         b = self.fl.b
         pf = b.module.globals.get("llvm.prefetch.p0") or ir.Function(
-            b.module, ir.FunctionType(VOID, [PTR, I32, I32, I32]), "llvm.prefetch.p0")
+            b.module, ir.FunctionType(VOID, [PTR, I32, I32, I32]), "llvm.prefetch.p0"
+        )
         for (base, coef), (o1, o2) in self.streams.items():
             start = b.add(b.add(self._reg64(base), _i64(o1)), b.mul(first, _i64(coef)))
             lines = b.lshr(b.add(b.mul(n, _i64(coef)), _i64(o2 - o1 + 63)), _i64(6))
@@ -273,8 +290,9 @@ class _Accesses:
             a2 = b.add(bv, b.mul(last, ir.Constant(i128, f.coef)))
             lo = b.select(b.icmp_signed("<", a1, a2), a1, a2)
             hi = b.add(b.select(b.icmp_signed("<", a1, a2), a2, a1), ir.Constant(i128, size))
-            exact = b.and_(b.icmp_signed(">=", lo, ir.Constant(i128, 0)), b.icmp_signed("<=", hi, ir.Constant(
-                i128, 1 << 64)))
+            exact = b.and_(
+                b.icmp_signed(">=", lo, ir.Constant(i128, 0)), b.icmp_signed("<=", hi, ir.Constant(i128, 1 << 64))
+            )
             apart = b.or_(b.icmp_signed("<=", hi, rlo), b.icmp_signed(">=", lo, rhi))
             ok = b.and_(ok, b.and_(exact, apart))
         self.unguard = {k for k, _, _ in self.affine}

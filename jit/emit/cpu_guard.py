@@ -49,10 +49,12 @@ from jit.ptx.ast import type_bytes
 
 # Instructions the check loop may run for every thread of a block: register arithmetic only. Loads other than
 # `ld.param` are left out (they would add memory traffic, and with bounds checks they have effects).
-_PURE = frozenset("""
+_PURE = frozenset(
+    """
 mov cvt cvta add sub mul mad mul24 mad24 sad div rem abs neg min max and or xor not cnot shl shr selp setp set slct
 bfe bfi prmt popc clz brev bfind lop3 shf
-""".split())
+""".split()
+)
 _MEMORY = frozenset("ld ldu st atom red cp prefetch prefetchu".split())
 # Bodies up to this many statements get a second copy (compile time grows with the copy).
 MAX_BODY = 2000
@@ -84,7 +86,7 @@ def _exit_label(body: list, name: str) -> bool:
     """The label ``name`` leads (through further labels) straight to an unpredicated ret/exit."""
     for i, st in enumerate(body):
         if isinstance(st, A.Label) and st.name == name:
-            for nxt in body[i + 1:]:
+            for nxt in body[i + 1 :]:
                 if not isinstance(nxt, A.Label):
                     return _is_exit(nxt)
             return True  # falling off the end of an entry is an exit
@@ -105,8 +107,12 @@ def _guards(body: list) -> list[Guard]:
             if _exit_label(body, tgt):
                 guards.append(Guard(i, True))
                 continue
-            if i + 2 < len(body) and _is_exit(body[i + 1]) and isinstance(body[i + 2], A.Label) \
-                    and body[i + 2].name == tgt:
+            if (
+                i + 2 < len(body)
+                and _is_exit(body[i + 1])
+                and isinstance(body[i + 2], A.Label)
+                and body[i + 2].name == tgt
+            ):
                 guards.append(Guard(i, False))
             break
         if not _is_pure(st):
@@ -126,8 +132,9 @@ def find_exit_guards(body: list) -> ExitGuards | None:
         return None  # a thread loop with control flow inside does not vectorise anyway: not worth a second copy
     last = guards[-1].index if guards else -1
     plan = ExitGuards(guards, skip, fast)
-    plan.walk = [("guard" if i in skip else "lower", st) for i, st in enumerate(body[:last + 1])
-                 if isinstance(st, A.Instr)]
+    plan.walk = [
+        ("guard" if i in skip else "lower", st) for i, st in enumerate(body[: last + 1]) if isinstance(st, A.Instr)
+    ]
     return plan
 
 
@@ -149,7 +156,7 @@ def plan_prechecks(fl: FuncLowering, plan: ExitGuards) -> None:
     last = plan.guards[-1].index if plan.guards else -1
     rest = [st for i, st in enumerate(body) if i > last and i not in plan.skip]  # straight-line (find_exit_guards)
     pure: set[str] = set()
-    for st in body[:last + 1]:
+    for st in body[: last + 1]:
         if isinstance(st, A.Instr):
             pure.update(defs_uses(st)[0])
     walk, pre, left, end = list(plan.walk), set(), False, len(plan.walk)
@@ -185,9 +192,14 @@ def versioned_threads(fl: FuncLowering, env, plan: ExitGuards, start_thread, low
     guard_at = {id(body[g.index]): g for g in plan.guards}
     fast, slow, done = fl.block("guards_pass"), fl.block("guards_fail"), fl.block("guards_done")
     # NOTE [range pre-check] (jit/emit/cpu_ranges.py): decided for the whole block at once where it can be
-    sure = block_passes(fl, env, plan.walk, {k: g.exit_if_taken for k, g in guard_at.items()},
-                        lambda st: _access_bytes(fl, st),
-                        lambda st: env.root_range(fl, fl.root_of(_address(st), fl.space(st))))
+    sure = block_passes(
+        fl,
+        env,
+        plan.walk,
+        {k: g.exit_if_taken for k, g in guard_at.items()},
+        lambda st: _access_bytes(fl, st),
+        lambda st: env.root_range(fl, fl.root_of(_address(st), fl.space(st))),
+    )
     if sure is not None:
         check = fl.block("guards_check")
         b.cbranch(sure, fast, check)

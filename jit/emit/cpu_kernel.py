@@ -80,6 +80,7 @@ def emit_kernel(cg: ModuleCodegen, fn: A.Function, env: EntryEnv, meta: KernelMe
     env.abort = llfn.append_basic_block("abort")
     if env.red_sites:
         from jit.emit.cpu_red import RedBuffer
+
         env.red = RedBuffer(cg.module, b.inttoptr(ld_slot(b, W, W_RED), PTR))
         meta.red_bytes = RED_BYTES
         env.red.flush(ir.IRBuilder(env.abort))  # the worker's last block is done (or the launch failed)
@@ -131,8 +132,9 @@ def emit_kernel(cg: ModuleCodegen, fn: A.Function, env: EntryEnv, meta: KernelMe
         fault, fine = fl.block("bc_fault"), fl.block("bc_fine")
         b.cbranch(b.icmp_unsigned("!=", badv, _i64(0)), fault, fine)
         b.position_at_end(fault)
-        b.cmpxchg(b.gep(L, [_i64(L_BADADDR)], source_etype=I64), _i64(0), b.sub(badv, _i64(1)), "monotonic",
-                  "monotonic")
+        b.cmpxchg(
+            b.gep(L, [_i64(L_BADADDR)], source_etype=I64), _i64(0), b.sub(badv, _i64(1)), "monotonic", "monotonic"
+        )
         env.set_error(fl, L, CUDA_ERROR_ILLEGAL_ADDRESS)
         b.branch(env.abort)
         b.position_at_end(fine)

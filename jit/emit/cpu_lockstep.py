@@ -64,8 +64,13 @@ def lockstep_points(env: EntryEnv) -> tuple[LockstepLoop, A.SyncPoint, A.SyncPoi
     return plan, f, g
 
 
-def emit_lockstep(fl: FuncLowering, env: EntryEnv, points: tuple[LockstepLoop, A.SyncPoint, A.SyncPoint],
-                  generic: ir.Block, round_end: ir.Block) -> None:
+def emit_lockstep(
+    fl: FuncLowering,
+    env: EntryEnv,
+    points: tuple[LockstepLoop, A.SyncPoint, A.SyncPoint],
+    generic: ir.Block,
+    round_end: ir.Block,
+) -> None:
     """The builder is at the start of a round whose threads all stand at F."""
     plan, f, g = points
     b = fl.b
@@ -77,9 +82,13 @@ def emit_lockstep(fl: FuncLowering, env: EntryEnv, points: tuple[LockstepLoop, A
     c = _value(fl, plan, A.Reg(plan.iv))  # type: ignore[arg-type]
     step = _value(fl, plan, plan.step)  # type: ignore[arg-type]
     nt = b.zext(env.ntid[0], I64)
-    conds = [b.icmp_signed(">=", c, _i64(0)), b.icmp_signed("<=", c, _i64(MAX_START)),
-             b.icmp_signed(">=", step, nt), b.icmp_signed(">=", step, _i64(1)),
-             b.icmp_signed("<=", step, _i64(MAX_STEP))]
+    conds = [
+        b.icmp_signed(">=", c, _i64(0)),
+        b.icmp_signed("<=", c, _i64(MAX_START)),
+        b.icmp_signed(">=", step, nt),
+        b.icmp_signed(">=", step, _i64(1)),
+        b.icmp_signed("<=", step, _i64(MAX_STEP)),
+    ]
     trips = _Trips(fl, plan, c, step, conds)
     inv0 = {r: _bits(fl, r) for r in plan.invariants}
     ok = fl.ab.alloca(I1, name="lockstep_ok")
@@ -123,8 +132,9 @@ def emit_lockstep(fl: FuncLowering, env: EntryEnv, points: tuple[LockstepLoop, A
         trips = b.select(b.icmp_signed("<", t64, edge), t0, b.sub(t0, _i64(1)))
         last = b.add(b.add(c, t64), b.mul(trips, step))
         a = fl.regs[plan.iv]
-        b.store(last if plan.width == 64 else b.trunc(last, a.allocated_type), env.rec_addr(b, fin.i,
-                                                                                          env.slots[plan.iv]))
+        b.store(
+            last if plan.width == 64 else b.trunc(last, a.allocated_type), env.rec_addr(b, fin.i, env.slots[plan.iv])
+        )
     b.store(_i32(0), env.rec_addr(b, fin.i, R_PARK))
     b.store(_i32(g.id), env.rec_addr(b, fin.i, R_PC))
     fin.end()
@@ -134,6 +144,7 @@ def emit_lockstep(fl: FuncLowering, env: EntryEnv, points: tuple[LockstepLoop, A
 def _resume(fl: FuncLowering, env: EntryEnv, plan: LockstepLoop, f: A.SyncPoint, tx: ir.Value) -> None:
     """Thread (tx, 0, 0)'s registers as it resumes at F, then the setup."""
     from jit.emit.cpu_sched import start_thread
+
     env.rec_t = tx
     start_thread(fl, env, _i32(0), _i32(0), tx, env.local_base)  # (the kernel's .local area: a remat may need it)
     env.restore(fl, f)
@@ -148,17 +159,20 @@ class _Trips:
     there is no test on i, only that register: T_t must then be T_0 for t < edge and T_0 - 1 after (what a bound
     gives when s >= ntid.x), and n = c + (T_0 - 1)·s + edge is one bound that gives them."""
 
-    def __init__(self, fl: FuncLowering, plan: LockstepLoop, c: ir.Value, step: ir.Value,
-                 conds: list[ir.Value]) -> None:
+    def __init__(
+        self, fl: FuncLowering, plan: LockstepLoop, c: ir.Value, step: ir.Value, conds: list[ir.Value]
+    ) -> None:
         self.fl, self.plan, self.c, self.step = fl, plan, c, step
         b = fl.b
         if plan.bound is not None:
             nb = _value(fl, plan, plan.bound)  # type: ignore[arg-type]
             if plan.inclusive:  # i <= n  <=>  i < n + 1 (n <= 2**62 is checked first, so no overflow)
                 nb = b.select(b.icmp_signed("<=", nb, _i64(MAX_START)), b.add(nb, _i64(1)), _i64(MAX_START + 1))
-            conds += [b.icmp_signed("<=", nb, _i64(MAX_START)),
-                      b.icmp_signed("<=", b.add(nb, step), _i64(LIMIT[(plan.width, plan.signed)])),
-                      b.icmp_signed("<", c, nb)]
+            conds += [
+                b.icmp_signed("<=", nb, _i64(MAX_START)),
+                b.icmp_signed("<=", b.add(nb, step), _i64(LIMIT[(plan.width, plan.signed)])),
+                b.icmp_signed("<", c, nb),
+            ]
             ok0 = _all(b, conds)
             # T_0 = ceil((n - c) / s) (only used when ok0 holds; the selects keep the division defined)
             room = b.select(ok0, b.sub(nb, c), _i64(1))
@@ -168,8 +182,15 @@ class _Trips:
             self.nb = nb
         else:
             self.t0 = b.add(self._trip(), _i64(1))
-            ok0 = _all(b, [*conds, b.icmp_unsigned("<", self.t0, _i64(1 << 31)), b.icmp_unsigned(">=", self.t0, _i64(1)),
-                           b.icmp_signed("<=", step, _i64(1 << 31))])
+            ok0 = _all(
+                b,
+                [
+                    *conds,
+                    b.icmp_unsigned("<", self.t0, _i64(1 << 31)),
+                    b.icmp_unsigned(">=", self.t0, _i64(1)),
+                    b.icmp_signed("<=", step, _i64(1 << 31)),
+                ],
+            )
             self.edge = fl.ab.alloca(I64, name="lockstep_edge")
             b.store(_i64(0), self.edge)
         self.ok0 = ok0
@@ -186,8 +207,9 @@ class _Trips:
             e = b.load(self.edge)
             first = b.and_(b.icmp_unsigned("==", tt, self.t0), b.icmp_unsigned("==", e, t64))
             b.store(b.select(first, b.add(t64, _i64(1)), e), self.edge)
-            return b.or_(first, b.and_(b.icmp_unsigned("==", b.add(tt, _i64(1)), self.t0),
-                                       b.icmp_unsigned(">=", tt, _i64(1))))
+            return b.or_(
+                first, b.and_(b.icmp_unsigned("==", b.add(tt, _i64(1)), self.t0), b.icmp_unsigned(">=", tt, _i64(1)))
+            )
         good = b.icmp_signed("<", b.add(self.c, t64), self.nb)
         if plan.trip is not None:
             good = b.and_(good, b.icmp_unsigned("==", self._trip(), b.sub(self.trips(t64), _i64(1))))
@@ -204,8 +226,10 @@ class _Trips:
             return self.nb, self.t0, self.edge, ir.Constant(I1, 1)
         self.edge = b.load(self.edge)
         self.nb = b.add(b.add(self.c, b.mul(b.sub(self.t0, _i64(1)), self.step)), self.edge)
-        fits = b.and_(b.icmp_signed("<=", self.nb, _i64(MAX_START)), b.icmp_signed(
-            "<=", b.add(self.nb, self.step), _i64(LIMIT[(self.plan.width, self.plan.signed)])))
+        fits = b.and_(
+            b.icmp_signed("<=", self.nb, _i64(MAX_START)),
+            b.icmp_signed("<=", b.add(self.nb, self.step), _i64(LIMIT[(self.plan.width, self.plan.signed)])),
+        )
         return self.nb, self.t0, self.edge, fits
 
 
@@ -213,5 +237,3 @@ def _save_carried(fl: FuncLowering, env: EntryEnv, plan: LockstepLoop, tx: ir.Va
     b = fl.b
     for r in plan.carried:
         b.store(b.load(fl.regs[r]), env.rec_addr(b, tx, env.slots[r]))
-
-

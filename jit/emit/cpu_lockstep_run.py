@@ -94,8 +94,16 @@ class LockstepRun:
     """The loop of NOTE [lockstep grid-stride loops] for this block, or for a group of its worker's next blocks at
     once (NOTE [lockstep block groups])."""
 
-    def __init__(self, fl: FuncLowering, env: EntryEnv, plan: LockstepLoop, c: ir.Value, nb: ir.Value,
-                 step: ir.Value, inv0: dict[str, ir.Value]) -> None:
+    def __init__(
+        self,
+        fl: FuncLowering,
+        env: EntryEnv,
+        plan: LockstepLoop,
+        c: ir.Value,
+        nb: ir.Value,
+        step: ir.Value,
+        inv0: dict[str, ir.Value],
+    ) -> None:
         self.fl, self.env, self.plan, self.c, self.nb, self.step, self.inv0 = fl, env, plan, c, nb, step, inv0
         self.b = fl.b
         self.nt = fl.b.zext(env.ntid[0], I64)
@@ -110,16 +118,16 @@ class LockstepRun:
 
     def _key(self) -> list[ir.Value]:
         """What the stash was made for, after valid and its first element c: n, the step, ntid.x, the invariants."""
-        return [self.nb, self.step, self.nt, *(self.b.zext(v, I64) if v.type != I64 else v
-                                               for v in self.inv0.values())]
+        return [self.nb, self.step, self.nt, *(self.b.zext(v, I64) if v.type != I64 else v for v in self.inv0.values())]
 
     def emit(self, bad: ir.Block, done: ir.Block) -> None:
         fl, env, b, plan = self.fl, self.env, self.b, self.plan
         own = fl.block("lockstep_compute")
         if self.groups:  # does a stash hold this block's lanes, made from the same values?
             rel = b.sub(self.c, b.load(self.hdr(1), typ=I64))
-            hit = b.and_(b.icmp_unsigned("==", b.load(self.hdr(0), typ=I64), _i64(1)),
-                         b.icmp_signed(">=", rel, _i64(0)))
+            hit = b.and_(
+                b.icmp_unsigned("==", b.load(self.hdr(0), typ=I64), _i64(1)), b.icmp_signed(">=", rel, _i64(0))
+            )
             hit = b.and_(hit, b.icmp_signed("<=", b.add(rel, self.nt), b.load(self.hdr(2), typ=I64)))
             hit = b.and_(hit, b.icmp_unsigned("==", b.urem(rel, self.nt), _i64(0)))
             for k, v in enumerate(self._key()):
@@ -154,8 +162,11 @@ class LockstepRun:
                 env.bc_bad = fl.ab.alloca(I64, name="bc_bad")
                 fl.ab.store(_i64(0), env.bc_bad)
             saved = b.load(env.bc_bad)
-        retry, fault, finished = fl.block("lockstep_retry"), fl.block("lockstep_group_fault"), fl.block(
-            "lockstep_loop_done")
+        retry, fault, finished = (
+            fl.block("lockstep_retry"),
+            fl.block("lockstep_group_fault"),
+            fl.block("lockstep_loop_done"),
+        )
         b.branch(retry)
         b.position_at_end(retry)
         w = b.load(width)
@@ -193,8 +204,9 @@ class LockstepRun:
         lp = _Loop(self.fl, self.nt, "lockstep_out", False, False)
         for r in self.plan.carried:
             ty = self.fl.regs[r].allocated_type
-            b.store(b.load(env.rec_addr(b, b.add(rel, lp.i), self.lanes[r]), typ=ty),
-                    env.rec_addr(b, lp.i, env.slots[r]))
+            b.store(
+                b.load(env.rec_addr(b, b.add(rel, lp.i), self.lanes[r]), typ=ty), env.rec_addr(b, lp.i, env.slots[r])
+            )
         lp.end()
 
     def _chunks(self, w: ir.Value, bad: ir.Block, done: ir.Block) -> None:

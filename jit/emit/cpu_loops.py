@@ -36,6 +36,7 @@ def keep_checked_copy_scalar(checked: bool) -> bool:
     """Whether the thread loop of a straight-line fast copy whose accesses are still bounds-checked (``checked``)
     should stay scalar on this host (NOTE [masked vectors])."""
     from jit.passes.optimize import fast_masked_memory
+
     return checked and not fast_masked_memory()
 
 

@@ -35,8 +35,18 @@ from jit.ptx import ast as A
 from jit.ptx.ast import type_bits
 
 I128 = ir.IntType(128)
-_CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!=",
-        "lo": "<", "ls": "<=", "hi": ">", "hs": ">="}
+_CMP = {
+    "lt": "<",
+    "le": "<=",
+    "gt": ">",
+    "ge": ">=",
+    "eq": "==",
+    "ne": "!=",
+    "lo": "<",
+    "ls": "<=",
+    "hi": ">",
+    "hs": ">=",
+}
 _INT = frozenset(f"{k}{w}" for k in ("s", "u", "b") for w in (8, 16, 32, 64))  # integer types
 
 
@@ -132,7 +142,7 @@ class Ranges:
 
     def forget(self, ins: A.Instr) -> None:
         for o in ins.operands[:1]:
-            for r in (o.items if isinstance(o, A.Vec) else (o,)):
+            for r in o.items if isinstance(o, A.Vec) else (o,):
                 if isinstance(r, A.Reg):
                     self.iv.pop(r.name, None)
                     self.pred.pop(r.name, None)
@@ -153,7 +163,7 @@ class Ranges:
             t = ts[-1]
             if t not in _INT:
                 raise Unknown(t)
-            for r in (ops[0].items if isinstance(ops[0], A.Vec) else (ops[0],)):
+            for r in ops[0].items if isinstance(ops[0], A.Vec) else (ops[0],):
                 if isinstance(r, A.Reg):
                     self.write(r, self._point(self.fl.get(r, t), t[0] == "s"))
             return
@@ -180,8 +190,10 @@ class Ranges:
             self.write(ops[0], self.read(ops[1], ts[1], type_bits(ts[0]) > type_bits(ts[1])))
         elif op in ("add", "sub"):
             x, y = self.read(ops[1], t, False), self.read(ops[2], t, False)
-            self.write(ops[0], (b.add(x[0], y[0]), b.add(x[1], y[1])) if op == "add"
-                       else (b.sub(x[0], y[1]), b.sub(x[1], y[0])))
+            self.write(
+                ops[0],
+                (b.add(x[0], y[0]), b.add(x[1], y[1])) if op == "add" else (b.sub(x[0], y[1]), b.sub(x[1], y[0])),
+            )
         elif op == "neg":
             x = self.read(ops[1], t, False)
             self.write(ops[0], (b.neg(x[1]), b.neg(x[0])))
@@ -271,11 +283,18 @@ class Ranges:
         lt_poss, ge_poss = b.icmp_signed("<", x[0], y[1]), b.icmp_signed(">=", x[1], y[0])
         gt_poss, le_poss = b.icmp_signed(">", x[1], y[0]), b.icmp_signed("<=", x[0], y[1])
         overlap = b.and_(le_poss, b.icmp_signed(">=", x[1], y[0]))
-        same = b.and_(b.and_(b.icmp_signed("==", x[0], x[1]), b.icmp_signed("==", y[0], y[1])),
-                      b.icmp_signed("==", x[0], y[0]))
+        same = b.and_(
+            b.and_(b.icmp_signed("==", x[0], x[1]), b.icmp_signed("==", y[0], y[1])), b.icmp_signed("==", x[0], y[0])
+        )
         op = _CMP[cmp]
-        mt, mf = {"<": (lt_poss, ge_poss), ">=": (ge_poss, lt_poss), ">": (gt_poss, le_poss),
-                  "<=": (le_poss, gt_poss), "==": (overlap, b.not_(same)), "!=": (b.not_(same), overlap)}[op]
+        mt, mf = {
+            "<": (lt_poss, ge_poss),
+            ">=": (ge_poss, lt_poss),
+            ">": (gt_poss, le_poss),
+            "<=": (le_poss, gt_poss),
+            "==": (overlap, b.not_(same)),
+            "!=": (b.not_(same), overlap),
+        }[op]
         self.write(ops[0], None)
         self.pred[ops[0].name] = (mt, mf)
 
@@ -328,8 +347,14 @@ class Ranges:
         return b.or_(b.icmp_signed("<", first, b.zext(lo, I128)), b.icmp_signed(">", end, b.zext(hi, I128)))
 
 
-def block_passes(fl: FuncLowering, env, walk: list[tuple[str, A.Instr]], exits: dict[int, bool],  # type: ignore[no-untyped-def]
-                 access_size, root_range) -> ir.Value | None:
+def block_passes(
+    fl: FuncLowering,
+    env,
+    walk: list[tuple[str, A.Instr]],
+    exits: dict[int, bool],  # type: ignore[no-untyped-def]
+    access_size,
+    root_range,
+) -> ir.Value | None:
     """An i1, computed once per block at the builder's position: true only if no thread of the block leaves at a
     guard of ``walk`` or fails one of its checks (see the NOTE). None when a guard or check depends on something
     not modelled; then nothing is emitted that the caller must branch on (what was emitted is dead code).

@@ -26,8 +26,7 @@ from jit.ptx import ast as A
 # known only at run time costs a register (or a spill) per field in the hot loops: 13% fewer instructions for the
 # block reduction of benchmarks/jit.py, 18% for its matmul (callgrind). Bigger records use the launch's own block
 # size, so a kernel with many live registers does not allocate and clear megabytes per launch.
-HEADER_SIZES = {R_PC: 4, R_PARK: 4, R_XA: 8, R_XB: 4, R_XC: 4, R_XMASK: 4, R_XPRED: 4, R_RVAL: 8, R_RPRED: 4,
-                R_DONE: 4}
+HEADER_SIZES = {R_PC: 4, R_PARK: 4, R_XA: 8, R_XB: 4, R_XC: 4, R_XMASK: 4, R_XPRED: 4, R_RVAL: 8, R_RPRED: 4, R_DONE: 4}
 
 
 FIXED_RECORDS_MAX = 256 * 1024  # bytes of thread records per worker up to which their layout is fixed
@@ -84,8 +83,9 @@ class ThreadRecords:
             if base is None:
                 fb = self._field_builder
                 assert fb is not None, "record access before begin_records"
-                base = self._field_bases[off] = fb.gep(self.scratch, [fb.mul(_i64(off), self.ntpad)],
-                                                       source_etype=ir.IntType(8))
+                base = self._field_bases[off] = fb.gep(
+                    self.scratch, [fb.mul(_i64(off), self.ntpad)], source_etype=ir.IntType(8)
+                )
             p = b.gep(base, [cache[row_key][2]], source_etype=ir.IntType(8))
         self.rec_ptrs[id(p)] = off
         cache[key] = (blk, t, p)
@@ -124,6 +124,7 @@ class ThreadRecords:
         """The running thread stops at ``sp``: its inputs and live registers go to its record, then on to the next
         thread."""
         from jit.emit.cpu_warp import collect_inputs
+
         b = fl.b
         if sp.kind != "yield":
             collect_inputs(self, fl, sp)
@@ -142,6 +143,7 @@ class ThreadRecords:
         """Resume code of sync point ``sp``: reload the saved registers, recompute the rematerialised ones, take the
         collective's result."""
         from jit.emit.cpu_warp import write_outputs
+
         b = fl.b
         for r in sp.live:
             ty = reg_type(self.fn.regs[r])

@@ -96,12 +96,16 @@ def is_buffered(ins: A.Instr, dead: set[str]) -> bool:
 def plan(fn: A.Function) -> set[int]:
     """ids of the instructions of kernel ``fn`` to buffer (empty: the kernel does not use a buffer)."""
     from jit.passes.liveness import defs_uses
+
     body = [st for st in fn.body or [] if isinstance(st, A.Instr)]
     used: set[str] = set()
     for ins in body:
         if ins.opcode == "call":
-            callee = ins.operands[1] if len(ins.operands) > 1 and isinstance(ins.operands[0], A.Group) else (
-                ins.operands[0] if ins.operands else None)
+            callee = (
+                ins.operands[1]
+                if len(ins.operands) > 1 and isinstance(ins.operands[0], A.Group)
+                else (ins.operands[0] if ins.operands else None)
+            )
             if not (isinstance(callee, A.Sym) and callee.name in _BUILTIN_CALLS):
                 return set()
         used.update(defs_uses(ins)[1])
@@ -197,8 +201,9 @@ def _atomic_add_at(b: ir.IRBuilder, addr: ir.Value, is64: ir.Value, delta: ir.Va
     b.position_at_end(out)
 
 
-def _drain(b: ir.IRBuilder, n: ir.Value, slot: Callable[[ir.Value], ir.Value],
-           act: Callable[[ir.Value, ir.Value], None]) -> None:
+def _drain(
+    b: ir.IRBuilder, n: ir.Value, slot: Callable[[ir.Value], ir.Value], act: Callable[[ir.Value, ir.Value], None]
+) -> None:
     """for (i = 0; i < n; ++i) if ((v = *slot(i)) != 0) { act(i, v); *slot(i) = 0; } at the builder's position."""
     fn = b.function
     pre = b.block
@@ -241,8 +246,7 @@ def _flush_fn(module: ir.Module) -> ir.Function:
 
     b.cbranch(b.icmp_unsigned("==", b.load(field(RB_COUNT), typ=I64), _i64(0)), dense, sparse)
     b.position_at_end(sparse)  # the sparse slots: tag -> pending delta
-    _drain(b, _i64(RED_SLOTS), slot(RB_TAGS),
-           lambda i, tag: _atomic_add(b, tag, b.load(slot(RB_DELTAS)(i), typ=I64)))
+    _drain(b, _i64(RED_SLOTS), slot(RB_TAGS), lambda i, tag: _atomic_add(b, tag, b.load(slot(RB_DELTAS)(i), typ=I64)))
     b.store(_i64(0), field(RB_COUNT))
     b.branch(dense)
     b.position_at_end(dense)  # the dense region's non-zero counters (NOTE [dense reduction slots])

@@ -117,8 +117,9 @@ def resolve(fl: FuncLowering, env: EntryEnv) -> ir.Value:
     return b.load(again)
 
 
-def _cases(fl: FuncLowering, sw: ir.Instruction, warp: list[A.SyncPoint],
-           prefix: str) -> list[tuple[list[A.SyncPoint], ir.Block]]:
+def _cases(
+    fl: FuncLowering, sw: ir.Instruction, warp: list[A.SyncPoint], prefix: str
+) -> list[tuple[list[A.SyncPoint], ir.Block]]:
     """One block per kind of collective (sync points whose instructions share a _signature share its resolution
     code: compile time), each a case of ``sw`` for all its sync points."""
     groups: dict[tuple[str, ...], list[A.SyncPoint]] = {}
@@ -133,8 +134,15 @@ def _cases(fl: FuncLowering, sw: ir.Instruction, warp: list[A.SyncPoint],
     return out
 
 
-def _uniform_collectives(fl: FuncLowering, env: EntryEnv, peer: _Peer, warp: list[A.SyncPoint], flag: ir.Value,
-                         end: ir.Block, general: ir.Block) -> None:
+def _uniform_collectives(
+    fl: FuncLowering,
+    env: EntryEnv,
+    peer: _Peer,
+    warp: list[A.SyncPoint],
+    flag: ir.Value,
+    end: ir.Block,
+    general: ir.Block,
+) -> None:
     """When every thread of the block is parked at the same warp collective (the steps of a shuffle reduction), every
     lane of every warp has arrived: resolve it for all threads in one loop with no per-thread dispatch or warp
     check, then make them all runnable. Otherwise branch to ``general``."""

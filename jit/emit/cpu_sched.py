@@ -41,8 +41,9 @@ def thread_prologue(fl: FuncLowering, env: EntryEnv, tz: ir.Value, ty: ir.Value,
     env.t32 = b.add(b.mul(b.add(b.mul(tz, env.ntid[1]), ty), env.ntid[0]), tx)
     meta = env.meta
     if meta.func_stack:  # env.local is this thread's area; its .func frames follow its .local
-        env.local = b.gep(env.local_base, [b.mul(b.zext(env.t32, I64), _i64(meta.local_bytes + meta.func_stack))],
-                          source_etype=I8)
+        env.local = b.gep(
+            env.local_base, [b.mul(b.zext(env.t32, I64), _i64(meta.local_bytes + meta.func_stack))], source_etype=I8
+        )
     if not env.sched:
         # NOTE [uninitialised registers]: a straight thread loop zeroes registers (cheap, deterministic). Under the
         # scheduler a resumed thread restores exactly the registers live across its sync point; any other register
@@ -87,20 +88,21 @@ def _start_thread(fl: FuncLowering, env: EntryEnv, loops: tuple[_Loop, _Loop, _L
     start_thread(fl, env, lz.i, ly.i, lx.i, local_base)
 
 
-def start_thread(fl: FuncLowering, env: EntryEnv, tz: ir.Value, ty: ir.Value, tx: ir.Value,
-                 local_base: ir.Value) -> None:
+def start_thread(
+    fl: FuncLowering, env: EntryEnv, tz: ir.Value, ty: ir.Value, tx: ir.Value, local_base: ir.Value
+) -> None:
     """Thread (tx, ty, tz), whose record is env.rec_t, runs next: its coordinates and its .local area."""
     thread_prologue(fl, env, tz, ty, tx)
     meta = env.meta
     if meta.local_bytes and not meta.func_stack:  # (with a .func stack the prologue set it)
-        env.local = fl.b.gep(local_base, [fl.b.mul(fl.b.zext(env.rec_t, I64), _i64(meta.local_bytes))],
-                             source_etype=I8)
+        env.local = fl.b.gep(local_base, [fl.b.mul(fl.b.zext(env.rec_t, I64), _i64(meta.local_bytes))], source_etype=I8)
 
 
 def scheduler(fl: FuncLowering, env: EntryEnv, scratch: ir.Value, local_base: ir.Value, start: ir.Block) -> None:
     """Rounds of the block's thread loops: each runnable thread resumes at its pc (a `switch`) and runs to its next
     sync point or exit; then the resolution step releases whom it can (jit/emit/cpu_resolve.py)."""
     from jit.emit.cpu_resolve import resolve
+
     b = fl.b
     env.begin_records(b, scratch)
     init = _Loop(fl, env.nt32, "init")
@@ -114,6 +116,7 @@ def scheduler(fl: FuncLowering, env: EntryEnv, scratch: ir.Value, local_base: ir
     generic, round_end = fl.block("round_generic"), fl.block("round_end")
     regions = uniform_regions(env) if env.barrier_only else {}
     from jit.emit.cpu_lockstep import emit_lockstep, lockstep_points
+
     lock = lockstep_points(env)  # NOTE [lockstep grid-stride loops]
     if regions or lock:
         sw = b.switch(_uniform_pc(fl, env), generic)
@@ -184,7 +187,7 @@ def uniform_regions(env: EntryEnv) -> dict[int, tuple[list[A.Instr], A.SyncPoint
         if sp.kind == "yield" or id(sp.instr) not in where or len(out) == MAX_REGIONS:
             continue
         instrs: list[A.Instr] = []
-        for st in body[where[id(sp.instr)] + 1:]:
+        for st in body[where[id(sp.instr)] + 1 :]:
             if not isinstance(st, A.Instr) or st.opcode in _NOT_IN_REGION or len(instrs) > REGION_MAX:
                 break
             end = env.sync_ids.get(id(st))
@@ -212,8 +215,9 @@ def _uniform_pc(fl: FuncLowering, env: EntryEnv) -> ir.Value:
     return b.select(b.icmp_unsigned("==", b.load(bad), _i32(0)), pc0, _i32(0))
 
 
-def _region_threads(fl: FuncLowering, env: EntryEnv, sp: A.SyncPoint, instrs: list[A.Instr], end: A.SyncPoint,
-                    local_base: ir.Value) -> None:
+def _region_threads(
+    fl: FuncLowering, env: EntryEnv, sp: A.SyncPoint, instrs: list[A.Instr], end: A.SyncPoint, local_base: ir.Value
+) -> None:
     """Every thread of the block runs the region after barrier ``sp`` and parks at barrier ``end``. Emitted before
     the generic thread loops, which set the per-thread values of ``env`` again for themselves."""
     lz, ly, lx = _thread_loops(fl, env, "r")
@@ -232,6 +236,7 @@ def annotate_record_scopes(module: ir.Module, fn: ir.Function, rec_ptrs: dict[in
     kernel itself addresses. Without it LLVM needs a runtime overlap check between every pair of those arrays before
     it vectorises a loop over threads (the record initialisation, the release loop of _release_all)."""
     from llvmlite.ir.instructions import AllocaInstr, LoadInstr, StoreInstr
+
     domain = module.add_metadata(["wooly.memory"])
     kernel = module.add_metadata(["wooly.kernel", domain])
     fields = {off: module.add_metadata([f"wooly.record.{off}", domain]) for off in sorted(set(rec_ptrs.values()))}

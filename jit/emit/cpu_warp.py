@@ -117,8 +117,15 @@ class _Peer:
         self.fl.b.store(v, self.env.rec_addr(self.fl.b, t, off))
 
 
-def _arrived(fl: FuncLowering, env: EntryEnv, peer: _Peer, w0: ir.Value, k: ir.Value, reduce=None,  # type: ignore[no-untyped-def]
-             mm: ir.Value | None = None):
+def _arrived(
+    fl: FuncLowering,
+    env: EntryEnv,
+    peer: _Peer,
+    w0: ir.Value,
+    k: ir.Value,
+    reduce=None,  # type: ignore[no-untyped-def]
+    mm: ir.Value | None = None,
+):
     """Mask of lanes of the warp starting at w0 parked at sync k; optional per-lane reduction callback."""
     b = fl.b
     mask = fl.ab.alloca(I32)
@@ -145,13 +152,36 @@ def _arrived(fl: FuncLowering, env: EntryEnv, peer: _Peer, w0: ir.Value, k: ir.V
 
 def _signature(ins: A.Instr) -> tuple[str, ...]:
     """Sync points whose instructions share this signature share one resolution block (compile time)."""
-    keep = ("up", "down", "bfly", "idx", "all", "any", "uni", "ballot", "add", "min", "max", "and", "or", "xor",
-            "s32", "u32", "b32", "b64", "u64", "s64", "f32", "abs", "NaN", "warp")
+    keep = (
+        "up",
+        "down",
+        "bfly",
+        "idx",
+        "all",
+        "any",
+        "uni",
+        "ballot",
+        "add",
+        "min",
+        "max",
+        "and",
+        "or",
+        "xor",
+        "s32",
+        "u32",
+        "b32",
+        "b64",
+        "u64",
+        "s64",
+        "f32",
+        "abs",
+        "NaN",
+        "warp",
+    )
     return (ins.opcode, *[m for m in ins.mods if m in keep])
 
 
-def _resolve_one(fl: FuncLowering, env: EntryEnv, peer: _Peer, t: ir.Value, sp: A.SyncPoint,
-                 k: ir.Value) -> None:
+def _resolve_one(fl: FuncLowering, env: EntryEnv, peer: _Peer, t: ir.Value, sp: A.SyncPoint, k: ir.Value) -> None:
     b = fl.b
     ins = sp.instr
     lane = b.and_(t, _i32(31))
@@ -235,8 +265,14 @@ def _resolve_one(fl: FuncLowering, env: EntryEnv, peer: _Peer, t: ir.Value, sp: 
         kind = next(x for x in ins.mods if x in ("add", "min", "max", "and", "or", "xor"))
         signed = ins.has("s32")
         acc = fl.ab.alloca(I64)
-        init = {"add": 0, "or": 0, "xor": 0, "and": -1, "min": (1 << 31) - 1 if signed else 0xFFFFFFFF,
-                "max": -(1 << 31) if signed else 0}[kind]
+        init = {
+            "add": 0,
+            "or": 0,
+            "xor": 0,
+            "and": -1,
+            "min": (1 << 31) - 1 if signed else 0xFFFFFFFF,
+            "max": -(1 << 31) if signed else 0,
+        }[kind]
         b.store(_i64(init), acc)
 
         def red(jj: ir.Value, ln: ir.Value) -> None:
@@ -257,8 +293,9 @@ def _resolve_one(fl: FuncLowering, env: EntryEnv, peer: _Peer, t: ir.Value, sp: 
     raise not_supported(f"warp collective {ins.opcode}", ins.line)
 
 
-def _redux_f32(fl: FuncLowering, env: EntryEnv, peer: _Peer, ins: A.Instr, t: ir.Value, w0: ir.Value,
-               k: ir.Value, mm: ir.Value) -> None:
+def _redux_f32(
+    fl: FuncLowering, env: EntryEnv, peer: _Peer, ins: A.Instr, t: ir.Value, w0: ir.Value, k: ir.Value, mm: ir.Value
+) -> None:
     """NOTE [redux.f32]: `redux.sync.{min,max}{.abs}{.NaN}.f32` (sm_100a) as the PTX ISA defines it: +0.0 > -0.0;
     .abs reduces |x|; NaN inputs are skipped (the result is the canonical NaN 0x7fffffff only when every input is
     NaN), or, with .NaN, any NaN input makes the result the canonical NaN."""

@@ -45,7 +45,8 @@ QUALIFIED = {("cp", "mbarrier::complete_tx::bytes")}
 
 # Every instruction name of the PTX ISA (up to 9.x): an opcode outside this set is malformed PTX (218), one inside
 # it without a handler is a valid instruction we do not implement (801).
-PTX_OPCODES = frozenset("""
+PTX_OPCODES = frozenset(
+    """
 abs activemask add addc alloca and applypriority atom bar barrier bfe bfi bfind bmsk bra brev brkpt brx call clz
 clusterlaunchcontrol cnot copysign cos cp createpolicy cvt cvta discard div dp2a dp4a elect ex2 exit fence fma fns
 getctarank griddepcontrol isspacep istypep ld ldmatrix ldu lg2 lop3 mad mad24 madc mapa match max mbarrier membar
@@ -54,7 +55,8 @@ ret rsqrt sad selp set setmaxnreg setp shf shfl shl shr sin slct sqrt st stackre
 suld suq sured sust szext tanh tcgen05 tensormap testp tex tld4 trap txq vabsdiff vabsdiff2 vabsdiff4 vadd vadd2
 vadd4 vavrg2 vavrg4 vmad vmax vmax2 vmax4 vmin vmin2 vmin4 vote vset vset2 vset4 vshl vshr vsub vsub2 vsub4
 wgmma wmma xor
-""".split())
+""".split()
+)
 
 Handler = Callable[["FuncLowering", A.Instr], None]
 HANDLERS: dict[str, Handler] = {}
@@ -65,6 +67,7 @@ def op(*names: str) -> Callable[[Handler], Handler]:
         for n in names:
             HANDLERS[n] = fn
         return fn
+
     return deco
 
 
@@ -92,8 +95,15 @@ class Storage:
 
 
 class FuncLowering:
-    def __init__(self, cg: ModuleCodegen, fn: A.Function, llfn: ir.Function, env: Env,
-                 alloca_builder: ir.IRBuilder, builder: ir.IRBuilder) -> None:
+    def __init__(
+        self,
+        cg: ModuleCodegen,
+        fn: A.Function,
+        llfn: ir.Function,
+        env: Env,
+        alloca_builder: ir.IRBuilder,
+        builder: ir.IRBuilder,
+    ) -> None:
         self.cg, self.fn, self.llfn, self.env = cg, fn, llfn, env
         self.module = cg.module
         self.ab = alloca_builder  # positioned in the entry block, for allocas
@@ -156,21 +166,23 @@ class FuncLowering:
             self.cur = st
             h = HANDLERS.get(st.opcode)
             if h is None or any("::" in m and (st.opcode, m) not in QUALIFIED for m in st.mods):
-                full = '.'.join([st.opcode, *st.mods])
+                full = ".".join([st.opcode, *st.mods])
                 if st.opcode not in PTX_OPCODES:
                     raise invalid_ptx(f"unknown instruction '{full}'", st.line, st.col)
                 raise not_supported(f"PTX instruction '{full}'", st.line)
             bad = unknown_modifier(st)  # NOTE [modifier table] (jit/lower/modifiers.py)
             if bad is not None:
-                raise not_supported(f"modifier '.{bad}' of PTX instruction '{'.'.join([st.opcode, *st.mods])}'",
-                                    st.line)
+                raise not_supported(
+                    f"modifier '.{bad}' of PTX instruction '{'.'.join([st.opcode, *st.mods])}'", st.line
+                )
             try:
                 h(self, st)
             except (KeyError, IndexError, ValueError, TypeError, AttributeError) as e:
                 if isinstance(e, KeyError) and self._is_jit_error(e):
                     raise
-                raise invalid_ptx(f"cannot lower '{'.'.join([st.opcode, *st.mods])}': {type(e).__name__}: {e}",
-                                  st.line, st.col) from e
+                raise invalid_ptx(
+                    f"cannot lower '{'.'.join([st.opcode, *st.mods])}': {type(e).__name__}: {e}", st.line, st.col
+                ) from e
         if finish and not self.b.block.is_terminated:
             if self.fn.is_entry:
                 self.env.exit_thread(self)
@@ -242,7 +254,9 @@ class FuncLowering:
         if v.type == I1 and rt != I1:
             v = self.b.zext(v, rt if isinstance(rt, ir.IntType) else ir.IntType(32))
         elif rt == I1 and v.type != I1:
-            v = self.b.icmp_unsigned("!=", convert_bits(self.b, v, ir.IntType(_w(v.type))), ir.Constant(ir.IntType(_w(v.type)), 0))
+            v = self.b.icmp_unsigned(
+                "!=", convert_bits(self.b, v, ir.IntType(_w(v.type))), ir.Constant(ir.IntType(_w(v.type)), 0)
+            )
         self.b.store(convert_bits(self.b, v, rt, bool(t and is_signed(t))), a)
 
     def dst_ops(self, o: A.Operand) -> list[A.Operand]:

@@ -46,7 +46,7 @@ class Forwarding:
         if blk is not self.block:
             self.block, self.pos, self.known = blk, 0, {}
         known = self.known
-        for x in ins[self.pos:]:
+        for x in ins[self.pos :]:
             if isinstance(x, ir.StoreInstr):
                 v, p = x.operands
                 if isinstance(p, ir.AllocaInstr):

@@ -79,8 +79,9 @@ class ModuleCodegen:
         self.shared: dict[str, int] = {}
         self.funcs: dict[str, ir.Function] = {}
         self.kernels: list[KernelMeta] = []
-        self.has_calls = any(isinstance(s, A.Instr) and s.opcode == "call"
-                             for f in mod.functions for s in (f.body or []))
+        self.has_calls = any(
+            isinstance(s, A.Instr) and s.opcode == "call" for f in mod.functions for s in (f.body or [])
+        )
         self._layout_shared()
         for v in mod.globals:
             if v.space in ("global", "const"):
@@ -136,10 +137,16 @@ class ModuleCodegen:
         # NOTE [dynamic shared offset]: every kernel of the module sees dynamic shared memory at the same offset,
         # after the largest static area, so .func code that touches `extern .shared` needs no per-kernel fix-up.
         ext_align = [var_align(v) for v in module_vars if v.name in extern]
-        ext_align += [var_align(v) for f in self.ast.functions if f.is_entry for v in f.vars
-                      if v.space == "shared" and v.name in extern]
+        ext_align += [
+            var_align(v)
+            for f in self.ast.functions
+            if f.is_entry
+            for v in f.vars
+            if v.space == "shared" and v.name in extern
+        ]
         self.dyn_offset = align_up(biggest, max([16] + ext_align))
         from jit.ptx.parser import MAX_VAR_BYTES  # NOTE [declaration limits]: the totals too
+
         if self.dyn_offset > MAX_VAR_BYTES["shared"]:
             raise invalid_ptx(f"{self.dyn_offset} bytes of static shared memory: at most {MAX_VAR_BYTES['shared']}")
         for name in extern:
@@ -158,9 +165,11 @@ class ModuleCodegen:
         size = max(var_size(v), 1)
         off = align_up(len(self.gdata), max(var_align(v), 8))
         from jit.ptx.parser import MAX_VAR_BYTES  # NOTE [declaration limits]: the module's data block in all
+
         if off + size > MAX_VAR_BYTES["global"]:
-            raise invalid_ptx(f"the module's .global and .const variables need more than {MAX_VAR_BYTES['global']} "
-                              "bytes", v.line)
+            raise invalid_ptx(
+                f"the module's .global and .const variables need more than {MAX_VAR_BYTES['global']} bytes", v.line
+            )
         self.gdata += bytes(off - len(self.gdata))
         self.gdata += self._initializer(v, size, off)
         self.globals[v.name] = (off, size)
@@ -216,9 +225,11 @@ class ModuleCodegen:
                 out[v.name] = off
                 off += var_size(v)
         from jit.ptx.parser import MAX_VAR_BYTES  # NOTE [declaration limits]: the total too
+
         if off > MAX_VAR_BYTES["local"]:
-            raise invalid_ptx(f"{f.name} declares {off} bytes of .local memory per thread: at most "
-                              f"{MAX_VAR_BYTES['local']}", f.line)
+            raise invalid_ptx(
+                f"{f.name} declares {off} bytes of .local memory per thread: at most {MAX_VAR_BYTES['local']}", f.line
+            )
         # the per-thread stride keeps every thread's area aligned like the first (the base is page-aligned)
         return out, align_up(off, self.local_align(f))
 
@@ -256,7 +267,7 @@ class _lazy:
 def _encode(t: str, x: A.Operand) -> bytes:
     n = type_bytes(t)
     assert isinstance(x, A.Imm)
-    if t in ("f32", "f64") :
+    if t in ("f32", "f64"):
         if x.is_float and x.bits:
             return int(x.value).to_bytes(x.bits // 8, "little")
         return struct.pack("<f" if t == "f32" else "<d", float(x.value))

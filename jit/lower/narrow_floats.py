@@ -46,7 +46,9 @@ def fp8_encode(fl: FuncLowering, x: ir.Value, fmt: str, relu: bool) -> ir.Value:
     q = fl.call_intr("llvm.rint.f32", F32, [b.fdiv(absx, ulp)])  # exact division by a power of two
     val = b.fmul(q, ulp)
     vb = b.bitcast(val, I32)
-    normal = b.or_(b.shl(b.sub(b.lshr(vb, _c(23)), _c(127 - bias)), _c(m)), b.and_(b.lshr(vb, _c(23 - m)), _c((1 << m) - 1)))
+    normal = b.or_(
+        b.shl(b.sub(b.lshr(vb, _c(23)), _c(127 - bias)), _c(m)), b.and_(b.lshr(vb, _c(23 - m)), _c((1 << m) - 1))
+    )
     small = b.fcmp_ordered("<", val, ir.Constant(F32, 2.0 ** (1 - bias)))
     code = b.select(small, b.fptoui(q, I32), normal)  # a subnormal is its count of ulps (2^m: the smallest normal)
     code = b.select(b.icmp_unsigned(">", code, _c(maxcode)), _c(maxcode), code)
@@ -74,8 +76,11 @@ def fp8_decode(fl: FuncLowering, code: ir.Value, fmt: str) -> ir.Value:
         v = b.select(special, ir.Constant(F32, float("nan")), v)
     else:  # IEEE-like: exponent all ones is infinity (mantissa 0) or NaN
         is_top = b.icmp_unsigned("==", exp, _c(top))
-        v = b.select(is_top, b.select(b.icmp_unsigned("==", man, _c(0)), ir.Constant(F32, float("inf")),
-                                      ir.Constant(F32, float("nan"))), v)
+        v = b.select(
+            is_top,
+            b.select(b.icmp_unsigned("==", man, _c(0)), ir.Constant(F32, float("inf")), ir.Constant(F32, float("nan"))),
+            v,
+        )
     return b.select(neg, b.fneg(v), v)
 
 

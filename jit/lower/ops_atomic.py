@@ -41,7 +41,8 @@ def atomic(fl: FuncLowering, ins: A.Instr, addr_op: A.Operand, vals: list[A.Oper
     # PTX atom/red default to .relaxed; x86 emits the same lock-prefixed instruction for any ordering, but a
     # seq_cst RMW would also stop LLVM from moving ordinary loads/stores around it.
     ordering = {"acquire": "acquire", "release": "release", "acq_rel": "acq_rel"}.get(
-        next((m for m in ins.mods if m in ("acquire", "release", "acq_rel")), ""), "monotonic")
+        next((m for m in ins.mods if m in ("acquire", "release", "acq_rel")), ""), "monotonic"
+    )
     if sp == "shared" and fl.cg.private_shared:
         return _plain_rmw(fl, p, v, opn, t, vals)
     if opn == "cas":
@@ -109,6 +110,7 @@ def _eq(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
 def _half_atomic(fl: FuncLowering, ins: A.Instr, p: ir.Value, v: ir.Value, t: str, opn: str) -> ir.Value:
     """atom.add.noftz.f16/f16x2/bf16/bf16x2 (and min/max): a compare-and-swap loop on the raw bits."""
     from jit.lower.ops_float import pack, unpack
+
     if opn not in ("add", "min", "max"):
         raise not_supported(f"atom.{opn}.{t}", ins.line)
     b = fl.b
@@ -188,16 +190,18 @@ def _vector_atomic(fl: FuncLowering, ins: A.Instr, at: int) -> list[ir.Value]:
         raise invalid_ptx("vector atom/red needs an address operand [a]", ins.line, ins.col)
     t = fl.itype(ins)
     size = type_bytes(t)
-    srcs = [fl.dst_ops(o) for o in ins.operands[at + 1:]]
+    srcs = [fl.dst_ops(o) for o in ins.operands[at + 1 :]]
     n = vector_count(ins)
     if any(len(v) != n for v in srcs):
         raise invalid_ptx(f"vector atom/red: {n} elements expected in each source operand", ins.line, ins.col)
     mods = [m for m in ins.mods if m not in ("v2", "v4", "v8")]
     olds = []
     for k in range(n):
-        one = A.Instr(ins.opcode, mods, [A.Addr(a.base, a.offset + k * size), *(v[k] for v in srcs)],
-                      line=ins.line, col=ins.col)
+        one = A.Instr(
+            ins.opcode, mods, [A.Addr(a.base, a.offset + k * size), *(v[k] for v in srcs)], line=ins.line, col=ins.col
+        )
         olds.append(atomic(fl, one, one.operands[0], one.operands[1:]))
     return olds
+
 
 __all__ = ["atomic"]

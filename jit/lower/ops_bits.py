@@ -70,7 +70,9 @@ def bfi(fl: FuncLowering, ins: A.Instr) -> None:
     ln = b.and_(fl.get(ins.operands[4], "u32"), ir.Constant(I32, 0xFF))
     lnc = convert_bits(b, b.select(b.icmp_unsigned(">=", ln, ir.Constant(I32, w)), ir.Constant(I32, w - 1), ln), ty)
     ones = ir.Constant(ty, -1)
-    m = b.select(b.icmp_unsigned(">=", ln, ir.Constant(I32, w)), ones, b.sub(b.shl(ir.Constant(ty, 1), lnc), ir.Constant(ty, 1)))
+    m = b.select(
+        b.icmp_unsigned(">=", ln, ir.Constant(I32, w)), ones, b.sub(b.shl(ir.Constant(ty, 1), lnc), ir.Constant(ty, 1))
+    )
     posc = convert_bits(b, b.and_(pos, ir.Constant(I32, w - 1)), ty)
     mask = b.shl(m, posc)
     r = b.or_(b.and_(base, b.not_(mask)), b.and_(b.shl(f, posc), mask))

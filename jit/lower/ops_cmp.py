@@ -10,8 +10,18 @@ from jit.lower.ops_int import _ops  # noqa: F401
 from jit.lower.types import I32, compute_type, convert_bits, is_float, is_signed
 from jit.ptx import ast as A
 
-_ICMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
-         "lo": "<", "ls": "<=", "hi": ">", "hs": ">="}
+_ICMP = {
+    "eq": "==",
+    "ne": "!=",
+    "lt": "<",
+    "le": "<=",
+    "gt": ">",
+    "ge": ">=",
+    "lo": "<",
+    "ls": "<=",
+    "hi": ">",
+    "hs": ">=",
+}
 
 
 def compare(fl: FuncLowering, ins: A.Instr, t: str, a: ir.Value, c: ir.Value) -> ir.Value:
@@ -20,6 +30,7 @@ def compare(fl: FuncLowering, ins: A.Instr, t: str, a: ir.Value, c: ir.Value) ->
         raise not_supported(f"comparison in {'.'.join([ins.opcode, *ins.mods])}", ins.line)
     if is_float(t):
         from jit.lower.ops_float import float_compare
+
         return float_compare(fl, cmp, a, c, ins.has("ftz"))
     if cmp in ("lo", "ls", "hi", "hs") or not is_signed(t):
         return fl.b.icmp_unsigned(_ICMP[cmp], a, c)
@@ -42,10 +53,12 @@ def setp(fl: FuncLowering, ins: A.Instr) -> None:
     t = fl.itype(ins)
     if t in ("f16x2", "bf16x2"):
         from jit.lower.ops_float import setp_x2
+
         return setp_x2(fl, ins)
     a, c = fl.get(ins.operands[1], t), fl.get(ins.operands[2], t)
     if t == "bf16":
         from jit.lower.ops_float import bf16_to_f32
+
         a, c = bf16_to_f32(fl, a), bf16_to_f32(fl, c)
         t = "f32"
     p = compare(fl, ins, t, a, c)
@@ -77,6 +90,7 @@ def _set_half(fl: FuncLowering, ins: A.Instr, dt: str, st: str) -> None:
     """set on f16/bf16 sources, each half of an x2 pair on its own: true is 1.0 in a float result (f16 or bf16 per
     half for an x2 result) and all ones in an integer one (0xFFFF per half for an x2 source)."""
     from jit.lower.ops_float import float_compare, unpack
+
     b = fl.b
     cmp = next((m for m in ins.mods if m in _ICMP or m in FCMP_NAMES), None)
     if cmp is None:
@@ -114,6 +128,7 @@ def slct(fl: FuncLowering, ins: A.Instr) -> None:
     if ct == "f32":
         if ins.has("ftz"):
             from jit.lower.ops_float import ftz
+
             s = ftz(fl, s)
         p = fl.b.fcmp_ordered(">=", s, ir.Constant(s.type, 0.0))
     else:

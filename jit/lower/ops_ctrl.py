@@ -119,7 +119,7 @@ def call(fl: FuncLowering, ins: A.Instr) -> None:
         raise not_supported("indirect call through a register", ins.line)
     name = ops[k].name  # type: ignore[union-attr]
     rets = [x for g in ops[:k] if isinstance(g, A.Group) for x in g.items]
-    args = [x for g in ops[k + 1:] if isinstance(g, A.Group) for x in g.items]
+    args = [x for g in ops[k + 1 :] if isinstance(g, A.Group) for x in g.items]
     env = fl.env
     if name == "vprintf":
         r = env.printf(fl, _load_u64(fl, args[0]), _load_u64(fl, args[1]))  # type: ignore[attr-defined]
@@ -132,6 +132,7 @@ def call(fl: FuncLowering, ins: A.Instr) -> None:
         return
     if name in ("malloc", "free") and getattr(fl.cg, "bounds_check", False):  # NOTE [device heap]
         from jit.emit.bounds import emit_free, emit_malloc
+
         if name == "malloc":
             fl.b.store(emit_malloc(fl, _load_u64(fl, args[0])), _param_ptr(fl, rets[0]))
         else:
@@ -150,8 +151,12 @@ def call(fl: FuncLowering, ins: A.Instr) -> None:
         raise not_supported(f"call to undefined function '{name}'", ins.line)
     fdef = next(f for f in fl.cg.ast.functions if f.name == name and f.body is not None)
     if len(rets) != len(fdef.rets) or len(args) != len(fdef.params):
-        raise invalid_ptx(f"call to '{name}' with {len(rets)} results and {len(args)} arguments, expected "
-                          f"{len(fdef.rets)} and {len(fdef.params)}", ins.line, ins.col)
+        raise invalid_ptx(
+            f"call to '{name}' with {len(rets)} results and {len(args)} arguments, expected "
+            f"{len(fdef.rets)} and {len(fdef.params)}",
+            ins.line,
+            ins.col,
+        )
     bufs = [_buffer(fl, o, p, None) for o, p in zip(rets, fdef.rets, strict=True)]
     bufs += [_buffer(fl, o, p, o) for o, p in zip(args, fdef.params, strict=True)]
     fl.b.call(callee, [env.tctx(fl)] + bufs)
@@ -166,7 +171,7 @@ def _indirect_call(fl: FuncLowering, ins: A.Instr, ops: list[A.Operand], k: int)
     Every lowered .func has the same shape (thread context, then one pointer per return/argument), so the call
     goes through a pointer of that type; the prototype's own parameter list only fixes the count."""
     rets = [x for g in ops[:k] if isinstance(g, A.Group) for x in g.items]
-    args = [x for g in ops[k + 1:] if isinstance(g, A.Group) for x in g.items]
+    args = [x for g in ops[k + 1 :] if isinstance(g, A.Group) for x in g.items]
     env = fl.env
     ret_bufs = [_param_ptr(fl, r) for r in rets]
     actual = [env.tctx(fl)] + ret_bufs + [_param_ptr(fl, a) for a in args]

@@ -49,9 +49,16 @@ def _cvt_narrow(fl: FuncLowering, ins: A.Instr, dt: str, st: str, mode: str) -> 
         return
     if st in FP8 and dt == "f16x2" and not ins.has("relu"):
         v = b.zext(fl.get(ops[1], "b16"), I32)
-        halves = [b.zext(b.bitcast(b.fptrunc(fp8_decode(fl, b.and_(b.lshr(v, ir.Constant(I32, s)),
-                                                                      ir.Constant(I32, 0xFF)), st), F16), I16), I32)
-                  for s in (0, 8)]
+        halves = [
+            b.zext(
+                b.bitcast(
+                    b.fptrunc(fp8_decode(fl, b.and_(b.lshr(v, ir.Constant(I32, s)), ir.Constant(I32, 0xFF)), st), F16),
+                    I16,
+                ),
+                I32,
+            )
+            for s in (0, 8)
+        ]
         fl.put(ops[0], b.or_(halves[0], b.shl(halves[1], ir.Constant(I32, 16))), "b32")
         return
     raise not_supported(f"'cvt.{'.'.join(ins.mods)}'", ins.line)
@@ -112,8 +119,11 @@ def cvt(fl: FuncLowering, ins: A.Instr) -> None:
         if mode in _IROUND:
             x = fl.call_intr(f"llvm.{_IROUND[mode]}.{suffix(x.type)}", x.type, [x])
         if dt == "bf16":
-            r = f32_to_bf16(fl, x if x.type == F32 else _narrow(fl, x, F32, "rz" if mode == "rz" else "rn"),
-                            mode if mode in ("rz", "rm", "rp") else "rn")
+            r = f32_to_bf16(
+                fl,
+                x if x.type == F32 else _narrow(fl, x, F32, "rz" if mode == "rz" else "rn"),
+                mode if mode in ("rz", "rm", "rp") else "rn",
+            )
         elif dt == "f16":
             r = _narrow(fl, x, F16, mode or "rn") if x.type != F16 else x
         elif x.type == dty:

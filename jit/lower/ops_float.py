@@ -45,7 +45,9 @@ def relu(fl: FuncLowering, x: ir.Value) -> ir.Value:
     b = fl.b
     zero = ir.Constant(x.type, 0.0)
     y = b.select(b.fcmp_ordered("<=", x, zero), zero, x)
-    return b.select(b.fcmp_unordered("uno", x, x), float_bits_const(x.type, (1 << (63 if x.type == F64 else 31)) - 1), y)
+    return b.select(
+        b.fcmp_unordered("uno", x, x), float_bits_const(x.type, (1 << (63 if x.type == F64 else 31)) - 1), y
+    )
 
 
 def step(fl: FuncLowering, y: ir.Value, up: bool) -> ir.Value:
@@ -104,7 +106,7 @@ def _post(fl: FuncLowering, ins: A.Instr, r: ir.Value) -> ir.Value:
 
 
 def _srcs(fl: FuncLowering, ins: A.Instr, t: str, n: int) -> list[ir.Value]:
-    vals = [fl.get(o, t) for o in ins.operands[1:1 + n]]
+    vals = [fl.get(o, t) for o in ins.operands[1 : 1 + n]]
     return [ftz(fl, v) for v in vals] if ins.has("ftz") else vals
 
 
@@ -164,7 +166,7 @@ def pack(fl: FuncLowering, vals: list[ir.Value], t: str) -> ir.Value:
 
 
 def lanes(fl: FuncLowering, ins: A.Instr, t: str, n: int, f: Callable[..., ir.Value]) -> None:
-    srcs = [unpack(fl, fl.get(o, t), t) for o in ins.operands[1:1 + n]]
+    srcs = [unpack(fl, fl.get(o, t), t) for o in ins.operands[1 : 1 + n]]
     res = []
     for k in range(len(srcs[0])):
         r = f(*[s[k] for s in srcs])
@@ -248,7 +250,11 @@ def float_unop(fl: FuncLowering, ins: A.Instr) -> None:
         iv = v if isinstance(v.type, ir.IntType) else b.bitcast(v, I16)
         w = iv.type.width
         m = 0x80008000 if w == 32 else 0x8000
-        r = b.xor(iv, ir.Constant(iv.type, m)) if ins.opcode == "neg" else b.and_(iv, ir.Constant(iv.type, ~m & ((1 << w) - 1)))
+        r = (
+            b.xor(iv, ir.Constant(iv.type, m))
+            if ins.opcode == "neg"
+            else b.and_(iv, ir.Constant(iv.type, ~m & ((1 << w) - 1)))
+        )
         fl.put(ins.operands[0], r, "b32" if w == 32 else "b16")
         return
     (a,) = _srcs(fl, ins, t, 1)
@@ -285,9 +291,22 @@ def float_minmax(fl: FuncLowering, ins: A.Instr) -> None:
     fl.put(ins.operands[0], _post(fl, ins, r), t)
 
 
-_FCMP = {"eq": ("==", True), "ne": ("!=", True), "lt": ("<", True), "le": ("<=", True), "gt": (">", True),
-         "ge": (">=", True), "equ": ("==", False), "neu": ("!=", False), "ltu": ("<", False), "leu": ("<=", False),
-         "gtu": (">", False), "geu": (">=", False), "num": ("ord", True), "nan": ("uno", False)}
+_FCMP = {
+    "eq": ("==", True),
+    "ne": ("!=", True),
+    "lt": ("<", True),
+    "le": ("<=", True),
+    "gt": (">", True),
+    "ge": (">=", True),
+    "equ": ("==", False),
+    "neu": ("!=", False),
+    "ltu": ("<", False),
+    "leu": ("<=", False),
+    "gtu": (">", False),
+    "geu": (">=", False),
+    "num": ("ord", True),
+    "nan": ("uno", False),
+}
 
 
 def float_compare(fl: FuncLowering, cmp: str, a: ir.Value, c: ir.Value, flush: bool) -> ir.Value:
@@ -360,7 +379,9 @@ def sqrt(fl: FuncLowering, ins: A.Instr) -> None:
 
 @op("rsqrt")
 def rsqrt(fl: FuncLowering, ins: A.Instr) -> None:
-    _unary(fl, ins, lambda x: fl.b.fdiv(ir.Constant(x.type, 1.0), fl.call_intr(f"llvm.sqrt.{suffix(x.type)}", x.type, [x])))
+    _unary(
+        fl, ins, lambda x: fl.b.fdiv(ir.Constant(x.type, 1.0), fl.call_intr(f"llvm.sqrt.{suffix(x.type)}", x.type, [x]))
+    )
 
 
 @op("ex2")

@@ -10,7 +10,7 @@ from jit.ptx import ast as A
 
 
 def _ops(fl: FuncLowering, ins: A.Instr, t: str, n: int) -> list[ir.Value]:
-    return [fl.get(o, t) for o in ins.operands[1:1 + n]]
+    return [fl.get(o, t) for o in ins.operands[1 : 1 + n]]
 
 
 def _carry(fl: FuncLowering) -> ir.AllocaInstr:
@@ -32,6 +32,7 @@ def add_sub(fl: FuncLowering, ins: A.Instr) -> None:
     t = fl.itype(ins)
     if is_float(t) or t in ("f16x2", "bf16x2"):
         from jit.lower.ops_float import float_binop
+
         return float_binop(fl, ins)
     b = fl.b
     a, c = _ops(fl, ins, t, 2)
@@ -83,6 +84,7 @@ def mul(fl: FuncLowering, ins: A.Instr) -> None:
     t = fl.itype(ins)
     if is_float(t) or t in ("f16x2", "bf16x2"):
         from jit.lower.ops_float import float_binop
+
         return float_binop(fl, ins)
     a, c = _ops(fl, ins, t, 2)
     r, dt = _mulparts(fl, ins, t, a, c)
@@ -94,6 +96,7 @@ def mad(fl: FuncLowering, ins: A.Instr) -> None:
     t = fl.itype(ins)
     if is_float(t) or t in ("f16x2", "bf16x2"):
         from jit.lower.ops_float import fma
+
         return fma(fl, ins)
     b = fl.b
     a, c = _ops(fl, ins, t, 2)
@@ -143,6 +146,7 @@ def div_rem(fl: FuncLowering, ins: A.Instr) -> None:
     t = fl.itype(ins)
     if is_float(t):
         from jit.lower.ops_float import float_div
+
         return float_div(fl, ins)
     b = fl.b
     a, c = _ops(fl, ins, t, 2)
@@ -177,6 +181,7 @@ def abs_neg(fl: FuncLowering, ins: A.Instr) -> None:
     t = fl.itype(ins)
     if is_float(t) or t in ("f16x2", "bf16x2"):
         from jit.lower.ops_float import float_unop
+
         return float_unop(fl, ins)
     b = fl.b
     (a,) = _ops(fl, ins, t, 1)
@@ -192,6 +197,7 @@ def min_max(fl: FuncLowering, ins: A.Instr) -> None:
     t = fl.itype(ins)
     if is_float(t) or t in ("f16x2", "bf16x2"):
         from jit.lower.ops_float import float_minmax
+
         return float_minmax(fl, ins)
     b = fl.b
     if t in ("u16x2", "s16x2"):  # per half-word (PTX 8.0; nvcc's __vmins2/__vmaxu2 ... on sm_90)
@@ -241,8 +247,13 @@ def shift(fl: FuncLowering, ins: A.Instr) -> None:
     if isinstance(amount, A.Imm) and not amount.is_float:  # the usual case: no clamp to emit
         k = int(amount.value) & 0xFFFFFFFF
         if k < w:
-            r = b.shl(a, ir.Constant(a.type, k)) if ins.opcode == "shl" else \
-                b.ashr(a, ir.Constant(a.type, k)) if is_signed(t) else b.lshr(a, ir.Constant(a.type, k))
+            r = (
+                b.shl(a, ir.Constant(a.type, k))
+                if ins.opcode == "shl"
+                else b.ashr(a, ir.Constant(a.type, k))
+                if is_signed(t)
+                else b.lshr(a, ir.Constant(a.type, k))
+            )
         elif ins.opcode == "shr" and is_signed(t):
             r = b.ashr(a, ir.Constant(a.type, w - 1))
         else:

@@ -60,8 +60,9 @@ def _c(v: int) -> ir.Constant:
     return ir.Constant(I64, v)
 
 
-def _update(fl: FuncLowering, p: ir.Value, k: ir.Value | None = None, tx: ir.Value | None = None,
-            drop: bool = False) -> ir.Value:
+def _update(
+    fl: FuncLowering, p: ir.Value, k: ir.Value | None = None, tx: ir.Value | None = None, drop: bool = False
+) -> ir.Value:
     """Arrivals (k of them) and/or a transaction-count change (tx) on the mbarrier at p, completing the phase if
     both counts reach 0 (NOTE [mbarrier]); the word before."""
     b = fl.b
@@ -81,8 +82,14 @@ def _update(fl: FuncLowering, p: ir.Value, k: ir.Value | None = None, tx: ir.Val
     new_phase = b.select(done, b.xor(phase, _c(_PHASE)), phase)
     new_pending = b.select(done, expect, pending)
     tx_bits = b.shl(b.and_(count, _c((1 << _TX_BITS) - 1)), _c(_TX_SHIFT))
-    b.store(b.or_(b.or_(new_phase, tx_bits), b.or_(b.shl(b.and_(expect, _c(_PENDING)), _c(_EXPECT_SHIFT)),
-                                                  b.and_(new_pending, _c(_PENDING)))), p, align=8)
+    b.store(
+        b.or_(
+            b.or_(new_phase, tx_bits),
+            b.or_(b.shl(b.and_(expect, _c(_PENDING)), _c(_EXPECT_SHIFT)), b.and_(new_pending, _c(_PENDING))),
+        ),
+        p,
+        align=8,
+    )
     return w
 
 

@@ -47,6 +47,7 @@ def _red_guard(fl: FuncLowering, ins: A.Instr, sp: str, p: ir.Value, size: int) 
     if red is None or sp not in ("global", "generic") or id(ins) in fl.env.red_unguarded:  # type: ignore[attr-defined]
         return
     from jit.emit.cpu_red import is_strong
+
     if is_strong(ins):
         red.flush(fl.b)
     else:
@@ -56,6 +57,7 @@ def _red_guard(fl: FuncLowering, ins: A.Instr, sp: str, p: ir.Value, size: int) 
 def store_atomic(b: ir.IRBuilder, v: ir.Value, p: ir.Value, ordering: str, align: int) -> None:
     """IRBuilder.store_atomic insists on typed pointers; build the instruction for an opaque ``ptr``."""
     from llvmlite.ir.instructions import StoreAtomicInstr
+
     b._insert(StoreAtomicInstr(b.block, v, p, ordering, align))
 
 
@@ -125,8 +127,18 @@ def st(fl: FuncLowering, ins: A.Instr) -> None:
             b.store(v, p, align=size)
 
 
-@op("prefetch", "prefetchu", "membar", "fence", "discard", "applypriority", "griddepcontrol", "nanosleep",
-    "pmevent", "createpolicy")
+@op(
+    "prefetch",
+    "prefetchu",
+    "membar",
+    "fence",
+    "discard",
+    "applypriority",
+    "griddepcontrol",
+    "nanosleep",
+    "pmevent",
+    "createpolicy",
+)
 def nop(fl: FuncLowering, ins: A.Instr) -> None:
     if ins.opcode == "nanosleep" and hasattr(fl.env, "os_yield"):  # CPU: NOTE [grid sync] (jit/emit/cpu_grid.py)
         fl.env.os_yield(fl)
@@ -187,6 +199,7 @@ def cp_async(fl: FuncLowering, ins: A.Instr) -> None:
         return
     if ins.has("mbarrier"):  # NOTE [mbarrier] (jit/lower/ops_mbarrier.py): the copies are already done
         from jit.lower.ops_mbarrier import async_copies_arrive
+
         async_copies_arrive(fl, ins)
         return
     if ins.has("commit_group") or ins.has("wait_group") or ins.has("wait_all"):
@@ -234,6 +247,7 @@ def _bulk_copy(fl: FuncLowering, ins: A.Instr) -> None:
     fl.call_intr("llvm.memcpy.p0.p0.i32", ir.VoidType(), [dst, src, size, ir.Constant(ir.IntType(1), 0)])
     if on_mbarrier:
         from jit.lower.ops_mbarrier import complete_tx
+
         bar = fl.addr(ops[3], "shared")
         guard(fl, ops[3], "shared", bar, 8)
         complete_tx(fl, bar, size)

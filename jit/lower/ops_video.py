@@ -21,8 +21,11 @@ def _selector(ins: A.Instr, k: int, lanes: int) -> str | None:
         if m.startswith(f"sel{k}="):
             sel = m.split("=", 1)[1]
             digits, top = sel[1:], (lanes if k == 0 else 2 * lanes)
-            if sel[0] != ("b" if lanes == 4 else "h") or (k and len(digits) != lanes) \
-                    or any(int(ch) >= top for ch in digits):
+            if (
+                sel[0] != ("b" if lanes == 4 else "h")
+                or (k and len(digits) != lanes)
+                or any(int(ch) >= top for ch in digits)
+            ):
                 raise not_supported(f"lane selector '.{sel}' of {ins.opcode}")
             return digits
     return None
@@ -37,8 +40,12 @@ def simd_video(fl: FuncLowering, ins: A.Instr) -> None:
     vset = kind == "vset"  # vset2/vset4.atype.btype.cmp: 0/1 per lane, unsigned (no destination type, no .sat)
     cmps = [m for m in ins.mods if m in _VSET_CMP] if vset else []
     known = ("u32", "s32", "add", *_VSET_CMP) if vset else ("u32", "s32", "sat", "add")
-    if len(types) != (2 if vset else 3) or any(m not in known and not m.startswith("sel") for m in ins.mods) \
-            or vset and len(cmps) != 1:
+    if (
+        len(types) != (2 if vset else 3)
+        or any(m not in known and not m.startswith("sel") for m in ins.mods)
+        or vset
+        and len(cmps) != 1
+    ):
         raise not_supported(f"'{'.'.join([ins.opcode, *ins.mods])}'")
     dt, at, bt = ["u32", *types] if vset else types
     do, ao, bo = ins.operands[:3]
@@ -106,8 +113,13 @@ def scalar_video(fl: FuncLowering, ins: A.Instr) -> None:
     known = {"u32", "s32", "add", "min", "max"} | (set(_VSET_CMP) if vset else {"sat", "clamp", "wrap"})
     shift = ins.opcode in ("vshl", "vshr")
     cmps = [m for m in ins.mods if m in _VSET_CMP] if vset else []
-    if len(types) != (2 if vset else 3) or any(m not in known and not m.startswith("sel") for m in ins.mods) \
-            or shift != (ins.has("clamp") or ins.has("wrap")) or vset and len(cmps) != 1:
+    if (
+        len(types) != (2 if vset else 3)
+        or any(m not in known and not m.startswith("sel") for m in ins.mods)
+        or shift != (ins.has("clamp") or ins.has("wrap"))
+        or vset
+        and len(cmps) != 1
+    ):
         raise not_supported(f"'{'.'.join([ins.opcode, *ins.mods])}'", ins.line)
     sels = {int(m[3]): m.split("=", 1)[1] for m in ins.mods if m.startswith("sel")}
     if any(s not in _SCALAR_SEL for s in sels.values()):

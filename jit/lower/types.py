@@ -14,7 +14,20 @@ PTR = ir.PointerType()
 VOID = ir.VoidType()
 
 TYPE_NAMES = {f"{k}{n}" for k in "bus" for n in (8, 16, 32, 64)} | {
-    "b128", "f16", "f16x2", "bf16", "bf16x2", "f32", "f64", "pred", "tf32", "e4m3x2", "e5m2x2", "u16x2", "s16x2"}
+    "b128",
+    "f16",
+    "f16x2",
+    "bf16",
+    "bf16x2",
+    "f32",
+    "f64",
+    "pred",
+    "tf32",
+    "e4m3x2",
+    "e5m2x2",
+    "u16x2",
+    "s16x2",
+}
 
 
 def is_float(t: str) -> bool:
@@ -110,6 +123,7 @@ def to_opaque(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
     if getattr(v.type, "is_opaque", True):
         return v
     from llvmlite.ir.instructions import CastInstr
+
     c = CastInstr(b.block, "bitcast", v, PTR)
     b._insert(c)
     return c

@@ -29,8 +29,9 @@ def run(module: A.Module) -> A.Module:
             p = f"%$wooly_brx{n}"
             fn.regs[p] = "pred"
             for k, label in enumerate(table):
-                out.append(A.Instr("setp", ["eq", "u32"], [A.Reg(p), st.operands[0], A.Imm(k)], None, False,
-                                   st.line, st.col))
+                out.append(
+                    A.Instr("setp", ["eq", "u32"], [A.Reg(p), st.operands[0], A.Imm(k)], None, False, st.line, st.col)
+                )
                 out.append(A.Instr("bra", [], [A.Sym(label)], p, False, st.line, st.col))
         fn.body = out
     return module

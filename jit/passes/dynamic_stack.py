@@ -42,11 +42,13 @@ def run(module: A.Module) -> A.Module:
 
 def _type(ins: A.Instr) -> str:
     if len(ins.mods) != 1 or ins.mods[0] not in ("u32", "u64"):
-        raise invalid_ptx(f"{ins.opcode} needs exactly one of .u32/.u64 (got {'.'.join(ins.mods) or 'none'})",
-                          ins.line, ins.col)
+        raise invalid_ptx(
+            f"{ins.opcode} needs exactly one of .u32/.u64 (got {'.'.join(ins.mods) or 'none'})", ins.line, ins.col
+        )
     if ins.opcode == "alloca" and ins.mods[0] == "u32":
-        raise not_supported("alloca.u32: 32-bit .local pointers (gpud's CPU backend uses 64-bit host addresses for "
-                            ".local)", ins.line)
+        raise not_supported(
+            "alloca.u32: 32-bit .local pointers (gpud's CPU backend uses 64-bit host addresses for .local)", ins.line
+        )
     return ins.mods[0]
 
 
@@ -69,8 +71,10 @@ def _expand(fn: A.Function) -> None:
     for r, t in ((_SP, "b64"), (_END, "b64"), (_PTR, "b64"), (_ROOM, "b64"), (_FULL, "pred")):
         fn.regs[r] = t
     fn.vars.append(A.VarDecl("local", "b8", _STACK, align=16, dims=[STACK_BYTES], line=fn.line))
-    out: list[A.Stmt] = [A.Instr("mov", ["u64"], [SP, A.Sym(_STACK)], line=fn.line),
-                         A.Instr("add", ["u64"], [END, SP, A.Imm(STACK_BYTES)], line=fn.line)]
+    out: list[A.Stmt] = [
+        A.Instr("mov", ["u64"], [SP, A.Sym(_STACK)], line=fn.line),
+        A.Instr("add", ["u64"], [END, SP, A.Imm(STACK_BYTES)], line=fn.line),
+    ]
     allocas = 0
     for st in fn.body or []:
         if isinstance(st, A.Instr) and st.opcode in OPS:
@@ -94,22 +98,30 @@ def _replace(ins: A.Instr, n: int) -> list[A.Stmt]:
         return A.Instr(opcode, mods, list(ops), line=ins.line, col=ins.col, **kw)  # type: ignore[arg-type]
 
     if ins.opcode == "stacksave":  # .u32 (what nvcc emits): the offset from the stack's end, in [-size, 0]
-        return [at("mov", ["u64"], d, SP)] if t == "u64" else [at("sub", ["u64"], ROOM, SP, END),
-                                                              at("cvt", ["u32", "u64"], d, ROOM)]
+        return (
+            [at("mov", ["u64"], d, SP)]
+            if t == "u64"
+            else [at("sub", ["u64"], ROOM, SP, END), at("cvt", ["u32", "u64"], d, ROOM)]
+        )
     if ins.opcode == "stackrestore":
-        return [at("mov", ["u64"], SP, d)] if t == "u64" else [at("cvt", ["s64", "s32"], ROOM, d),
-                                                              at("add", ["u64"], SP, END, ROOM)]
+        return (
+            [at("mov", ["u64"], SP, d)]
+            if t == "u64"
+            else [at("cvt", ["s64", "s32"], ROOM, d), at("add", ["u64"], SP, END, ROOM)]
+        )
     a, size = _align(ins), ins.operands[1]
     if not isinstance(size, (A.Reg, A.Imm)):
         raise invalid_ptx("alloca: the size must be a register or a constant", ins.line, ins.col)
     ok = f"$wooly_alloca_ok{n}"
-    return [at("add", ["u64"], PTR, SP, A.Imm(a - 1)),
-            at("and", ["b64"], PTR, PTR, A.Imm(-a)),
-            at("sub", ["u64"], ROOM, END, PTR),
-            at("setp", ["gt", "u64"], FULL, PTR, END),  # the alignment alone went past the end
-            at("setp", ["gt", "or", "u64"], FULL, size, ROOM, FULL),
-            at("bra", [], A.Sym(ok), pred=_FULL, pred_neg=True),
-            at("trap", []),  # out of stack: CUDA_ERROR_LAUNCH_FAILED
-            A.Label(ok, ins.line),
-            at("add", ["u64"], SP, PTR, size),
-            at("mov", ["u64"], d, PTR)]
+    return [
+        at("add", ["u64"], PTR, SP, A.Imm(a - 1)),
+        at("and", ["b64"], PTR, PTR, A.Imm(-a)),
+        at("sub", ["u64"], ROOM, END, PTR),
+        at("setp", ["gt", "u64"], FULL, PTR, END),  # the alignment alone went past the end
+        at("setp", ["gt", "or", "u64"], FULL, size, ROOM, FULL),
+        at("bra", [], A.Sym(ok), pred=_FULL, pred_neg=True),
+        at("trap", []),  # out of stack: CUDA_ERROR_LAUNCH_FAILED
+        A.Label(ok, ins.line),
+        at("add", ["u64"], SP, PTR, size),
+        at("mov", ["u64"], d, PTR),
+    ]

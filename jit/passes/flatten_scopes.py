@@ -71,8 +71,9 @@ def _register_sums(st: A.Instr, regs: set[str], fn: A.Function, counter: list[in
             tmp = f"{o.name}$plus{counter[0]}"
             counter[0] += 1
             fn.regs[tmp] = t
-            out.append(A.Instr("add", [t], [A.Reg(tmp), A.Reg(o.name), A.Imm(o.offset)], st.pred, st.pred_neg,
-                               st.line, st.col))
+            out.append(
+                A.Instr("add", [t], [A.Reg(tmp), A.Reg(o.name), A.Imm(o.offset)], st.pred, st.pred_neg, st.line, st.col)
+            )
             st.operands[k] = A.Reg(tmp)
     return out
 
@@ -87,7 +88,7 @@ def _flatten(fn: A.Function) -> None:
             if isinstance(st, A.RegDecl):
                 if st.vec != 1:  # .reg .v4 .f32 %v: four scalars %v.x .. %v.w; %v alone is the vector
                     for n in st.names:
-                        comps = [f"{n}.{c}" for c in "xyzw"[:st.vec]]
+                        comps = [f"{n}.{c}" for c in "xyzw"[: st.vec]]
                         vecs[n] = comps
                         for c in comps:
                             fn.regs[c] = st.type

@@ -34,8 +34,20 @@ from jit.passes.liveness import defs_uses
 from jit.ptx import ast as A
 
 LIMIT = {(32, True): 1 << 31, (32, False): 1 << 32, (64, True): 1 << 62, (64, False): 1 << 62}
-_INT = {"b8": 8, "u8": 8, "s8": 8, "b16": 16, "u16": 16, "s16": 16, "b32": 32, "u32": 32, "s32": 32,
-        "b64": 64, "u64": 64, "s64": 64}
+_INT = {
+    "b8": 8,
+    "u8": 8,
+    "s8": 8,
+    "b16": 16,
+    "u16": 16,
+    "s16": 16,
+    "b32": 32,
+    "u32": 32,
+    "s32": 32,
+    "b64": 64,
+    "u64": 64,
+    "s64": 64,
+}
 MEM_OPS = ("ld", "ldu", "st", "atom", "red")
 
 
@@ -185,8 +197,9 @@ def _step(st: _State, ins: A.Instr) -> Form | None:
         if ins.has("wide"):
             if not _fits(st.span(st.get(x, w)), w, signed):
                 return None
-            return _scale(st, _resize(st, st.get(x, w), w, signed, 2 * w), _norm(k, w) if signed else k % (1 << w),
-                          2 * w)
+            return _scale(
+                st, _resize(st, st.get(x, w), w, signed, 2 * w), _norm(k, w) if signed else k % (1 << w), 2 * w
+            )
         return _scale(st, st.get(x, w), k, w) if ins.has("lo") else None
     if op == "shr":
         k, x = _imm(c), st.get(a, w)

@@ -48,20 +48,79 @@ from jit.passes.sync_points import sync_kind
 from jit.ptx import ast as A
 
 # opcodes with no effect but their destination registers (P and X are re-run or skipped)
-_PURE = {"mov", "add", "sub", "mul", "mad", "mul24", "mad24", "div", "rem", "abs", "neg", "min", "max", "and", "or",
-         "xor", "not", "cnot", "shl", "shr", "cvt", "cvta", "setp", "selp", "set", "slct", "bfe", "bfi", "brev",
-         "clz", "popc", "bfind", "prmt", "lop3", "shf", "fma", "sqrt", "rcp", "rsqrt", "ex2", "lg2", "sin", "cos",
-         "tanh", "copysign", "testp", "sad", "isspacep", "addc", "subc", "fns", "bmsk", "szext", "dp4a",
-         "dp2a"}
+_PURE = {
+    "mov",
+    "add",
+    "sub",
+    "mul",
+    "mad",
+    "mul24",
+    "mad24",
+    "div",
+    "rem",
+    "abs",
+    "neg",
+    "min",
+    "max",
+    "and",
+    "or",
+    "xor",
+    "not",
+    "cnot",
+    "shl",
+    "shr",
+    "cvt",
+    "cvta",
+    "setp",
+    "selp",
+    "set",
+    "slct",
+    "bfe",
+    "bfi",
+    "brev",
+    "clz",
+    "popc",
+    "bfind",
+    "prmt",
+    "lop3",
+    "shf",
+    "fma",
+    "sqrt",
+    "rcp",
+    "rsqrt",
+    "ex2",
+    "lg2",
+    "sin",
+    "cos",
+    "tanh",
+    "copysign",
+    "testp",
+    "sad",
+    "isspacep",
+    "addc",
+    "subc",
+    "fns",
+    "bmsk",
+    "szext",
+    "dp4a",
+    "dp2a",
+}
 _NOT_IN_LOOP = {"call", "exit", "ret", "bra", "brx", "alloca", "stacksave", "stackrestore", "brkpt"}
-_WIDTH = {"s32": (32, True), "u32": (32, False), "b32": (32, False), "s64": (64, True), "u64": (64, False),
-          "b64": (64, False)}
+_WIDTH = {
+    "s32": (32, True),
+    "u32": (32, False),
+    "b32": (32, False),
+    "s64": (64, True),
+    "u64": (64, False),
+    "b64": (64, False),
+}
 
 
 @dataclass
 class FusedLoop:
     """What jit/emit/cpu_fused.py needs. ``pre``: P without its exit branches; ``exits``: (predicate, negated) of
     each branch from P to X (a thread enters L when none is taken); ``body``: L without its back edge."""
+
     pre: list[A.Instr]
     exits: list[tuple[str, bool]]
     body: list[A.Instr]
@@ -152,10 +211,15 @@ def plan(fn: A.Function) -> FusedLoop | None:
         return None
     h, x = labels[0], labels[1]  # L's header, X's label
     back = body[x - 1]
-    if not (isinstance(back, A.Instr) and back.opcode == "bra" and back.operands
-            and isinstance(back.operands[0], A.Sym) and back.operands[0].name == body[h].name):  # type: ignore[union-attr]
+    if not (
+        isinstance(back, A.Instr)
+        and back.opcode == "bra"
+        and back.operands
+        and isinstance(back.operands[0], A.Sym)
+        and back.operands[0].name == body[h].name
+    ):  # type: ignore[union-attr]
         return None
-    if any(isinstance(st, A.Label) for st in body[x + 1:]):
+    if any(isinstance(st, A.Label) for st in body[x + 1 :]):
         return None
     xname = body[x].name  # type: ignore[union-attr]
     pre: list[A.Instr] = []
@@ -172,10 +236,10 @@ def plan(fn: A.Function) -> FusedLoop | None:
             pre.append(st)
         else:
             return None
-    tail = [st for st in body[x + 1:] if isinstance(st, A.Instr)]
+    tail = [st for st in body[x + 1 :] if isinstance(st, A.Instr)]
     if not tail or tail[-1].opcode != "ret" or tail[-1].pred or not all(_pure(st) for st in tail[:-1]):
         return None
-    loop = body[h + 1:x]
+    loop = body[h + 1 : x]
     if not all(isinstance(st, A.Instr) for st in loop):
         return None
     lp = _loop_plan(loop)  # type: ignore[arg-type]

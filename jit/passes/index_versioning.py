@@ -61,8 +61,13 @@ def _plan(loop: list[A.Stmt]) -> _Plan | None:
     if back.pred is None or back.pred_neg or len(loop) < 3:
         return None
     body = loop[1:-1]
-    if not all(isinstance(st, A.Instr) and st.opcode != "bra" and st.opcode not in ("ret", "exit", "trap", "call")
-               and not st.pred for st in body):
+    if not all(
+        isinstance(st, A.Instr)
+        and st.opcode != "bra"
+        and st.opcode not in ("ret", "exit", "trap", "call")
+        and not st.pred
+        for st in body
+    ):
         return None
     defined = {r for st in body for r in defs_uses(st)[0]}  # type: ignore[arg-type]
     # the exit test: the last definition of the branch predicate is `setp.lt.s64 p, i, n` (or `gt n, i`)
@@ -117,8 +122,14 @@ def _plan(loop: list[A.Stmt]) -> _Plan | None:
                     break
         elif st.opcode == "mov" and _is64(st) and len(ops) == 2 and cur(ops[1]) in bounded:
             new["bounded"] = bounded[cur(ops[1])]  # type: ignore[index]
-        elif st.opcode == "shr" and st.has("s64") and len(ops) == 3 and isinstance(ops[2], A.Imm) \
-                and ops[2].value == 63 and cur(ops[1]) is not None:
+        elif (
+            st.opcode == "shr"
+            and st.has("s64")
+            and len(ops) == 3
+            and isinstance(ops[2], A.Imm)
+            and ops[2].value == 63
+            and cur(ops[1]) is not None
+        ):
             new["sign"] = cur(ops[1])
         elif st.opcode == "and" and _is64(st) and len(ops) == 3:
             for p in (ops[1], ops[2]):
@@ -166,16 +177,15 @@ def run(module: A.Module) -> A.Module:
             head = body[h]
             if not isinstance(head, A.Label):
                 continue
-            plan = _plan(body[h:j + 1])
+            plan = _plan(body[h : j + 1])
             if plan is None:
                 continue
             n = done
             done += 1
-            fast, slow, out = (f"{head.name}_wooly_fast{n}", f"{head.name}_wooly_slow{n}",
-                               f"{head.name}_wooly_exit{n}")
+            fast, slow, out = (f"{head.name}_wooly_fast{n}", f"{head.name}_wooly_slow{n}", f"{head.name}_wooly_exit{n}")
             back = body[j]
             assert isinstance(back, A.Instr)
-            orig = body[h + 1:j]
+            orig = body[h + 1 : j]
             fast_body: list[A.Stmt] = []
             for k, st in enumerate(orig):
                 assert isinstance(st, A.Instr)
@@ -183,18 +193,27 @@ def run(module: A.Module) -> A.Module:
                     st = A.Instr("mov", ["b64"], [st.operands[0], plan.wraps[k]], line=st.line, col=st.col)
                 fast_body.append(st)
             retarget = [A.Sym(fast)] + list(back.operands[1:])
-            body[h:j + 1] = [
-                head, *_guard(plan, slow),
-                A.Label(fast), *fast_body,
+            body[h : j + 1] = [
+                head,
+                *_guard(plan, slow),
+                A.Label(fast),
+                *fast_body,
                 A.Instr("bra", list(back.mods), retarget, back.pred, False, back.line, back.col),
                 A.Instr("bra", ["uni"], [A.Sym(out)]),
-                A.Label(slow), *orig,
-                A.Instr("bra", list(back.mods), [A.Sym(slow)] + list(back.operands[1:]), back.pred, False,
-                        back.line, back.col),
+                A.Label(slow),
+                *orig,
+                A.Instr(
+                    "bra",
+                    list(back.mods),
+                    [A.Sym(slow)] + list(back.operands[1:]),
+                    back.pred,
+                    False,
+                    back.line,
+                    back.col,
+                ),
                 A.Label(out),
             ]
         if done:
             fn.regs[_OK] = "pred"
             fn.regs[_TMP] = "pred"
     return module
-

@@ -51,8 +51,14 @@ def run(module: A.Module) -> A.Module:
     return module
 
 
-def _inline_body(host: A.Function, body: list[A.Stmt], funcs: dict[str, A.Function], sync_funcs: set[str],
-                 counter: list[int], chain: tuple[str, ...]) -> list[A.Stmt]:
+def _inline_body(
+    host: A.Function,
+    body: list[A.Stmt],
+    funcs: dict[str, A.Function],
+    sync_funcs: set[str],
+    counter: list[int],
+    chain: tuple[str, ...],
+) -> list[A.Stmt]:
     out: list[A.Stmt] = []
     for st in body:
         name = _callee(st) if isinstance(st, A.Instr) and st.opcode == "call" else None
@@ -67,19 +73,27 @@ def _inline_body(host: A.Function, body: list[A.Stmt], funcs: dict[str, A.Functi
     return out
 
 
-def _expand(host: A.Function, call: A.Instr, f: A.Function, funcs: dict[str, A.Function], sync_funcs: set[str],
-            counter: list[int], chain: tuple[str, ...]) -> list[A.Stmt]:
+def _expand(
+    host: A.Function,
+    call: A.Instr,
+    f: A.Function,
+    funcs: dict[str, A.Function],
+    sync_funcs: set[str],
+    counter: list[int],
+    chain: tuple[str, ...],
+) -> list[A.Stmt]:
     k = counter[0]
     sfx = f"$i{k}"
     ops = list(call.operands)
     ci = next(i for i, o in enumerate(ops) if isinstance(o, A.Sym))
     rets = [x for g in ops[:ci] if isinstance(g, A.Group) for x in g.items]
-    args = [x for g in ops[ci + 1:] if isinstance(g, A.Group) for x in g.items]
+    args = [x for g in ops[ci + 1 :] if isinstance(g, A.Group) for x in g.items]
     env: dict[str, str] = {}
     pre: list[A.Stmt] = []
     post: list[A.Stmt] = []
-    for formal, actual, is_ret in [(p, a, False) for p, a in zip(f.params, args, strict=False)] + \
-                                  [(p, a, True) for p, a in zip(f.rets, rets, strict=False)]:
+    for formal, actual, is_ret in [(p, a, False) for p, a in zip(f.params, args, strict=False)] + [
+        (p, a, True) for p, a in zip(f.rets, rets, strict=False)
+    ]:
         if isinstance(actual, A.Sym):
             env[formal.name] = actual.name
             continue
@@ -123,8 +137,9 @@ def _expand(host: A.Function, call: A.Instr, f: A.Function, funcs: dict[str, A.F
     return pre + body + tail + post
 
 
-def _param_moves(host: A.Function, formal: A.Param, buf: str, actual: A.Operand, is_ret: bool, call: A.Instr,
-                 sfx: str) -> list[A.Stmt]:
+def _param_moves(
+    host: A.Function, formal: A.Param, buf: str, actual: A.Operand, is_ret: bool, call: A.Instr, sfx: str
+) -> list[A.Stmt]:
     """st.param of the actual into the buffer (an argument) or ld.param from it (a result); a .pred register
     travels as a u32 0/1 (the type reg_params gives .pred parameters)."""
     mods = ["param"] + ([f"v{formal.vec}"] if formal.vec != 1 else []) + [formal.type]
@@ -134,10 +149,14 @@ def _param_moves(host: A.Function, formal: A.Param, buf: str, actual: A.Operand,
         tmp = A.Reg(f"%__wooly_p{sfx}")
         host.regs[tmp.name] = formal.type
         if is_ret:
-            return [A.Instr("ld", mods, [tmp, addr], None, False, line, col),
-                    A.Instr("setp", ["ne", formal.type], [actual, tmp, A.Imm(0)], None, False, line, col)]
-        return [A.Instr("selp", [formal.type], [tmp, A.Imm(1), A.Imm(0), actual], None, False, line, col),
-                A.Instr("st", mods, [addr, tmp], None, False, line, col)]
+            return [
+                A.Instr("ld", mods, [tmp, addr], None, False, line, col),
+                A.Instr("setp", ["ne", formal.type], [actual, tmp, A.Imm(0)], None, False, line, col),
+            ]
+        return [
+            A.Instr("selp", [formal.type], [tmp, A.Imm(1), A.Imm(0), actual], None, False, line, col),
+            A.Instr("st", mods, [addr, tmp], None, False, line, col),
+        ]
     if is_ret:
         return [A.Instr("ld", mods, [actual, addr], None, False, line, col)]
     return [A.Instr("st", mods, [addr, actual], None, False, line, col)]

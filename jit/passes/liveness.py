@@ -4,9 +4,32 @@ from __future__ import annotations
 
 from jit.ptx import ast as A
 
-NO_DEST = {"st", "red", "bar", "barrier", "membar", "fence", "prefetch", "prefetchu", "bra", "ret", "exit", "trap",
-           "brkpt", "nanosleep", "pmevent", "discard", "applypriority", "griddepcontrol", "call", "stmatrix", "cp",
-           "multimem", "setmaxnreg", "elect_none"}
+NO_DEST = {
+    "st",
+    "red",
+    "bar",
+    "barrier",
+    "membar",
+    "fence",
+    "prefetch",
+    "prefetchu",
+    "bra",
+    "ret",
+    "exit",
+    "trap",
+    "brkpt",
+    "nanosleep",
+    "pmevent",
+    "discard",
+    "applypriority",
+    "griddepcontrol",
+    "call",
+    "stmatrix",
+    "cp",
+    "multimem",
+    "setmaxnreg",
+    "elect_none",
+}
 TERMINATORS = {"ret", "exit", "trap"}
 
 

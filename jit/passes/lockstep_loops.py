@@ -73,6 +73,7 @@ MAX_UNROLL = 16
 class LockstepLoop:
     """What jit/emit/cpu_lockstep.py needs. ``setup`` is run after resuming at F (pure, no branch); ``body`` is
     one iteration C (including the step of ``iv``)."""
+
     enter: A.Instr  # the yield point F
     leave: A.Instr  # the yield point G
     setup: list[A.Instr]
@@ -83,9 +84,9 @@ class LockstepLoop:
     inclusive: bool
     width: int
     signed: bool
-    carried: list[str]     # registers C reads before writing them and writes: one per thread, in the records
+    carried: list[str]  # registers C reads before writing them and writes: one per thread, in the records
     invariants: list[str]  # registers C reads and never writes, besides iv, and n: the same in every thread
-    written: set[str]      # every register written between F and G
+    written: set[str]  # every register written between F and G
     trip: str | None = None  # unrolled shape: the register holding the trip count - 1 at F
     unroll: int = 1
     early: bool = False  # nothing before F can matter to C run earlier (NOTE [lockstep block groups])
@@ -108,7 +109,7 @@ def _single_block(body: list[A.Stmt], h: int, j: int) -> list[A.Instr] | None:
     back = body[j]
     if not isinstance(body[h], A.Label) or not isinstance(back, A.Instr) or back.pred is None or back.pred_neg:
         return None
-    instrs = body[h + 1:j]
+    instrs = body[h + 1 : j]
     if not all(isinstance(st, A.Instr) and (_pure(st) or _mem(st)) for st in instrs):
         return None
     return instrs  # type: ignore[return-value]
@@ -124,8 +125,14 @@ def _pure_run(body: list[A.Stmt], end: int) -> int:
 
 def _cond_bra(st: A.Stmt) -> tuple[str, str] | None:
     """(predicate, target) of `@p bra target`."""
-    if (isinstance(st, A.Instr) and st.opcode == "bra" and st.pred and not st.pred_neg and st.operands
-            and isinstance(st.operands[0], A.Sym)):
+    if (
+        isinstance(st, A.Instr)
+        and st.opcode == "bra"
+        and st.pred
+        and not st.pred_neg
+        and st.operands
+        and isinstance(st.operands[0], A.Sym)
+    ):
         return st.pred, st.operands[0].name
     return None
 
@@ -182,18 +189,19 @@ def _operand(t: Term) -> A.Operand:
 class _Shape:
     """Where the pieces of one of the three shapes are: F goes at ``f``, G at ``g``; ``c_src`` is the loop (or the
     remainder loop) whose body is C; ``inner`` the labels only the region may jump to."""
+
     f: int
     g: int
-    b0: list[A.Instr]   # pure, from F to the first branch
+    b0: list[A.Instr]  # pure, from F to the first branch
     pre: list[A.Instr]  # pure, after it, up to the first loop (the way the first loop is entered)
     c_src: list[A.Instr]
     inner: set[str]
     kind: str  # plain | prolog | epilogue
     other: list[A.Instr] | None = None  # the main loop M (unrolled shapes)
-    mid: list[A.Instr] | None = None    # K, between the loops
+    mid: list[A.Instr] | None = None  # K, between the loops
     skips: tuple[str, str] | None = None  # predicates of the branch in B0 and of the one in K
-    c_pred: str | None = None           # predicate of C's loop back edge
-    m_pred: str | None = None           # predicate of M's back edge
+    c_pred: str | None = None  # predicate of C's loop back edge
+    m_pred: str | None = None  # predicate of M's back edge
 
 
 def _loop_at(body: list[A.Stmt], loops: dict[int, int], j: int) -> tuple[int, list[A.Instr]] | None:
@@ -226,24 +234,63 @@ def _shapes(body: list[A.Stmt], h: int, j: int, loops: dict[int, int]) -> list[_
     k = _before(body, h, x_label) if x_label else None  # K: `@p bra X` just before the last loop
     kl = _pure_run(body, k[0]) - 1 if k is not None else -1
     if k is not None and kl >= 1 and isinstance(body[kl], A.Label):
-        mid = body[kl + 1:k[0]]
+        mid = body[kl + 1 : k[0]]
         first = _loop_at(body, loops, kl - 1)
         if first is not None:
             fh, f_instrs = first
             entry = _before(body, fh, body[kl].name)  # type: ignore[union-attr]
             if entry is not None:
                 f = _pure_run(body, entry[0])
-                b0, pre = body[f:entry[0]], body[entry[0] + 1:fh]
+                b0, pre = body[f : entry[0]], body[entry[0] + 1 : fh]
                 inner = {body[fh].name, body[kl].name, body[h].name}  # type: ignore[union-attr]
                 skips = (entry[1][0], k[1][0])
                 first_pred = body[kl - 1].pred  # type: ignore[union-attr]
-                out.append(_Shape(f, j + 1, b0, pre, f_instrs, inner, "prolog", last, mid, skips,  # type: ignore
-                                  first_pred, pred))
-                out.append(_Shape(f, j + 1, b0, pre, last, inner, "epilogue", f_instrs, mid, skips,  # type: ignore
-                                  pred, first_pred))
+                out.append(
+                    _Shape(
+                        f,
+                        j + 1,
+                        b0,
+                        pre,
+                        f_instrs,
+                        inner,
+                        "prolog",
+                        last,
+                        mid,
+                        skips,  # type: ignore
+                        first_pred,
+                        pred,
+                    )
+                )
+                out.append(
+                    _Shape(
+                        f,
+                        j + 1,
+                        b0,
+                        pre,
+                        last,
+                        inner,
+                        "epilogue",
+                        f_instrs,
+                        mid,
+                        skips,  # type: ignore
+                        pred,
+                        first_pred,
+                    )
+                )
     f = _pure_run(body, h)
-    out.append(_Shape(f, j + 1, body[f:h], [], last, {body[h].name}, "plain", c_pred=pred,  # type: ignore
-                      m_pred=pred))
+    out.append(
+        _Shape(
+            f,
+            j + 1,
+            body[f:h],
+            [],
+            last,
+            {body[h].name},
+            "plain",
+            c_pred=pred,  # type: ignore
+            m_pred=pred,
+        )
+    )
     return out
 
 
@@ -253,7 +300,7 @@ def _match(fn: A.Function, body: list[A.Stmt], sh: _Shape) -> LockstepLoop | Non
             return None
         if _target(st) in sh.inner and not sh.f <= k < sh.g:
             return None
-    region = [st for st in body[sh.f:sh.g] if isinstance(st, A.Instr)]
+    region = [st for st in body[sh.f : sh.g] if isinstance(st, A.Instr)]
     if any(st.opcode == "bra" and not _cond_bra(st) for st in region):
         return None
     written = {r for st in region for r in defs_uses(st)[0]}
@@ -275,8 +322,14 @@ def _match(fn: A.Function, body: list[A.Stmt], sh: _Shape) -> LockstepLoop | Non
                 break
     else:  # the register stepped by an invariant that addresses memory (a count steps too, but addresses nothing)
         addr = {r for ins in sh.c_src if ins.opcode in ("ld", "st") for r in _address_regs(sh.c_src, ins)}
-        cands = [r for r in exposed if r in addr and r != counter
-                 and (st := add_of(ev.state.get(r), ("in", r))) is not None and invariant(st, written)]
+        cands = [
+            r
+            for r in exposed
+            if r in addr
+            and r != counter
+            and (st := add_of(ev.state.get(r), ("in", r))) is not None
+            and invariant(st, written)
+        ]
         cands.sort(key=lambda r: imm_of(add_of(ev.state.get(r), ("in", r))) is not None)  # a register step first
         if cands and (ty := fn.regs.get(cands[0])) in _WIDTH:
             iv = cands[0]
@@ -305,9 +358,23 @@ def _match(fn: A.Function, body: list[A.Stmt], sh: _Shape) -> LockstepLoop | Non
         if got is None:
             return None
         trip, unroll = got
-    return LockstepLoop(A.Instr(YIELD, [], []), A.Instr(YIELD, [], []), copy.deepcopy(setup), copy.deepcopy(c_exec),
-                        iv, _operand(step_t), _operand(n_term) if n_term is not None else None, inclusive, width,
-                        signed, carried, invariants, written, trip, unroll)
+    return LockstepLoop(
+        A.Instr(YIELD, [], []),
+        A.Instr(YIELD, [], []),
+        copy.deepcopy(setup),
+        copy.deepcopy(c_exec),
+        iv,
+        _operand(step_t),
+        _operand(n_term) if n_term is not None else None,
+        inclusive,
+        width,
+        signed,
+        carried,
+        invariants,
+        written,
+        trip,
+        unroll,
+    )
 
 
 def _address_regs(instrs: list[A.Instr], mem: A.Instr) -> set[str]:
@@ -349,8 +416,9 @@ def _counter(ev: Eval, pred: str | None, by: int) -> str | None:
     return None
 
 
-def _unrolled(sh: _Shape, counter: str, outs: list[str], invariants: list[str],
-              written: set[str]) -> tuple[str, int] | None:
+def _unrolled(
+    sh: _Shape, counter: str, outs: list[str], invariants: list[str], written: set[str]
+) -> tuple[str, int] | None:
     """Check the unrolled shapes of NOTE [lockstep grid-stride loops]: (the trip count - 1 register, U)."""
     assert sh.other is not None and sh.mid is not None and sh.skips is not None
     mev = Eval().run(sh.other)
@@ -370,8 +438,7 @@ def _unrolled(sh: _Shape, counter: str, outs: list[str], invariants: list[str],
     # iv, the carried registers and the invariants have the same values whichever way the first loop is left
     if any(s_in.state.get(r, ("in", r)) != s_b0.state.get(r, ("in", r)) for r in [*outs, *invariants]):
         return None
-    if not all(_pure(st) for st in sh.mid) or any(r in [*outs, *invariants] for st in sh.mid
-                                                  for r in defs_uses(st)[0]):
+    if not all(_pure(st) for st in sh.mid) or any(r in [*outs, *invariants] for st in sh.mid for r in defs_uses(st)[0]):
         return None
     r0 = s_b0.state.get(counter)  # the remainder count: (tm1 + 1) & (U-1)
     a = op_of(r0, "and") if r0 is not None else None
@@ -388,8 +455,12 @@ def _unrolled(sh: _Shape, counter: str, outs: list[str], invariants: list[str],
 
     def is_setp(t: Term, cmp: str, args: tuple[Term, Term], unsigned: bool = False) -> bool:
         p = op_of(t, "setp")
-        return (p is not None and cmp in p[0] and p[1] == args
-                and (not unsigned or any(m in ("u64", "u32", "b64", "b32") for m in p[0])))
+        return (
+            p is not None
+            and cmp in p[0]
+            and p[1] == args
+            and (not unsigned or any(m in ("u64", "u32", "b64", "b32") for m in p[0]))
+        )
 
     kev = Eval().run(sh.mid)
     if sh.kind == "prolog":  # B0: @(r == 0) bra K; R; K: @(tm1 < U-1) bra X; M (tested on i < n)
@@ -424,8 +495,11 @@ def _runs_early(body: list[A.Stmt], f: int) -> bool:
     for k, st in enumerate(body):
         if not isinstance(st, A.Instr):
             continue
-        if k < f and (st.opcode in ("atom", "red", "membar", "fence", "call", "cp", "mbarrier")
-                      or st.opcode == "st" and not st.has("shared", "local")):
+        if k < f and (
+            st.opcode in ("atom", "red", "membar", "fence", "call", "cp", "mbarrier")
+            or st.opcode == "st"
+            and not st.has("shared", "local")
+        ):
             return False
         t = _target(st)
         if t is not None and k >= f and pos.get(t, f + 1) <= f:

@@ -24,8 +24,13 @@ def host_target_machine(opt: int = 3) -> llvm.TargetMachine:
     relocations always resolve (tests/unit/jit/test_errors_cache.py::test_objects_need_no_32_bit_relocations)."""
     init_llvm()
     tgt = llvm.Target.from_default_triple()
-    return tgt.create_target_machine(cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
-                                     opt=opt, reloc="static", codemodel="large")
+    return tgt.create_target_machine(
+        cpu=llvm.get_host_cpu_name(),
+        features=llvm.get_host_cpu_features().flatten(),
+        opt=opt,
+        reloc="static",
+        codemodel="large",
+    )
 
 
 def fast_masked_memory() -> bool:

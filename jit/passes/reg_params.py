@@ -21,6 +21,7 @@ PRED_CARRIER = "u32"  # .param cannot be .pred
 @dataclass
 class _Move:
     """Between the `.param` buffer `param` and the register `reg` (of type `typ`, `vec` elements)."""
+
     param: str
     reg: str
     typ: str
@@ -29,7 +30,7 @@ class _Move:
     def _operand(self) -> A.Operand:
         if self.vec == 1:
             return A.Reg(self.reg)
-        return A.Vec(tuple(A.Reg(f"{self.reg}.{c}") for c in "xyzw"[:self.vec]))
+        return A.Vec(tuple(A.Reg(f"{self.reg}.{c}") for c in "xyzw"[: self.vec]))
 
     def _mods(self, typ: str) -> list[str]:
         return ["param"] + ([f"v{self.vec}"] if self.vec != 1 else []) + [typ]
@@ -37,16 +38,20 @@ class _Move:
     def load(self, line: int) -> list[A.Stmt]:
         if self.typ == "pred":
             tmp = A.Reg(f"{self.reg}$in")
-            return [A.RegDecl(PRED_CARRIER, [tmp.name]),
-                    A.Instr("ld", self._mods(PRED_CARRIER), [tmp, A.Addr(A.Sym(self.param), 0)], line=line),
-                    A.Instr("setp", ["ne", PRED_CARRIER], [A.Reg(self.reg), tmp, A.Imm(0)], line=line)]
+            return [
+                A.RegDecl(PRED_CARRIER, [tmp.name]),
+                A.Instr("ld", self._mods(PRED_CARRIER), [tmp, A.Addr(A.Sym(self.param), 0)], line=line),
+                A.Instr("setp", ["ne", PRED_CARRIER], [A.Reg(self.reg), tmp, A.Imm(0)], line=line),
+            ]
         return [A.Instr("ld", self._mods(self.typ), [self._operand(), A.Addr(A.Sym(self.param), 0)], line=line)]
 
     def store(self, pred: str | None, neg: bool, line: int) -> list[A.Stmt]:
         if self.typ == "pred":
             tmp = A.Reg(f"{self.reg}$out")
-            return [A.Instr("selp", [PRED_CARRIER], [tmp, A.Imm(1), A.Imm(0), A.Reg(self.reg)], pred, neg, line),
-                    A.Instr("st", self._mods(PRED_CARRIER), [A.Addr(A.Sym(self.param), 0), tmp], pred, neg, line)]
+            return [
+                A.Instr("selp", [PRED_CARRIER], [tmp, A.Imm(1), A.Imm(0), A.Reg(self.reg)], pred, neg, line),
+                A.Instr("st", self._mods(PRED_CARRIER), [A.Addr(A.Sym(self.param), 0), tmp], pred, neg, line),
+            ]
         return [A.Instr("st", self._mods(self.typ), [A.Addr(A.Sym(self.param), 0), self._operand()], pred, neg, line)]
 
 

@@ -8,9 +8,29 @@ from jit.ptx import ast as A
 _XYZ = ("tid", "ntid", "ctaid", "nctaid")
 KNOWN = (
     {f"{b}.{c}" for b in _XYZ for c in "xyz"}
-    | {"laneid", "warpid", "nwarpid", "smid", "nsmid", "gridid", "clock", "clock64", "clock_hi", "globaltimer",
-       "globaltimer_lo", "globaltimer_hi", "lanemask_eq", "lanemask_le", "lanemask_lt", "lanemask_ge", "lanemask_gt",
-       "dynamic_smem_size", "total_smem_size", "aggr_smem_size", "is_explicit_cluster"}
+    | {
+        "laneid",
+        "warpid",
+        "nwarpid",
+        "smid",
+        "nsmid",
+        "gridid",
+        "clock",
+        "clock64",
+        "clock_hi",
+        "globaltimer",
+        "globaltimer_lo",
+        "globaltimer_hi",
+        "lanemask_eq",
+        "lanemask_le",
+        "lanemask_lt",
+        "lanemask_ge",
+        "lanemask_gt",
+        "dynamic_smem_size",
+        "total_smem_size",
+        "aggr_smem_size",
+        "is_explicit_cluster",
+    }
     | {f"{b}.{c}" for b in ("cluster_ctaid", "cluster_nctaid", "clusterid", "nclusterid") for c in "xyz"}
     | {"cluster_ctarank", "cluster_nctarank"}
 )
@@ -23,8 +43,10 @@ KNOWN = (
 RESERVED = "__wooly_reserved_smem"
 RESERVED_BYTES = 1024
 _RESERVED: dict[str, A.Operand] = {
-    "reserved_smem_offset_begin": A.SymOff(RESERVED, 0), "reserved_smem_offset_end": A.SymOff(RESERVED, RESERVED_BYTES),
-    "reserved_smem_offset_cap": A.Imm(RESERVED_BYTES), "reserved_smem_offset_0": A.SymOff(RESERVED, 0),
+    "reserved_smem_offset_begin": A.SymOff(RESERVED, 0),
+    "reserved_smem_offset_end": A.SymOff(RESERVED, RESERVED_BYTES),
+    "reserved_smem_offset_cap": A.Imm(RESERVED_BYTES),
+    "reserved_smem_offset_0": A.SymOff(RESERVED, 0),
     "reserved_smem_offset_1": A.SymOff(RESERVED, RESERVED_BYTES // 2),
 }
 

@@ -38,8 +38,32 @@ def sync_kind(ins: A.Instr) -> str | None:
 
 
 REMAT_LIMIT = 64
-_PURE = {"mov", "add", "sub", "mul", "mad", "mul24", "mad24", "shl", "shr", "and", "or", "xor", "not", "cvt", "cvta",
-         "selp", "setp", "min", "max", "neg", "abs", "bfe", "bfi", "prmt"}
+_PURE = {
+    "mov",
+    "add",
+    "sub",
+    "mul",
+    "mad",
+    "mul24",
+    "mad24",
+    "shl",
+    "shr",
+    "and",
+    "or",
+    "xor",
+    "not",
+    "cvt",
+    "cvta",
+    "selp",
+    "setp",
+    "min",
+    "max",
+    "neg",
+    "abs",
+    "bfe",
+    "bfi",
+    "prmt",
+}
 _THREAD_SPECIALS = {f"{b}.{c}" for b in ("tid", "ntid", "ctaid", "nctaid") for c in "xyz"} | {"laneid", "warpid"}
 
 
@@ -69,8 +93,13 @@ def _pure(ins: A.Instr, params: set[str]) -> bool:
         return False
     if ins.opcode == "ld":
         src = ins.operands[1] if len(ins.operands) == 2 else None
-        return (ins.has("param") and isinstance(src, A.Addr) and isinstance(src.base, A.Sym)
-                and src.base.name in params and not ins.has("v2", "v4"))
+        return (
+            ins.has("param")
+            and isinstance(src, A.Addr)
+            and isinstance(src.base, A.Sym)
+            and src.base.name in params
+            and not ins.has("v2", "v4")
+        )
     if ins.opcode not in _PURE or ins.opcode == "cvta" and ins.has("local"):
         return False
     for o in ins.operands[1:]:

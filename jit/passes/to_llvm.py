@@ -28,6 +28,7 @@ class Lowered:
 def run(module: A.Module, target: str = "cpu", bounds_check: bool = False, tag: str = "") -> Lowered:
     from jit.emit.cpu import build_kernel
     from jit.emit.cpu_func import emit_funcs
+
     cg = ModuleCodegen(module, bounds_check=bounds_check)
     cg.private_shared = True  # each block runs on one worker thread with its own shared window
     emit_funcs(cg)
@@ -44,8 +45,9 @@ def run(module: A.Module, target: str = "cpu", bounds_check: bool = False, tag: 
         defined = not getattr(gv, "is_declaration", True) or getattr(gv, "initializer", None) is not None
         if defined and gv.name not in entry and gv.linkage in ("", "external"):
             gv.linkage = "internal"
-    return Lowered(module, cg.module, kernels, dict(cg.globals), cg.dyn_offset, bytes(cg.gdata), list(cg.grelocs),
-                   frelocs, ftab)
+    return Lowered(
+        module, cg.module, kernels, dict(cg.globals), cg.dyn_offset, bytes(cg.gdata), list(cg.grelocs), frelocs, ftab
+    )
 
 
 # NOTE [function addresses in globals]

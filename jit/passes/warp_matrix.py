@@ -32,13 +32,16 @@ def _store_fragment(g: Snippet, lane: str, base: str, at: int, lay: Layout, frag
     cs = 8 if ct == "f64" else 4
     hi, lo = g.lane_terms(lay, lane)
     p = g.reg("b64")
-    g(f"add.u64 {p}, {base}, {g.linear(hi, lo, (lay.rh * lay.cols_n + lay.ch) * cs, (lay.rl * lay.cols_n + lay.cl) * cs)};")
+    g(
+        f"add.u64 {p}, {base}, {g.linear(hi, lo, (lay.rh * lay.cols_n + lay.ch) * cs, (lay.rl * lay.cols_n + lay.cl) * cs)};"
+    )
     for i, (r, c) in enumerate(lay.at):
         g(f"st.shared.{'f64' if ct == 'f64' else 'b32'} [{p}+{at + (r * lay.cols_n + c) * cs}], {frag.get(i)};")
 
 
-def _matmul(g: Snippet, ins: A.Instr, lays: tuple[Layout, Layout, Layout], types: tuple[str, str, str, str],
-            area: int) -> None:
+def _matmul(
+    g: Snippet, ins: A.Instr, lays: tuple[Layout, Layout, Layout], types: tuple[str, str, str, str], area: int
+) -> None:
     """D = A * B + C with fragments in the given layouts; types = (d, a, b, c)."""
     la, lb, lc = lays
     dt, at, bt, ctp = types
@@ -295,11 +298,13 @@ def _movmatrix(g: Snippet, ins: A.Instr) -> int:
 
 def _rewrite(ins: A.Instr, n: int, regtypes: dict[str, str], scratch: str) -> tuple[list[A.Stmt], int]:
     from jit.ptx.parser import parse
+
     # d, a, b, c for the multiplies; fragment and address (+ stride for wmma) for the moves
     lo, hi = (4, 4) if ins.opcode == "mma" or ins.has("mma") else (2, 3) if ins.opcode == "wmma" else (2, 2)
     if not lo <= len(ins.operands) <= hi:
-        raise invalid_ptx(f"{ins.opcode} takes {lo if lo == hi else f'{lo} or {hi}'} operands, not "
-                          f"{len(ins.operands)}", ins.line)
+        raise invalid_ptx(
+            f"{ins.opcode} takes {lo if lo == hi else f'{lo} or {hi}'} operands, not {len(ins.operands)}", ins.line
+        )
     g = Snippet(n, scratch)
     area = 0
     if ins.opcode == "mma":
@@ -317,14 +322,17 @@ def _rewrite(ins: A.Instr, n: int, regtypes: dict[str, str], scratch: str) -> tu
     src = ".version 8.0\n.target sm_80\n.address_size 64\n.func w()\n{\n" + g.text() + "\n}\n"
     body = parse(src).functions[0].body or []
     for st in body:
-        for s in (st.body if isinstance(st, A.Scope) else [st]):
+        for s in st.body if isinstance(st, A.Scope) else [st]:
             if isinstance(s, A.Instr | A.Label):
                 s.line = ins.line
     out: list[A.Stmt] = list(body)
     if ins.pred:  # @p mma ...: skip the whole sequence
         skip = f"$wooly_wm{n}_skip"
-        out = [A.Instr("bra", [], [A.Sym(skip)], ins.pred, not ins.pred_neg, ins.line, ins.col), *out,
-               A.Label(skip, ins.line)]
+        out = [
+            A.Instr("bra", [], [A.Sym(skip)], ins.pred, not ins.pred_neg, ins.line, ins.col),
+            *out,
+            A.Label(skip, ins.line),
+        ]
     return out, area
 
 
@@ -332,8 +340,9 @@ def _warps(fn: A.Function) -> int:
     return max(1, (A.max_threads(fn) + 31) // 32)
 
 
-def _walk(body: list[A.Stmt], regtypes: dict[str, str], counter: list[int], areas: list[int],
-          scratch: str) -> list[A.Stmt]:
+def _walk(
+    body: list[A.Stmt], regtypes: dict[str, str], counter: list[int], areas: list[int], scratch: str
+) -> list[A.Stmt]:
     regtypes = dict(regtypes)
     out: list[A.Stmt] = []
     for st in body:

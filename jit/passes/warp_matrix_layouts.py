@@ -31,8 +31,7 @@ class Layout:
         return len(self.at)
 
 
-def _g_t(rows_n: int, cols_n: int, row: tuple[int, int], col: tuple[int, int],
-         at: list[tuple[int, int]]) -> Layout:
+def _g_t(rows_n: int, cols_n: int, row: tuple[int, int], col: tuple[int, int], at: list[tuple[int, int]]) -> Layout:
     """A layout in terms of groupID (= lane >> 2) and threadID_in_group (= lane & 3)."""
     return Layout(rows_n, cols_n, 2, 3, row[0], row[1], col[0], col[1], tuple(at))
 
@@ -96,5 +95,4 @@ def wmma_layout(rows_n: int, cols_n: int) -> Layout:
     """Our wmma fragment layout: element j of lane l is row-major element 32 * j + l (cols_n divides 32)."""
     sh = cols_n.bit_length() - 1
     per = 32 // cols_n
-    return Layout(rows_n, cols_n, sh, cols_n - 1, 1, 0, 0, 1,
-                  tuple((per * j, 0) for j in range(rows_n * cols_n // 32)))
+    return Layout(rows_n, cols_n, sh, cols_n - 1, 1, 0, 0, 1, tuple((per * j, 0) for j in range(rows_n * cols_n // 32)))

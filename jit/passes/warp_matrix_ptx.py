@@ -101,8 +101,13 @@ class Fragment:
             return f
         if t in ("bf16", "tf32"):
             w, f = g.reg("b32"), g.reg("f32")
-            g(f"and.b32 {w}, {r}, -8192;" if t == "tf32" else
-              f"shl.b32 {w}, {r}, 16;" if j == 0 else f"and.b32 {w}, {r}, -65536;")
+            g(
+                f"and.b32 {w}, {r}, -8192;"
+                if t == "tf32"
+                else f"shl.b32 {w}, {r}, 16;"
+                if j == 0
+                else f"and.b32 {w}, {r}, -65536;"
+            )
             g(f"mov.b32 {f}, {w};")
             return f
         w = g.reg("b32")
@@ -114,7 +119,7 @@ class Fragment:
         registers beyond them are zeroed."""
         g = self.g
         for k, r in enumerate(self.regs):
-            part = vals[k * self.per:(k + 1) * self.per]
+            part = vals[k * self.per : (k + 1) * self.per]
             dst = txt(r)
             if not part:
                 g(f"mov.b{64 if self.typ == 'f64' else 32} {dst}, 0;")
@@ -157,5 +162,3 @@ def address(g: Snippet, op: A.Operand, regtypes: dict[str, str]) -> str:
     if op.offset:
         g(f"add.u64 {p}, {p}, {op.offset};")
     return p
-
-

@@ -110,8 +110,12 @@ def _strided(loop: list[A.Stmt], grid: set[str]) -> bool:
         if o.name not in defs:
             return o.name in grid
         ins = defs[o.name]
-        return (ins.opcode == "selp" and o.name not in multi and len(ins.operands) == 4
-                and any(isinstance(x, A.Reg) and x.name in grid and x.name not in defs for x in ins.operands[1:3]))
+        return (
+            ins.opcode == "selp"
+            and o.name not in multi
+            and len(ins.operands) == 4
+            and any(isinstance(x, A.Reg) and x.name in grid and x.name not in defs for x in ins.operands[1:3])
+        )
 
     def step(reg: str, start: str, depth: int) -> bool:
         ins = defs.get(reg)
@@ -182,7 +186,7 @@ def run(module: A.Module) -> A.Module:
         #                                       K = 0: at its back edge, every time round (a wait loop)
         pos = {st.name: i for i, st in enumerate(body) if isinstance(st, A.Label)}
         for h, j in innermost_loops(body, pos):
-            loop = body[h:j + 1]
+            loop = body[h : j + 1]
             if any(isinstance(st, A.Instr) and sync_kind(st) for st in loop):
                 continue
             if _spins(loop, h, pos):  # NOTE [waiting threads yield]
@@ -212,7 +216,7 @@ def run(module: A.Module) -> A.Module:
                 if br.pred is None:
                     body[at:at] = wait
                 else:
-                    body[at:at + 1] = [
+                    body[at : at + 1] = [
                         A.Instr("bra", [], [A.Sym(skip)], br.pred, not br.pred_neg, br.line, br.col),
                         *wait,
                         A.Instr("bra", [], list(br.operands), None, False, br.line, br.col),

@@ -8,8 +8,19 @@ from jit.ptx.lexer import Tok, tokenize
 from jit.ptx.operands import OperandParser, _int
 
 _SPACES = {"global", "const", "shared", "local", "param", "tex", "surf", "sampler"}
-_FUNC_ATTRS = {"maxntid", "reqntid", "minnctapersm", "maxnctapersm", "maxnreg", "maxclusterrank",
-               "reqnctapercluster", "explicitcluster", "blocksareclusters", "noreturn", "pragma"}
+_FUNC_ATTRS = {
+    "maxntid",
+    "reqntid",
+    "minnctapersm",
+    "maxnctapersm",
+    "maxnreg",
+    "maxclusterrank",
+    "reqnctapercluster",
+    "explicitcluster",
+    "blocksareclusters",
+    "noreturn",
+    "pragma",
+}
 
 
 # NOTE [declaration limits]
@@ -151,8 +162,10 @@ class Parser(OperandParser):
         define a shared device function in each module, `.weak`): a strong definition wins over weak ones, the
         first of several weak ones is kept (`.common` variables count as weak); two strong ones are an error, as for
         a linker."""
+
         def weak(d: A.Function | A.VarDecl) -> bool:
             return d.weak or isinstance(d, A.VarDecl) and d.common
+
         if weak(old):
             return weak(new)
         if weak(new):
@@ -192,8 +205,21 @@ class Parser(OperandParser):
             name_tok = self.next()
             if name_tok.kind != "word":
                 raise self.error("expected variable name", name_tok)
-            v = A.VarDecl(space, typ, name_tok.text, align, [], None, vec, "extern" in flags,
-                          "visible" in flags, "weak" in flags, "common" in flags, ptr_attrs, tok.line)
+            v = A.VarDecl(
+                space,
+                typ,
+                name_tok.text,
+                align,
+                [],
+                None,
+                vec,
+                "extern" in flags,
+                "visible" in flags,
+                "weak" in flags,
+                "common" in flags,
+                ptr_attrs,
+                tok.line,
+            )
             if self.accept("<"):  # %r<10> register-like range for .local/.param is not PTX; reject
                 raise self.error("range not allowed here")
             while self.accept("["):
@@ -215,8 +241,10 @@ class Parser(OperandParser):
         if limit is None:
             return
         if A.var_size(v) > limit:
-            raise self.error(f".{v.space} variable {v.name} declares more than {limit} bytes (the most this "
-                             f"state space can hold)", at)
+            raise self.error(
+                f".{v.space} variable {v.name} declares more than {limit} bytes (the most this state space can hold)",
+                at,
+            )
 
     def parse_initializer(self) -> list:
         vals: list = []
@@ -357,8 +385,9 @@ class Parser(OperandParser):
                 at = self.peek()
                 n = self.integer()
                 if not 0 <= n <= MAX_REGISTERS - len(names):
-                    raise self.error(f"%{name.lstrip('%')}<{n}>: at most {MAX_REGISTERS} registers may be declared "
-                                     "at once", at)
+                    raise self.error(
+                        f"%{name.lstrip('%')}<{n}>: at most {MAX_REGISTERS} registers may be declared at once", at
+                    )
                 self.expect(">")
                 if self.nregs + len(names) + n > MAX_MODULE_REGISTERS:
                     raise self.error(f"more than {MAX_MODULE_REGISTERS} registers declared in one module", at)

@@ -59,8 +59,11 @@ class Split:
                     todo.append(r)
         out = []
         for i in self.items:
-            if i.kind in ("header", "var") or (i.kind in ("proto", "func") and i.name in need) or \
-                    (i.kind == "entry" and i.name == entry):
+            if (
+                i.kind in ("header", "var")
+                or (i.kind in ("proto", "func") and i.name in need)
+                or (i.kind == "entry" and i.name == entry)
+            ):
                 out.append(i.text)
         return b"\n".join(out) + b"\n"
 

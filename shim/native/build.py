@@ -21,9 +21,19 @@ SRC = os.path.join(HERE, "src")
 SOURCES = [os.path.join(SRC, name) for name in ("wooly_native.c", "export_tables.c")]
 NVRTC_SOURCE = os.path.join(SRC, "nvrtc_standin.c")
 NVRTC_SONAMES = ("libnvrtc.so.12", "libnvrtc.so.13")  # NOTE [nvrtc stand-in]
-SONAMES = ("libcuda.so.1", "libcuda.so", "libnvidia-ml.so.1", "libnvidia-ml.so",
-           # NOTE [vendor libraries]: the same library stands in for cuBLAS (shim/native/cublas.py)
-           "libcublas.so.12", "libcublas.so.13", "libcublas.so", "libcublasLt.so.12", "libcublasLt.so.13", "libcublasLt.so")
+SONAMES = (
+    "libcuda.so.1",
+    "libcuda.so",
+    "libnvidia-ml.so.1",
+    "libnvidia-ml.so",
+    # NOTE [vendor libraries]: the same library stands in for cuBLAS (shim/native/cublas.py)
+    "libcublas.so.12",
+    "libcublas.so.13",
+    "libcublas.so",
+    "libcublasLt.so.12",
+    "libcublasLt.so.13",
+    "libcublasLt.so",
+)
 
 
 class NativeBuildError(RuntimeError):
@@ -82,7 +92,9 @@ def compile_atomically(command: list[str], out_path: str) -> str:
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         os.unlink(tmp)
-        raise NativeBuildError(f"compiling {os.path.basename(out_path)} failed ({' '.join(cmd)}):\n{proc.stderr[-2000:]}")
+        raise NativeBuildError(
+            f"compiling {os.path.basename(out_path)} failed ({' '.join(cmd)}):\n{proc.stderr[-2000:]}"
+        )
     os.replace(tmp, out_path)
     return out_path
 
@@ -95,8 +107,10 @@ def compile_library(out_path: str) -> str:
             "no C compiler found (set CC or install gcc) and no prebuilt wooly native library; "
             "`pip install .` on a machine with a compiler builds it into the package"
         )
-    return compile_atomically([cc, "-O1", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", "{out}",
-                               *SOURCES, "-lpthread", "-ldl"], out_path)
+    return compile_atomically(
+        [cc, "-O1", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", "{out}", *SOURCES, "-lpthread", "-ldl"],
+        out_path,
+    )
 
 
 def _link_dir(lib: str, folder: str, names: tuple[str, ...] = SONAMES) -> str:
@@ -135,8 +149,10 @@ def nvrtc_library_path() -> str:
     cc = find_compiler()
     if cc is None:
         raise NativeBuildError("no C compiler found (set CC or install gcc) for the NVRTC stand-in")
-    return compile_atomically([cc, "-O1", "-shared", "-fPIC", "-Wl,-soname,libnvrtc.so.12", "-o", "{out}",
-                               NVRTC_SOURCE, "-lpthread", "-ldl"], cached)
+    return compile_atomically(
+        [cc, "-O1", "-shared", "-fPIC", "-Wl,-soname,libnvrtc.so.12", "-o", "{out}", NVRTC_SOURCE, "-lpthread", "-ldl"],
+        cached,
+    )
 
 
 def real_nvrtc() -> str | None:

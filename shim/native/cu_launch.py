@@ -67,8 +67,14 @@ def marshal(info: FunctionInfo, kernel_params: int | None, extra: int | None) ->
     return b""
 
 
-def validate(info: FunctionInfo, grid: tuple[int, ...], block: tuple[int, ...], shared: int, params: int,
-             cooperative: bool = False) -> None:
+def validate(
+    info: FunctionInfo,
+    grid: tuple[int, ...],
+    block: tuple[int, ...],
+    shared: int,
+    params: int,
+    cooperative: bool = False,
+) -> None:
     """The driver's checks (proto/launch.py), with this function's attributes as cuFuncSetAttribute left them."""
     device = STATE.driver().devices[STATE.current_device()]["attributes"]
     threads = block[0] * block[1] * block[2]
@@ -76,20 +82,41 @@ def validate(info: FunctionInfo, grid: tuple[int, ...], block: tuple[int, ...], 
     max_threads = cu_module.attribute(info, cu_module.MAX_THREADS)
     fit = None
     if cooperative:  # a cooperative grid must fit on the device at once: occupancy x SM count blocks
-        fit = rules.blocks_per_sm(device, threads, max_threads, static + shared) * max(1, rules.attr(device, rules.SM_COUNT))
-    rules.check(info.name, device, grid, block, shared, max_threads=max_threads, static_shared=static,
-                dynamic_shared=cu_module.attribute(info, cu_module.MAX_DYN_SHARED), params=params,
-                cooperative=cooperative, resident_blocks=fit)
+        fit = rules.blocks_per_sm(device, threads, max_threads, static + shared) * max(
+            1, rules.attr(device, rules.SM_COUNT)
+        )
+    rules.check(
+        info.name,
+        device,
+        grid,
+        block,
+        shared,
+        max_threads=max_threads,
+        static_shared=static,
+        dynamic_shared=cu_module.attribute(info, cu_module.MAX_DYN_SHARED),
+        params=params,
+        cooperative=cooperative,
+        resident_blocks=fit,
+    )
 
 
-def launch(fn: int | None, grid: tuple[int, ...], block: tuple[int, ...], shared: int, stream: int | None,
-           kernel_params: int | None, extra: int | None, cooperative: bool = False) -> None:
+def launch(
+    fn: int | None,
+    grid: tuple[int, ...],
+    block: tuple[int, ...],
+    shared: int,
+    stream: int | None,
+    kernel_params: int | None,
+    extra: int | None,
+    cooperative: bool = False,
+) -> None:
     STATE.require_current()
     info = cu_module.function(fn)
     params = marshal(info, kernel_params, extra)
     validate(info, grid, block, shared, len(params), cooperative)
-    STATE.driver().launch_kernel(info, grid, block, params, shared_mem=shared, stream=int(stream or 0),
-                                 cooperative=cooperative, checked=True)
+    STATE.driver().launch_kernel(
+        info, grid, block, params, shared_mem=shared, stream=int(stream or 0), cooperative=cooperative, checked=True
+    )
 
 
 @api("cuLaunchKernel", 4000, P, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, P, P, P)

@@ -184,7 +184,9 @@ def cuMemHostGetDevicePointer(out: int, ptr: int | None, flags: int) -> None:
         raise CudaError(codes.INVALID_VALUE, "cuMemHostGetDevicePointer: not page-locked host memory (or flags != 0)")
     block = _host.get(r[0])
     if block is None or block.device is None:
-        raise CudaError(codes.NOT_SUPPORTED, "cuMemHostGetDevicePointer: host memory is mapped only when gpud runs on this host")
+        raise CudaError(
+            codes.NOT_SUPPORTED, "cuMemHostGetDevicePointer: host memory is mapped only when gpud runs on this host"
+        )
     put_u64(out, block.device + (int(ptr or 0) - block.host))
 
 
@@ -373,6 +375,7 @@ if platform.machine() in ("x86_64", "AMD64"):
     def cuIpcOpenMemHandle(out: int, flags: int, _r2: int, _r3: int, _r4: int, _r5: int, *words: int) -> None:
         _open(out, b"".join(int(w).to_bytes(8, "little") for w in words), flags)
 else:  # AArch64 (AAPCS64) passes a struct larger than 16 bytes as a pointer to a copy
+
     @api("cuIpcOpenMemHandle", (4010, 11000), P, P, c_uint)
     def cuIpcOpenMemHandle(out: int, handle: int, flags: int) -> None:
         _open(out, ctypes.string_at(handle, _IPC_SIZE), flags)

@@ -150,8 +150,13 @@ def cuMemPoolGetAttribute(pool: int, attr: int, value: int) -> None:
         if attr in _INT_ATTRS:
             ctypes.c_int.from_address(value).value = p.ints[attr]
             return
-        figures = {_RELEASE_THRESHOLD: p.release_threshold, _RESERVED_CURRENT: p.used, _RESERVED_HIGH: p.high,
-                   _USED_CURRENT: p.used, _USED_HIGH: p.high}
+        figures = {
+            _RELEASE_THRESHOLD: p.release_threshold,
+            _RESERVED_CURRENT: p.used,
+            _RESERVED_HIGH: p.high,
+            _USED_CURRENT: p.used,
+            _USED_HIGH: p.high,
+        }
         if attr not in figures:
             raise CudaError(codes.INVALID_VALUE, f"cuMemPoolGetAttribute: no attribute {attr}")
         ctypes.c_uint64.from_address(value).value = figures[attr]

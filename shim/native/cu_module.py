@@ -35,7 +35,9 @@ _facts: dict[int, tuple[int, dict[str, int]]] = {}  # module -> (.const bytes, e
 _targets: dict[int, int] = {}  # module -> the architecture its PTX targets (.target sm_75 -> 75)
 _TARGET = re.compile(r"^\s*\.target\s+sm_(\d+)", re.M)
 
-_CONST = re.compile(r"^\s*(?:\.(?:visible|weak)\s+)?\.const\s+(?:\.align\s+\d+\s+)?\.[a-z]+(\d+)\s+[\w$]+((?:\s*\[\s*\d+\s*\])*)", re.M)
+_CONST = re.compile(
+    r"^\s*(?:\.(?:visible|weak)\s+)?\.const\s+(?:\.align\s+\d+\s+)?\.[a-z]+(\d+)\s+[\w$]+((?:\s*\[\s*\d+\s*\])*)", re.M
+)
 _ENTRY = re.compile(r"\.entry\s+([\w$]+)\s*\([^)]*\)\s*([^{]*)\{", re.S)
 _MAXNREG = re.compile(r"\.maxnreg\s+(\d+)")
 
@@ -155,7 +157,12 @@ def attribute(info: FunctionInfo, attrib: int) -> int:
         CACHE_CA: 0,
         MAX_DYN_SHARED: rules.dynamic_shared_limit(_device(), static),
         CARVEOUT: -1,
-        10: 0, 11: 0, 12: 0, 13: 0, 14: 0, 15: 0,
+        10: 0,
+        11: 0,
+        12: 0,
+        13: 0,
+        14: 0,
+        15: 0,
     }
     if attrib not in table:
         raise CudaError(codes.INVALID_VALUE, f"unknown function attribute {attrib}")
@@ -383,7 +390,9 @@ def cuOccupancyMaxActiveBlocksPerMultiprocessor(out: int, fn: int | None, block:
 
 
 @api("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", 7000, P, P, c_int, c_size_t, c_uint)
-def cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(out: int, fn: int | None, block: int, dyn: int, flags: int) -> None:
+def cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
+    out: int, fn: int | None, block: int, dyn: int, flags: int
+) -> None:
     put_i32(out, blocks_per_sm(function(fn), block, dyn))
 
 
@@ -409,12 +418,16 @@ def _max_potential(min_grid: int, block_out: int, fn: int | None, cb: int | None
 
 
 @api("cuOccupancyMaxPotentialBlockSize", 6050, P, P, P, P, c_size_t, c_int)
-def cuOccupancyMaxPotentialBlockSize(min_grid: int, block: int, fn: int | None, cb: int | None, dyn: int, limit: int) -> None:
+def cuOccupancyMaxPotentialBlockSize(
+    min_grid: int, block: int, fn: int | None, cb: int | None, dyn: int, limit: int
+) -> None:
     _max_potential(min_grid, block, fn, cb, dyn, limit)
 
 
 @api("cuOccupancyMaxPotentialBlockSizeWithFlags", 7000, P, P, P, P, c_size_t, c_int, c_uint)
-def cuOccupancyMaxPotentialBlockSizeWithFlags(min_grid: int, block: int, fn: int | None, cb: int | None, dyn: int, limit: int, flags: int) -> None:
+def cuOccupancyMaxPotentialBlockSizeWithFlags(
+    min_grid: int, block: int, fn: int | None, cb: int | None, dyn: int, limit: int, flags: int
+) -> None:
     _max_potential(min_grid, block, fn, cb, dyn, limit)
 
 

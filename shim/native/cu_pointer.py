@@ -19,10 +19,27 @@ CONTEXT, MEMORY_TYPE, DEVICE_POINTER, HOST_POINTER, P2P_TOKENS, SYNC_MEMOPS, BUF
 DEVICE_ORDINAL, IS_LEGACY_IPC, RANGE_START, RANGE_SIZE, MAPPED, ALLOWED_HANDLES, GPU_DIRECT_RDMA = range(9, 16)
 ACCESS_FLAGS, MEMPOOL_HANDLE, MAPPING_SIZE, MAPPING_BASE, MEMORY_BLOCK_ID, HW_DECOMPRESS = range(16, 22)
 _SIZES = {
-    CONTEXT: 8, MEMORY_TYPE: 4, DEVICE_POINTER: 8, HOST_POINTER: 8, P2P_TOKENS: 16, SYNC_MEMOPS: 4,
-    BUFFER_ID: 8, IS_MANAGED: 4, DEVICE_ORDINAL: 4, IS_LEGACY_IPC: 4, RANGE_START: 8, RANGE_SIZE: 8,
-    MAPPED: 4, ALLOWED_HANDLES: 8, GPU_DIRECT_RDMA: 4, ACCESS_FLAGS: 4, MEMPOOL_HANDLE: 8,
-    MAPPING_SIZE: 8, MAPPING_BASE: 8, MEMORY_BLOCK_ID: 8, HW_DECOMPRESS: 4,
+    CONTEXT: 8,
+    MEMORY_TYPE: 4,
+    DEVICE_POINTER: 8,
+    HOST_POINTER: 8,
+    P2P_TOKENS: 16,
+    SYNC_MEMOPS: 4,
+    BUFFER_ID: 8,
+    IS_MANAGED: 4,
+    DEVICE_ORDINAL: 4,
+    IS_LEGACY_IPC: 4,
+    RANGE_START: 8,
+    RANGE_SIZE: 8,
+    MAPPED: 4,
+    ALLOWED_HANDLES: 8,
+    GPU_DIRECT_RDMA: 4,
+    ACCESS_FLAGS: 4,
+    MEMPOOL_HANDLE: 8,
+    MAPPING_SIZE: 8,
+    MAPPING_BASE: 8,
+    MEMORY_BLOCK_ID: 8,
+    HW_DECOMPRESS: 4,
 }
 MEMTYPE_HOST, MEMTYPE_DEVICE = 1, 2
 
@@ -36,19 +53,40 @@ def attribute(attr: int, ptr: int) -> int | None:
     if block is not None:  # mapped pinned memory seen by its device address, or managed memory
         off = ptr - block.device
         return {
-            CONTEXT: ctx.handle, MEMORY_TYPE: MEMTYPE_DEVICE if block.managed else MEMTYPE_HOST,
-            DEVICE_POINTER: ptr, HOST_POINTER: block.host + off, SYNC_MEMOPS: 1, BUFFER_ID: block.device,
-            IS_MANAGED: int(block.managed), DEVICE_ORDINAL: ctx.device, RANGE_START: block.device,
-            RANGE_SIZE: block.size, MAPPED: 1,
+            CONTEXT: ctx.handle,
+            MEMORY_TYPE: MEMTYPE_DEVICE if block.managed else MEMTYPE_HOST,
+            DEVICE_POINTER: ptr,
+            HOST_POINTER: block.host + off,
+            SYNC_MEMOPS: 1,
+            BUFFER_ID: block.device,
+            IS_MANAGED: int(block.managed),
+            DEVICE_ORDINAL: ctx.device,
+            RANGE_START: block.device,
+            RANGE_SIZE: block.size,
+            MAPPED: 1,
         }.get(attr)
     dev = cu_memory.device_range(ptr)
     if dev is not None:
         base, size = dev
         return {
-            CONTEXT: ctx.handle, MEMORY_TYPE: MEMTYPE_DEVICE, DEVICE_POINTER: ptr, SYNC_MEMOPS: 1,
-            BUFFER_ID: base, IS_MANAGED: 0, DEVICE_ORDINAL: ctx.device, IS_LEGACY_IPC: 0,
-            RANGE_START: base, RANGE_SIZE: size, MAPPED: 1, ALLOWED_HANDLES: 0, GPU_DIRECT_RDMA: 0,
-            ACCESS_FLAGS: 0, MEMPOOL_HANDLE: 0, MAPPING_SIZE: size, MAPPING_BASE: base, MEMORY_BLOCK_ID: base,
+            CONTEXT: ctx.handle,
+            MEMORY_TYPE: MEMTYPE_DEVICE,
+            DEVICE_POINTER: ptr,
+            SYNC_MEMOPS: 1,
+            BUFFER_ID: base,
+            IS_MANAGED: 0,
+            DEVICE_ORDINAL: ctx.device,
+            IS_LEGACY_IPC: 0,
+            RANGE_START: base,
+            RANGE_SIZE: size,
+            MAPPED: 1,
+            ALLOWED_HANDLES: 0,
+            GPU_DIRECT_RDMA: 0,
+            ACCESS_FLAGS: 0,
+            MEMPOOL_HANDLE: 0,
+            MAPPING_SIZE: size,
+            MAPPING_BASE: base,
+            MEMORY_BLOCK_ID: base,
             HW_DECOMPRESS: 0,
         }.get(attr)
     host = cu_memory.host_range(ptr)
@@ -57,8 +95,17 @@ def attribute(attr: int, ptr: int) -> int | None:
         block = cu_memory._host.get(base)
         device = None if block is None or block.device is None else block.device + (ptr - base)
         return {
-            CONTEXT: ctx.handle, MEMORY_TYPE: MEMTYPE_HOST, HOST_POINTER: ptr, DEVICE_POINTER: device, SYNC_MEMOPS: 1, BUFFER_ID: base,
-            IS_MANAGED: 0, DEVICE_ORDINAL: ctx.device, RANGE_START: base, RANGE_SIZE: size, MAPPED: 1,
+            CONTEXT: ctx.handle,
+            MEMORY_TYPE: MEMTYPE_HOST,
+            HOST_POINTER: ptr,
+            DEVICE_POINTER: device,
+            SYNC_MEMOPS: 1,
+            BUFFER_ID: base,
+            IS_MANAGED: 0,
+            DEVICE_ORDINAL: ctx.device,
+            RANGE_START: base,
+            RANGE_SIZE: size,
+            MAPPED: 1,
         }.get(attr)
     return None
 
@@ -80,7 +127,9 @@ def cuPointerGetAttribute(out: int, attr: int, ptr: int) -> None:
     STATE.driver()
     value = attribute(attr, ptr)
     if value is None:
-        raise CudaError(codes.INVALID_VALUE, f"cuPointerGetAttribute: 0x{ptr:x} is not memory known to CUDA (attribute {attr})")
+        raise CudaError(
+            codes.INVALID_VALUE, f"cuPointerGetAttribute: 0x{ptr:x} is not memory known to CUDA (attribute {attr})"
+        )
     _write(out, attr, value)
 
 

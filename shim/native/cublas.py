@@ -31,8 +31,22 @@ VERSION = 120903  # the cuBLAS API these signatures follow (12.9)
 
 # cudaDataType_t -> wire type; cublasComputeType_t (and the legacy cudaDataType compute types) -> wire type
 DATA = {0: "f32", 1: "f64", 2: "f16", 4: "c64", 5: "c128", 14: "bf16"}
-COMPUTE = {64: "f16", 65: "f16", 68: "f32", 69: "f32", 74: "f32", 75: "f32", 77: "f32", 70: "f64", 71: "f64",
-           0: "f32", 1: "f64", 2: "f16", 4: "c64", 5: "c128"}
+COMPUTE = {
+    64: "f16",
+    65: "f16",
+    68: "f32",
+    69: "f32",
+    74: "f32",
+    75: "f32",
+    77: "f32",
+    70: "f64",
+    71: "f64",
+    0: "f32",
+    1: "f64",
+    2: "f16",
+    4: "c64",
+    5: "c128",
+}
 _SCALAR = {"f16": (2, "<e"), "f32": (4, "<f"), "f64": (8, "<d"), "c64": (8, "<ff"), "c128": (16, "<dd")}
 
 
@@ -146,9 +160,26 @@ def _scalar(h: Handle, ptr: int | None, typ: str, what: str) -> list[float]:
     return [float(v[0]), float(v[1]) if len(v) > 1 else 0.0]
 
 
-def gemm(h: int | None, ta: int, tb: int, m: int, n: int, k: int, alpha: int | None, a: int | None, lda: int,
-         b: int | None, ldb: int, beta: int | None, c: int | None, ldc: int, *, types: tuple[str, str, str, str],
-         strides: tuple[int, int, int] = (0, 0, 0), batch: int = 1) -> None:
+def gemm(
+    h: int | None,
+    ta: int,
+    tb: int,
+    m: int,
+    n: int,
+    k: int,
+    alpha: int | None,
+    a: int | None,
+    lda: int,
+    b: int | None,
+    ldb: int,
+    beta: int | None,
+    c: int | None,
+    ldc: int,
+    *,
+    types: tuple[str, str, str, str],
+    strides: tuple[int, int, int] = (0, 0, 0),
+    batch: int = 1,
+) -> None:
     handle = _h(h)
     if min(m, n, k, lda, ldb, ldc, batch) < 0 or min(strides) < 0:
         raise CudaError(codes.INVALID_VALUE, f"gemm: negative size (m={m} n={n} k={k} batch={batch})")
@@ -156,10 +187,28 @@ def gemm(h: int | None, ta: int, tb: int, m: int, n: int, k: int, alpha: int | N
         return
     at, bt, ct, compute = types
     scale = compute if compute in _SCALAR else "f32"
-    msg = {"kind": "blas_gemm", "trans_a": _trans(ta), "trans_b": _trans(tb), "m": m, "n": n, "k": k,
-           "a_type": at, "b_type": bt, "c_type": ct, "compute_type": compute,
-           "a": int(a or 0), "lda": lda, "stride_a": strides[0], "b": int(b or 0), "ldb": ldb, "stride_b": strides[1],
-           "c": int(c or 0), "ldc": ldc, "stride_c": strides[2], "batch": batch}
+    msg = {
+        "kind": "blas_gemm",
+        "trans_a": _trans(ta),
+        "trans_b": _trans(tb),
+        "m": m,
+        "n": n,
+        "k": k,
+        "a_type": at,
+        "b_type": bt,
+        "c_type": ct,
+        "compute_type": compute,
+        "a": int(a or 0),
+        "lda": lda,
+        "stride_a": strides[0],
+        "b": int(b or 0),
+        "ldb": ldb,
+        "stride_b": strides[1],
+        "c": int(c or 0),
+        "ldc": ldc,
+        "stride_c": strides[2],
+        "batch": batch,
+    }
     if handle.pointer_mode == 1:
         msg.update(scalars_on_device=True, alpha_ptr=int(alpha or 0), beta_ptr=int(beta or 0))
     else:
@@ -180,13 +229,48 @@ def _typed(name: str, typ: str) -> None:
     def plain(h, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) -> None:  # noqa: ANN001
         gemm(h, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, types=(typ, typ, typ, typ))
 
-    strided = (P, c_int, c_int, c_int, c_int, c_int, P, P, c_int, c_int64, P, c_int, c_int64, P, P, c_int, c_int64,
-               c_int)
+    strided = (
+        P,
+        c_int,
+        c_int,
+        c_int,
+        c_int,
+        c_int,
+        P,
+        P,
+        c_int,
+        c_int64,
+        P,
+        c_int,
+        c_int64,
+        P,
+        P,
+        c_int,
+        c_int64,
+        c_int,
+    )
 
     @api(name.replace("_v2", "") + "StridedBatched", 0, *strided, cublas=True)
     def batched(h, ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c, ldc, sc, count) -> None:  # noqa: ANN001
-        gemm(h, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, types=(typ, typ, typ, typ),
-             strides=(sa, sb, sc), batch=count)
+        gemm(
+            h,
+            ta,
+            tb,
+            m,
+            n,
+            k,
+            alpha,
+            a,
+            lda,
+            b,
+            ldb,
+            beta,
+            c,
+            ldc,
+            types=(typ, typ, typ, typ),
+            strides=(sa, sb, sc),
+            batch=count,
+        )
 
 
 def _pointer_batched(name: str, typ: str) -> None:
@@ -201,18 +285,30 @@ def _pointer_batched(name: str, typ: str) -> None:
             return
         drv = STATE.driver()
         stream = drv._stream(_h(h).stream)
-        ptrs = [struct.unpack(f"<{count}Q", bytes(drv.memcpy_dtoh(int(arr or 0), 8 * count, stream)))
-                for arr in (aa, ba, ca)]
+        ptrs = [
+            struct.unpack(f"<{count}Q", bytes(drv.memcpy_dtoh(int(arr or 0), 8 * count, stream)))
+            for arr in (aa, ba, ca)
+        ]
         for a, b, c in zip(*ptrs, strict=True):
             gemm(h, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, types=(typ, typ, typ, typ))
 
 
-for _name, _typ in (("cublasSgemmBatched", "f32"), ("cublasDgemmBatched", "f64"), ("cublasCgemmBatched", "c64"),
-                    ("cublasZgemmBatched", "c128"), ("cublasHgemmBatched", "f16")):
+for _name, _typ in (
+    ("cublasSgemmBatched", "f32"),
+    ("cublasDgemmBatched", "f64"),
+    ("cublasCgemmBatched", "c64"),
+    ("cublasZgemmBatched", "c128"),
+    ("cublasHgemmBatched", "f16"),
+):
     _pointer_batched(_name, _typ)
 
-for _name, _typ in (("cublasSgemm_v2", "f32"), ("cublasDgemm_v2", "f64"), ("cublasCgemm_v2", "c64"),
-                    ("cublasZgemm_v2", "c128"), ("cublasHgemm", "f16")):
+for _name, _typ in (
+    ("cublasSgemm_v2", "f32"),
+    ("cublasDgemm_v2", "f64"),
+    ("cublasCgemm_v2", "c64"),
+    ("cublasZgemm_v2", "c128"),
+    ("cublasHgemm", "f16"),
+):
     _typed(_name, _typ)
 
 
@@ -227,22 +323,130 @@ def _types(at: int, bt: int, ct: int, compute: int) -> tuple[str, str, str, str]
     return a, b, c, comp
 
 
-@api("cublasGemmEx", 0, P, c_int, c_int, c_int, c_int, c_int, P, P, c_int, c_int, P, c_int, c_int, P, P, c_int, c_int,
-     c_int, c_int, cublas=True)
+@api(
+    "cublasGemmEx",
+    0,
+    P,
+    c_int,
+    c_int,
+    c_int,
+    c_int,
+    c_int,
+    P,
+    P,
+    c_int,
+    c_int,
+    P,
+    c_int,
+    c_int,
+    P,
+    P,
+    c_int,
+    c_int,
+    c_int,
+    c_int,
+    cublas=True,
+)
 def cublasGemmEx(h, ta, tb, m, n, k, alpha, a, atype, lda, b, btype, ldb, beta, c, ctype, ldc, compute, algo) -> None:  # noqa: ANN001
     gemm(h, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, types=_types(atype, btype, ctype, compute))
 
 
-@api("cublasGemmStridedBatchedEx", 0, P, c_int, c_int, c_int, c_int, c_int, P, P, c_int, c_int, c_int64, P, c_int,
-     c_int, c_int64, P, P, c_int, c_int, c_int64, c_int, c_int, c_int, cublas=True)
-def cublasGemmStridedBatchedEx(h, ta, tb, m, n, k, alpha, a, atype, lda, sa, b, btype, ldb, sb, beta, c, ctype, ldc,  # noqa: ANN001
-                               sc, count, compute, algo) -> None:
-    gemm(h, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, types=_types(atype, btype, ctype, compute),
-         strides=(sa, sb, sc), batch=count)
+@api(
+    "cublasGemmStridedBatchedEx",
+    0,
+    P,
+    c_int,
+    c_int,
+    c_int,
+    c_int,
+    c_int,
+    P,
+    P,
+    c_int,
+    c_int,
+    c_int64,
+    P,
+    c_int,
+    c_int,
+    c_int64,
+    P,
+    P,
+    c_int,
+    c_int,
+    c_int64,
+    c_int,
+    c_int,
+    c_int,
+    cublas=True,
+)
+def cublasGemmStridedBatchedEx(
+    h,
+    ta,
+    tb,
+    m,
+    n,
+    k,
+    alpha,
+    a,
+    atype,
+    lda,
+    sa,
+    b,
+    btype,
+    ldb,
+    sb,
+    beta,
+    c,
+    ctype,
+    ldc,  # noqa: ANN001
+    sc,
+    count,
+    compute,
+    algo,
+) -> None:
+    gemm(
+        h,
+        ta,
+        tb,
+        m,
+        n,
+        k,
+        alpha,
+        a,
+        lda,
+        b,
+        ldb,
+        beta,
+        c,
+        ldc,
+        types=_types(atype, btype, ctype, compute),
+        strides=(sa, sb, sc),
+        batch=count,
+    )
 
 
-@api("cublasSgemmEx", 0, P, c_int, c_int, c_int, c_int, c_int, P, P, c_int, c_int, P, c_int, c_int, P, P, c_int, c_int,
-     cublas=True)
+@api(
+    "cublasSgemmEx",
+    0,
+    P,
+    c_int,
+    c_int,
+    c_int,
+    c_int,
+    c_int,
+    P,
+    P,
+    c_int,
+    c_int,
+    P,
+    c_int,
+    c_int,
+    P,
+    P,
+    c_int,
+    c_int,
+    cublas=True,
+)
 def cublasSgemmEx(h, ta, tb, m, n, k, alpha, a, atype, lda, b, btype, ldb, beta, c, ctype, ldc) -> None:  # noqa: ANN001
     gemm(h, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, types=_types(atype, btype, ctype, 68))
 
@@ -253,8 +457,9 @@ def _check_copy(rows: int, cols: int, elem: int, lda: int, ldb: int) -> None:
         raise CudaError(codes.INVALID_VALUE, f"rows={rows} cols={cols} elemSize={elem} lda={lda} ldb={ldb}")
 
 
-def _set_matrix(rows: int, cols: int, elem: int, host: int | None, lda: int, dev: int | None, ldb: int,
-                stream: int = 0) -> None:
+def _set_matrix(
+    rows: int, cols: int, elem: int, host: int | None, lda: int, dev: int | None, ldb: int, stream: int = 0
+) -> None:
     """Column by column host -> device (one copy when both are packed): cublasSetMatrix/SetVector."""
     _check_copy(rows, cols, elem, lda, ldb)
     if rows == 0 or cols == 0:
@@ -269,8 +474,9 @@ def _set_matrix(rows: int, cols: int, elem: int, host: int | None, lda: int, dev
         drv.memcpy_htod(int(dev) + j * ldb * elem, ctypes.string_at(host + j * lda * elem, rows * elem), stream)
 
 
-def _get_matrix(rows: int, cols: int, elem: int, dev: int | None, lda: int, host: int | None, ldb: int,
-                stream: int = 0) -> None:
+def _get_matrix(
+    rows: int, cols: int, elem: int, dev: int | None, lda: int, host: int | None, ldb: int, stream: int = 0
+) -> None:
     _check_copy(rows, cols, elem, lda, ldb)
     if rows == 0 or cols == 0:
         return
@@ -283,7 +489,7 @@ def _get_matrix(rows: int, cols: int, elem: int, dev: int | None, lda: int, host
         ctypes.memmove(host, data, span)
         return
     for j in range(cols):
-        ctypes.memmove(host + j * ldb * elem, data[j * lda * elem: j * lda * elem + rows * elem], rows * elem)
+        ctypes.memmove(host + j * ldb * elem, data[j * lda * elem : j * lda * elem + rows * elem], rows * elem)
 
 
 def _vector_as_matrix(n: int, elem: int, incx: int, incy: int) -> tuple[int, int, int, int]:

@@ -118,4 +118,3 @@ def embedded_exit() -> None:
             stream.flush()
         except Exception:  # noqa: BLE001 - exiting anyway
             pass
-

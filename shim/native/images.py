@@ -69,7 +69,9 @@ def _decompress(entry: FatbinEntry) -> bytes:
                 raise ValueError(f"uncompressed size {entry.size} out of range")
             return lz4.block.decompress(entry.payload, uncompressed_size=entry.size)
     except ImportError as exc:
-        raise CudaError(codes.NOT_SUPPORTED, f"the fatbin's PTX is compressed and {exc.name} is not installed") from None
+        raise CudaError(
+            codes.NOT_SUPPORTED, f"the fatbin's PTX is compressed and {exc.name} is not installed"
+        ) from None
     except Exception as exc:  # noqa: BLE001 - a corrupt payload is the image's fault
         raise CudaError(codes.INVALID_IMAGE, f"the fatbin's compressed PTX does not decompress: {exc}") from None
     return entry.payload
@@ -86,7 +88,7 @@ def _elf_kernels(image: bytes) -> list[str]:
             name_off = struct.unpack_from("<I", image, shoff + i * shentsize)[0]
             name = image[strtab + name_off : image.index(b"\0", strtab + name_off)].decode(errors="replace")
             if name.startswith(".text."):
-                names.append(name[len(".text."):])
+                names.append(name[len(".text.") :])
         return names
     except (struct.error, ValueError):
         return []
@@ -105,7 +107,9 @@ def ptx_from_fatbin(data: bytes) -> bytes:
         best = max(fitting, key=lambda e: e.arch)
         return _decompress(best).rstrip(b"\0")
     archs = sorted({e.arch for e in entries if e.kind == _KIND_ELF})
-    kernels = sorted({k for e in entries if e.kind == _KIND_ELF and not e.flags & (_LZ4 | _ZSTD) for k in _elf_kernels(e.payload)})
+    kernels = sorted(
+        {k for e in entries if e.kind == _KIND_ELF and not e.flags & (_LZ4 | _ZSTD) for k in _elf_kernels(e.payload)}
+    )
     arch = archs[-1] if archs else 80
     what = f"machine code for {', '.join(f'sm_{a}' for a in archs)} only" if archs else "no PTX"
     named = f" (kernels: {', '.join(kernels[:8])}{', ...' if len(kernels) > 8 else ''})" if kernels else ""

@@ -78,11 +78,18 @@ def patched_complete(self: Any) -> Any:
         raise driver_mod.LinkerError(
             f"wooly devices load PTX; cannot link machine-code inputs ({', '.join(bad)}) such as cudadevrt"
         )
-    texts = [_code_bytes(o).decode().strip("\x00") for o, k in zip(self._object_codes, kinds, strict=True) if k == "ptx"]
+    texts = [
+        _code_bytes(o).decode().strip("\x00") for o, k in zip(self._object_codes, kinds, strict=True) if k == "ptx"
+    ]
     lto = [o for o, k in zip(self._object_codes, kinds, strict=True) if k == "ltoir"]
     if lto:  # LTO-IR (numba's own code when LTO is on): nvJitLink optimizes it into one PTX module
-        options = driver_mod.LinkerOptions(arch=self.arch, link_time_optimization=True, ptx=True,
-                                           max_register_count=self.max_registers, lineinfo=self.lineinfo)
+        options = driver_mod.LinkerOptions(
+            arch=self.arch,
+            link_time_optimization=True,
+            ptx=True,
+            max_register_count=self.max_registers,
+            lineinfo=self.lineinfo,
+        )
         linker = driver_mod.Linker(*lto, options=options)
         try:
             texts.insert(0, bytes(linker.link("ptx").code).decode().strip("\x00"))

@@ -243,9 +243,14 @@ def nvmlDeviceGetUtilizationRates(handle: int | None, out: int) -> None:
     (ctypes.c_uint32 * 2).from_address(_out(out))[:] = [0, (100 * used // total) if total else 0]
 
 
-for _name in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetComputeRunningProcesses_v2",
-              "nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetGraphicsRunningProcesses",
-              "nvmlDeviceGetGraphicsRunningProcesses_v2", "nvmlDeviceGetGraphicsRunningProcesses_v3"):
+for _name in (
+    "nvmlDeviceGetComputeRunningProcesses",
+    "nvmlDeviceGetComputeRunningProcesses_v2",
+    "nvmlDeviceGetComputeRunningProcesses_v3",
+    "nvmlDeviceGetGraphicsRunningProcesses",
+    "nvmlDeviceGetGraphicsRunningProcesses_v2",
+    "nvmlDeviceGetGraphicsRunningProcesses_v3",
+):
     # Other tenants' processes are not visible to a client; report none.
     api(_name, 0, P, P, P, nvml=True)(lambda handle, count, infos: (_device(handle), put_u32(_out(count), 0))[-1])
 
@@ -258,10 +263,16 @@ def _mode(value: int):  # noqa: ANN202
     return query
 
 
-for _name, _value in (("nvmlDeviceGetPersistenceMode", 1), ("nvmlDeviceGetComputeMode", 0),
-                      ("nvmlDeviceGetDisplayMode", 0), ("nvmlDeviceGetDisplayActive", 0),
-                      ("nvmlDeviceGetPerformanceState", 0), ("nvmlDeviceGetPowerState", 0),
-                      ("nvmlDeviceGetVirtualizationMode", 0), ("nvmlDeviceGetMultiGpuBoard", 0)):
+for _name, _value in (
+    ("nvmlDeviceGetPersistenceMode", 1),
+    ("nvmlDeviceGetComputeMode", 0),
+    ("nvmlDeviceGetDisplayMode", 0),
+    ("nvmlDeviceGetDisplayActive", 0),
+    ("nvmlDeviceGetPerformanceState", 0),
+    ("nvmlDeviceGetPowerState", 0),
+    ("nvmlDeviceGetVirtualizationMode", 0),
+    ("nvmlDeviceGetMultiGpuBoard", 0),
+):
     api(_name, 0, P, P, nvml=True)(_mode(_value))
 
 

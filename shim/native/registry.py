@@ -68,8 +68,9 @@ _last: dict[int, tuple[int, str]] = {}  # thread id -> its last failure (not thr
 _reported: set[str] = set()
 
 
-def api(name: str, versions: int | tuple[int, ...], *argtypes: Any, nvml: bool = False,
-        cublas: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def api(
+    name: str, versions: int | tuple[int, ...], *argtypes: Any, nvml: bool = False, cublas: bool = False
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register ``func`` as the implementation of ``name`` for the given signature version(s).
 
     For NVML and cuBLAS, ``name`` is the exact exported symbol (``nvmlDeviceGetCount_v2``, ``cublasSgemm_v2``)
@@ -85,8 +86,13 @@ def api(name: str, versions: int | tuple[int, ...], *argtypes: Any, nvml: bool =
 
 
 # CUresult -> cublasStatus_t for failures inside a cuBLAS call
-_CUBLAS_STATUS = {codes.INVALID_VALUE: 7, codes.NOT_SUPPORTED: 15, codes.OUT_OF_MEMORY: 3,
-                  codes.INVALID_HANDLE: 1, codes.NOT_INITIALIZED: 1}
+_CUBLAS_STATUS = {
+    codes.INVALID_VALUE: 7,
+    codes.NOT_SUPPORTED: 15,
+    codes.OUT_OF_MEMORY: 3,
+    codes.INVALID_HANDLE: 1,
+    codes.NOT_INITIALIZED: 1,
+}
 
 
 def cublas_status(code: int) -> int:
@@ -119,7 +125,9 @@ def _guard(name: str, func: Callable[..., Any], nvml: bool, cublas: bool = False
             if os.environ.get("WOOLY_DEBUG"):
                 print(f"wooly: {name} raised {type(exc).__name__}: {exc}", file=sys.stderr)
             set_last_error(codes.UNKNOWN, f"{name}: {type(exc).__name__}: {exc}")
-            return 14 if cublas else 999  # CUBLAS_STATUS_INTERNAL_ERROR; CUDA_ERROR_UNKNOWN and NVML_ERROR_UNKNOWN alike
+            return (
+                14 if cublas else 999
+            )  # CUBLAS_STATUS_INTERNAL_ERROR; CUDA_ERROR_UNKNOWN and NVML_ERROR_UNKNOWN alike
 
     return call
 
@@ -224,8 +232,13 @@ def _report(name: bytes) -> None:
     set_last_error(codes.NOT_SUPPORTED, f"{symbol} is not supported by wooly")
     # cuGetExportTable hands out NVIDIA's private tables; its own libraries probe it and cope.
     if os.environ.get("WOOLY_QUIET_UNSUPPORTED") != "1" and symbol != "cuGetExportTable":
-        kind = ("NVML_ERROR_NOT_SUPPORTED" if symbol.startswith("nvml") else
-                "CUBLAS_STATUS_NOT_SUPPORTED" if symbol.startswith("cublas") else "CUDA_ERROR_NOT_SUPPORTED")
+        kind = (
+            "NVML_ERROR_NOT_SUPPORTED"
+            if symbol.startswith("nvml")
+            else "CUBLAS_STATUS_NOT_SUPPORTED"
+            if symbol.startswith("cublas")
+            else "CUDA_ERROR_NOT_SUPPORTED"
+        )
         print(f"wooly: {kind}: {symbol}", file=sys.stderr)
     if os.environ.get("WOOLY_TRACE_UNSUPPORTED") == "1":
         import traceback

@@ -27,7 +27,9 @@ class Context:
     flags: int = 0
     retains: int = 0
     ident: int = 0
-    limits: dict[int, int] = field(default_factory=lambda: {0: 1024, 1: 1 << 20, 2: 8 << 20, 3: 2, 4: 2048, 5: 64, 6: 0})
+    limits: dict[int, int] = field(
+        default_factory=lambda: {0: 1024, 1: 1 << 20, 2: 8 << 20, 3: 2, 4: 2048, 5: 64, 6: 0}
+    )
     cache_config: int = 0
 
 

@@ -18,20 +18,92 @@ import torch
 
 from shim.torch.tensor import RemoteTensor
 
-LOWER_PRECISION = frozenset({
-    "linear", "matmul", "__matmul__", "__rmatmul__", "mm", "bmm", "addmm", "addbmm", "baddbmm", "addmv", "addr",
-    "mv", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "conv_tbc",
-    "prelu", "chain_matmul", "multi_dot", "scaled_dot_product_attention", "_convolution", "convolution",
-    "lstm_cell", "gru_cell", "rnn_tanh_cell", "rnn_relu_cell", "einsum",
-})
-FLOAT32 = frozenset({
-    "acos", "asin", "cosh", "erfinv", "exp", "expm1", "log", "log10", "log2", "log1p", "reciprocal", "rsqrt",
-    "sinh", "tan", "pow", "__pow__", "softplus", "layer_norm", "group_norm", "norm", "nll_loss", "cross_entropy",
-    "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy_with_logits", "kl_div",
-    "cosine_similarity", "cosine_embedding_loss", "log_softmax", "softmax", "cumsum", "cumprod", "sum", "prod",
-    "dist", "pdist", "cdist", "renorm", "logsumexp", "soft_margin_loss", "multilabel_margin_loss",
-    "margin_ranking_loss", "poisson_nll_loss", "triplet_margin_loss", "hinge_embedding_loss", "rms_norm",
-})
+LOWER_PRECISION = frozenset(
+    {
+        "linear",
+        "matmul",
+        "__matmul__",
+        "__rmatmul__",
+        "mm",
+        "bmm",
+        "addmm",
+        "addbmm",
+        "baddbmm",
+        "addmv",
+        "addr",
+        "mv",
+        "conv1d",
+        "conv2d",
+        "conv3d",
+        "conv_transpose1d",
+        "conv_transpose2d",
+        "conv_transpose3d",
+        "conv_tbc",
+        "prelu",
+        "chain_matmul",
+        "multi_dot",
+        "scaled_dot_product_attention",
+        "_convolution",
+        "convolution",
+        "lstm_cell",
+        "gru_cell",
+        "rnn_tanh_cell",
+        "rnn_relu_cell",
+        "einsum",
+    }
+)
+FLOAT32 = frozenset(
+    {
+        "acos",
+        "asin",
+        "cosh",
+        "erfinv",
+        "exp",
+        "expm1",
+        "log",
+        "log10",
+        "log2",
+        "log1p",
+        "reciprocal",
+        "rsqrt",
+        "sinh",
+        "tan",
+        "pow",
+        "__pow__",
+        "softplus",
+        "layer_norm",
+        "group_norm",
+        "norm",
+        "nll_loss",
+        "cross_entropy",
+        "mse_loss",
+        "l1_loss",
+        "smooth_l1_loss",
+        "huber_loss",
+        "binary_cross_entropy_with_logits",
+        "kl_div",
+        "cosine_similarity",
+        "cosine_embedding_loss",
+        "log_softmax",
+        "softmax",
+        "cumsum",
+        "cumprod",
+        "sum",
+        "prod",
+        "dist",
+        "pdist",
+        "cdist",
+        "renorm",
+        "logsumexp",
+        "soft_margin_loss",
+        "multilabel_margin_loss",
+        "margin_ranking_loss",
+        "poisson_nll_loss",
+        "triplet_margin_loss",
+        "hinge_embedding_loss",
+        "rms_norm",
+    }
+)
 _LOW = (torch.float16, torch.bfloat16)
 _state = threading.local()
 _active = [0]
@@ -54,7 +126,10 @@ def _autocast_torch_function(cls: Any, func: Any, types: Any, args: Any = (), kw
         name = getattr(func, "__name__", "")
         if name in LOWER_PRECISION:
             dt = torch.get_autocast_dtype("cuda")
-            args, kwargs = _cast(args, dt, (torch.float32,)), {k: _cast(v, dt, (torch.float32,)) for k, v in kwargs.items()}
+            args, kwargs = (
+                _cast(args, dt, (torch.float32,)),
+                {k: _cast(v, dt, (torch.float32,)) for k, v in kwargs.items()},
+            )
         elif name in FLOAT32:
             args = _cast(args, torch.float32, _LOW)
             kwargs = {k: _cast(v, torch.float32, _LOW) for k, v in kwargs.items()}

@@ -49,18 +49,40 @@ def _host(t: Any) -> Any:
     return e.requires_grad_(True) if t.requires_grad and (e.is_floating_point() or e.is_complex()) else e
 
 
-def _host_choice(q: Any, k: Any, v: Any, mask: Any, dropout_p: float, is_causal: bool, scale: Any,
-                 enable_gqa: bool) -> int:
+def _host_choice(
+    q: Any, k: Any, v: Any, mask: Any, dropout_p: float, is_causal: bool, scale: Any, enable_gqa: bool
+) -> int:
     """The SDPA kernel a host run of the same call picks (cached per argument metadata)."""
     grad = torch.is_grad_enabled()
-    key = (q._k, k._k, v._k, q.requires_grad, k.requires_grad, v.requires_grad, grad,
-           None if mask is None else (mask._k, mask.requires_grad), dropout_p, is_causal, scale, enable_gqa)
+    key = (
+        q._k,
+        k._k,
+        v._k,
+        q.requires_grad,
+        k.requires_grad,
+        v.requires_grad,
+        grad,
+        None if mask is None else (mask._k, mask.requires_grad),
+        dropout_p,
+        is_causal,
+        scale,
+        enable_gqa,
+    )
     choice = _CHOICE.get(key)
     if choice is None:
         with torch.set_grad_enabled(grad):
-            choice = _CHOICE[key] = int(torch._fused_sdp_choice(
-                _host(q), _host(k), _host(v), None if mask is None else _host(mask), dropout_p, is_causal,
-                scale=scale, enable_gqa=enable_gqa))
+            choice = _CHOICE[key] = int(
+                torch._fused_sdp_choice(
+                    _host(q),
+                    _host(k),
+                    _host(v),
+                    None if mask is None else _host(mask),
+                    dropout_p,
+                    is_causal,
+                    scale=scale,
+                    enable_gqa=enable_gqa,
+                )
+            )
     return choice
 
 
@@ -69,17 +91,38 @@ def _patch_sdpa() -> None:
     orig = F.scaled_dot_product_attention
 
     @functools.wraps(orig)
-    def scaled_dot_product_attention(query: Any, key: Any, value: Any, attn_mask: Any = None, dropout_p: float = 0.0,
-                                     is_causal: bool = False, scale: Any = None, enable_gqa: bool = False) -> Any:
+    def scaled_dot_product_attention(
+        query: Any,
+        key: Any,
+        value: Any,
+        attn_mask: Any = None,
+        dropout_p: float = 0.0,
+        is_causal: bool = False,
+        scale: Any = None,
+        enable_gqa: bool = False,
+    ) -> Any:
         # Sent fused only where the host would run its fused kernel (otherwise its math path, which the
         # client decomposes): a mask that needs a gradient, dropout, odd strides... take the math path.
-        if isinstance(query, RemoteTensor) and isinstance(key, RemoteTensor) and isinstance(value, RemoteTensor) \
-                and (attn_mask is None or isinstance(attn_mask, RemoteTensor) and attn_mask.dtype == query.dtype) \
-                and _host_choice(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa) == _FLASH \
-                and not enable_gqa and dropout_p == 0.0:
+        if (
+            isinstance(query, RemoteTensor)
+            and isinstance(key, RemoteTensor)
+            and isinstance(value, RemoteTensor)
+            and (attn_mask is None or isinstance(attn_mask, RemoteTensor) and attn_mask.dtype == query.dtype)
+            and _host_choice(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa) == _FLASH
+            and not enable_gqa
+            and dropout_p == 0.0
+        ):
             return _FlashAttention.apply(query, key, value, dropout_p, is_causal, attn_mask, scale)
-        return orig(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale,
-                    enable_gqa=enable_gqa)
+        return orig(
+            query,
+            key,
+            value,
+            attn_mask=attn_mask,
+            dropout_p=dropout_p,
+            is_causal=is_causal,
+            scale=scale,
+            enable_gqa=enable_gqa,
+        )
 
     F.scaled_dot_product_attention = scaled_dot_product_attention
 

@@ -119,9 +119,11 @@ class DeviceProperties:
         self.regs_per_multiprocessor = 65536
 
     def __repr__(self) -> str:
-        return (f"_CudaDeviceProperties(name='{self.name}', major={self.major}, minor={self.minor}, "
-                f"total_memory={self.total_memory // (1 << 20)}MB, multi_processor_count={self.multi_processor_count}, "
-                f"uuid={self.uuid})")
+        return (
+            f"_CudaDeviceProperties(name='{self.name}', major={self.major}, minor={self.minor}, "
+            f"total_memory={self.total_memory // (1 << 20)}MB, multi_processor_count={self.multi_processor_count}, "
+            f"uuid={self.uuid})"
+        )
 
 
 def get_device_properties(device: Any = None) -> DeviceProperties:
@@ -200,8 +202,9 @@ device_of = device
 
 
 class Event:
-    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False,
-                 external: bool = False) -> None:
+    def __init__(
+        self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False, external: bool = False
+    ) -> None:
         st = S.stream()
         self._drv = st.driver
         self.enable_timing = enable_timing
@@ -322,18 +325,41 @@ def _noop(*args: Any, **kwargs: Any) -> None:
 
 
 _CUDA = {
-    "is_available": is_available, "device_count": device_count, "get_device_name": get_device_name,
-    "get_device_capability": get_device_capability, "get_device_properties": get_device_properties,
-    "synchronize": synchronize, **M.TABLE,
-    "manual_seed": manual_seed, "manual_seed_all": manual_seed, "seed": seed, "seed_all": seed,
-    "initial_seed": initial_seed, "get_rng_state": get_rng_state, "set_rng_state": set_rng_state,
-    "get_rng_state_all": get_rng_state_all, "set_rng_state_all": set_rng_state_all,
-    "current_device": current_device, "set_device": set_device, "device": device, "device_of": device_of,
-    "Event": Event, "Stream": Stream, "current_stream": current_stream, "default_stream": default_stream,
-    "stream": stream, "set_stream": set_stream, "is_current_stream_capturing": G.is_current_stream_capturing, "is_initialized": lambda: True, "init": _noop,
-    "_lazy_init": _noop, "is_bf16_supported": lambda including_emulation=True: True, "ipc_collect": _noop,
+    "is_available": is_available,
+    "device_count": device_count,
+    "get_device_name": get_device_name,
+    "get_device_capability": get_device_capability,
+    "get_device_properties": get_device_properties,
+    "synchronize": synchronize,
+    **M.TABLE,
+    "manual_seed": manual_seed,
+    "manual_seed_all": manual_seed,
+    "seed": seed,
+    "seed_all": seed,
+    "initial_seed": initial_seed,
+    "get_rng_state": get_rng_state,
+    "set_rng_state": set_rng_state,
+    "get_rng_state_all": get_rng_state_all,
+    "set_rng_state_all": set_rng_state_all,
+    "current_device": current_device,
+    "set_device": set_device,
+    "device": device,
+    "device_of": device_of,
+    "Event": Event,
+    "Stream": Stream,
+    "current_stream": current_stream,
+    "default_stream": default_stream,
+    "stream": stream,
+    "set_stream": set_stream,
+    "is_current_stream_capturing": G.is_current_stream_capturing,
+    "is_initialized": lambda: True,
+    "init": _noop,
+    "_lazy_init": _noop,
+    "is_bf16_supported": lambda including_emulation=True: True,
+    "ipc_collect": _noop,
     "get_arch_list": lambda: ["sm_80", "sm_90"],
-    "get_device_properties_all": None, "_is_in_bad_fork": lambda: False,
+    "get_device_properties_all": None,
+    "_is_in_bad_fork": lambda: False,
 }
 
 
@@ -357,16 +383,27 @@ def _patch_accelerator() -> None:
     if acc is None:
         return
     table = {
-        "is_available": is_available, "device_count": device_count,
+        "is_available": is_available,
+        "device_count": device_count,
         "current_accelerator": lambda check_available=False: torch.device("cuda") if is_available() else None,
-        "current_device_index": current_device, "current_device_idx": current_device,
-        "set_device_index": set_device, "set_device_idx": set_device, "synchronize": synchronize,
-        "current_stream": current_stream, "set_stream": set_stream, "device_index": device,
+        "current_device_index": current_device,
+        "current_device_idx": current_device,
+        "set_device_index": set_device,
+        "set_device_idx": set_device,
+        "synchronize": synchronize,
+        "current_stream": current_stream,
+        "set_stream": set_stream,
+        "device_index": device,
         "get_device_capability": lambda device=None: {"major": get_device_capability(device)[0]},
-        "empty_cache": empty_cache, "memory_allocated": memory_allocated, "max_memory_allocated": max_memory_allocated,
-        "memory_reserved": memory_allocated, "max_memory_reserved": max_memory_allocated,
-        "memory_stats": memory_stats, "reset_peak_memory_stats": reset_peak_memory_stats,
-        "reset_accumulated_memory_stats": _noop, "get_memory_info": mem_get_info,
+        "empty_cache": empty_cache,
+        "memory_allocated": memory_allocated,
+        "max_memory_allocated": max_memory_allocated,
+        "memory_reserved": memory_allocated,
+        "max_memory_reserved": max_memory_allocated,
+        "memory_stats": memory_stats,
+        "reset_peak_memory_stats": reset_peak_memory_stats,
+        "reset_accumulated_memory_stats": _noop,
+        "get_memory_info": mem_get_info,
     }
     mods = [acc] + [m for m in (getattr(acc, "memory", None),) if isinstance(m, types.ModuleType)]
     for mod in mods:

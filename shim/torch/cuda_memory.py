@@ -15,8 +15,17 @@ from typing import Any
 from proto import aten as W
 from shim.torch import stream as S
 
-_STATS = ("allocation", "segment", "active", "inactive_split", "allocated_bytes", "reserved_bytes", "active_bytes",
-          "inactive_split_bytes", "requested_bytes")
+_STATS = (
+    "allocation",
+    "segment",
+    "active",
+    "inactive_split",
+    "allocated_bytes",
+    "reserved_bytes",
+    "active_bytes",
+    "inactive_split_bytes",
+    "requested_bytes",
+)
 _POOLS = ("all", "small_pool", "large_pool")
 
 
@@ -51,11 +60,24 @@ def memory_stats(device: Any = None) -> dict[str, Any]:
             out[f"{stat}.{pool}.peak"] = p if large else 0
             out[f"{stat}.{pool}.allocated"] = p if large else 0
             out[f"{stat}.{pool}.freed"] = max(p - c, 0) if large else 0
-    out.update({"num_alloc_retries": 0, "num_ooms": 0, "num_sync_all_streams": 0, "num_device_alloc": n,
-                "num_device_free": 0, "max_split_size": -1, "oversize_allocations.current": 0,
-                "oversize_allocations.peak": 0, "oversize_allocations.allocated": 0,
-                "oversize_allocations.freed": 0, "oversize_segments.current": 0, "oversize_segments.peak": 0,
-                "oversize_segments.allocated": 0, "oversize_segments.freed": 0})
+    out.update(
+        {
+            "num_alloc_retries": 0,
+            "num_ooms": 0,
+            "num_sync_all_streams": 0,
+            "num_device_alloc": n,
+            "num_device_free": 0,
+            "max_split_size": -1,
+            "oversize_allocations.current": 0,
+            "oversize_allocations.peak": 0,
+            "oversize_allocations.allocated": 0,
+            "oversize_allocations.freed": 0,
+            "oversize_segments.current": 0,
+            "oversize_segments.peak": 0,
+            "oversize_segments.allocated": 0,
+            "oversize_segments.freed": 0,
+        }
+    )
     return dict(sorted(out.items()))
 
 
@@ -109,11 +131,18 @@ def _noop(*args: Any, **kwargs: Any) -> None:
 
 
 TABLE = {
-    "memory_allocated": memory_allocated, "max_memory_allocated": max_memory_allocated,
-    "memory_reserved": memory_allocated, "max_memory_reserved": max_memory_allocated, "memory_stats": memory_stats,
-    "memory_stats_as_nested_dict": memory_stats_as_nested_dict, "reset_peak_memory_stats": reset_peak_memory_stats,
-    "reset_max_memory_allocated": reset_peak_memory_stats, "reset_max_memory_cached": reset_peak_memory_stats,
-    "reset_accumulated_memory_stats": _noop, "mem_get_info": mem_get_info, "empty_cache": empty_cache,
+    "memory_allocated": memory_allocated,
+    "max_memory_allocated": max_memory_allocated,
+    "memory_reserved": memory_allocated,
+    "max_memory_reserved": max_memory_allocated,
+    "memory_stats": memory_stats,
+    "memory_stats_as_nested_dict": memory_stats_as_nested_dict,
+    "reset_peak_memory_stats": reset_peak_memory_stats,
+    "reset_max_memory_allocated": reset_peak_memory_stats,
+    "reset_max_memory_cached": reset_peak_memory_stats,
+    "reset_accumulated_memory_stats": _noop,
+    "mem_get_info": mem_get_info,
+    "empty_cache": empty_cache,
     "set_per_process_memory_fraction": set_per_process_memory_fraction,
     "get_per_process_memory_fraction": get_per_process_memory_fraction,
 }

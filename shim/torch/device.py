@@ -71,9 +71,28 @@ def build(tdir: str, out: str) -> str:
         raise RuntimeError("no C++ compiler (set CXX or install g++)")
     lib = os.path.join(tdir, "lib")
     try:
-        return compile_atomically([cxx, "-O1", "-g0", "-shared", "-fPIC", "-std=c++17", "-w", "-I",
-                                   os.path.join(tdir, "include"), "-o", "{out}", SRC, "-L", lib, "-lc10",
-                                   "-ltorch_cpu", f"-Wl,-rpath,{lib}"], out)
+        return compile_atomically(
+            [
+                cxx,
+                "-O1",
+                "-g0",
+                "-shared",
+                "-fPIC",
+                "-std=c++17",
+                "-w",
+                "-I",
+                os.path.join(tdir, "include"),
+                "-o",
+                "{out}",
+                SRC,
+                "-L",
+                lib,
+                "-lc10",
+                "-ltorch_cpu",
+                f"-Wl,-rpath,{lib}",
+            ],
+            out,
+        )
     except NativeBuildError as exc:
         raise RuntimeError(f"compiling {os.path.basename(SRC)} failed: {str(exc).strip().splitlines()[-1]}") from None
 
@@ -105,8 +124,11 @@ def load() -> bool:
             _why_not = "this torch has its own CUDA device guard (a CUDA build)"
     except (OSError, RuntimeError) as exc:
         _why_not = str(exc)
-        print(f"wooly: the torch face runs without its CUDA device library ({exc}); "
-              "C++ composites that create tensors will fail", file=sys.stderr)
+        print(
+            f"wooly: the torch face runs without its CUDA device library ({exc}); "
+            "C++ composites that create tensors will fail",
+            file=sys.stderr,
+        )
     return ACTIVE
 
 

@@ -57,7 +57,8 @@ class OpInfo:
         # Ops outside aten (torch's own Python custom ops, such as torch_nn::_linear_cross_entropy_*) are run
         # here by their composite kernel, whose ATen ops come back to us: gpud runs only the aten namespace.
         self.on_client = func.namespace != "aten" and torch._C._dispatch_has_kernel_for_dispatch_key(
-            schema.name, "CompositeExplicitAutograd")
+            schema.name, "CompositeExplicitAutograd"
+        )
         self.short = schema.name.split("::", 1)[-1]
         self.float_by_value = any(s in self.short for s in _FLOAT_SHAPED)
         self.meta_inplace = self.short in _META_INPLACE
@@ -68,7 +69,11 @@ class OpInfo:
             if ai is None or not ai.is_write:
                 continue
             for pos, arg in enumerate(schema.arguments):
-                if arg.alias_info is not None and arg.alias_info.is_write and set(arg.alias_info.before_set) & set(ai.before_set):
+                if (
+                    arg.alias_info is not None
+                    and arg.alias_info.is_write
+                    and set(arg.alias_info.before_set) & set(ai.before_set)
+                ):
                     self.inplace.append((i, -1 if arg.kwarg_only else pos, arg.name))
                     break
         self.inplace_map = {i: (pos, name) for i, pos, name in self.inplace} or None
@@ -129,7 +134,9 @@ class _Enc:
 
     def _host(self, v: torch.Tensor) -> Any:
         if v.device.type == "meta":
-            raise RuntimeError("wooly: a meta tensor was mixed with cuda tensors (an op moved a remote tensor to 'meta')")
+            raise RuntimeError(
+                "wooly: a meta tensor was mixed with cuda tensors (an op moved a remote tensor to 'meta')"
+            )
         if v.dim() == 0 and v.device.type == "cpu":
             self.key.append(("cpu0", v.dtype))
             return _scalar_tensor(v)
@@ -292,8 +299,10 @@ def _retarget(obj: RemoteTensor, leaf: tuple[Any, ...]) -> None:
         with torch._C._DisableTorchDispatch():
             obj.as_strided_(shape, stride, off)
     except RuntimeError:
-        raise NotImplementedError(f"wooly: growing a non-empty cuda tensor of {tuple(obj.shape)} in place to {shape} "
-                                  "(resize_ or out=) is not supported; start from an empty tensor") from None
+        raise NotImplementedError(
+            f"wooly: growing a non-empty cuda tensor of {tuple(obj.shape)} in place to {shape} "
+            "(resize_ or out=) is not supported; start from an empty tensor"
+        ) from None
     obj.__dict__["_k"] = leaf
 
 

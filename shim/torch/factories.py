@@ -20,10 +20,36 @@ from shim.torch.tensor import RemoteTensor
 from shim.torch.transfer import to_host, to_remote
 
 _FACTORIES = (
-    "empty", "zeros", "ones", "full", "rand", "randn", "randint", "randperm", "arange", "range", "linspace",
-    "logspace", "eye", "empty_strided", "normal", "zeros_like", "ones_like", "empty_like", "full_like",
-    "rand_like", "randn_like", "randint_like", "tril_indices", "triu_indices", "scalar_tensor", "bartlett_window",
-    "hann_window", "hamming_window", "blackman_window", "kaiser_window",
+    "empty",
+    "zeros",
+    "ones",
+    "full",
+    "rand",
+    "randn",
+    "randint",
+    "randperm",
+    "arange",
+    "range",
+    "linspace",
+    "logspace",
+    "eye",
+    "empty_strided",
+    "normal",
+    "zeros_like",
+    "ones_like",
+    "empty_like",
+    "full_like",
+    "rand_like",
+    "randn_like",
+    "randint_like",
+    "tril_indices",
+    "triu_indices",
+    "scalar_tensor",
+    "bartlett_window",
+    "hann_window",
+    "hamming_window",
+    "blackman_window",
+    "kaiser_window",
 )
 _HOST_BUILT = ("tensor", "as_tensor", "asarray")
 ORIGINAL: dict[str, Any] = {}
@@ -66,8 +92,10 @@ def check_ordinal(dev: Any) -> None:
         if not 0 <= idx < n:
             raise RuntimeError(f"CUDA error: invalid device ordinal (cuda:{idx} requested, {n} device(s) on this gpud)")
         if idx != 0:
-            raise RuntimeError(f"wooly: cuda:{idx}: one device per session is supported yet (use cuda:0, or select "
-                               "the device with CUDA_VISIBLE_DEVICES)")
+            raise RuntimeError(
+                f"wooly: cuda:{idx}: one device per session is supported yet (use cuda:0, or select "
+                "the device with CUDA_VISIBLE_DEVICES)"
+            )
 
 
 def remote_factory(name: str, orig: Any, args: Any, kwargs: dict[str, Any]) -> Any:
@@ -154,12 +182,18 @@ def _patch_lazy_modules() -> None:
     orig = LazyModuleMixin._infer_parameters
 
     def _infer_parameters(self: Any, module: Any, args: Any, kwargs: Any = None) -> Any:
-        marked = [(table, name) for table in (module._parameters, module._buffers)
-                  for name, t in table.items() if getattr(t, "_wooly_cuda", False)]
+        marked = [
+            (table, name)
+            for table in (module._parameters, module._buffers)
+            for name, t in table.items()
+            if getattr(t, "_wooly_cuda", False)
+        ]
         out = orig(self, module, args, kwargs)
         for table, name in marked:  # initialised on the host (the host's generator, as the reference); now moved
             t = table[name]
-            table[name] = torch.nn.Parameter(t.data.cuda(), t.requires_grad) if table is module._parameters else t.cuda()
+            table[name] = (
+                torch.nn.Parameter(t.data.cuda(), t.requires_grad) if table is module._parameters else t.cuda()
+            )
         return out
 
     LazyModuleMixin._infer_parameters = _infer_parameters  # type: ignore[method-assign]
@@ -200,7 +234,9 @@ def _patch_tensor_methods() -> None:
             return to_remote(src)
         return orig_to(self, *args, **kwargs)
 
-    def cuda(self: torch.Tensor, device: Any = None, non_blocking: bool = False, memory_format: Any = torch.preserve_format) -> Any:
+    def cuda(
+        self: torch.Tensor, device: Any = None, non_blocking: bool = False, memory_format: Any = torch.preserve_format
+    ) -> Any:
         check_ordinal(device)
         if isinstance(self, RemoteTensor):
             return self

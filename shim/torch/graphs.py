@@ -54,14 +54,18 @@ class CUDAGraph:
         self._stream: S.OpStream | None = None
         self._ops = 0
 
-    def capture_begin(self, pool: Any = None, capture_error_mode: str = "global",
-                      check_input_liveness: bool = False) -> None:
+    def capture_begin(
+        self, pool: Any = None, capture_error_mode: str = "global", check_input_liveness: bool = False
+    ) -> None:
         if capture_error_mode not in ("global", "thread_local", "relaxed"):
-            raise RuntimeError(f"Unknown capture error mode. Expected `global`, `thread_local`, or `relaxed`, got "
-                               f"{capture_error_mode!r}")
+            raise RuntimeError(
+                f"Unknown capture error mode. Expected `global`, `thread_local`, or `relaxed`, got "
+                f"{capture_error_mode!r}"
+            )
         if self._id:
-            raise RuntimeError("This CUDAGraph instance already owns a captured graph. To capture a new graph, "
-                               "create a new instance.")
+            raise RuntimeError(
+                "This CUDAGraph instance already owns a captured graph. To capture a new graph, create a new instance."
+            )
         if pool is not None:
             self._pool = tuple(pool) if isinstance(pool, tuple) else (0, int(pool))
         st = S.stream()
@@ -74,8 +78,9 @@ class CUDAGraph:
             raise RuntimeError("CUDA error: capture_end called without a capture under way (call capture_begin first)")
         cap = st.end_capture()
         if cap.failed:
-            raise RuntimeError(f"CUDA error: operation failed due to a previous error during capture "
-                               f"(wooly: {cap.failed})")
+            raise RuntimeError(
+                f"CUDA error: operation failed due to a previous error during capture (wooly: {cap.failed})"
+            )
         self._id = next(_ids)
         self._ops = len(cap.ops)
         st.push([W.OP_GRAPH_DEFINE, [self._id, cap.ops], {}, []])
@@ -105,8 +110,10 @@ class CUDAGraph:
             f.write(f"wooly CUDA graph {self._id}: {self._ops} ops replayed by gpud\n")
 
     def raw_cuda_graph(self) -> int:
-        raise RuntimeError("CUDA error: CUDA_ERROR_NOT_SUPPORTED: raw_cuda_graph (a wooly graph lives on gpud, "
-                           "there is no cudaGraph_t in this process)")
+        raise RuntimeError(
+            "CUDA error: CUDA_ERROR_NOT_SUPPORTED: raw_cuda_graph (a wooly graph lives on gpud, "
+            "there is no cudaGraph_t in this process)"
+        )
 
     raw_cuda_graph_exec = raw_cuda_graph
 

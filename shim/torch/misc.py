@@ -106,8 +106,10 @@ def _patch_foreach() -> None:
 
 
 def _refuse_dlpack(*args: Any, **kwargs: Any) -> Any:
-    raise RuntimeError("wooly: DLPack export of a cuda tensor is not supported: its memory is on gpud, not in "
-                       "this process (use .cpu() first)")
+    raise RuntimeError(
+        "wooly: DLPack export of a cuda tensor is not supported: its memory is on gpud, not in "
+        "this process (use .cpu() first)"
+    )
 
 
 def _patch_surface() -> None:
@@ -116,9 +118,15 @@ def _patch_surface() -> None:
 
     if torch.version.cuda is None:
         torch.version.cuda = "12.8"  # the CUDA API level the driver face implements (docs/driver-api.md)
-    nvtx = types.SimpleNamespace(rangePushA=lambda msg: 0, rangePop=lambda: 0, rangeStartA=lambda msg: 0,
-                                 rangeEnd=lambda range_id: None, markA=lambda msg: None,
-                                 deviceRangeStart=lambda *a: None, deviceRangeEnd=lambda *a: None)
+    nvtx = types.SimpleNamespace(
+        rangePushA=lambda msg: 0,
+        rangePop=lambda: 0,
+        rangeStartA=lambda msg: 0,
+        rangeEnd=lambda range_id: None,
+        markA=lambda msg: None,
+        deviceRangeStart=lambda *a: None,
+        deviceRangeEnd=lambda *a: None,
+    )
     torch.cuda.nvtx._nvtx = nvtx  # torch.cuda.nvtx's functions (and its range() context) call these
     orig_dlpack = torch.Tensor.__dlpack__
 

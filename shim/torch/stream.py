@@ -140,8 +140,10 @@ class OpStream:
     def begin_capture(self, capture: Any) -> None:
         with self._lock:
             if self.capture is not None:
-                raise RuntimeError("CUDA error: operation not permitted when stream is capturing (wooly: one CUDA "
-                                   "graph capture at a time per process)")
+                raise RuntimeError(
+                    "CUDA error: operation not permitted when stream is capturing (wooly: one CUDA "
+                    "graph capture at a time per process)"
+                )
             self._flush_locked()
             self.capture = capture
 
@@ -198,7 +200,9 @@ def as_torch_error(exc: CudaError, op_name: str = "") -> Exception:
         return NotImplementedError(
             f"Could not run '{name}' with arguments from the 'CUDA' backend: gpud cannot run it ({msg})"
         )
-    return RuntimeError(f"CUDA error: {msg}" if exc.code == codes.DEVICE_UNAVAILABLE else f"CUDA error: {exc.name}: {msg}")
+    return RuntimeError(
+        f"CUDA error: {msg}" if exc.code == codes.DEVICE_UNAVAILABLE else f"CUDA error: {exc.name}: {msg}"
+    )
 
 
 _stream: OpStream | None = None

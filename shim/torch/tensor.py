@@ -77,7 +77,7 @@ class RemoteTensor(torch.Tensor):
         s = ts._str_intern(self, tensor_contents=body)
         prefix = type(self).__name__ + "("
         if s.startswith(prefix):
-            s = "tensor(" + s[len(prefix):]
+            s = "tensor(" + s[len(prefix) :]
         if getattr(self, "_is_param", False):
             s = "Parameter containing:\n" + s
         return s
@@ -193,8 +193,15 @@ def wrap(h: int, shape: Any, stride: Any, offset: int, dtype: torch.dtype, bits:
     """The wrapper of handle ``h``. ``bits``: 1 = conjugate view, 2 = negative view, as the tensor on gpud is
     (C++ must see them too: the Conjugate/Negative fallbacks resolve them before ops that cannot take them)."""
     if 0 in shape:  # room to grow: resize_ and out= restride empty wrappers (dispatch._retarget)
-        r = _make(RemoteTensor, shape, strides=stride, storage_offset=offset, dtype=dtype, device=_WRAP_DEVICE,
-                  storage_size=_ROOM)
+        r = _make(
+            RemoteTensor,
+            shape,
+            strides=stride,
+            storage_offset=offset,
+            dtype=dtype,
+            device=_WRAP_DEVICE,
+            storage_size=_ROOM,
+        )
     else:
         r = _make(RemoteTensor, shape, strides=stride, storage_offset=offset, dtype=dtype, device=_WRAP_DEVICE)
     d = r.__dict__

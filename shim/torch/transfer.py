@@ -28,7 +28,8 @@ def upload_handle(t: torch.Tensor) -> int:
     if c.layout != torch.strided:
         raise NotImplementedError(
             f"wooly: {c.layout} tensors on cuda are not supported yet (dense tensors only); keep it on the CPU "
-            "or convert it with .to_dense()")
+            "or convert it with .to_dense()"
+        )
     if c.device.type != "cpu":
         c = c.cpu()
     c = c.resolve_conj().resolve_neg()

@@ -41,23 +41,57 @@ WAYS = {
 }
 EXCLUDED = {
     **dict.fromkeys(
-        ["simpleCUDA2GL", "simpleTexture3D", "EGLStream_CUDA_CrossGPU", "EGLStream_CUDA_Interop", "FunctionPointers",
-         "boxFilter", "imageDenoising", "particles", "bindlessTexture", "oceanFFT", "randomFog"],
-        "graphics (OpenGL/EGL)"),
+        [
+            "simpleCUDA2GL",
+            "simpleTexture3D",
+            "EGLStream_CUDA_CrossGPU",
+            "EGLStream_CUDA_Interop",
+            "FunctionPointers",
+            "boxFilter",
+            "imageDenoising",
+            "particles",
+            "bindlessTexture",
+            "oceanFFT",
+            "randomFog",
+        ],
+        "graphics (OpenGL/EGL)",
+    ),
     **dict.fromkeys(
-        ["simpleMultiGPU", "simpleP2P", "conjugateGradientMultiDeviceCG", "simpleCUFFT_2d_MGPU", "simpleCUFFT_MGPU",
-         "streamOrderedAllocationP2P"],
-        "needs two GPUs or peer access"),
+        [
+            "simpleMultiGPU",
+            "simpleP2P",
+            "conjugateGradientMultiDeviceCG",
+            "simpleCUFFT_2d_MGPU",
+            "simpleCUFFT_MGPU",
+            "streamOrderedAllocationP2P",
+        ],
+        "needs two GPUs or peer access",
+    ),
     "simpleMPI": "MPI",
     "cudaNvSci": "NvSci",
     **dict.fromkeys(
-        ["FilterBorderControlNPP", "boxFilterNPP", "cannyEdgeDetectorNPP", "freeImageInteropNPP", "histEqualizationNPP"],
-        "FreeImage (an image library, not CUDA)"),
+        [
+            "FilterBorderControlNPP",
+            "boxFilterNPP",
+            "cannyEdgeDetectorNPP",
+            "freeImageInteropNPP",
+            "histEqualizationNPP",
+        ],
+        "FreeImage (an image library, not CUDA)",
+    ),
 }
 LIBS = {  # CMake's CUDA:: targets -> linker flags
-    "cuda_driver": ["-lcuda"], "cublas": ["-lcublas"], "cublasLt": ["-lcublasLt"], "cufft": ["-lcufft"],
-    "cufft_static": ["-lcufft_static"], "curand": ["-lcurand"], "cusparse": ["-lcusparse"], "cusolver": ["-lcusolver"],
-    "nvjpeg": ["-lnvjpeg"], "nvrtc": [], "cudart": [],
+    "cuda_driver": ["-lcuda"],
+    "cublas": ["-lcublas"],
+    "cublasLt": ["-lcublasLt"],
+    "cufft": ["-lcufft"],
+    "cufft_static": ["-lcufft_static"],
+    "curand": ["-lcurand"],
+    "cusparse": ["-lcusparse"],
+    "cusolver": ["-lcusolver"],
+    "nvjpeg": ["-lnvjpeg"],
+    "nvrtc": [],
+    "cudart": [],
 }
 PASS_LINE = re.compile(r"(\bPASS|[Pp]assed\b|PASSED|Result\s*=\s*PASS|[Tt]est passed)")
 FAIL_LINE = re.compile(r"(FAIL|[Ff]ailed|[Ee]rror|[Ww]aived|WAIVED|not supported|wooly:)")
@@ -99,9 +133,13 @@ EXTRA_INCLUDES: list[str] = []  # --include: headers of CUDA libraries the toolk
 def build(checkout: str, cat: str, name: str, way: str, outdir: str) -> tuple[str | None, str]:
     """(executable, '') or (None, the compiler's first error)."""
     src = os.path.join(checkout, "Samples", cat, name)
-    cmake = open(os.path.join(src, "CMakeLists.txt")).read() if os.path.exists(os.path.join(src, "CMakeLists.txt")) else ""
-    files = sorted(glob.glob(os.path.join(src, "**", "*.cu"), recursive=True)
-                   + glob.glob(os.path.join(src, "**", "*.cpp"), recursive=True))
+    cmake = (
+        open(os.path.join(src, "CMakeLists.txt")).read() if os.path.exists(os.path.join(src, "CMakeLists.txt")) else ""
+    )
+    files = sorted(
+        glob.glob(os.path.join(src, "**", "*.cu"), recursive=True)
+        + glob.glob(os.path.join(src, "**", "*.cpp"), recursive=True)
+    )
     listed = re.search(r"add_executable\(\s*\S+\s+([^)]*)\)", cmake)
     if listed:  # the sources CMake builds (files compiled at run time by NVRTC are not among them)
         names = {os.path.basename(t) for t in listed.group(1).split()}
@@ -134,7 +172,12 @@ def build(checkout: str, cat: str, name: str, way: str, outdir: str) -> tuple[st
         if not os.path.lexists(link):
             os.symlink(os.path.join(src, entry), link)
     if "requiresCGheaders" in open(os.path.join(checkout, "Common", "nvrtc_helper.h")).read() and "nvrtc" in cmake:
-        for inc in ("cooperative_groups.h", "cooperative_groups", "cccl/nv", "cccl/cuda"):  # "install it in the sample dir"
+        for inc in (
+            "cooperative_groups.h",
+            "cooperative_groups",
+            "cccl/nv",
+            "cccl/cuda",
+        ):  # "install it in the sample dir"
             path = os.path.join("/usr/local/cuda/include", inc)
             inc = os.path.basename(inc)
             if os.path.exists(path) and not os.path.lexists(os.path.join(waydir, inc)):
@@ -147,14 +190,26 @@ def build(checkout: str, cat: str, name: str, way: str, outdir: str) -> tuple[st
     for kind, out_name in re.findall(r'set\(CUDA_(FATBIN|PTX)_FILE\s+"[^"]*/([\w.]+)"', cmake):
         for kernel in sorted(kernels):
             arch = [] if way == "shared" else WAYS[way]
-            steps.append([_nvcc(), "-I", os.path.join(checkout, "Common"), *arch, f"-{kind.lower()}",
-                          "-o", os.path.join(waydir, out_name), os.path.join(src, kernel)])
+            steps.append(
+                [
+                    _nvcc(),
+                    "-I",
+                    os.path.join(checkout, "Common"),
+                    *arch,
+                    f"-{kind.lower()}",
+                    "-o",
+                    os.path.join(waydir, out_name),
+                    os.path.join(src, kernel),
+                ]
+            )
     files = [f for f in files if os.path.basename(f) not in kernels]
     steps.append([_nvcc(), *flags, "-o", exe, *files])
     for cmd in steps:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
         if proc.returncode != 0:
-            lines = [ln for ln in proc.stderr.splitlines() if "error" in ln.lower()] or proc.stderr.splitlines() or ["?"]
+            lines = (
+                [ln for ln in proc.stderr.splitlines() if "error" in ln.lower()] or proc.stderr.splitlines() or ["?"]
+            )
             return None, lines[0].replace(checkout, "")[:300]
     return exe, ""
 
@@ -176,8 +231,15 @@ def run_one(exe: str, cwd: str, server: str, timeout: float) -> dict:
     env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     start = time.monotonic()
     try:
-        proc = subprocess.run([sys.executable, "-m", "woolyhv", "run", exe], cwd=cwd, capture_output=True, text=True,
-                              timeout=timeout, env=env, stdin=subprocess.DEVNULL)
+        proc = subprocess.run(
+            [sys.executable, "-m", "woolyhv", "run", exe],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+            stdin=subprocess.DEVNULL,
+        )
         out, err, rc = proc.stdout, proc.stderr, proc.returncode
     except subprocess.TimeoutExpired as exc:
         out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
@@ -190,8 +252,13 @@ def run_one(exe: str, cwd: str, server: str, timeout: float) -> dict:
     if not passed:
         lines = [ln for ln in (err + "\n" + out).splitlines() if FAIL_LINE.search(ln)]
         first = (lines[0] if lines else f"exit status {rc}; last line: {(out.strip().splitlines() or [''])[-1]}")[:300]
-    return {"passed": passed, "rc": rc, "seconds": seconds, "first_error": first,
-            "judged_by": "pass line" if by_line else "exit status"}
+    return {
+        "passed": passed,
+        "rc": rc,
+        "seconds": seconds,
+        "first_error": first,
+        "judged_by": "pass line" if by_line else "exit status",
+    }
 
 
 def summarise(records: list[dict]) -> dict:
@@ -201,16 +268,21 @@ def summarise(records: list[dict]) -> dict:
         built = [r for r in rs if r["status"] != "unbuilt"]
         passed = [r for r in rs if r["status"] == "passed"]
         summary["ways"][way] = {
-            "eligible": len(rs), "built": len(built), "passed": len(passed),
+            "eligible": len(rs),
+            "built": len(built),
+            "passed": len(passed),
             "pass_rate_of_eligible": round(len(passed) / len(rs), 3) if rs else None,
             "pass_rate_of_built": round(len(passed) / len(built), 3) if built else None,
         }
     all_eligible = len(records)
     summary["total"] = {
-        "runs": all_eligible, "passed": sum(r["status"] == "passed" for r in records),
+        "runs": all_eligible,
+        "passed": sum(r["status"] == "passed" for r in records),
         "built": sum(r["status"] != "unbuilt" for r in records),
     }
-    summary["total"]["pass_rate_of_eligible"] = round(summary["total"]["passed"] / all_eligible, 3) if all_eligible else None
+    summary["total"]["pass_rate_of_eligible"] = (
+        round(summary["total"]["passed"] / all_eligible, 3) if all_eligible else None
+    )
     built = summary["total"]["built"]
     summary["total"]["pass_rate_of_built"] = round(summary["total"]["passed"] / built, 3) if built else None
     summary["excluded"] = EXCLUDED
@@ -258,8 +330,10 @@ def main() -> None:
                 records.append(rec)
                 out.write(json.dumps(rec) + "\n")
                 out.flush()
-                print(f"{rec['status']:>8}  {way:<6} {name:<32} {rec.get('seconds', '')!s:>6}  {rec.get('first_error', '')}",
-                      flush=True)
+                print(
+                    f"{rec['status']:>8}  {way:<6} {name:<32} {rec.get('seconds', '')!s:>6}  {rec.get('first_error', '')}",
+                    flush=True,
+                )
     finally:
         gpud.terminate()
         gpud.wait(15)

@@ -34,8 +34,12 @@ PACKAGES = {
     "linalg": ["cupy_tests/linalg_tests"],
     "fft": ["cupy_tests/fft_tests"],
     "random": ["cupy_tests/random_tests"],
-    "kernels": ["cupy_tests/core_tests/test_raw.py", "cupy_tests/core_tests/test_elementwise.py",
-                "cupy_tests/core_tests/test_reduction.py", "cupy_tests/core_tests/test_userkernel.py"],
+    "kernels": [
+        "cupy_tests/core_tests/test_raw.py",
+        "cupy_tests/core_tests/test_elementwise.py",
+        "cupy_tests/core_tests/test_reduction.py",
+        "cupy_tests/core_tests/test_userkernel.py",
+    ],
 }
 
 
@@ -49,7 +53,11 @@ def pass_rate(out_dir: str, packages: list[str]) -> dict:
         rows[package] = {"ran": len(ran), "passed": passed, "rate": round(passed / len(ran), 4) if ran else None}
         total_pass += passed
         total_ran += len(ran)
-    rows["all"] = {"ran": total_ran, "passed": total_pass, "rate": round(total_pass / total_ran, 4) if total_ran else None}
+    rows["all"] = {
+        "ran": total_ran,
+        "passed": total_pass,
+        "rate": round(total_pass / total_ran, 4) if total_ran else None,
+    }
     return rows
 
 
@@ -77,8 +85,15 @@ def main() -> int:
         for package in args.packages:
             prepare(args.out, package, fresh=args.fresh, rerun_failures=args.rerun_failures)
             target = [os.path.join(tests, t) for t in PACKAGES[package]]
-            run_package(package, target, args.out, deadline, args.per_test_timeout,
-                        ["-k", args.k] if args.k else [], rootdir=tests)
+            run_package(
+                package,
+                target,
+                args.out,
+                deadline,
+                args.per_test_timeout,
+                ["-k", args.k] if args.k else [],
+                rootdir=tests,
+            )
     summarise(args.out, args.packages, "cupy_tests {}")
     rates = pass_rate(args.out, args.packages)
     print("\npass rate over tests that ran:", json.dumps(rates))

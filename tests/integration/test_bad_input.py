@@ -35,17 +35,40 @@ def alive(endpoint: str) -> bool:
 @pytest.mark.parametrize(
     "frames,code_name,fragment",
     [
-        ([VERSION_FRAME + msgpack.packb({"kind": "launch_missiles", "rid": 1})], "CUDA_ERROR_INVALID_VALUE", "launch_missiles"),
-        ([VERSION_FRAME + msgpack.packb({"kind": "mem_alloc", "rid": 1, "size": "big"})], "CUDA_ERROR_INVALID_VALUE", "size"),
-        ([VERSION_FRAME + msgpack.packb({"kind": "mem_alloc", "rid": 1, "size": -5})], "CUDA_ERROR_INVALID_VALUE", "size"),
-        ([VERSION_FRAME + msgpack.packb({"kind": "mem_alloc", "rid": 1, "size": 1, "evil": 1})], "CUDA_ERROR_INVALID_VALUE", "evil"),
+        (
+            [VERSION_FRAME + msgpack.packb({"kind": "launch_missiles", "rid": 1})],
+            "CUDA_ERROR_INVALID_VALUE",
+            "launch_missiles",
+        ),
+        (
+            [VERSION_FRAME + msgpack.packb({"kind": "mem_alloc", "rid": 1, "size": "big"})],
+            "CUDA_ERROR_INVALID_VALUE",
+            "size",
+        ),
+        (
+            [VERSION_FRAME + msgpack.packb({"kind": "mem_alloc", "rid": 1, "size": -5})],
+            "CUDA_ERROR_INVALID_VALUE",
+            "size",
+        ),
+        (
+            [VERSION_FRAME + msgpack.packb({"kind": "mem_alloc", "rid": 1, "size": 1, "evil": 1})],
+            "CUDA_ERROR_INVALID_VALUE",
+            "evil",
+        ),
         ([VERSION_FRAME + b"\xc1\xc1\xc1"], "CUDA_ERROR_INVALID_VALUE", "undecodable"),
         ([VERSION_FRAME + msgpack.packb([1, 2, 3])], "CUDA_ERROR_INVALID_VALUE", "map"),
         ([VERSION_FRAME], "CUDA_ERROR_INVALID_VALUE", "truncated"),
         ([b"WOO"], "CUDA_ERROR_INVALID_VALUE", "truncated"),
         ([b"WOOLY\x09" + msgpack.packb({"kind": "ping", "rid": 1})], "CUDA_ERROR_NOT_SUPPORTED", "version"),
         ([VERSION_FRAME + b"\x00" * (65 << 20)], "CUDA_ERROR_INVALID_VALUE", "limit"),
-        ([VERSION_FRAME + msgpack.packb({"kind": "launch", "rid": 1, "function": 1, "grid": [1, 1], "block": [1, 1, 1]})], "CUDA_ERROR_INVALID_VALUE", "grid"),
+        (
+            [
+                VERSION_FRAME
+                + msgpack.packb({"kind": "launch", "rid": 1, "function": 1, "grid": [1, 1], "block": [1, 1, 1]})
+            ],
+            "CUDA_ERROR_INVALID_VALUE",
+            "grid",
+        ),
     ],
 )
 def test_malformed_messages_get_errors(gpud, frames, code_name, fragment):
@@ -93,7 +116,10 @@ def test_invalid_handles_and_pointers(driver):
     # unknown streams, events, modules, functions
     _expect(lambda: conn.call({"kind": "stream_synchronize", "stream": 12345}), "CUDA_ERROR_INVALID_HANDLE")
     _expect(lambda: conn.call({"kind": "event_query", "event": 777}), "CUDA_ERROR_INVALID_HANDLE")
-    _expect(lambda: conn.call({"kind": "module_get_function", "module": 4242, "name": "k", "function": 99}), "CUDA_ERROR_INVALID_HANDLE")
+    _expect(
+        lambda: conn.call({"kind": "module_get_function", "module": 4242, "name": "k", "function": 99}),
+        "CUDA_ERROR_INVALID_HANDLE",
+    )
     conn.post({"kind": "launch", "function": 31337, "grid": [1, 1, 1], "block": [1, 1, 1]})
     _expect(driver.synchronize_errors, "CUDA_ERROR_INVALID_HANDLE")
     conn.post({"kind": "stream_create", "stream": 3})  # reserved handle

@@ -9,8 +9,21 @@ from proto.errors import CudaError
 
 
 def _gemm(**kw: object) -> dict:
-    msg = dict(kind="blas_gemm", trans_a=0, trans_b=0, m=2, n=2, k=2, a_type="f32", b_type="f32", c_type="f32",
-               compute_type="f32", lda=2, ldb=2, ldc=2)
+    msg = dict(
+        kind="blas_gemm",
+        trans_a=0,
+        trans_b=0,
+        m=2,
+        n=2,
+        k=2,
+        a_type="f32",
+        b_type="f32",
+        c_type="f32",
+        compute_type="f32",
+        lda=2,
+        ldb=2,
+        ldc=2,
+    )
     msg.update(kw)
     return msg
 

@@ -18,8 +18,9 @@ SCRIPT = "import torch; print(torch.zeros(2, device='cuda').sum().item())\n"
 def _run(args: list[str], env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     e = dict(os.environ)
     e.update(env or {})
-    return subprocess.run([sys.executable, "-m", "woolyhv", *args], capture_output=True, text=True, env=e,
-                          timeout=timeout, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "woolyhv", *args], capture_output=True, text=True, env=e, timeout=timeout, cwd=ROOT
+    )
 
 
 def _one_line(p: subprocess.CompletedProcess[str], *needles: str) -> None:
@@ -31,52 +32,61 @@ def _one_line(p: subprocess.CompletedProcess[str], *needles: str) -> None:
         assert n in lines[0], lines[0]
 
 
-@pytest.mark.parametrize(("var", "value", "expect"), [
-    ("WOOLY_TIMEOUT_S", "abc", "seconds"),
-    ("WOOLY_TIMEOUT_S", "-5", "> 0"),
-    ("WOOLY_CONNECT_TIMEOUT_S", "0", "> 0"),
-    ("WOOLY_SERVER", "garbage", "tcp://"),
-    ("WOOLY_SERVER", "http://gpu-node:5555", "tcp://"),
-    ("WOOLY_SHM", "maybe", "true/false"),
-    ("WOOLY_BACKEND", "tpu", "auto, cpu"),
-    ("WOOLY_SERVER", "pool://", "pool://HOST:PORT"),
-    ("WOOLY_SERVER", "pool://ctl", "not HOST:PORT"),
-    ("WOOLY_MEM", "lots", "4GiB"),
-    ("WOOLY_VENDOR", "intel", "nvidia, amd, cpu"),
-    ("WOOLY_ARCH", "sm 90", "sm_80+"),
-    ("WOOLY_PRIORITY", "9999", "-1000 to 1000"),
-    ("WOOLY_PLACE_TIMEOUT_S", "0", "> 0"),
-])
+@pytest.mark.parametrize(
+    ("var", "value", "expect"),
+    [
+        ("WOOLY_TIMEOUT_S", "abc", "seconds"),
+        ("WOOLY_TIMEOUT_S", "-5", "> 0"),
+        ("WOOLY_CONNECT_TIMEOUT_S", "0", "> 0"),
+        ("WOOLY_SERVER", "garbage", "tcp://"),
+        ("WOOLY_SERVER", "http://gpu-node:5555", "tcp://"),
+        ("WOOLY_SHM", "maybe", "true/false"),
+        ("WOOLY_BACKEND", "tpu", "auto, cpu"),
+        ("WOOLY_SERVER", "pool://", "pool://HOST:PORT"),
+        ("WOOLY_SERVER", "pool://ctl", "not HOST:PORT"),
+        ("WOOLY_MEM", "lots", "4GiB"),
+        ("WOOLY_VENDOR", "intel", "nvidia, amd, cpu"),
+        ("WOOLY_ARCH", "sm 90", "sm_80+"),
+        ("WOOLY_PRIORITY", "9999", "-1000 to 1000"),
+        ("WOOLY_PLACE_TIMEOUT_S", "0", "> 0"),
+    ],
+)
 def test_bad_environment_is_one_line(tmp_path, var: str, value: str, expect: str) -> None:
     script = tmp_path / "s.py"
     script.write_text(SCRIPT)
     _one_line(_run(["run", str(script)], {var: value}), var, expect)
 
 
-@pytest.mark.parametrize(("args", "expect"), [
-    (["--listen", "garbage"], "--listen"),
-    (["--listen", "tcp://127.0.0.1:99999"], "--listen"),
-    (["--backend", "tpu"], "--backend"),
-    (["--log-level", "loud"], "--log-level"),
-    (["--tenant", "bad:quota"], "--tenant"),
-    (["--tenant", "a:max_kernel_s=-1"], "--tenant"),
-    (["--metrics-addr", "everywhere"], "--metrics-addr"),
-    (["--join", "ftp://etcd"], "--join"),
-    (["--join", "etcd://etcd:99999"], "--join"),
-    (["--join", "etcd://127.0.0.1:2379", "--node-name", "a/b"], "--node-name"),
-    (["--join", "etcd://127.0.0.1:2379", "--pool-ttl", "0"], "--pool-ttl"),
-    (["--join", "etcd://127.0.0.1:2379", "--label", "novalue"], "--label"),
-])
+@pytest.mark.parametrize(
+    ("args", "expect"),
+    [
+        (["--listen", "garbage"], "--listen"),
+        (["--listen", "tcp://127.0.0.1:99999"], "--listen"),
+        (["--backend", "tpu"], "--backend"),
+        (["--log-level", "loud"], "--log-level"),
+        (["--tenant", "bad:quota"], "--tenant"),
+        (["--tenant", "a:max_kernel_s=-1"], "--tenant"),
+        (["--metrics-addr", "everywhere"], "--metrics-addr"),
+        (["--join", "ftp://etcd"], "--join"),
+        (["--join", "etcd://etcd:99999"], "--join"),
+        (["--join", "etcd://127.0.0.1:2379", "--node-name", "a/b"], "--node-name"),
+        (["--join", "etcd://127.0.0.1:2379", "--pool-ttl", "0"], "--pool-ttl"),
+        (["--join", "etcd://127.0.0.1:2379", "--label", "novalue"], "--label"),
+    ],
+)
 def test_bad_gpud_flags_are_one_line(args: list[str], expect: str) -> None:
     _one_line(_run(["gpud", *args], timeout=30), expect)
 
 
-@pytest.mark.parametrize(("args", "expect"), [
-    (["--etcd", "etcd://"], "--etcd"),
-    (["--listen", "nowhere"], "--listen"),
-    (["--ttl", "0"], "--ttl"),
-    (["--log-level", "loud"], "--log-level"),
-])
+@pytest.mark.parametrize(
+    ("args", "expect"),
+    [
+        (["--etcd", "etcd://"], "--etcd"),
+        (["--listen", "nowhere"], "--listen"),
+        (["--ttl", "0"], "--ttl"),
+        (["--log-level", "loud"], "--log-level"),
+    ],
+)
 def test_bad_controller_flags_are_one_line(args: list[str], expect: str) -> None:
     _one_line(_run(["controller", *args], timeout=30), expect)
 
@@ -94,7 +104,8 @@ def test_nothing_listening_is_no_cuda_within_the_probe(tmp_path) -> None:
     listens at WOOLY_SERVER, as CUDA without a driver does, saying once which endpoint did not answer."""
     pytest.importorskip("torch")
     script = tmp_path / "avail.py"
-    script.write_text(textwrap.dedent("""
+    script.write_text(
+        textwrap.dedent("""
         import time
         import torch
         t = time.monotonic()
@@ -102,7 +113,8 @@ def test_nothing_listening_is_no_cuda_within_the_probe(tmp_path) -> None:
         from numba import cuda
         t = time.monotonic()
         print("numba", cuda.is_available(), round(time.monotonic() - t, 2))
-    """))
+    """)
+    )
     ep = f"tcp://127.0.0.1:{free_port()}"
     p = _run(["run", str(script)], {"WOOLY_SERVER": ep, "WOOLY_INSECURE": "1"})
     assert p.returncode == 0, p.stderr[-2000:]
@@ -116,8 +128,10 @@ def test_nothing_listening_is_no_cuda_within_the_probe(tmp_path) -> None:
 def test_a_gpud_never_reached_did_not_answer(tmp_path) -> None:
     script = tmp_path / "s.py"
     script.write_text(SCRIPT)
-    p = _run(["run", str(script)], {"WOOLY_SERVER": f"tcp://127.0.0.1:{free_port()}", "WOOLY_CONNECT_TIMEOUT_S": "2",
-                                    "WOOLY_INSECURE": "1"})
+    p = _run(
+        ["run", str(script)],
+        {"WOOLY_SERVER": f"tcp://127.0.0.1:{free_port()}", "WOOLY_CONNECT_TIMEOUT_S": "2", "WOOLY_INSECURE": "1"},
+    )
     assert p.returncode != 0
     assert "did not answer" in p.stderr and "stopped answering" not in p.stderr, p.stderr[-2000:]
 
@@ -125,8 +139,14 @@ def test_a_gpud_never_reached_did_not_answer(tmp_path) -> None:
 def test_unsafe_ops_without_executors_is_one_line(tmp_path) -> None:
     cfg = tmp_path / "g.toml"
     cfg.write_text("[aten]\npermit_unsafe = true\n")
-    _one_line(_run(["gpud", "--listen", f"ipc://{tmp_path}/g.sock", "--config", str(cfg), "--no-executors"],
-                   timeout=30), "--no-executors", "permit_unsafe")
+    _one_line(
+        _run(["gpud", "--listen", f"ipc://{tmp_path}/g.sock", "--config", str(cfg), "--no-executors"], timeout=30),
+        "--no-executors",
+        "permit_unsafe",
+    )
     cfg.write_text("[aten]\nexecutors = false\npermit_unsafe = true\n")
-    _one_line(_run(["gpud", "--listen", f"ipc://{tmp_path}/g.sock", "--config", str(cfg)], timeout=30),
-              "--config", "permit_unsafe")
+    _one_line(
+        _run(["gpud", "--listen", f"ipc://{tmp_path}/g.sock", "--config", str(cfg)], timeout=30),
+        "--config",
+        "permit_unsafe",
+    )

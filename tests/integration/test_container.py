@@ -27,9 +27,13 @@ from tests.conftest import ROOT, free_port
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.timeout(1800),
-    pytest.mark.skipif(os.environ.get("WOOLY_CONTAINER_TEST") != "1", reason="set WOOLY_CONTAINER_TEST=1 to build the image"),
-    pytest.mark.skipif(any(shutil.which(t) is None for t in ("buildah", "podman", "debootstrap")),
-                       reason="needs buildah, podman and debootstrap (Debian packages)"),
+    pytest.mark.skipif(
+        os.environ.get("WOOLY_CONTAINER_TEST") != "1", reason="set WOOLY_CONTAINER_TEST=1 to build the image"
+    ),
+    pytest.mark.skipif(
+        any(shutil.which(t) is None for t in ("buildah", "podman", "debootstrap")),
+        reason="needs buildah, podman and debootstrap (Debian packages)",
+    ),
 ]
 B = ["buildah", "--storage-driver", "vfs"]
 
@@ -48,8 +52,14 @@ def _container(tag: str, name: str) -> str:
 
 
 def test_image_is_built_with_its_hygiene(image: dict) -> None:
-    info = json.loads(subprocess.run(["podman", "--storage-driver", "vfs", "image", "inspect", image["tag"]],
-                                     capture_output=True, text=True, check=True).stdout)[0]
+    info = json.loads(
+        subprocess.run(
+            ["podman", "--storage-driver", "vfs", "image", "inspect", image["tag"]],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )[0]
     cfg = info["Config"]
     assert cfg["User"] == "wooly"
     assert cfg["Labels"]["org.opencontainers.image.version"] == image["version"]
@@ -68,30 +78,71 @@ def test_gpud_in_one_container_serves_torch_and_numba_from_another(image: dict) 
     gpud = _container(image["tag"], f"wooly-test-gpud-{os.getpid()}")
     client = _container(image["tag"], f"wooly-test-client-{os.getpid()}")
     log = open(os.path.join(keys, "..", f"wooly-gpud-{port}.log"), "wb")  # noqa: SIM115
-    server = subprocess.Popen([*B, "run", "--isolation", "chroot", "-v", f"{keys}:/home/wooly/.config/wooly/keys", gpud,
-                               "--", "tini", "-s", "--", "wooly", "gpud", "--listen", f"tcp://127.0.0.1:{port}"],
-                              stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    server = subprocess.Popen(
+        [
+            *B,
+            "run",
+            "--isolation",
+            "chroot",
+            "-v",
+            f"{keys}:/home/wooly/.config/wooly/keys",
+            gpud,
+            "--",
+            "tini",
+            "-s",
+            "--",
+            "wooly",
+            "gpud",
+            "--listen",
+            f"tcp://127.0.0.1:{port}",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 120
         while not os.path.exists(os.path.join(keys, "server.key")) and time.monotonic() < deadline:
             assert server.poll() is None, open(log.name).read()
             time.sleep(0.2)
         time.sleep(2)
-        run = [*B, "run", "--isolation", "chroot", "-v", f"{keys}:/home/wooly/.config/wooly/keys:ro",
-               "-v", f"{os.path.join(ROOT, 'examples')}:/examples:ro", "--env", f"WOOLY_SERVER=tcp://127.0.0.1:{port}",
-               client, "--"]
-        torch_run = subprocess.run([*run, "wooly", "run", "/examples/train_mlp.py", "--steps", "3"], capture_output=True,
-                                   text=True, timeout=600)
+        run = [
+            *B,
+            "run",
+            "--isolation",
+            "chroot",
+            "-v",
+            f"{keys}:/home/wooly/.config/wooly/keys:ro",
+            "-v",
+            f"{os.path.join(ROOT, 'examples')}:/examples:ro",
+            "--env",
+            f"WOOLY_SERVER=tcp://127.0.0.1:{port}",
+            client,
+            "--",
+        ]
+        torch_run = subprocess.run(
+            [*run, "wooly", "run", "/examples/train_mlp.py", "--steps", "3"],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert torch_run.returncode == 0, torch_run.stdout[-2000:] + torch_run.stderr[-3000:]
         losses = [float(line.split()[-1]) for line in torch_run.stdout.splitlines() if line.startswith("step ")]
         assert len(losses) == 3 and losses[-1] < losses[0], torch_run.stdout
         assert "without its CUDA device library" not in torch_run.stderr  # prebuilt in the image: no compiler needed
-        numba_run = subprocess.run([*run, "wooly", "run", "/examples/numba_kernels.py"], capture_output=True, text=True,
-                                   timeout=600)
-        assert numba_run.returncode == 0 and "numba_kernels: OK" in numba_run.stdout, numba_run.stdout + numba_run.stderr[-3000:]
+        numba_run = subprocess.run(
+            [*run, "wooly", "run", "/examples/numba_kernels.py"], capture_output=True, text=True, timeout=600
+        )
+        assert numba_run.returncode == 0 and "numba_kernels: OK" in numba_run.stdout, (
+            numba_run.stdout + numba_run.stderr[-3000:]
+        )
         # the image's healthcheck command, against this gpud
-        ps = subprocess.run([*run, "wooly", "ps", "--server", f"tcp://127.0.0.1:{port}", "--json"], capture_output=True,
-                            text=True, timeout=120)
+        ps = subprocess.run(
+            [*run, "wooly", "ps", "--server", f"tcp://127.0.0.1:{port}", "--json"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert ps.returncode == 0 and json.loads(ps.stdout)["devices"], ps.stderr
         text = open(log.name).read()
         assert "gpud.backend chosen=cpu" in text and "session.open" in text, text[-2000:]

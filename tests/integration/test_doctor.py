@@ -14,8 +14,13 @@ from tests.conftest import free_port, start
 
 
 def doctor(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "woolyhv", "doctor", *args], capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ, **(env or {})))
+    return subprocess.run(
+        [sys.executable, "-m", "woolyhv", "doctor", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, **(env or {})),
+    )
 
 
 def rows(out: str) -> dict[str, tuple[str, str]]:

@@ -47,6 +47,7 @@ def recorded_calls(rng: random.Random, n_ops: int) -> list[tuple[Any, tuple, dic
                 op(sample.input, *sample.args, **sample.kwargs)
         except Exception:  # noqa: BLE001 - samples a dtype does not support: nothing recorded worth keeping
             continue
+
     def dense(v: Any) -> bool:
         if isinstance(v, torch.Tensor):
             return v.layout == torch.strided
@@ -70,8 +71,10 @@ class Client:
         flat = t.clone(memory_format=torch.contiguous_format).reshape(-1)
         raw = flat.view(torch.uint8).numpy().tobytes() if t.numel() else b""
         name = _E.dtype_name[t.dtype]
-        self.conn.post({"kind": "aten_batch", "rid": 0, "frame": 0,
-                        "ops": [[W.OP_UPLOAD, [0, name, list(t.shape)], {}, [h]]]}, [raw])
+        self.conn.post(
+            {"kind": "aten_batch", "rid": 0, "frame": 0, "ops": [[W.OP_UPLOAD, [0, name, list(t.shape)], {}, [h]]]},
+            [raw],
+        )
         return W.tensor_ref(h)
 
     def enc(self, v: Any) -> Any:
@@ -103,7 +106,9 @@ def mutate(rng: random.Random, args: tuple, kwargs: dict) -> tuple[list, dict]:
     def bend(v: Any) -> Any:
         if isinstance(v, torch.Tensor) and rng.random() < 0.5:
             if v.dtype == torch.int64 and v.numel():  # indices pointing anywhere
-                return torch.tensor([rng.choice([-(1 << 40), -1, 1 << 20, 1 << 40]) for _ in range(v.numel())]).reshape(v.shape)
+                return torch.tensor([rng.choice([-(1 << 40), -1, 1 << 20, 1 << 40]) for _ in range(v.numel())]).reshape(
+                    v.shape
+                )
             return v.to(rng.choice([torch.float64, torch.int32, torch.bool, torch.float16]))
         if type(v) is int and rng.random() < 0.5:
             return rng.choice(_INTS)

@@ -27,8 +27,10 @@ WILD = {
     "st.local to 0x40": b"mov.u64 %rd1, 64; mov.u32 %r1, 7; st.local.u32 [%rd1], %r1;",
     "ld.const through the victim's address": b"ld.param.u64 %rd1, [p]; ld.param.u64 %rd2, [o]; ld.const.u32 %r1, [%rd1]; st.global.u32 [%rd2], %r1;",
 }
-RECURSE = (b".func f(.param .u32 a)\n{ .reg .b32 %r<3>; ld.param.u32 %r1, [a]; add.u32 %r1, %r1, 1;\n"
-           b"{ .param .u32 b; st.param.u32 [b], %r1; call f, (b); }\nret; }\n")
+RECURSE = (
+    b".func f(.param .u32 a)\n{ .reg .b32 %r<3>; ld.param.u32 %r1, [a]; add.u32 %r1, %r1, 1;\n"
+    b"{ .param .u32 b; st.param.u32 [b], %r1; call f, (b); }\nret; }\n"
+)
 SPIN = HEADER + b".visible .entry spin(.param .u64 o)\n{\n$L: bra.uni $L;\nret;\n}\n"
 
 
@@ -45,8 +47,12 @@ def _saxpy(d, n: int = 4096) -> np.ndarray:
     d.memcpy_htod(px, x)
     d.memcpy_htod(py, np.ones(n, dtype=np.float32))
     fn = d.module_get_function(d.module_load_data(SAXPY), "saxpy")
-    d.launch_kernel(fn, ((n + 255) // 256, 1, 1), (256, 1, 1),
-                    fn.pack_params([struct.pack("<Q", px), struct.pack("<Q", py), struct.pack("<f", 2.0), struct.pack("<I", n)]))
+    d.launch_kernel(
+        fn,
+        ((n + 255) // 256, 1, 1),
+        (256, 1, 1),
+        fn.pack_params([struct.pack("<Q", px), struct.pack("<Q", py), struct.pack("<f", 2.0), struct.pack("<I", n)]),
+    )
     return np.frombuffer(bytes(d.memcpy_dtoh(py, 4 * n)), dtype=np.float32)
 
 
@@ -69,8 +75,9 @@ def test_wild_state_space_access_is_the_attackers_error_only(gpud, case: str) ->
         attacker.memcpy_htod(out, bytes(64))
         fn = attacker.module_get_function(attacker.module_load_data(HEADER + SIG + WILD[case] + b"\nret; }\n"), "k")
         params = struct.pack("<QQ", secret, out)
-        _expect_error(attacker, "CUDA_ERROR_ILLEGAL_ADDRESS",
-                      lambda: attacker.launch_kernel(fn, (1, 1, 1), (1, 1, 1), params))
+        _expect_error(
+            attacker, "CUDA_ERROR_ILLEGAL_ADDRESS", lambda: attacker.launch_kernel(fn, (1, 1, 1), (1, 1, 1), params)
+        )
         assert bytes(victim.memcpy_dtoh(secret, 4096)) == b"\x11" * 4096  # not written
         assert np.array_equal(_saxpy(victim), 2 * np.arange(4096, dtype=np.float32) + 1)  # the victim still works
     finally:
@@ -82,18 +89,28 @@ def test_wild_state_space_access_is_the_attackers_error_only(gpud, case: str) ->
 def test_endless_recursion_fails_the_launch(gpud) -> None:
     d = connect(gpud.endpoint)
     try:
-        ptx = HEADER + RECURSE + SIG + b"mov.u32 %r1, 0; { .param .u32 b; st.param.u32 [b], %r1; call f, (b); }\nret; }\n"
+        ptx = (
+            HEADER + RECURSE + SIG + b"mov.u32 %r1, 0; { .param .u32 b; st.param.u32 [b], %r1; call f, (b); }\nret; }\n"
+        )
         fn = d.module_get_function(d.module_load_data(ptx), "k")
-        err = _expect_error(d, "CUDA_ERROR_LAUNCH_FAILED",
-                            lambda: d.launch_kernel(fn, (2, 1, 1), (32, 1, 1), struct.pack("<QQ", 0, 0)))
+        err = _expect_error(
+            d, "CUDA_ERROR_LAUNCH_FAILED", lambda: d.launch_kernel(fn, (2, 1, 1), (32, 1, 1), struct.pack("<QQ", 0, 0))
+        )
         assert "recursion" in err.message
     finally:
         d.conn.close()
     assert gpud.proc.poll() is None
 
 
-@pytest.mark.parametrize("decl", [b".reg .b64 %r<4294967295>;", b".shared .b8 x[18446744073709551615];",
-                                  b".local .b8 x[4000000000];", b".shared .align 3 .b8 y[4];"])
+@pytest.mark.parametrize(
+    "decl",
+    [
+        b".reg .b64 %r<4294967295>;",
+        b".shared .b8 x[18446744073709551615];",
+        b".local .b8 x[4000000000];",
+        b".shared .align 3 .b8 y[4];",
+    ],
+)
 def test_absurd_declarations_are_refused_at_once(gpud, decl: bytes) -> None:
     d = connect(gpud.endpoint)
     try:
@@ -158,10 +175,12 @@ def _spin(d, blocks: int) -> None:  # noqa: ANN001
 
 def _cpu_s(pid: int, over: float) -> float:
     """CPU seconds process ``pid`` used during the next ``over`` seconds."""
+
     def used() -> float:
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     a = used()
     time.sleep(over)
     return used() - a

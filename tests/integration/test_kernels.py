@@ -51,7 +51,9 @@ def test_saxpy_runs_on_gpud(driver):
     mod = driver.module_load_data(SAXPY)
     fn = driver.module_get_function(mod, "saxpy")
     assert [p[2] for p in fn.params] == [0, 8, 16, 20]  # offsets from the .entry declaration
-    params = fn.pack_params([struct.pack("<Q", px), struct.pack("<Q", py), struct.pack("<f", 3.0), struct.pack("<I", n)])
+    params = fn.pack_params(
+        [struct.pack("<Q", px), struct.pack("<Q", py), struct.pack("<f", 3.0), struct.pack("<I", n)]
+    )
     driver.launch_kernel(fn, ((n + 255) // 256, 1, 1), (256, 1, 1), params)
     out = np.frombuffer(bytes(driver.memcpy_dtoh(py, 4 * n)), dtype=np.float32)
     assert np.array_equal(out, 3.0 * x + 1.5)
@@ -94,6 +96,7 @@ def test_cooperative_launch_through_gpud(driver):
     """Grid sync (nvcc's inline protocol) in a cooperative launch; gpud bounds a cooperative grid itself, whatever
     the client checked: too many blocks is CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE and the session goes on."""
     from pathlib import Path
+
     ptx = (Path(__file__).parents[1] / "unit" / "jit" / "ptx" / "grid_sync_nvcc.ptx").read_bytes()
     fn = driver.module_get_function(driver.module_load_data(ptx), "k")
     grid, block = 8, 64
@@ -105,6 +108,7 @@ def test_cooperative_launch_through_gpud(driver):
     driver.launch_kernel(fn, (grid, 1, 1), (block, 1, 1), params, cooperative=True)
     out = np.frombuffer(bytes(driver.memcpy_dtoh(pa, 4 * n)), dtype=np.int32)
     from tests.unit.jit.grid_sync_ref import expect
+
     assert np.array_equal(out, expect("nvcc", a0, 2))
     attrs = driver.devices[0]["attributes"]
     most = int(attrs.get(16, attrs.get("16"))) * int(attrs.get(106, attrs.get("106")))

@@ -30,7 +30,13 @@ CLIENT = textwrap.dedent(
 
 
 def _sessions(endpoint: str) -> dict:
-    out = subprocess.run([sys.executable, "-m", "woolyhv", "ps", "--server", endpoint, "--json"], capture_output=True, text=True, cwd=ROOT, timeout=30)
+    out = subprocess.run(
+        [sys.executable, "-m", "woolyhv", "ps", "--server", endpoint, "--json"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=30,
+    )
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
 
@@ -39,7 +45,9 @@ def test_sigkilled_client_is_reclaimed_and_others_untouched(gpud_tcp):
     survivor = connect(gpud_tcp.endpoint)
     keep = survivor.mem_alloc(1 << 20)
     survivor.memcpy_htod(keep, bytes(range(256)) * 4096)
-    proc = subprocess.Popen([sys.executable, "-c", CLIENT, gpud_tcp.endpoint], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CLIENT, gpud_tcp.endpoint], stdout=subprocess.PIPE, text=True, cwd=ROOT
+    )
     assert proc.stdout.readline().strip() == "READY"
     info = _sessions(gpud_tcp.endpoint)
     assert any(s["pid"] == proc.pid and s["memory_used"] >= 256 << 20 for s in info["sessions"])
@@ -78,7 +86,8 @@ def test_a_torch_program_whose_daemon_dies_gets_one_clean_error(tmp_path) -> Non
     pytest.importorskip("torch")
     g = start("tcp")
     script = tmp_path / "die.py"
-    script.write_text(textwrap.dedent("""
+    script.write_text(
+        textwrap.dedent("""
         import os, signal, time, torch
         x = torch.randn(64, 64, device="cuda")
         float(x.sum())
@@ -88,10 +97,12 @@ def test_a_torch_program_whose_daemon_dies_gets_one_clean_error(tmp_path) -> Non
             float((x @ x).sum())
         finally:
             print(f"failed after {time.monotonic() - t:.2f} s", flush=True)
-    """))
+    """)
+    )
     env = dict(os.environ, WOOLY_SERVER=g.endpoint, GPUD_PID=str(g.proc.pid), WOOLY_TIMEOUT_S="2")
-    p = subprocess.run([sys.executable, "-m", "woolyhv", "run", str(script)], env=env, capture_output=True, text=True,
-                       timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-m", "woolyhv", "run", str(script)], env=env, capture_output=True, text=True, timeout=120
+    )
     g.stop()
     # `wooly run` reports the lost session in one line (exit 75, EX_TEMPFAIL) instead of a traceback through the shim
     assert p.returncode == 75, p.stderr[-2000:]
@@ -107,7 +118,7 @@ def test_sigterm_shuts_down_cleanly():
     d = connect(g.endpoint)
     d.mem_alloc(1 << 20)
     assert g.stop(signal.SIGTERM) == 0
-    assert not os.path.exists(g.endpoint[len("ipc://"):])
+    assert not os.path.exists(g.endpoint[len("ipc://") :])
 
 
 def test_connect_to_nothing_fails_clearly():
@@ -118,10 +129,20 @@ def test_connect_to_nothing_fails_clearly():
     assert time.monotonic() - t < 4
 
 
-def _wooly(*args: str, env: dict | None = None, input: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+def _wooly(
+    *args: str, env: dict | None = None, input: str | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess:
     full_env = {**os.environ, **(env or {})}
     full_env.pop("WOOLY_SERVER", None) if env is None or "WOOLY_SERVER" not in env else None
-    return subprocess.run([sys.executable, "-m", "woolyhv", *args], capture_output=True, text=True, cwd=ROOT, env=full_env, input=input, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "woolyhv", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=full_env,
+        input=input,
+        timeout=timeout,
+    )
 
 
 def test_wooly_run_embedded_passes_exit_code_args_and_stdin(tmp_path):
@@ -146,7 +167,9 @@ def test_wooly_run_embedded_passes_exit_code_args_and_stdin(tmp_path):
 
 def test_wooly_run_uses_wooly_server_when_set(gpud_tcp, tmp_path):
     script = tmp_path / "prog.py"
-    script.write_text("from shim.runtime import driver\nimport os\nd = driver()\nprint(d.conn.endpoint, 'WOOLY_EMBEDDED' in os.environ)\n")
+    script.write_text(
+        "from shim.runtime import driver\nimport os\nd = driver()\nprint(d.conn.endpoint, 'WOOLY_EMBEDDED' in os.environ)\n"
+    )
     out = _wooly("run", str(script), env={"WOOLY_SERVER": gpud_tcp.endpoint})
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == [gpud_tcp.endpoint, "False"]
@@ -157,7 +180,7 @@ def test_embedded_gpud_exits_with_the_program(tmp_path):
     script.write_text("import os\nprint(os.environ['WOOLY_SERVER'])\n")
     out = _wooly("run", str(script))
     assert out.returncode == 0, out.stderr
-    path = out.stdout.strip()[len("ipc://"):]
+    path = out.stdout.strip()[len("ipc://") :]
     deadline = time.monotonic() + 5
     while os.path.exists(path) and time.monotonic() < deadline:
         time.sleep(0.1)

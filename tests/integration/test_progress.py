@@ -60,8 +60,9 @@ def test_big_upload_shows_a_bar_on_a_terminal_and_nothing_on_a_pipe() -> None:
         piped = subprocess.run(args, capture_output=True, text=True, env=env, timeout=120, cwd=ROOT)
         assert piped.returncode == 0 and "done" in piped.stdout
         assert "uploading" not in piped.stderr and piped.stderr.strip() == "", piped.stderr[-2000:]
-        forced = subprocess.run(args, capture_output=True, text=True, env=dict(env, WOOLY_PROGRESS="1"), timeout=120,
-                                cwd=ROOT)
+        forced = subprocess.run(
+            args, capture_output=True, text=True, env=dict(env, WOOLY_PROGRESS="1"), timeout=120, cwd=ROOT
+        )
         assert "uploading 300 MiB" in forced.stderr  # WOOLY_PROGRESS=1: even on a pipe
     finally:
         g.stop()

@@ -165,7 +165,7 @@ def test_ipc_peers_of_other_users_are_not_heard(tmp_path) -> None:
 
     g = start("ipc")
     try:
-        path = g.endpoint[len("ipc://"):]
+        path = g.endpoint[len("ipc://") :]
         os.chmod(path, 0o777)  # the file's mode would stop them first: this checks the peer-uid filter alone
         assert _answers_as(g.endpoint, None)  # gpud's own user is answered (so a silence below means something)
         assert not _answers_as(g.endpoint, 65534)
@@ -175,7 +175,7 @@ def test_ipc_peers_of_other_users_are_not_heard(tmp_path) -> None:
     cfg.write_text("[hypervisor]\nipc_uids = [65534]\n")
     g = start("ipc", extra_args=["--config", str(cfg)])
     try:
-        os.chmod(g.endpoint[len("ipc://"):], 0o777)
+        os.chmod(g.endpoint[len("ipc://") :], 0o777)
         assert _answers_as(g.endpoint, 65534)  # a user the operator named
     finally:
         g.stop()

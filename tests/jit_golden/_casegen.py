@@ -71,10 +71,14 @@ def numba_params(args: list) -> list[dict]:
                 {"kind": "scalar", "dtype": "int64", "value": int(arr.itemsize), "what": f"{a.name}.itemsize"},
                 {"kind": "ptr", "array": a.name, "what": f"{a.name}.data"},
             ]
-            out += [{"kind": "scalar", "dtype": "int64", "value": int(s), "what": f"{a.name}.shape[{i}]"}
-                    for i, s in enumerate(arr.shape)]
-            out += [{"kind": "scalar", "dtype": "int64", "value": int(s), "what": f"{a.name}.strides[{i}]"}
-                    for i, s in enumerate(arr.strides)]
+            out += [
+                {"kind": "scalar", "dtype": "int64", "value": int(s), "what": f"{a.name}.shape[{i}]"}
+                for i, s in enumerate(arr.shape)
+            ]
+            out += [
+                {"kind": "scalar", "dtype": "int64", "value": int(s), "what": f"{a.name}.strides[{i}]"}
+                for i, s in enumerate(arr.strides)
+            ]
         else:
             out += c_params([a])
     return out

@@ -54,14 +54,20 @@ def nvrtc_version() -> str:
     return f"{major}.{minor}"
 
 
-def compile_nvrtc(src: str, name: str = "k.cu", opts: tuple[str, ...] = (),
-                  name_exprs: tuple[str, ...] = ()) -> tuple[str, dict[str, str]]:
+def compile_nvrtc(
+    src: str, name: str = "k.cu", opts: tuple[str, ...] = (), name_exprs: tuple[str, ...] = ()
+) -> tuple[str, dict[str, str]]:
     """Return (ptx, {name_expression: lowered_name})."""
     (prog,) = _check(nvrtc.nvrtcCreateProgram(src.encode(), name.encode(), 0, [], []))
     for e in name_exprs:
         _check(nvrtc.nvrtcAddNameExpression(prog, e.encode()))
-    options = ["--gpu-architecture=compute_80", "-default-device", "--std=c++17",
-               *("-I" + d for d in include_dirs()), *opts]
+    options = [
+        "--gpu-architecture=compute_80",
+        "-default-device",
+        "--std=c++17",
+        *("-I" + d for d in include_dirs()),
+        *opts,
+    ]
     _check(nvrtc.nvrtcCompileProgram(prog, len(options), [o.encode() for o in options]), prog)
     (n,) = _check(nvrtc.nvrtcGetPTXSize(prog))
     buf = b" " * n

@@ -31,7 +31,7 @@ def main():
         sys.exit("nvcc not on PATH")
     r = rng(300)
     # 1: grid-stride saxpy + block reduction of the result with warp shuffles
-    src = r'''
+    src = r"""
 extern "C" __global__ void saxpy_sum(float* y, const float* x, float a, int n, float* block_sums) {
   float local = 0.f;
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
@@ -47,7 +47,7 @@ extern "C" __global__ void saxpy_sum(float* y, const float* x, float a, int n, f
     for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
     if (threadIdx.x == 0) block_sums[blockIdx.x] = v;
   }
-}'''
+}"""
     n, nb, bs = 4000, 4, 256
     x = r.integers(-20, 20, n).astype(np.float32)
     y = r.integers(-20, 20, n).astype(np.float32)
@@ -55,12 +55,25 @@ extern "C" __global__ void saxpy_sum(float* y, const float* x, float a, int n, f
     idx = np.arange(n)
     owner = (idx % (nb * bs)) // bs
     bsum = np.array([ey[owner == b].sum() for b in range(nb)], np.float32)
-    nvcc_case("saxpy_block_sum", src, [Arr("y", y, "inout", ey), Arr("x", x), Scalar("a", "float32", 0.5),
-                                       Scalar("n", "int32", n), out("block_sums", np.zeros(nb, np.float32), bsum)],
-              category="reduction", grid=nb, block=bs, seed=300, notes="CUDA 13 nvcc; values exact (small ints/2)")
+    nvcc_case(
+        "saxpy_block_sum",
+        src,
+        [
+            Arr("y", y, "inout", ey),
+            Arr("x", x),
+            Scalar("a", "float32", 0.5),
+            Scalar("n", "int32", n),
+            out("block_sums", np.zeros(nb, np.float32), bsum),
+        ],
+        category="reduction",
+        grid=nb,
+        block=bs,
+        seed=300,
+        notes="CUDA 13 nvcc; values exact (small ints/2)",
+    )
 
     # 2: half2 + double + integer mix, __noinline__ helper
-    src = r'''#include <cuda_fp16.h>
+    src = r"""#include <cuda_fp16.h>
 __device__ __noinline__ double poly(double v, int k) { double r = 1.0; for (int j = 0; j < k; ++j) r = r * v + j; return r; }
 extern "C" __global__ void mix(const __half2* h, const double* d, const int* k, float* o, double* od, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -68,40 +81,58 @@ extern "C" __global__ void mix(const __half2* h, const double* d, const int* k, 
   __half2 v = __hmul2(h[i], h[i]);
   o[i] = __low2float(v) - __high2float(v);
   od[i] = poly(d[i], k[i] & 7);
-}'''
+}"""
     n = 300
     hh = (r.integers(-64, 64, (n, 2)) / 8.0).astype(np.float16)
     dd = r.integers(-16, 16, n) / 4.0
     kk = r.integers(0, 100, n).astype(np.int32)
     H = hh.astype(np.float64)
-    eo = ((H[:, 0] ** 2).astype(np.float16).astype(np.float32) - (H[:, 1] ** 2).astype(np.float16).astype(np.float32))
+    eo = (H[:, 0] ** 2).astype(np.float16).astype(np.float32) - (H[:, 1] ** 2).astype(np.float16).astype(np.float32)
     ed = np.zeros(n)
     for i in range(n):
         v = 1.0
         for j in range(int(kk[i]) & 7):
             v = v * dd[i] + j
         ed[i] = v
-    nvcc_case("half2_double_noinline", src, [Arr("h", hh), Arr("d", dd), Arr("k", kk),
-                                             out("o", np.zeros(n, np.float32), eo), out("od", ed, ed, {"rtol": 1e-15}),
-                                             Scalar("n", "int32", n)],
-              category="calls", grid=3, block=128, seed=301)
+    nvcc_case(
+        "half2_double_noinline",
+        src,
+        [
+            Arr("h", hh),
+            Arr("d", dd),
+            Arr("k", kk),
+            out("o", np.zeros(n, np.float32), eo),
+            out("od", ed, ed, {"rtol": 1e-15}),
+            Scalar("n", "int32", n),
+        ],
+        category="calls",
+        grid=3,
+        block=128,
+        seed=301,
+    )
 
     # 3: atomics + printf from a CUDA 13 toolchain
-    src = r'''#include <cstdio>
+    src = r"""#include <cstdio>
 extern "C" __global__ void count_neg(const int* x, int n, unsigned* cnt) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n && x[i] < 0) atomicAdd(cnt, 1u);
   if (i == 0) printf("n=%d first=%d\n", n, x[0]);
-}'''
+}"""
     n = 777
     xi = r.integers(-100, 100, n).astype(np.int32)
-    nvcc_case("atomic_count_printf", src, [Arr("x", xi), Scalar("n", "int32", n),
-                                           out("cnt", np.zeros(1, np.uint32), [(xi < 0).sum()])],
-              category="atomics", grid=7, block=128, seed=302,
-              printf={"text": f"n={n} first={int(xi[0])}\n", "compare": "exact"})
+    nvcc_case(
+        "atomic_count_printf",
+        src,
+        [Arr("x", xi), Scalar("n", "int32", n), out("cnt", np.zeros(1, np.uint32), [(xi < 0).sum()])],
+        category="atomics",
+        grid=7,
+        block=128,
+        seed=302,
+        printf={"text": f"n={n} first={int(xi[0])}\n", "compare": "exact"},
+    )
 
     # 4: SIMD-in-a-word intrinsics; nvcc emits the video instruction vabsdiff4 (+ .add) for some of them
-    src = r'''
+    src = r"""
 extern "C" __global__ void simd_bytes(const unsigned* a, const unsigned* b, unsigned* o, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
@@ -113,7 +144,7 @@ extern "C" __global__ void simd_bytes(const unsigned* a, const unsigned* b, unsi
   o[7 * i + 4] = __vadd4(x, y);
   o[7 * i + 5] = __vmaxu4(x, y);
   o[7 * i + 6] = __vavgu4(x, y);
-}'''
+}"""
     n = 500
     sa = r.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
     sb = r.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
@@ -123,14 +154,32 @@ extern "C" __global__ void simd_bytes(const unsigned* a, const unsigned* b, unsi
 
     def pack4(lanes):  # (n, 4) lane values -> uint32 words (each lane taken mod 256)
         return ((lanes & 255) << np.array([0, 8, 16, 24])).sum(axis=1).astype(np.uint32)
-    eo = np.stack([pack4(np.abs(ua - ub)), np.abs(ua - ub).sum(axis=1).astype(np.uint32), pack4(np.abs(ia - ib)),
-                   pack4(np.abs(ia)), pack4(ua + ub), pack4(np.maximum(ua, ub)), pack4((ua + ub + 1) >> 1)], axis=1)
-    nvcc_case("simd_video_bytes", src, [Arr("a", sa), Arr("b", sb), out("o", np.zeros(7 * n, np.uint32), eo.ravel()),
-                                        Scalar("n", "int32", n)],
-              category="bits", grid=2, block=256, seed=303, notes="__vabsdiffu4/__vsadu4 compile to vabsdiff4")
+
+    eo = np.stack(
+        [
+            pack4(np.abs(ua - ub)),
+            np.abs(ua - ub).sum(axis=1).astype(np.uint32),
+            pack4(np.abs(ia - ib)),
+            pack4(np.abs(ia)),
+            pack4(ua + ub),
+            pack4(np.maximum(ua, ub)),
+            pack4((ua + ub + 1) >> 1),
+        ],
+        axis=1,
+    )
+    nvcc_case(
+        "simd_video_bytes",
+        src,
+        [Arr("a", sa), Arr("b", sb), out("o", np.zeros(7 * n, np.uint32), eo.ravel()), Scalar("n", "int32", n)],
+        category="bits",
+        grid=2,
+        block=256,
+        seed=303,
+        notes="__vabsdiffu4/__vsadu4 compile to vabsdiff4",
+    )
 
     # 5: cuda::barrier + cuda::memcpy_async (mbarrier and cp.async; the wait polls with a globaltimer/nanosleep back-off)
-    src = r'''#include <cuda/barrier>
+    src = r"""#include <cuda/barrier>
 #include <cooperative_groups.h>
 namespace cg = cooperative_groups;
 extern "C" __global__ void barrier_copy(const float* in, float* out, int n) {
@@ -145,18 +194,25 @@ extern "C" __global__ void barrier_copy(const float* in, float* out, int n) {
   bar.arrive_and_wait();
   int t = threadIdx.x;
   if (base + t < n) out[base + t] = buf[blockDim.x - 1 - t] + 1.0f;
-}'''
+}"""
     n, nb, bs = 1000, 4, 256
     xin = r.integers(-50, 50, nb * bs).astype(np.float32)
     g = np.arange(n)
     eb = xin[(g // bs) * bs + bs - 1 - g % bs] + 1
-    nvcc_case("barrier_memcpy_async", src, [Arr("in", xin), out("out", np.zeros(n, np.float32), eb),
-                                            Scalar("n", "int32", n)],
-              category="sync", grid=nb, block=bs, seed=304, notes="cuda::barrier: mbarrier.init/arrive/test_wait")
+    nvcc_case(
+        "barrier_memcpy_async",
+        src,
+        [Arr("in", xin), out("out", np.zeros(n, np.float32), eb), Scalar("n", "int32", n)],
+        category="sync",
+        grid=nb,
+        block=bs,
+        seed=304,
+        notes="cuda::barrier: mbarrier.init/arrive/test_wait",
+    )
 
     # 6: CUB block primitives (header-only CUB of the CUDA toolkit): scan, reduce, radix sort, warp reduce. Heavy
     # template code: shuffles with predicates, bmsk/bfe/bfi digit extraction, barriers between the primitives
-    src = r'''#include <cub/block/block_scan.cuh>
+    src = r"""#include <cub/block/block_scan.cuh>
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_radix_sort.cuh>
 #include <cub/warp/warp_reduce.cuh>
@@ -183,19 +239,33 @@ extern "C" __global__ void cub_block(const int* in, int* scan, int* red, int* so
   __syncthreads();
   int ws = WRed(tmp.w[t / 32]).Sum(v);
   if ((t & 31) == 0) atomicAdd(red + gridDim.x, ws);
-}'''
+}"""
     n, nb = 300, 3
     xc = r.integers(-1000, 1000, n).astype(np.int32)
     xp = np.zeros(nb * 128, np.int32)
     xp[:n] = xc
-    escan = np.concatenate([np.cumsum(xp[b * 128:(b + 1) * 128]) - xp[b * 128:(b + 1) * 128] for b in range(nb)])[:n]
+    escan = np.concatenate([np.cumsum(xp[b * 128 : (b + 1) * 128]) - xp[b * 128 : (b + 1) * 128] for b in range(nb)])[
+        :n
+    ]
     ered = np.append(xp.reshape(nb, 128).sum(1), xp.sum()).astype(np.int32)
     keys = [[xc[(b * 512 + i) % n] if b * 512 + i < 4 * n else 0x7FFFFFFF for i in range(512)] for b in range(nb)]
     esort = np.concatenate([np.sort(np.array(k, np.int64)) for k in keys]).astype(np.int32)
-    nvcc_case("cub_block_primitives", src, [Arr("in", xc), out("scan", np.zeros(n, np.int32), escan),
-                                            out("red", np.zeros(nb + 1, np.int32), ered),
-                                            out("sorted", np.zeros(nb * 512, np.int32), esort), Scalar("n", "int32", n)],
-              category="scan", grid=nb, block=128, seed=305, notes="cub::BlockScan/BlockReduce/BlockRadixSort/WarpReduce")
+    nvcc_case(
+        "cub_block_primitives",
+        src,
+        [
+            Arr("in", xc),
+            out("scan", np.zeros(n, np.int32), escan),
+            out("red", np.zeros(nb + 1, np.int32), ered),
+            out("sorted", np.zeros(nb * 512, np.int32), esort),
+            Scalar("n", "int32", n),
+        ],
+        category="scan",
+        grid=nb,
+        block=128,
+        seed=305,
+        notes="cub::BlockScan/BlockReduce/BlockRadixSort/WarpReduce",
+    )
 
 
 if __name__ == "__main__":

@@ -22,8 +22,15 @@ from _nvrtc import compile_nvcc  # noqa: E402
 
 def case(name, src, args, arch="sm_80", **kw):
     ptx, ver = compile_nvcc(src, arch=arch)
-    write_case("nvcc_" + name, producer=f"nvcc -ptx -arch={arch} ({ver})", ptx=ptx, args=args, abi="c",
-               category="tensor_core", **kw)
+    write_case(
+        "nvcc_" + name,
+        producer=f"nvcc -ptx -arch={arch} ({ver})",
+        ptx=ptx,
+        args=args,
+        abi="c",
+        category="tensor_core",
+        **kw,
+    )
 
 
 def out(name, like, expected, tol=None):
@@ -43,9 +50,13 @@ def tf32_rna(x):
     return ((u + 0x1000) & 0xFFFFE000).astype(np.uint32).view(np.float32)
 
 
-HEAD = "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <mma.h>\n#include <stdint.h>\nusing namespace nvcuda;\n"
+HEAD = (
+    "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <mma.h>\n#include <stdint.h>\nusing namespace nvcuda;\n"
+)
 
-LDMATRIX_GEMM = HEAD + r'''
+LDMATRIX_GEMM = (
+    HEAD
+    + r"""
 // one warp per 16x8 tile of C = A * B; A row-major MxK, B given as N x K (column-major K x N)
 extern "C" __global__ void mma_ldmatrix_gemm(const half* A, const half* B, float* C, int M, int N, int K) {
   __shared__ __align__(16) half sa[16 * 16];
@@ -69,9 +80,12 @@ extern "C" __global__ void mma_ldmatrix_gemm(const half* A, const half* B, float
   }
   int g = lane >> 2, t = lane & 3;
   for (int i = 0; i < 4; i++) C[(tm + g + 8 * (i >= 2)) * N + tn + 2 * t + (i & 1)] = d[i];
-}'''
+}"""
+)
 
-LDMATRIX_TRANS = HEAD + r'''
+LDMATRIX_TRANS = (
+    HEAD
+    + r"""
 // B row-major K x N, loaded with ldmatrix.trans; f16 accumulator
 extern "C" __global__ void mma_trans_f16acc(const half* A, const half* B, half* C, int M, int N, int K) {
   __shared__ __align__(16) half sa[16 * 16];
@@ -95,9 +109,12 @@ extern "C" __global__ void mma_trans_f16acc(const half* A, const half* B, half* 
   int g = lane >> 2, t = lane & 3;
   *(uint32_t*)&C[(tm + g) * N + tn + 2 * t] = d[0];
   *(uint32_t*)&C[(tm + g + 8) * N + tn + 2 * t] = d[1];
-}'''
+}"""
+)
 
-MMA_MIXED = HEAD + r'''
+MMA_MIXED = (
+    HEAD
+    + r"""
 #define CIDX(i) ((g + 8 * ((i) >= 2)) * 8 + 2 * t + ((i) & 1))
 __device__ uint32_t pack_h(half x, half y) { __half2 v(x, y); return *(uint32_t*)&v; }
 __device__ uint32_t pack_b(__nv_bfloat16 x, __nv_bfloat16 y) { __nv_bfloat162 v(x, y); return *(uint32_t*)&v; }
@@ -179,9 +196,12 @@ extern "C" __global__ void mma_mixed(
     asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(r) : "r"(Mi[lane]));
     Mo[lane] = r;
   }
-}'''
+}"""
+)
 
-WMMA_GEMM = HEAD + r'''
+WMMA_GEMM = (
+    HEAD
+    + r"""
 // one warp per 16x16 tile: C = 2 * A * B, A row-major M x K, B given as N x K (col-major), K loop
 extern "C" __global__ void wmma_gemm(const half* a, const half* b, float* c, int M, int N, int K) {
   int wm = blockIdx.y, wn = blockIdx.x;
@@ -196,9 +216,12 @@ extern "C" __global__ void wmma_gemm(const half* a, const half* b, float* c, int
   }
   for (int i = 0; i < fc.num_elements; i++) fc.x[i] *= 2.0f;
   wmma::store_matrix_sync(c + wm * 16 * N + wn * 16, fc, N, wmma::mem_row_major);
-}'''
+}"""
+)
 
-WMMA_MIXED = HEAD + r'''
+WMMA_MIXED = (
+    HEAD
+    + r"""
 template <int M, int N, int K, typename TI, typename TA, typename LA, typename LB, typename TC>
 __device__ void tile(const TI* a, int lda, const TI* b, int ldb, const TC* c, int ldc_in, bool ccol,
                      TC* d, int ldd, bool dcol) {
@@ -237,9 +260,10 @@ extern "C" __global__ void wmma_mixed(
   tile<8, 8, 4, double, double, wmma::row_major, wmma::col_major, double>(a5, 4, b5, 4, c5, 8, false, d5, 8, false);
   tile<16, 16, 16, signed char, signed char, wmma::row_major, wmma::col_major, int>(a6, 16, b6, 16, c6, 16, false, d6, 16, false);
   tile<16, 16, 16, unsigned char, unsigned char, wmma::row_major, wmma::row_major, int>(a7, 16, b7, 16, d7, 16, false, d7, 16, false);
-}'''
+}"""
+)
 
-STMATRIX = r'''#include <stdint.h>
+STMATRIX = r"""#include <stdint.h>
 // lane l gives the address of row l % 8 of matrix l / 8; registers hold the ldmatrix fragment layout
 extern "C" __global__ void stmatrix_x4(const uint32_t* in, uint16_t* out, int trans) {
   __shared__ __align__(16) uint16_t s[4 * 64];
@@ -250,7 +274,7 @@ extern "C" __global__ void stmatrix_x4(const uint32_t* in, uint16_t* out, int tr
   else asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1,%2,%3,%4};" :: "r"(p), "r"(v0), "r"(v1), "r"(v2), "r"(v3));
   __syncwarp();
   for (int i = l; i < 256; i += 32) out[i] = s[i];
-}'''
+}"""
 
 
 def main():
@@ -259,16 +283,39 @@ def main():
     r = rng(400)
     m, n, k = 32, 16, 48
     a, b = quarters(r, m, k), quarters(r, n, k)
-    case("mma_ldmatrix_gemm", LDMATRIX_GEMM,
-         [Arr("A", a.astype(np.float16)), Arr("B", b.astype(np.float16)), out("C", np.zeros((m, n), np.float32), a @ b.T),
-          Scalar("M", "int32", m), Scalar("N", "int32", n), Scalar("K", "int32", k)],
-         grid=(n // 8, m // 16), block=32, seed=400, notes="ldmatrix.x4/x2 + mma.m16n8k16 f16 -> f32, 2x2 warps")
+    case(
+        "mma_ldmatrix_gemm",
+        LDMATRIX_GEMM,
+        [
+            Arr("A", a.astype(np.float16)),
+            Arr("B", b.astype(np.float16)),
+            out("C", np.zeros((m, n), np.float32), a @ b.T),
+            Scalar("M", "int32", m),
+            Scalar("N", "int32", n),
+            Scalar("K", "int32", k),
+        ],
+        grid=(n // 8, m // 16),
+        block=32,
+        seed=400,
+        notes="ldmatrix.x4/x2 + mma.m16n8k16 f16 -> f32, 2x2 warps",
+    )
     bt = quarters(r, k, n)
-    case("mma_ldmatrix_trans_f16acc", LDMATRIX_TRANS,
-         [Arr("A", a.astype(np.float16)), Arr("B", bt.astype(np.float16)),
-          out("C", np.zeros((m, n), np.float16), (a @ bt).astype(np.float16)),
-          Scalar("M", "int32", m), Scalar("N", "int32", n), Scalar("K", "int32", k)],
-         grid=(n // 8, m // 16), block=32, seed=400, notes="ldmatrix .trans for B, f16 accumulator")
+    case(
+        "mma_ldmatrix_trans_f16acc",
+        LDMATRIX_TRANS,
+        [
+            Arr("A", a.astype(np.float16)),
+            Arr("B", bt.astype(np.float16)),
+            out("C", np.zeros((m, n), np.float16), (a @ bt).astype(np.float16)),
+            Scalar("M", "int32", m),
+            Scalar("N", "int32", n),
+            Scalar("K", "int32", k),
+        ],
+        grid=(n // 8, m // 16),
+        block=32,
+        seed=400,
+        notes="ldmatrix .trans for B, f16 accumulator",
+    )
 
     args = []
     x32, y32, z32 = r.random((16, 8), dtype=np.float32), r.random((8, 8), dtype=np.float32), quarters(r, 16, 8)
@@ -282,62 +329,125 @@ def main():
     args += [Arr("Ad", xd), Arr("Bd", yd), Arr("Cd", zd, "inout", xd @ yd + zd, {"rtol": 1e-14, "atol": 1e-14})]
     xs, ys = r.integers(-128, 128, (16, 32)).astype(np.int8), r.integers(-128, 128, (8, 32)).astype(np.int8)
     zs = r.integers(-1000, 1000, (16, 8)).astype(np.int32)
-    zs[0, 0], zs[9, 1] = 2**31 - 100, -2**31 + 5  # saturate
-    es = np.clip(xs.astype(np.int64) @ ys.astype(np.int64).T + zs, -2**31, 2**31 - 1).astype(np.int32)
+    zs[0, 0], zs[9, 1] = 2**31 - 100, -(2**31) + 5  # saturate
+    es = np.clip(xs.astype(np.int64) @ ys.astype(np.int64).T + zs, -(2**31), 2**31 - 1).astype(np.int32)
     args += [Arr("As", xs), Arr("Bs", ys), Arr("Cs", zs, "inout", es)]
     xu, yu = r.integers(0, 256, (16, 16)).astype(np.uint8), r.integers(0, 256, (8, 16)).astype(np.uint8)
-    args += [Arr("Au", xu), Arr("Bu", yu), out("Cu", np.zeros((16, 8), np.int32), xu.astype(np.int64) @ yu.astype(np.int64).T)]
+    args += [
+        Arr("Au", xu),
+        Arr("Bu", yu),
+        out("Cu", np.zeros((16, 8), np.int32), xu.astype(np.int64) @ yu.astype(np.int64).T),
+    ]
     xq, yq = r.integers(-128, 128, (8, 16)).astype(np.int8), r.integers(-128, 128, (8, 16)).astype(np.int8)
     eq = xq.astype(np.int64) @ yq.astype(np.int64).T + np.tile([7, -7], 4)
     args += [Arr("Aq", xq), Arr("Bq", yq), out("Cq", np.zeros((8, 8), np.int32), eq)]
     xb, yb = quarters(r, 16, 8), quarters(r, 8, 8)
     args += [Arr("Ab", bf16_bits(xb)), Arr("Bb", bf16_bits(yb)), out("Cb", np.zeros((16, 8), np.float32), xb @ yb)]
     xh, yh = quarters(r, 16, 8), quarters(r, 8, 8)
-    args += [Arr("Ah", xh.astype(np.float16)), Arr("Bh", yh.astype(np.float16)),
-             out("Ch", np.zeros((16, 8), np.float32), xh @ yh + np.tile([1, 2, 1, 2, 1, 2, 1, 2], (16, 1))
-                 + np.where(np.arange(16)[:, None] >= 8, 2, 0))]
+    args += [
+        Arr("Ah", xh.astype(np.float16)),
+        Arr("Bh", yh.astype(np.float16)),
+        out(
+            "Ch",
+            np.zeros((16, 8), np.float32),
+            xh @ yh + np.tile([1, 2, 1, 2, 1, 2, 1, 2], (16, 1)) + np.where(np.arange(16)[:, None] >= 8, 2, 0),
+        ),
+    ]
     mat = r.integers(0, 1 << 16, (8, 8)).astype(np.uint16)
-    args += [Arr("Mi", mat.reshape(32, 2).copy().view(np.uint32).reshape(32)),
-             out("Mo", np.zeros(32, np.uint32), mat.T.copy().reshape(32, 2).view(np.uint32).reshape(32))]
-    case("mma_mixed", MMA_MIXED, args, block=32, seed=400,
-         notes="mma tf32 m16n8k8/m16n8k4, f64 m8n8k4, s8 m16n8k32 satfinite, u8 m16n8k16, s8 m8n8k16, bf16 and f16 "
-               "m16n8k8, movmatrix; fragments filled from the PTX ISA layout formulas")
+    args += [
+        Arr("Mi", mat.reshape(32, 2).copy().view(np.uint32).reshape(32)),
+        out("Mo", np.zeros(32, np.uint32), mat.T.copy().reshape(32, 2).view(np.uint32).reshape(32)),
+    ]
+    case(
+        "mma_mixed",
+        MMA_MIXED,
+        args,
+        block=32,
+        seed=400,
+        notes="mma tf32 m16n8k8/m16n8k4, f64 m8n8k4, s8 m16n8k32 satfinite, u8 m16n8k16, s8 m8n8k16, bf16 and f16 "
+        "m16n8k8, movmatrix; fragments filled from the PTX ISA layout formulas",
+    )
 
     m, n, k = 32, 48, 64
     a, b = quarters(r, m, k), quarters(r, n, k)
-    case("wmma_gemm", WMMA_GEMM,
-         [Arr("a", a.astype(np.float16)), Arr("b", b.astype(np.float16)),
-          out("c", np.zeros((m, n), np.float32), 2 * (a @ b.T)),
-          Scalar("M", "int32", m), Scalar("N", "int32", n), Scalar("K", "int32", k)],
-         grid=(n // 16, m // 16), block=32, seed=401, notes="nvcuda::wmma m16n16k16, K loop, element-wise scaling")
+    case(
+        "wmma_gemm",
+        WMMA_GEMM,
+        [
+            Arr("a", a.astype(np.float16)),
+            Arr("b", b.astype(np.float16)),
+            out("c", np.zeros((m, n), np.float32), 2 * (a @ b.T)),
+            Scalar("M", "int32", m),
+            Scalar("N", "int32", n),
+            Scalar("K", "int32", k),
+        ],
+        grid=(n // 16, m // 16),
+        block=32,
+        seed=401,
+        notes="nvcuda::wmma m16n16k16, K loop, element-wise scaling",
+    )
 
     args = []
     a1, b1, c1 = quarters(r, 16, 16), quarters(r, 16, 16), quarters(r, 16, 16)
-    args += [Arr("a1", bf16_bits(a1)), Arr("b1", bf16_bits(b1.T.copy())), Arr("c1", c1),
-             out("d1", np.zeros((16, 16), np.float32), (a1 @ b1 + c1).T.copy())]
+    args += [
+        Arr("a1", bf16_bits(a1)),
+        Arr("b1", bf16_bits(b1.T.copy())),
+        Arr("c1", c1),
+        out("d1", np.zeros((16, 16), np.float32), (a1 @ b1 + c1).T.copy()),
+    ]
     a2, b2, c2 = quarters(r, 32, 16), quarters(r, 16, 8), quarters(r, 32, 8)
-    args += [Arr("a2", a2.T.copy().astype(np.float16)), Arr("b2", b2.astype(np.float16)),
-             Arr("c2", c2.T.copy().astype(np.float16)), out("d2", np.zeros((32, 8), np.float16), a2 @ b2 + c2)]
+    args += [
+        Arr("a2", a2.T.copy().astype(np.float16)),
+        Arr("b2", b2.astype(np.float16)),
+        Arr("c2", c2.T.copy().astype(np.float16)),
+        out("d2", np.zeros((32, 8), np.float16), a2 @ b2 + c2),
+    ]
     a3, b3, c3 = quarters(r, 8, 16), quarters(r, 16, 32), quarters(r, 8, 32)
-    args += [Arr("a3", a3.astype(np.float16)), Arr("b3", b3.astype(np.float16)), Arr("c3", c3),
-             out("d3", np.zeros((8, 32), np.float32), a3 @ b3 + c3)]
+    args += [
+        Arr("a3", a3.astype(np.float16)),
+        Arr("b3", b3.astype(np.float16)),
+        Arr("c3", c3),
+        out("d3", np.zeros((8, 32), np.float32), a3 @ b3 + c3),
+    ]
     a4, b4, c4 = r.random((16, 8), dtype=np.float32), r.random((8, 16), dtype=np.float32), quarters(r, 16, 16)
     e4 = tf32_rna(a4).astype(np.float64) @ tf32_rna(b4).astype(np.float64) + c4
-    args += [Arr("a4", a4), Arr("b4", b4), Arr("c4", c4),
-             out("d4", np.zeros((16, 16), np.float32), e4, {"rtol": 1e-6, "atol": 1e-6})]
+    args += [
+        Arr("a4", a4),
+        Arr("b4", b4),
+        Arr("c4", c4),
+        out("d4", np.zeros((16, 16), np.float32), e4, {"rtol": 1e-6, "atol": 1e-6}),
+    ]
     a5, b5, c5 = r.random((8, 4)), r.random((4, 8)), r.random((8, 8))
-    args += [Arr("a5", a5), Arr("b5", b5.T.copy()), Arr("c5", c5),
-             out("d5", np.zeros((8, 8)), a5 @ b5 + c5, {"rtol": 1e-14, "atol": 1e-14})]
+    args += [
+        Arr("a5", a5),
+        Arr("b5", b5.T.copy()),
+        Arr("c5", c5),
+        out("d5", np.zeros((8, 8)), a5 @ b5 + c5, {"rtol": 1e-14, "atol": 1e-14}),
+    ]
     a6, b6 = r.integers(-128, 128, (16, 16)).astype(np.int8), r.integers(-128, 128, (16, 16)).astype(np.int8)
     c6 = r.integers(-1000, 1000, (16, 16)).astype(np.int32)
-    args += [Arr("a6", a6), Arr("b6", b6.T.copy()), Arr("c6", c6),
-             out("d6", np.zeros((16, 16), np.int32), a6.astype(np.int64) @ b6.astype(np.int64) + c6)]
+    args += [
+        Arr("a6", a6),
+        Arr("b6", b6.T.copy()),
+        Arr("c6", c6),
+        out("d6", np.zeros((16, 16), np.int32), a6.astype(np.int64) @ b6.astype(np.int64) + c6),
+    ]
     a7, b7 = r.integers(0, 256, (16, 16)).astype(np.uint8), r.integers(0, 256, (16, 16)).astype(np.uint8)
     d7 = r.integers(-1000, 1000, (16, 16)).astype(np.int32)
-    args += [Arr("a7", a7), Arr("b7", b7), Arr("d7", d7, "inout", (a7.astype(np.int64) @ b7.astype(np.int64) + d7).astype(np.int32))]
-    case("wmma_mixed", WMMA_MIXED, args, block=32, seed=401,
-         notes="wmma bf16/f16 (three shapes, row and col layouts, f16 accumulator), tf32 with __float_to_tf32, "
-               "f64, s8 and u8")
+    args += [
+        Arr("a7", a7),
+        Arr("b7", b7),
+        Arr("d7", d7, "inout", (a7.astype(np.int64) @ b7.astype(np.int64) + d7).astype(np.int32)),
+    ]
+    case(
+        "wmma_mixed",
+        WMMA_MIXED,
+        args,
+        block=32,
+        seed=401,
+        notes="wmma bf16/f16 (three shapes, row and col layouts, f16 accumulator), tf32 with __float_to_tf32, "
+        "f64, s8 and u8",
+    )
 
     x = r.integers(0, 1 << 16, (4, 8, 8)).astype(np.uint16)
     frag = np.zeros((4, 32), np.uint32)  # register i of lane l: row l / 4, columns 2 (l % 4) and +1 of matrix i
@@ -346,9 +456,19 @@ def main():
             rr, cc = lane // 4, 2 * (lane % 4)
             frag[i, lane] = int(x[i, rr, cc]) | (int(x[i, rr, cc + 1]) << 16)
     for trans in (0, 1):
-        case(f"stmatrix_x4{'_trans' if trans else ''}", STMATRIX,
-             [Arr("in", frag), out("out", np.zeros(256, np.uint16), (x.transpose(0, 2, 1) if trans else x).reshape(256)),
-              Scalar("trans", "int32", trans)], arch="sm_90", block=32, seed=402, notes="stmatrix (sm_90)")
+        case(
+            f"stmatrix_x4{'_trans' if trans else ''}",
+            STMATRIX,
+            [
+                Arr("in", frag),
+                out("out", np.zeros(256, np.uint16), (x.transpose(0, 2, 1) if trans else x).reshape(256)),
+                Scalar("trans", "int32", trans),
+            ],
+            arch="sm_90",
+            block=32,
+            seed=402,
+            notes="stmatrix (sm_90)",
+        )
 
 
 if __name__ == "__main__":

@@ -55,7 +55,7 @@ def pack_params(spec: dict, kernel, arrays: dict[str, np.ndarray]) -> bytes:
             raise AssertionError(p)
         assert len(raw) == size, f"param {i} ({p.get('what')}, {kp.name}): JIT says {size} bytes, case has {len(raw)}"
         assert off % int(kp.align) == 0, f"param {i} offset {off} not aligned to {kp.align}"
-        buf[off:off + size] = raw
+        buf[off : off + size] = raw
     return bytes(buf)
 
 
@@ -152,8 +152,13 @@ def test_golden(case: Path, checked: bool, tier: str) -> None:
         _jit()
         timeout = float(os.environ.get("JIT_GOLDEN_TIMEOUT", "120"))
         try:
-            r = subprocess.run([sys.executable, __file__, str(case), *(["--checked"] if checked else []), tier],
-                               capture_output=True, text=True, timeout=timeout, cwd=HERE.parents[1])
+            r = subprocess.run(
+                [sys.executable, __file__, str(case), *(["--checked"] if checked else []), tier],
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                cwd=HERE.parents[1],
+            )
         except subprocess.TimeoutExpired:
             pytest.fail(f"timed out after {timeout}s")
         if r.returncode != 0:
@@ -174,15 +179,30 @@ if __name__ == "__main__":  # one case, in this process (used by JIT_GOLDEN_ISOL
 
 
 # ------------------------------------------------------------------------ corpus self-checks (no JIT needed)
-_TYPE_SIZES = {"b8": 1, "u8": 1, "s8": 1, "b16": 2, "u16": 2, "s16": 2, "f16": 2, "b32": 4, "u32": 4, "s32": 4,
-               "f32": 4, "b64": 8, "u64": 8, "s64": 8, "f64": 8}
+_TYPE_SIZES = {
+    "b8": 1,
+    "u8": 1,
+    "s8": 1,
+    "b16": 2,
+    "u16": 2,
+    "s16": 2,
+    "f16": 2,
+    "b32": 4,
+    "u32": 4,
+    "s32": 4,
+    "f32": 4,
+    "b64": 8,
+    "u64": 8,
+    "s64": 8,
+    "f64": 8,
+}
 
 
 def ptx_entry_param_sizes(ptx: str, entry: str) -> list[int]:
     import re
 
     start = ptx.index(f".entry {entry}(")
-    body = ptx[start + len(entry) + 8: ptx.index(")", start)]
+    body = ptx[start + len(entry) + 8 : ptx.index(")", start)]
     sizes = []
     for decl in body.split(","):
         m = re.search(r"\.param\s+(?:\.align\s+\d+\s+)?\.(\w+)\s+[\w$]+(?:\[(\d+)\])?", decl)

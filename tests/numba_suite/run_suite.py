@@ -44,8 +44,15 @@ def main() -> int:
         deadline = time.monotonic() + args.timeout
         for package in args.packages:
             prepare(args.out, package, fresh=args.fresh, rerun_failures=args.rerun_failures)
-            run_package(package, ["--pyargs", f"numba.cuda.tests.{package}"], args.out, deadline, args.per_test_timeout,
-                        ["-k", args.k] if args.k else [], env_extra={"NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS": "0"})
+            run_package(
+                package,
+                ["--pyargs", f"numba.cuda.tests.{package}"],
+                args.out,
+                deadline,
+                args.per_test_timeout,
+                ["-k", args.k] if args.k else [],
+                env_extra={"NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS": "0"},
+            )
     summarise(args.out, args.packages, "numba.cuda.tests.{}")
     return 0
 

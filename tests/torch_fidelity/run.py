@@ -74,16 +74,32 @@ def run_kind(kind: str, names: list[str], endpoint: str, out: str, args: argpars
     env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     names_file = out + ".names"
     while pending:
-        shard, pending = pending[: args.shard], pending[args.shard:]
+        shard, pending = pending[: args.shard], pending[args.shard :]
         while shard:
             with open(names_file, "w") as f:
                 f.write("\n".join(shard))
-            cmd = [sys.executable, "-m", "woolyhv", "run", "-m", "tests.torch_fidelity.worker", "--kind", kind,
-                   "--names", names_file, "--dtypes", args.dtypes, "--out", out, "--timeout", str(args.timeout),
-                   "--limit", str(args.limit)] + (["--grad"] if not args.no_grad else [])
+            cmd = [
+                sys.executable,
+                "-m",
+                "woolyhv",
+                "run",
+                "-m",
+                "tests.torch_fidelity.worker",
+                "--kind",
+                kind,
+                "--names",
+                names_file,
+                "--dtypes",
+                args.dtypes,
+                "--out",
+                out,
+                "--timeout",
+                str(args.timeout),
+                "--limit",
+                str(args.limit),
+            ] + (["--grad"] if not args.no_grad else [])
             try:
-                p = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True,
-                                   timeout=args.shard_timeout)
+                p = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=args.shard_timeout)
                 rc, tail = p.returncode, (p.stderr or "").strip().splitlines()[-1:]
             except subprocess.TimeoutExpired:
                 rc, tail = -9, ["shard timed out"]
@@ -121,9 +137,20 @@ def summarise(path: str, results_dir: str) -> list[dict]:
     for (kind, dtype), c in sorted(by.items()):
         n = sum(c.values())
         counted = n - c["skip"]
-        lines.append({"bench": "torch_fidelity", "kind": kind, "dtype": dtype, "samples": n, "pass": c["pass"],
-                      "mismatch": c["mismatch"], "error": c["error"], "crash": c["crash"], "skip": c["skip"],
-                      "pass_rate": round(c["pass"] / counted, 4) if counted else 0.0})
+        lines.append(
+            {
+                "bench": "torch_fidelity",
+                "kind": kind,
+                "dtype": dtype,
+                "samples": n,
+                "pass": c["pass"],
+                "mismatch": c["mismatch"],
+                "error": c["error"],
+                "crash": c["crash"],
+                "skip": c["skip"],
+                "pass_rate": round(c["pass"] / counted, 4) if counted else 0.0,
+            }
+        )
     with open(os.path.join(results_dir, "failures.jsonl"), "w") as f:
         for r in fails:
             f.write(json.dumps(r) + "\n")
@@ -160,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     endpoint, proc = start_gpud(log_level="error")
     t0 = time.time()
     try:
-        for kind in (("op", "module") if a.kind == "both" else (a.kind,)):
+        for kind in ("op", "module") if a.kind == "both" else (a.kind,):
             names = entries(kind)
             if a.names:
                 wanted = set(a.names.split(","))

@@ -18,9 +18,25 @@ NAMES = "add,mul,where,sum,matmul,index_select,nn.functional.conv2d,nn.functiona
 
 
 def test_fidelity_sample(tmp_path) -> None:
-    p = subprocess.run([sys.executable, "-m", "tests.torch_fidelity.run", "--names", NAMES, "--dtypes",
-                        "float32,int64", "--limit", "6", "--results", str(tmp_path)], cwd=ROOT, capture_output=True,
-                       text=True, timeout=600)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tests.torch_fidelity.run",
+            "--names",
+            NAMES,
+            "--dtypes",
+            "float32,int64",
+            "--limit",
+            "6",
+            "--results",
+            str(tmp_path),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     lines = [json.loads(ln) for ln in p.stdout.splitlines() if ln.startswith("{")]
     assert lines, p.stdout

@@ -29,9 +29,27 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 # Ops whose values are random draws: compared by shape and dtype only (the device's generator is
 # not the host's, as on a real GPU).
-RANDOM = ("rand", "normal", "bernoulli", "dropout", "multinomial", "uniform", "exponential", "cauchy",
-          "geometric", "log_normal", "poisson", "randint", "randn", "randperm", "empty", "new_empty",
-          "empty_like", "empty_strided", "empty_permuted")
+RANDOM = (
+    "rand",
+    "normal",
+    "bernoulli",
+    "dropout",
+    "multinomial",
+    "uniform",
+    "exponential",
+    "cauchy",
+    "geometric",
+    "log_normal",
+    "poisson",
+    "randint",
+    "randn",
+    "randperm",
+    "empty",
+    "new_empty",
+    "empty_like",
+    "empty_strided",
+    "empty_permuted",
+)
 
 
 class _Timeout(Exception):
@@ -81,8 +99,7 @@ def compare(ref: Any, got: Any, *, shapes_only: bool = False) -> None:
                 if a.shape != b.shape or a.dtype != b.dtype:
                     raise AssertionError(f"shape/dtype {tuple(a.shape)}/{a.dtype} vs {tuple(b.shape)}/{b.dtype}")
                 continue
-            torch.testing.assert_close(b, a, equal_nan=True, check_device=False, check_stride=False,
-                                       check_layout=False)
+            torch.testing.assert_close(b, a, equal_nan=True, check_device=False, check_stride=False, check_layout=False)
         elif isinstance(a, float) and isinstance(b, float):
             torch.testing.assert_close(b, a, equal_nan=True)
         elif a != b and not (a is None or b is None):
@@ -94,8 +111,11 @@ def _leaves_requiring_grad(x: Any) -> list[torch.Tensor]:
 
 
 def _grads(out: Any, inputs: list[torch.Tensor]) -> list[Any]:
-    outs = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor) and o.requires_grad
-            and (o.is_floating_point() or o.is_complex())]
+    outs = [
+        o
+        for o in tree_flatten(out)[0]
+        if isinstance(o, torch.Tensor) and o.requires_grad and (o.is_floating_point() or o.is_complex())
+    ]
     if not outs or not inputs:
         return []
     total = sum(o.abs().sum() if o.is_complex() else o.sum() for o in outs)
@@ -130,8 +150,9 @@ def _snapshot(x: Any) -> Any:
     return tree_map(keep, x)
 
 
-def _against_reference(ref: Any, ref_grads: list[Any], remote: Any, timeout_s: float, random: bool,
-                       grad: bool) -> tuple[str, str]:
+def _against_reference(
+    ref: Any, ref_grads: list[Any], remote: Any, timeout_s: float, random: bool, grad: bool
+) -> tuple[str, str]:
     """Run ``remote() -> (output, grads)`` on cuda under a timeout and compare it with the reference."""
     signal.setitimer(signal.ITIMER_REAL, timeout_s)
     try:
@@ -184,19 +205,42 @@ def run_ops(names: list[str], dtypes: list[torch.dtype], grad: bool, out: Any, t
         for dt in dtypes:
             if dt not in op.supported_dtypes("cpu"):
                 continue
-            use_grad = grad and op.supports_autograd and dt in (torch.float32, torch.complex64) and \
-                dt in op.supported_backward_dtypes("cpu")
+            use_grad = (
+                grad
+                and op.supports_autograd
+                and dt in (torch.float32, torch.complex64)
+                and dt in op.supported_backward_dtypes("cpu")
+            )
             try:
                 samples = list(op.sample_inputs("cpu", dt, requires_grad=use_grad))
             except Exception as exc:  # noqa: BLE001
-                _record(out, {"kind": "op", "name": full, "dtype": str(dt)[6:], "i": -1, "status": "skip",
-                              "msg": "samples: " + _message(exc)})
+                _record(
+                    out,
+                    {
+                        "kind": "op",
+                        "name": full,
+                        "dtype": str(dt)[6:],
+                        "i": -1,
+                        "status": "skip",
+                        "msg": "samples: " + _message(exc),
+                    },
+                )
                 continue
             for i, sample in enumerate(samples[:limit]):
                 t0 = time.perf_counter()
                 status, msg = run_sample(op, sample, full, use_grad, timeout_s)
-                _record(out, {"kind": "op", "name": full, "dtype": str(dt)[6:], "i": i, "status": status,
-                              "msg": msg, "s": round(time.perf_counter() - t0, 4)})
+                _record(
+                    out,
+                    {
+                        "kind": "op",
+                        "name": full,
+                        "dtype": str(dt)[6:],
+                        "i": i,
+                        "status": status,
+                        "msg": msg,
+                        "s": round(time.perf_counter() - t0, 4),
+                    },
+                )
         _record(out, {"event": "end", "name": full})
 
 
@@ -236,7 +280,9 @@ def run_module_sample(mi: Any, minput: Any, training: bool, grad: bool, timeout_
     return _against_reference(ref, ref_grads, remote, timeout_s, random, grad)
 
 
-def run_modules(names: list[str], dtypes: list[torch.dtype], grad: bool, out: Any, timeout_s: float, limit: int) -> None:
+def run_modules(
+    names: list[str], dtypes: list[torch.dtype], grad: bool, out: Any, timeout_s: float, limit: int
+) -> None:
     from torch.testing._internal.common_modules import module_db
 
     wanted = set(names)
@@ -250,20 +296,39 @@ def run_modules(names: list[str], dtypes: list[torch.dtype], grad: bool, out: An
             use_grad = grad and dt.is_floating_point
             for training in (True, False):
                 try:
-                    inputs = mi.module_inputs_func(mi, device="cpu", dtype=dt, requires_grad=use_grad,
-                                                   training=training)
+                    inputs = mi.module_inputs_func(
+                        mi, device="cpu", dtype=dt, requires_grad=use_grad, training=training
+                    )
                 except Exception as exc:  # noqa: BLE001
-                    _record(out, {"kind": "module", "name": mi.name, "dtype": str(dt)[6:], "i": -1,
-                                  "status": "skip", "msg": "samples: " + _message(exc)})
+                    _record(
+                        out,
+                        {
+                            "kind": "module",
+                            "name": mi.name,
+                            "dtype": str(dt)[6:],
+                            "i": -1,
+                            "status": "skip",
+                            "msg": "samples: " + _message(exc),
+                        },
+                    )
                     continue
                 for i, minput in enumerate(inputs[:limit]):
                     if minput.forward_input is None:
                         continue
                     t0 = time.perf_counter()
                     status, msg = run_module_sample(mi, minput, training, use_grad, timeout_s)
-                    _record(out, {"kind": "module", "name": mi.name, "dtype": str(dt)[6:],
-                                  "i": i + (0 if training else 1000), "status": status, "msg": msg,
-                                  "s": round(time.perf_counter() - t0, 4)})
+                    _record(
+                        out,
+                        {
+                            "kind": "module",
+                            "name": mi.name,
+                            "dtype": str(dt)[6:],
+                            "i": i + (0 if training else 1000),
+                            "status": status,
+                            "msg": msg,
+                            "s": round(time.perf_counter() - t0, 4),
+                        },
+                    )
         _record(out, {"event": "end", "name": mi.name})
 
 

@@ -43,33 +43,42 @@ def make(limit: int = 1 << 30) -> tuple[Executor, _Host]:
 def test_runs_ops_and_accounts_storage() -> None:
     ex, s = make()
     f32 = msgpack.ExtType(W.EXT_DTYPE, b"float32")
-    ex.run_batch([["aten.ones.default", [[4, 4]], {"dtype": f32}, [1]],
-                  ["aten.view.default", [ref(1), [16]], {}, [2]],
-                  ["aten.add.Tensor", [ref(1), ref(1)], {}, [3]]], [], 0)
+    ex.run_batch(
+        [
+            ["aten.ones.default", [[4, 4]], {"dtype": f32}, [1]],
+            ["aten.view.default", [ref(1), [16]], {}, [2]],
+            ["aten.add.Tensor", [ref(1), ref(1)], {}, [3]],
+        ],
+        [],
+        0,
+    )
     assert not s.errors
     assert s.used == 2 * 64  # the view shares its base's storage
     ex.run_batch([[W.OP_FREE, [1, 2, 3], {}, []]], [], 0)
     assert s.used == 0
 
 
-@pytest.mark.parametrize("op", [
-    ["os.system", ["ls"], {}, []],
-    ["aten.from_file", ["/etc/passwd"], {}, [1]],
-    ["aten._unsafe_index.Tensor", [], {}, [1]],
-    ["aten.no_such_op", [], {}, [1]],
-    ["aten.__dict__.keys", [], {}, [1]],
-    ["aten.__class__", [], {}, [1]],
-    ["aten.add.Tensor", [ref(99), ref(98)], {}, [1]],
-    ["aten.add.Tensor", [msgpack.ExtType(77, b"x")], {}, [1]],
-    ["aten.add.Tensor", [], {}, [1]],
-    ["aten.ones.default", [[2]], {}, [0xFFFFFFFFFFFFFFFF]],
-    ["aten.ones.default", [[2]], {}, []],
-    [W.OP_UPLOAD, [5, "float32", [2]], {}, [1]],
-    [W.OP_UPLOAD, [0, "float32", [3]], {}, [1]],
-    [W.OP_SEED, ["x"], {}, []],
-    ["wooly.nope", [], {}, []],
-    [["nested"], "args", 3, None],
-])
+@pytest.mark.parametrize(
+    "op",
+    [
+        ["os.system", ["ls"], {}, []],
+        ["aten.from_file", ["/etc/passwd"], {}, [1]],
+        ["aten._unsafe_index.Tensor", [], {}, [1]],
+        ["aten.no_such_op", [], {}, [1]],
+        ["aten.__dict__.keys", [], {}, [1]],
+        ["aten.__class__", [], {}, [1]],
+        ["aten.add.Tensor", [ref(99), ref(98)], {}, [1]],
+        ["aten.add.Tensor", [msgpack.ExtType(77, b"x")], {}, [1]],
+        ["aten.add.Tensor", [], {}, [1]],
+        ["aten.ones.default", [[2]], {}, [0xFFFFFFFFFFFFFFFF]],
+        ["aten.ones.default", [[2]], {}, []],
+        [W.OP_UPLOAD, [5, "float32", [2]], {}, [1]],
+        [W.OP_UPLOAD, [0, "float32", [3]], {}, [1]],
+        [W.OP_SEED, ["x"], {}, []],
+        ["wooly.nope", [], {}, []],
+        [["nested"], "args", 3, None],
+    ],
+)
 def test_bad_ops_become_errors(op: list[object]) -> None:
     ex, s = make()
     ex.run_batch([op], [b"\x00" * 4], 0)
@@ -81,22 +90,33 @@ def test_bad_ops_become_errors(op: list[object]) -> None:
 I64 = msgpack.ExtType(W.EXT_DTYPE, b"int64")
 
 
-@pytest.mark.parametrize("op,code,needle", [
-    # the cross-tenant read of issue 21: lengths far past the data, bounds checks switched off
-    (["aten.segment_reduce.default", [ref(1), "sum"], {"lengths": ref(2), "unsafe": True}, [9]], 800, "unsafe=True"),
-    (["aten.segment_reduce.default", [ref(1), "sum", None, None, ref(2), 0, True], {}, [9]], 800, "unsafe=True"),
-    (["aten.segment_reduce.default", [ref(1), "sum"], {"lengths": ref(2)}, [9]], 1, "Expected all rows of lengths"),
-    (["aten._index_put_impl_.default", [ref(1), [ref(2)], ref(1), False, True], {}, [0]], 800, "unsafe=True"),
-    (["aten._sparse_coo_tensor_unsafe.default", [ref(2), ref(1), [4]], {}, [9]], 800, "not allowed"),
-    (["aten._sparse_coo_tensor_with_dims_and_tensors.default", [1, 0, [4], ref(2), ref(1)], {}, [9]], 800,
-     "not allowed"),
-    (["aten._to_sparse.default", [ref(1)], {}, [9]], 801, "sparse_coo tensors are not kept on gpud"),
-])
+@pytest.mark.parametrize(
+    "op,code,needle",
+    [
+        # the cross-tenant read of issue 21: lengths far past the data, bounds checks switched off
+        (
+            ["aten.segment_reduce.default", [ref(1), "sum"], {"lengths": ref(2), "unsafe": True}, [9]],
+            800,
+            "unsafe=True",
+        ),
+        (["aten.segment_reduce.default", [ref(1), "sum", None, None, ref(2), 0, True], {}, [9]], 800, "unsafe=True"),
+        (["aten.segment_reduce.default", [ref(1), "sum"], {"lengths": ref(2)}, [9]], 1, "Expected all rows of lengths"),
+        (["aten._index_put_impl_.default", [ref(1), [ref(2)], ref(1), False, True], {}, [0]], 800, "unsafe=True"),
+        (["aten._sparse_coo_tensor_unsafe.default", [ref(2), ref(1), [4]], {}, [9]], 800, "not allowed"),
+        (
+            ["aten._sparse_coo_tensor_with_dims_and_tensors.default", [1, 0, [4], ref(2), ref(1)], {}, [9]],
+            800,
+            "not allowed",
+        ),
+        (["aten._to_sparse.default", [ref(1)], {}, [9]], 801, "sparse_coo tensors are not kept on gpud"),
+    ],
+)
 def test_unsafe_ops_are_refused(op: list[object], code: int, needle: str) -> None:
     """NOTE [unsafe ops]: nothing that skips bounds checks runs, and no sparse tensor is kept."""
     ex, s = make()
-    ex.run_batch([["aten.arange.default", [4.0], {}, [1]],
-                  ["aten.ones.default", [[65536]], {"dtype": I64}, [2]]], [], 0)
+    ex.run_batch(
+        [["aten.arange.default", [4.0], {}, [1]], ["aten.ones.default", [[65536]], {"dtype": I64}, [2]]], [], 0
+    )
     ex.run_batch([op], [], 0)
     assert len(s.errors) == 1 and s.errors[0].code == code and needle in s.errors[0].message, s.errors
     assert 9 not in ex.tensors and ex.tensors[1].tolist() == [0.0, 1.0, 2.0, 3.0]
@@ -137,9 +157,15 @@ def test_portable_sdpa_matches_the_cpu_kernel(causal: bool) -> None:
 
 def test_failure_does_not_cascade() -> None:
     ex, s = make()
-    ex.run_batch([["aten.no_such_op", [], {}, [1]],
-                  ["aten.neg.default", [ref(1)], {}, [2]],
-                  ["aten.neg.default", [ref(2)], {}, [3]]], [], 0)
+    ex.run_batch(
+        [
+            ["aten.no_such_op", [], {}, [1]],
+            ["aten.neg.default", [ref(1)], {}, [2]],
+            ["aten.neg.default", [ref(2)], {}, [3]],
+        ],
+        [],
+        0,
+    )
     assert len(s.errors) == 1 and "no_such_op" in s.errors[0].message
     with pytest.raises(CudaError, match="failed"):
         ex.run_call(["aten._local_scalar_dense.default", [ref(3)], {}, []], [], 0)
@@ -166,8 +192,12 @@ def test_kernels_that_trust_their_arguments_are_guarded(case: str) -> None:
         _upload(ex, 1, torch.randn(1, 1, 4, 4, generator=g))
         _upload(ex, 2, torch.randn(1, 1, 2, 2, generator=g))
         _upload(ex, 3, torch.full((1, 1, 2, 2), 1 << 40))
-        op = ["aten.max_pool2d_with_indices_backward.default", [ref(2), ref(1), [2, 2], [2, 2], [0, 0], [1, 1], False,
-                                                                ref(3)], {}, [9]]
+        op = [
+            "aten.max_pool2d_with_indices_backward.default",
+            [ref(2), ref(1), [2, 2], [2, 2], [0, 0], [1, 1], False, ref(3)],
+            {},
+            [9],
+        ]
     elif case == "unpool_indices":
         _upload(ex, 1, torch.randn(1, 1, 2, 2, generator=g))
         _upload(ex, 3, torch.full((1, 1, 2, 2), 1 << 40))

@@ -25,10 +25,16 @@ def define(ex, gid, ops):
 
 def test_outputs_exist_after_capture_and_keep_their_storage_across_replays() -> None:
     ex, s = setup_static_input()
-    define(ex, 1, [["aten.mul.Tensor", [ref(1), 3.0], {}, [2]],           # temporary
-                   ["aten.add.Tensor", [ref(2), 1.0], {}, [3]],           # static output
-                   ["aten.view.default", [ref(3), [2, 2]], {}, [4]],      # a view of it
-                   [W.OP_FREE, [2], {}, []]])
+    define(
+        ex,
+        1,
+        [
+            ["aten.mul.Tensor", [ref(1), 3.0], {}, [2]],  # temporary
+            ["aten.add.Tensor", [ref(2), 1.0], {}, [3]],  # static output
+            ["aten.view.default", [ref(3), [2, 2]], {}, [4]],  # a view of it
+            [W.OP_FREE, [2], {}, []],
+        ],
+    )
     assert not s.errors
     out = ex.tensors[3]
     assert out.tolist() == [0.0] * 4 and ex.tensors[4].data_ptr() == out.data_ptr()  # bound, zeroed, aliased
@@ -56,15 +62,18 @@ def test_freed_static_output_stays_for_its_graph_until_the_graph_is_dropped() ->
     assert s.used == 0
 
 
-@pytest.mark.parametrize("ops,needle", [
-    ([[W.OP_GRAPH_REPLAY, [1], {}, []]], "cannot be part of a CUDA graph"),
-    ([[W.OP_UPLOAD, [0, "float32", [1]], {}, [9]]], "cannot be part of a CUDA graph"),
-    ([["aten.from_file.default", ["/etc/passwd"], {}, [9]]], "not allowed"),
-    ([["aten.add.Tensor", [ref(1), 1.0], {}, [1]]], "already in use"),
-    ([["aten.add.Tensor", [ref(1), 1.0], {}, ["x"]]], "invalid output handle"),
-    ([["aten.add.Tensor", [ref(1)], {}]], "malformed"),
-    ([5], "malformed"),
-])
+@pytest.mark.parametrize(
+    "ops,needle",
+    [
+        ([[W.OP_GRAPH_REPLAY, [1], {}, []]], "cannot be part of a CUDA graph"),
+        ([[W.OP_UPLOAD, [0, "float32", [1]], {}, [9]]], "cannot be part of a CUDA graph"),
+        ([["aten.from_file.default", ["/etc/passwd"], {}, [9]]], "not allowed"),
+        ([["aten.add.Tensor", [ref(1), 1.0], {}, [1]]], "already in use"),
+        ([["aten.add.Tensor", [ref(1), 1.0], {}, ["x"]]], "invalid output handle"),
+        ([["aten.add.Tensor", [ref(1)], {}]], "malformed"),
+        ([5], "malformed"),
+    ],
+)
 def test_hostile_definitions_are_errors(ops, needle) -> None:
     ex, s = setup_static_input()
     define(ex, 7, ops)

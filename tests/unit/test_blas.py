@@ -13,9 +13,23 @@ from proto.messages import BlasGemm
 
 def _gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray, **kw: object) -> BlasGemm:
     """A gemm over Fortran-ordered NumPy arrays (their memory stands for device memory here)."""
-    fields = dict(trans_a=0, trans_b=0, m=c.shape[0], n=c.shape[1], k=a.shape[1], a_type="f32", b_type="f32",
-                  c_type="f32", compute_type="f32", a=a.ctypes.data, lda=a.shape[0], b=b.ctypes.data, ldb=b.shape[0],
-                  c=c.ctypes.data, ldc=c.shape[0])
+    fields = dict(
+        trans_a=0,
+        trans_b=0,
+        m=c.shape[0],
+        n=c.shape[1],
+        k=a.shape[1],
+        a_type="f32",
+        b_type="f32",
+        c_type="f32",
+        compute_type="f32",
+        a=a.ctypes.data,
+        lda=a.shape[0],
+        b=b.ctypes.data,
+        ldb=b.shape[0],
+        c=c.ctypes.data,
+        ldc=c.shape[0],
+    )
     fields.update(kw)
     return BlasGemm(**fields)
 
@@ -37,8 +51,23 @@ def test_gemm_matches_numpy_for_transposes_complex_and_bf16() -> None:
     b = np.asfortranarray(rng.standard_normal((5, 3)) + 1j * rng.standard_normal((5, 3)))
     c = np.asfortranarray(np.ones((7, 3), np.complex128))
     want = (2 - 1j) * (a.conj().T @ b) + 0.5 * c
-    gemm_numpy(_gemm(a, b, c, trans_a=2, m=7, n=3, k=5, a_type="c128", b_type="c128", c_type="c128",
-                     compute_type="c128", alpha=[2.0, -1.0], beta=[0.5, 0.0]))
+    gemm_numpy(
+        _gemm(
+            a,
+            b,
+            c,
+            trans_a=2,
+            m=7,
+            n=3,
+            k=5,
+            a_type="c128",
+            b_type="c128",
+            c_type="c128",
+            compute_type="c128",
+            alpha=[2.0, -1.0],
+            beta=[0.5, 0.0],
+        )
+    )
     assert np.allclose(c, want)
     x = np.asfortranarray(rng.standard_normal((4, 6)).astype(np.float32))
     y = np.asfortranarray(rng.standard_normal((6, 2)).astype(np.float32))
@@ -55,6 +84,18 @@ def test_device_scalars_are_read_as_cuBLAS_stores_them() -> None:
     a = np.asfortranarray(np.array([[1, 2], [3, 4]], np.float16))
     c = np.asfortranarray(np.ones((2, 2), np.float16))
     scalars = np.array([2.0, 0.5], np.float16)
-    gemm_numpy(_gemm(a, a, c, a_type="f16", b_type="f16", c_type="f16", compute_type="f16", scalars_on_device=True,
-                     alpha_ptr=scalars.ctypes.data, beta_ptr=scalars.ctypes.data + 2))
+    gemm_numpy(
+        _gemm(
+            a,
+            a,
+            c,
+            a_type="f16",
+            b_type="f16",
+            c_type="f16",
+            compute_type="f16",
+            scalars_on_device=True,
+            alpha_ptr=scalars.ctypes.data,
+            beta_ptr=scalars.ctypes.data + 2,
+        )
+    )
     assert np.allclose(c.astype(np.float32), 2.0 * (a.astype(np.float32) @ a.astype(np.float32)) + 0.5)

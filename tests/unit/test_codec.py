@@ -21,11 +21,31 @@ messages = st.one_of(
     st.builds(m.MemAlloc, rid=handle, size=size),
     st.builds(m.MemFree, rid=handle, addr=u64),
     st.builds(m.MemcpyDtoH, rid=handle, src=u64, size=size, stream=handle),
-    st.builds(m.Memset, rid=handle, dst=u64, value=st.integers(0, 0xFFFFFFFF), elem_size=st.sampled_from([1, 2, 4]), count=size),
-    st.builds(m.Launch, rid=handle, function=handle, grid=dim3, block=dim3, shared_mem=st.integers(0, 1 << 30), stream=handle, params=st.binary(max_size=256)),
+    st.builds(
+        m.Memset,
+        rid=handle,
+        dst=u64,
+        value=st.integers(0, 0xFFFFFFFF),
+        elem_size=st.sampled_from([1, 2, 4]),
+        count=size,
+    ),
+    st.builds(
+        m.Launch,
+        rid=handle,
+        function=handle,
+        grid=dim3,
+        block=dim3,
+        shared_mem=st.integers(0, 1 << 30),
+        stream=handle,
+        params=st.binary(max_size=256),
+    ),
     st.builds(m.EventRecord, rid=handle, event=handle, stream=handle),
     st.builds(m.Error, rid=handle, code=st.integers(0, 999), name=st.text(max_size=40), message=st.text(max_size=200)),
-    st.builds(m.Result, rid=handle, value=st.one_of(st.none(), st.integers(-(1 << 63), (1 << 64) - 1), st.text(), st.lists(st.integers(0, 10)))),
+    st.builds(
+        m.Result,
+        rid=handle,
+        value=st.one_of(st.none(), st.integers(-(1 << 63), (1 << 64) - 1), st.text(), st.lists(st.integers(0, 10))),
+    ),
 )
 
 
@@ -37,7 +57,11 @@ def test_roundtrip(msg, bulk):
     assert [bytes(b) for b in got_bulk] == bulk
 
 
-@given(st.lists(messages, min_size=0, max_size=20).map(lambda ms: [x for x in ms if x.kind in {"mem_free", "memset", "launch", "event_record"}]))
+@given(
+    st.lists(messages, min_size=0, max_size=20).map(
+        lambda ms: [x for x in ms if x.kind in {"mem_free", "memset", "launch", "event_record"}]
+    )
+)
 @settings(max_examples=100, deadline=None)
 def test_batch_roundtrip(calls):
     batch = m.Batch(rid=1, calls=calls)
@@ -55,7 +79,19 @@ def test_garbage_frames_raise_protocol_error_only(frames):
     # (decoding random bytes successfully is allowed only if they form a valid message)
 
 
-@given(st.dictionaries(st.text(max_size=12), st.one_of(st.integers(-(1 << 63), (1 << 64) - 1), st.text(max_size=12), st.binary(max_size=12), st.none(), st.floats(allow_nan=False)), max_size=6))
+@given(
+    st.dictionaries(
+        st.text(max_size=12),
+        st.one_of(
+            st.integers(-(1 << 63), (1 << 64) - 1),
+            st.text(max_size=12),
+            st.binary(max_size=12),
+            st.none(),
+            st.floats(allow_nan=False),
+        ),
+        max_size=6,
+    )
+)
 @settings(max_examples=500, deadline=None)
 def test_random_maps_raise_protocol_error_only(body):
     frames = [VERSION_FRAME + msgpack.packb(body)]
@@ -65,7 +101,10 @@ def test_random_maps_raise_protocol_error_only(body):
         assert exc.message
 
 
-@given(st.sampled_from(sorted(m.MESSAGE_ADAPTER.json_schema()["discriminator"]["mapping"])), st.dictionaries(st.text(max_size=10), st.integers(-(1 << 63), (1 << 64) - 1), max_size=4))
+@given(
+    st.sampled_from(sorted(m.MESSAGE_ADAPTER.json_schema()["discriminator"]["mapping"])),
+    st.dictionaries(st.text(max_size=10), st.integers(-(1 << 63), (1 << 64) - 1), max_size=4),
+)
 @settings(max_examples=300, deadline=None)
 def test_every_kind_with_random_fields_is_safe(kind, fields):
     frames = encode_body({"kind": kind, **fields})

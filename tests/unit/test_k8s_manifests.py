@@ -31,8 +31,9 @@ def workloads() -> list[dict]:
     return [d for _, d in docs() if d["kind"] in ("Deployment", "DaemonSet", "StatefulSet")]
 
 
-@pytest.mark.parametrize("doc", [d for _, d in docs()],
-                         ids=[f"{f}:{d['kind']}/{d.get('metadata', {}).get('name', '')}" for f, d in docs()])
+@pytest.mark.parametrize(
+    "doc", [d for _, d in docs()], ids=[f"{f}:{d['kind']}/{d.get('metadata', {}).get('name', '')}" for f, d in docs()]
+)
 def test_manifest_is_valid_against_the_api_schema(doc: dict) -> None:
     kv = pytest.importorskip("kubernetes_validate")
     if (doc["apiVersion"], doc["kind"]) in CRDS:
@@ -69,8 +70,12 @@ def test_services_and_monitors_select_something_real() -> None:
 
 
 def _help(command: str) -> str:
-    r = subprocess.run([sys.executable, "-m", "woolyhv", command, "--help"], capture_output=True, text=True,
-                       env=dict(os.environ, COLUMNS="400"))
+    r = subprocess.run(
+        [sys.executable, "-m", "woolyhv", command, "--help"],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, COLUMNS="400"),
+    )
     assert r.returncode == 0, r.stderr
     return r.stdout
 

@@ -22,14 +22,17 @@ def test_accepts_a_launch_within_every_limit() -> None:
     rules.check("k", {str(k): v for k, v in DEV.items()}, (1, 1, 1), (32, 32, 1), 0)  # msgpack'd keys
 
 
-@pytest.mark.parametrize("grid,block,shared,needle", [
-    ((1, 1, 1), (1025, 1, 1), 0, "blockDim.x=1025"),
-    ((1, 1, 1), (1, 1, 65), 0, "blockDim.z=65"),
-    ((1, 1, 1), (0, 1, 1), 0, "blockDim.x=0"),
-    ((1, 65536, 1), (1, 1, 1), 0, "gridDim.y=65536"),
-    ((1, 1, 1), (64, 32, 1), 0, "2048 threads per block"),
-    ((1, 1, 1), (1, 1, 1), 49153, "49153 bytes of dynamic shared memory exceed the 49152"),
-])
+@pytest.mark.parametrize(
+    "grid,block,shared,needle",
+    [
+        ((1, 1, 1), (1025, 1, 1), 0, "blockDim.x=1025"),
+        ((1, 1, 1), (1, 1, 65), 0, "blockDim.z=65"),
+        ((1, 1, 1), (0, 1, 1), 0, "blockDim.x=0"),
+        ((1, 65536, 1), (1, 1, 1), 0, "gridDim.y=65536"),
+        ((1, 1, 1), (64, 32, 1), 0, "2048 threads per block"),
+        ((1, 1, 1), (1, 1, 1), 49153, "49153 bytes of dynamic shared memory exceed the 49152"),
+    ],
+)
 def test_refusals_name_the_limit(grid, block, shared, needle) -> None:
     e = refused(grid, block, shared)
     assert e.name == "CUDA_ERROR_INVALID_VALUE" and needle in e.message
@@ -48,8 +51,10 @@ def test_cooperative_grids_fit_on_the_device_at_once() -> None:
     most = 108 * DEV[rules.MAX_BLOCKS_PER_SM]
     rules.check("k", DEV, (most, 1, 1), (1, 1, 1), 0, cooperative=True)
     assert refused((most + 1, 1, 1), (1, 1, 1), 0, cooperative=True).name == "CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE"
-    assert refused((9, 1, 1), (1, 1, 1), 0, cooperative=True, resident_blocks=8).name == \
-        "CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE"
+    assert (
+        refused((9, 1, 1), (1, 1, 1), 0, cooperative=True, resident_blocks=8).name
+        == "CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE"
+    )
     no_coop = {**DEV, rules.COOPERATIVE_LAUNCH: 0}
     with pytest.raises(CudaError) as e:
         rules.check("k", no_coop, (1, 1, 1), (1, 1, 1), 0, cooperative=True)

@@ -99,8 +99,16 @@ def test_complex(z: complex) -> None:
     assert type(got) is complex and got == z
 
 
-@pytest.mark.parametrize("t", [torch.tensor(3.5), torch.tensor(7, dtype=torch.int64), torch.tensor(True),
-                               torch.tensor(2.5, dtype=torch.float16), torch.tensor(1 - 2j, dtype=torch.complex64)])
+@pytest.mark.parametrize(
+    "t",
+    [
+        torch.tensor(3.5),
+        torch.tensor(7, dtype=torch.int64),
+        torch.tensor(True),
+        torch.tensor(2.5, dtype=torch.float16),
+        torch.tensor(1 - 2j, dtype=torch.complex64),
+    ],
+)
 def test_scalar_tensor(t: Any) -> None:
     ext = ENC.scalar_tensor(t)
     value = t.item()
@@ -129,11 +137,17 @@ def test_tensor_handle(h: int) -> None:
 
 def test_nested_arguments() -> None:
     sess = _Sess()
-    args = [[W.tensor_ref(7), 2, None], {"dtype": ENC.dtype[torch.float64], "alpha": 0.5,
-                                          "memory_format": ENC.memory_format[torch.channels_last]}, "x"]
+    args = [
+        [W.tensor_ref(7), 2, None],
+        {"dtype": ENC.dtype[torch.float64], "alpha": 0.5, "memory_format": ENC.memory_format[torch.channels_last]},
+        "x",
+    ]
     got = DEC.decode(wire(args), sess)
-    assert got == [[sess.tensors[7], 2, None],
-                   {"dtype": torch.float64, "alpha": 0.5, "memory_format": torch.channels_last}, "x"]
+    assert got == [
+        [sess.tensors[7], 2, None],
+        {"dtype": torch.float64, "alpha": 0.5, "memory_format": torch.channels_last},
+        "x",
+    ]
 
 
 def test_unsendable_value() -> None:
@@ -141,16 +155,19 @@ def test_unsendable_value() -> None:
         ENC.encode(object())
 
 
-@pytest.mark.parametrize("ext", [
-    msgpack.ExtType(W.EXT_TENSOR, b"\x07"),  # not 8 bytes
-    msgpack.ExtType(W.EXT_TENSOR, (99).to_bytes(8, "little")),  # not live
-    msgpack.ExtType(W.EXT_DTYPE, b"float33"),
-    msgpack.ExtType(W.EXT_MEMFMT, b"\xff\xfe"),
-    msgpack.ExtType(W.EXT_LAYOUT, b"jagged"),
-    msgpack.ExtType(W.EXT_SCALAR_TENSOR, msgpack.packb(["nope", 1])),
-    msgpack.ExtType(W.EXT_HOST_TENSOR, msgpack.packb([0, "float32", [-1]])),
-    msgpack.ExtType(77, b"x"),
-])
+@pytest.mark.parametrize(
+    "ext",
+    [
+        msgpack.ExtType(W.EXT_TENSOR, b"\x07"),  # not 8 bytes
+        msgpack.ExtType(W.EXT_TENSOR, (99).to_bytes(8, "little")),  # not live
+        msgpack.ExtType(W.EXT_DTYPE, b"float33"),
+        msgpack.ExtType(W.EXT_MEMFMT, b"\xff\xfe"),
+        msgpack.ExtType(W.EXT_LAYOUT, b"jagged"),
+        msgpack.ExtType(W.EXT_SCALAR_TENSOR, msgpack.packb(["nope", 1])),
+        msgpack.ExtType(W.EXT_HOST_TENSOR, msgpack.packb([0, "float32", [-1]])),
+        msgpack.ExtType(77, b"x"),
+    ],
+)
 def test_bad_values_are_invalid_value(ext: Any) -> None:
     with pytest.raises(CudaError) as e:
         DEC.decode([ext], _Sess())
@@ -162,8 +179,16 @@ def test_client_hot_path_uses_proto_encoding() -> None:
     from shim.torch import dispatch
 
     enc = dispatch._Enc(by_value=False)
-    leaves = [torch.float32, torch.device("cuda", 0), torch.device("cpu"), torch.channels_last, torch.strided,
-              torch.Generator(), 2 + 3j, torch.tensor(4.0)]
+    leaves = [
+        torch.float32,
+        torch.device("cuda", 0),
+        torch.device("cpu"),
+        torch.channels_last,
+        torch.strided,
+        torch.Generator(),
+        2 + 3j,
+        torch.tensor(4.0),
+    ]
     got = [enc.enc(v) for v in leaves]
     want = [ENC.encode(v) for v in leaves[:-1]] + [ENC.scalar_tensor(leaves[-1])]
     assert got == want

@@ -34,8 +34,17 @@ LEDGER_CHECK_S = 10.0
 
 
 class NodeAgent:
-    def __init__(self, store: Store, name: str, endpoint: str, *, ttl: int = 5, interval: float = 1.0,
-                 server_key: str = "", labels: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        name: str,
+        endpoint: str,
+        *,
+        ttl: int = 5,
+        interval: float = 1.0,
+        server_key: str = "",
+        labels: dict[str, str] | None = None,
+    ) -> None:
         self.store = store
         self.name = name
         self.endpoint = endpoint
@@ -99,8 +108,11 @@ class NodeAgent:
             if not self.lease:
                 if not self._join():
                     if now > self._name_note:
-                        log.warning("pool.name-taken", node=self.name,
-                                    detail="a live node holds this name; waiting for its lease to lapse")
+                        log.warning(
+                            "pool.name-taken",
+                            node=self.name,
+                            detail="a live node holds this name; waiting for its lease to lapse",
+                        )
                         self._name_note = now + 10
                     return 0.5
                 self._next_refresh = now + self.ttl / 3
@@ -129,8 +141,16 @@ class NodeAgent:
             snap = self._snapshot
         if snap is None:
             return None
-        return Inventory(node=self.name, endpoint=self.endpoint, server_key=self.server_key, lease=self.lease,
-                         started=self.started, updated=time.time(), labels=self.labels, **snap)
+        return Inventory(
+            node=self.name,
+            endpoint=self.endpoint,
+            server_key=self.server_key,
+            lease=self.lease,
+            started=self.started,
+            updated=time.time(),
+            labels=self.labels,
+            **snap,
+        )
 
     def _join(self) -> bool:
         inv = self._inventory()
@@ -139,8 +159,9 @@ class NodeAgent:
         lease = self.store.grant(self.ttl)
         inv.lease = lease
         nkey, lkey = keys.node(self.store, self.name), keys.ledger(self.store, self.name)
-        ok, _, _ = self.store.txn([cmp_create(nkey, 0)],
-                                  [op_put(nkey, inv, lease), op_put(lkey, Ledger(node=self.name), lease)])
+        ok, _, _ = self.store.txn(
+            [cmp_create(nkey, 0)], [op_put(nkey, inv, lease), op_put(lkey, Ledger(node=self.name), lease)]
+        )
         if not ok:
             self.store.revoke(lease)
             return False
@@ -173,8 +194,9 @@ class NodeAgent:
             snap = self._snapshot
         if snap is None:
             return
-        open_sessions: dict[str, tuple[str, str]] = {s["reservation"]: (s["session"], s["tenant"])
-                                                     for s in snap["sessions"] if s.get("reservation")}
+        open_sessions: dict[str, tuple[str, str]] = {
+            s["reservation"]: (s["session"], s["tenant"]) for s in snap["sessions"] if s.get("reservation")
+        }
         live = {s["session"] for s in snap["sessions"]}
         seen = (frozenset(live), frozenset(open_sessions))
         if seen == self._sessions_seen and time.monotonic() < self._next_ledger_check:
@@ -202,7 +224,9 @@ class NodeAgent:
                     changed = True
             if not changed:
                 return
-            ok, _, _ = self.store.txn([cmp_mod(lkey, kv.mod_revision)], [op_put(lkey, ledger, self.lease)], [op_get(lkey)])
+            ok, _, _ = self.store.txn(
+                [cmp_mod(lkey, kv.mod_revision)], [op_put(lkey, ledger, self.lease)], [op_get(lkey)]
+            )
             if ok:
                 self._schedule_check(ledger, now)
                 log.event("pool.ledger", node=self.name, reservations=len(ledger.reservations))
@@ -221,8 +245,14 @@ class NodeAgent:
             key = keys.move(self.store, self.name, order.session)
             if ok:
                 self.store.delete(key)
-                log.event("pool.moved", node=self.name, session=order.session, target=order.target,
-                          bytes=detail.get("bytes", 0), pause_s=detail.get("pause_s", 0))
+                log.event(
+                    "pool.moved",
+                    node=self.name,
+                    session=order.session,
+                    target=order.target,
+                    bytes=detail.get("bytes", 0),
+                    pause_s=detail.get("pause_s", 0),
+                )
             else:
                 order.state, order.error, order.updated = "failed", str(detail.get("error", ""))[:2000], time.time()
                 self.store.put(key, order)
@@ -281,8 +311,16 @@ def _stable(inv: Inventory) -> dict[str, Any]:
     d = inv.model_dump(exclude={"updated", "sessions"})
     d["load"] = round(d["load"], 1)
     # a session's checkpoints and moves are news (``wooly pool sessions`` shows them; NOTE [standby] plans on them)
-    d["session_ids"] = sorted((s.session, s.reservation, s.memory >> 20, s.checkpoint_s, s.moves,
-                               str(s.checkpoint.get("count", "")), str(s.checkpoint.get("standby", "")))
-                              for s in inv.sessions)
+    d["session_ids"] = sorted(
+        (
+            s.session,
+            s.reservation,
+            s.memory >> 20,
+            s.checkpoint_s,
+            s.moves,
+            str(s.checkpoint.get("count", "")),
+            str(s.checkpoint.get("standby", "")),
+        )
+        for s in inv.sessions
+    )
     return d
-

@@ -110,9 +110,13 @@ class PoolClient:
                 self.close()  # a fresh connection next time: this one may be to a dead peer
                 continue
             if reply.get("kind") == "error":
-                raise PoolError(int(reply.get("code", E.UNKNOWN)), str(reply.get("message", "")), str(reply.get("decision", "")))
+                raise PoolError(
+                    int(reply.get("code", E.UNKNOWN)), str(reply.get("message", "")), str(reply.get("decision", ""))
+                )
             return reply
-        raise PoolError(E.DEVICE_UNAVAILABLE, f"no pool controller answered at {', '.join(tried)} within {self.timeout_s:g} s")
+        raise PoolError(
+            E.DEVICE_UNAVAILABLE, f"no pool controller answered at {', '.join(tried)} within {self.timeout_s:g} s"
+        )
 
     def place(self, req: PlaceRequest, on_wait: Callable[[str, str], None] | None = None) -> Placement:
         """A placement for ``req``: follows redirects, waits while the controller waits, until ``req.deadline_s``."""
@@ -158,10 +162,18 @@ class PoolClient:
                     continue
                 kind = reply.get("kind")
             if kind == "error":
-                raise PoolError(int(reply.get("code", E.UNKNOWN)), str(reply.get("message", "")), str(reply.get("decision", "")))
+                raise PoolError(
+                    int(reply.get("code", E.UNKNOWN)), str(reply.get("message", "")), str(reply.get("decision", ""))
+                )
             if kind == "placed":
-                return Placement(node=reply["node"], endpoint=reply["endpoint"], server_key=reply.get("server_key", ""),
-                                 reservation=reply["reservation"], decision=reply["decision"], device=reply.get("device", 0))
+                return Placement(
+                    node=reply["node"],
+                    endpoint=reply["endpoint"],
+                    server_key=reply.get("server_key", ""),
+                    reservation=reply["reservation"],
+                    decision=reply["decision"],
+                    device=reply.get("device", 0),
+                )
             last_error = f"{ep}: unexpected answer {kind!r}"
         raise PoolError(E.DEVICE_UNAVAILABLE, f"no placement from the pool within {req.deadline_s:g} s: {last_error}")
 
@@ -205,9 +217,17 @@ def request_from_settings(s: Any) -> PlaceRequest:
         memory, source, digests = est["total"], f"estimate of {s.model}", est.get("sample", [])
     else:
         memory, source = DEFAULT_MEMORY, "default (set WOOLY_MEM or WOOLY_MODEL)"
-    return PlaceRequest(tenant=s.tenant, memory=memory, vendor=s.vendor or None, arch=s.arch or None,
-                        priority=s.priority, deadline_s=s.place_timeout_s, digests=digests[:4096],
-                        program=" ".join(sys.argv)[:200], memory_source=source[:200])
+    return PlaceRequest(
+        tenant=s.tenant,
+        memory=memory,
+        vendor=s.vendor or None,
+        arch=s.arch or None,
+        priority=s.priority,
+        deadline_s=s.place_timeout_s,
+        digests=digests[:4096],
+        program=" ".join(sys.argv)[:200],
+        memory_source=source[:200],
+    )
 
 
 def place_for_settings(s: Any) -> Placement:

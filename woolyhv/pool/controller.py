@@ -71,8 +71,19 @@ class Pending:
 
 
 class Controller:
-    def __init__(self, store: Store, listen: str, *, advertise: str = "", policy: str = "binpack", ttl: int = 5,
-                 insecure: bool = False, admin_token: str = "", metrics_port: int = 0, claim_s: float = CLAIM_S) -> None:
+    def __init__(
+        self,
+        store: Store,
+        listen: str,
+        *,
+        advertise: str = "",
+        policy: str = "binpack",
+        ttl: int = 5,
+        insecure: bool = False,
+        admin_token: str = "",
+        metrics_port: int = 0,
+        claim_s: float = CLAIM_S,
+    ) -> None:
         if policy not in POLICIES:
             raise ValueError(f"--policy={policy!r}: expected one of {', '.join(POLICIES)}")
         self.store = store
@@ -129,14 +140,22 @@ class Controller:
         # collector from walking it on every full collection (a 10-20 ms pause in the placement tail).
         gc.freeze()
         self.lease = self.store.grant(self.ttl)
-        self.store.put(keys.controller(self.store, self.id),
-                       {"id": self.id, "endpoint": self.advertise, "started": time.time()}, self.lease)
+        self.store.put(
+            keys.controller(self.store, self.id),
+            {"id": self.id, "endpoint": self.advertise, "started": time.time()},
+            self.lease,
+        )
         elector = threading.Thread(target=self._elect, name="election", daemon=True)
         elector.start()
         self._writer = threading.Thread(target=self._write_decisions, name="decisions", daemon=True)
         self._writer.start()
-        log.info("controller %s listening on %s (advertised %s), policy %s", self.id, self.endpoint, self.advertise,
-                 self.policy)
+        log.info(
+            "controller %s listening on %s (advertised %s), policy %s",
+            self.id,
+            self.endpoint,
+            self.advertise,
+            self.policy,
+        )
         try:
             while not self._stop.is_set():
                 if self.sock.poll(50, zmq.POLLIN):
@@ -180,8 +199,11 @@ class Controller:
                     if self.store.keepalive(self.lease) <= 0:  # our lease lapsed (we stalled): start over
                         self.is_leader = False
                         self.lease = self.store.grant(self.ttl)
-                        self.store.put(keys.controller(self.store, self.id),
-                                       {"id": self.id, "endpoint": self.advertise, "started": time.time()}, self.lease)
+                        self.store.put(
+                            keys.controller(self.store, self.id),
+                            {"id": self.id, "endpoint": self.advertise, "started": time.time()},
+                            self.lease,
+                        )
                     next_refresh = time.monotonic() + self.ttl / 3
                 if not self.is_leader:
                     ok, _, _ = self.store.txn([cmp_create(lkey, 0)], [op_put(lkey, me, self.lease)])
@@ -236,15 +258,18 @@ class Controller:
             req = PlaceRequest.model_validate(body.get("request") or {})
         except ValidationError as exc:
             first = exc.errors()[0]
-            raise ProtocolError(f"invalid placement request: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+            raise ProtocolError(
+                f"invalid placement request: {'.'.join(map(str, first['loc']))}: {first['msg']}"
+            ) from None
         if not self.is_leader:
             self.stats["redirects"] += 1
             with self.view.lock:
                 leader = (self.view.leader or {}).get("endpoint", "")
             return {"kind": "redirect", "leader": leader, "message": "not the leader"}
         now = time.monotonic()
-        self._incoming.append(Pending((-req.priority, now), identity, rid, req, now + req.deadline_s,
-                                      uuid.uuid4().hex[:16], now))
+        self._incoming.append(
+            Pending((-req.priority, now), identity, rid, req, now + req.deadline_s, uuid.uuid4().hex[:16], now)
+        )
         return None  # answered by _place_incoming once the socket is drained
 
     def _place_incoming(self) -> None:
@@ -264,8 +289,9 @@ class Controller:
                 self.pending.append(p)
                 self._record(p.last | {"outcome": "wait"})
                 log.info("decision %s: waiting: %s", p.did, p.last.get("reason"))
-                self._send(p.identity, {"kind": "waiting", "rid": p.rid, "decision": p.did,
-                                        "reason": p.last.get("reason", "")})
+                self._send(
+                    p.identity, {"kind": "waiting", "rid": p.rid, "decision": p.did, "reason": p.last.get("reason", "")}
+                )
         self.pending.sort()
 
     def _attempt_batch(self, ps: list[Pending]) -> list[dict[str, Any] | None]:
@@ -282,8 +308,9 @@ class Controller:
                     decided.append((p, None, "single", ""))
                     continue
                 p.attempts += 1
-                d = self.view.table.decide(p.req, self.view.nodes, policy=self.policy, decision_id=p.did,
-                                           content_index=self.view.content_index)
+                d = self.view.table.decide(
+                    p.req, self.view.nodes, policy=self.policy, decision_id=p.did, content_index=self.view.content_index
+                )
                 d["controller"] = self.id
                 p.last = d
                 if d["outcome"] != "placed":
@@ -292,9 +319,12 @@ class Controller:
                 v = self.view.nodes[d["node"]]
                 st = staged.get(d["node"])
                 if st is None:
-                    st = staged[d["node"]] = {"orig": (v.ledger, v.ledger_rev), "node_rev": v.node_rev,
-                                              "lease": v.inv.lease,
-                                              "ledger": v.ledger.model_copy(deep=True) if v.ledger else Ledger(node=d["node"])}
+                    st = staged[d["node"]] = {
+                        "orig": (v.ledger, v.ledger_rev),
+                        "node_rev": v.node_rev,
+                        "lease": v.inv.lease,
+                        "ledger": v.ledger.model_copy(deep=True) if v.ledger else Ledger(node=d["node"]),
+                    }
                     v.ledger = st["ledger"]  # tentative: the next decisions of this batch see it
                 res = self._reservation(p, d)
                 st["ledger"].reservations[res.id] = res
@@ -336,8 +366,15 @@ class Controller:
         return replies
 
     def _reservation(self, p: Pending, d: dict[str, Any]) -> Reservation:
-        res = Reservation(id=uuid.uuid4().hex[:16], tenant=p.req.tenant, bytes=p.req.memory, device=d["device"],
-                          created=time.time(), claim_by=time.time() + self.claim_s, decision=p.did)
+        res = Reservation(
+            id=uuid.uuid4().hex[:16],
+            tenant=p.req.tenant,
+            bytes=p.req.memory,
+            device=d["device"],
+            created=time.time(),
+            claim_by=time.time() + self.claim_s,
+            decision=p.did,
+        )
         d.update(reservation=res.id, waited_s=round(time.monotonic() - p.since, 3), attempts=p.attempts)
         return res
 
@@ -348,10 +385,23 @@ class Controller:
         if len(self.latency_ms) > 10_000:
             del self.latency_ms[:5000]
         if log.isEnabledFor(logging.INFO):
-            log.info("decision %s: %s on %s (score %s), %s", p.did, p.req.tenant, d["node"],
-                     d["candidates"][0]["score"] if d["candidates"] else "-", summary(d))
-        return {"kind": "placed", "node": d["node"], "endpoint": endpoint, "server_key": server_key,
-                "reservation": d["reservation"], "decision": p.did, "device": d["device"]}
+            log.info(
+                "decision %s: %s on %s (score %s), %s",
+                p.did,
+                p.req.tenant,
+                d["node"],
+                d["candidates"][0]["score"] if d["candidates"] else "-",
+                summary(d),
+            )
+        return {
+            "kind": "placed",
+            "node": d["node"],
+            "endpoint": endpoint,
+            "server_key": server_key,
+            "reservation": d["reservation"],
+            "decision": p.did,
+            "device": d["device"],
+        }
 
     def _attempt(self, p: Pending) -> dict[str, Any] | None:
         """Decide and reserve; the reply when placed (or failed for good), None to wait."""
@@ -360,8 +410,14 @@ class Controller:
             t0 = time.perf_counter()
             with self.view.lock:
                 quota = self.view.quotas.get(p.req.tenant)
-                d = self.view.table.decide(p.req, self.view.nodes, policy=self.policy, quota=quota,
-                                           decision_id=p.did, content_index=self.view.content_index)
+                d = self.view.table.decide(
+                    p.req,
+                    self.view.nodes,
+                    policy=self.policy,
+                    quota=quota,
+                    decision_id=p.did,
+                    content_index=self.view.content_index,
+                )
                 d["controller"] = self.id
                 p.last = d
                 if d["outcome"] != "placed":
@@ -394,7 +450,9 @@ class Controller:
                 got = [range_kvs(r) for r in responses]
                 with self.view.lock:
                     if got and got[0]:
-                        self.view.set_ledger(d["node"], Ledger.model_validate_json(got[0][0].value), got[0][0].mod_revision)
+                        self.view.set_ledger(
+                            d["node"], Ledger.model_validate_json(got[0][0].value), got[0][0].mod_revision
+                        )
                     if len(got) > 1 and (not got[1] or got[1][0].create_revision != node_rev):
                         self.view.nodes.pop(d["node"], None)
                     if len(got) > 2:
@@ -424,8 +482,15 @@ class Controller:
         now = time.monotonic()
         if not self.is_leader:
             for p in self.pending:
-                self._send(p.identity, {"kind": "redirect", "rid": p.rid, "leader": (self.view.leader or {}).get("endpoint", ""),
-                                        "message": "this controller lost the lead"})
+                self._send(
+                    p.identity,
+                    {
+                        "kind": "redirect",
+                        "rid": p.rid,
+                        "leader": (self.view.leader or {}).get("endpoint", ""),
+                        "message": "this controller lost the lead",
+                    },
+                )
             self.pending.clear()
             return
         expired = [p for p in self.pending if now >= p.deadline]
@@ -436,8 +501,16 @@ class Controller:
             rej = p.last.get("rejected") or {}
             code = E.OUT_OF_MEMORY if ("memory" in rej or "tenant-quota" in rej) else E.NO_DEVICE
             self._record(p.last | {"outcome": "failed", "waited_s": round(now - p.since, 3)})
-            self._send(p.identity, _error(p.rid, code, f"no node could take this session within {p.req.deadline_s:.1f} s: "
-                                          f"{reason} (wooly pool explain {p.did})") | {"decision": p.did})
+            self._send(
+                p.identity,
+                _error(
+                    p.rid,
+                    code,
+                    f"no node could take this session within {p.req.deadline_s:.1f} s: "
+                    f"{reason} (wooly pool explain {p.did})",
+                )
+                | {"decision": p.did},
+            )
         if self.view.version == self._seen_version and now < self._next_retry:
             return
         self._seen_version = self.view.version
@@ -471,8 +544,11 @@ class Controller:
             except queue.Empty:
                 pass
             now = time.monotonic()
-            if not queued or (now - self._last_activity < FLUSH_IDLE_S and now - queued[0][0] < FLUSH_MAX_S
-                              and not self._stop.is_set()):
+            if not queued or (
+                now - self._last_activity < FLUSH_IDLE_S
+                and now - queued[0][0] < FLUSH_MAX_S
+                and not self._stop.is_set()
+            ):
                 continue
             batch, queued = [d for _, d in queued[:64]], queued[64:]
             try:
@@ -489,12 +565,20 @@ class Controller:
         rows = []
         with self.view.lock:
             for name, v in sorted(self.view.nodes.items()):
-                rows.append({"node": name, "endpoint": v.inv.endpoint, "cordon": v.cordon.reason if v.cordon else None,
-                             "devices": [d.model_dump() | {"free": v.free(d)} for d in v.inv.devices],
-                             "sessions": v.inv.session_count, "load": v.inv.load,
-                             "reservations": len(v.ledger.reservations) if v.ledger else 0,
-                             "tenants": {k: t.model_dump() for k, t in v.inv.tenants.items()},
-                             "content_bytes": v.inv.content_bytes, "updated": v.inv.updated})
+                rows.append(
+                    {
+                        "node": name,
+                        "endpoint": v.inv.endpoint,
+                        "cordon": v.cordon.reason if v.cordon else None,
+                        "devices": [d.model_dump() | {"free": v.free(d)} for d in v.inv.devices],
+                        "sessions": v.inv.session_count,
+                        "load": v.inv.load,
+                        "reservations": len(v.ledger.reservations) if v.ledger else 0,
+                        "tenants": {k: t.model_dump() for k, t in v.inv.tenants.items()},
+                        "content_bytes": v.inv.content_bytes,
+                        "updated": v.inv.updated,
+                    }
+                )
             bad = dict(self.view.bad)
         return {"kind": "nodes", "nodes": rows, "ignored": bad}
 
@@ -506,10 +590,19 @@ class Controller:
                 for s in v.inv.sessions:
                     rows.append({"node": name} | s.model_dump())
                     claimed.add(s.reservation)
-                for r in (v.ledger.reservations.values() if v.ledger else ()):
+                for r in v.ledger.reservations.values() if v.ledger else ():
                     if r.id not in claimed:
-                        rows.append({"node": name, "session": "(reserved)", "tenant": r.tenant, "memory": r.bytes,
-                                     "program": "", "reservation": r.id, "age_s": round(time.time() - r.created, 1)})
+                        rows.append(
+                            {
+                                "node": name,
+                                "session": "(reserved)",
+                                "tenant": r.tenant,
+                                "memory": r.bytes,
+                                "program": "",
+                                "reservation": r.id,
+                                "age_s": round(time.time() - r.created, 1),
+                            }
+                        )
         return {"kind": "sessions", "sessions": rows}
 
     def on_explain(self, identity: bytes, rid: int, body: dict[str, Any]) -> dict[str, Any]:
@@ -518,12 +611,17 @@ class Controller:
             raise ProtocolError(f"explain: {did!r} is not a decision id")
         for p in self.pending:
             if p.did == did:
-                return {"kind": "decision", "decision": p.last | {"outcome": "wait", "waited_s": round(time.monotonic() - p.since, 3)}}
+                return {
+                    "kind": "decision",
+                    "decision": p.last | {"outcome": "wait", "waited_s": round(time.monotonic() - p.since, 3)},
+                }
         if did in self.recent:
             return {"kind": "decision", "decision": self.recent[did]}
         kv = self.store.get(keys.decision(self.store, did))
         if kv is None:
-            raise ProtocolError(f"no decision {did!r} (decisions are kept for {DECISION_TTL // 60} minutes)", E.NOT_FOUND)
+            raise ProtocolError(
+                f"no decision {did!r} (decisions are kept for {DECISION_TTL // 60} minutes)", E.NOT_FOUND
+            )
         return {"kind": "decision", "decision": kv.json()}
 
     def on_cordon(self, identity: bytes, rid: int, body: dict[str, Any]) -> dict[str, Any]:
@@ -537,8 +635,10 @@ class Controller:
             self.store.delete(keys.cordon(self.store, node))
             self.store.delete(keys.drain(self.store, node))  # ends a drain too (NOTE [drain])
         else:
-            self.store.put(keys.cordon(self.store, node), Cordon(reason=str(body.get("reason", ""))[:500] or "cordoned",
-                                                                 at=time.time()))
+            self.store.put(
+                keys.cordon(self.store, node),
+                Cordon(reason=str(body.get("reason", ""))[:500] or "cordoned", at=time.time()),
+            )
         return {"kind": "ok"}
 
     def on_drain(self, identity: bytes, rid: int, body: dict[str, Any]) -> dict[str, Any]:
@@ -573,13 +673,28 @@ class Controller:
 
     def on_status(self, identity: bytes, rid: int, body: dict[str, Any]) -> dict[str, Any]:
         with self.view.lock:
-            out = {"kind": "status", "id": self.id, "leader": self.view.leader, "is_leader": self.is_leader,
-                   "controllers": list(self.view.controllers.values()), "nodes": len(self.view.nodes),
-                   "pending": [{"decision": p.did, "tenant": p.req.tenant, "memory": p.req.memory,
-                                "waited_s": round(time.monotonic() - p.since, 3), "reason": p.last.get("reason", "")}
-                               for p in self.pending],
-                   "quotas": dict(self.view.quotas), "stats": dict(self.stats), "policy": self.policy,
-                   "latency_ms": _quantiles(self.latency_ms[-1000:])}
+            out = {
+                "kind": "status",
+                "id": self.id,
+                "leader": self.view.leader,
+                "is_leader": self.is_leader,
+                "controllers": list(self.view.controllers.values()),
+                "nodes": len(self.view.nodes),
+                "pending": [
+                    {
+                        "decision": p.did,
+                        "tenant": p.req.tenant,
+                        "memory": p.req.memory,
+                        "waited_s": round(time.monotonic() - p.since, 3),
+                        "reason": p.last.get("reason", ""),
+                    }
+                    for p in self.pending
+                ],
+                "quotas": dict(self.view.quotas),
+                "stats": dict(self.stats),
+                "policy": self.policy,
+                "latency_ms": _quantiles(self.latency_ms[-1000:]),
+            }
         return out
 
 
@@ -592,8 +707,13 @@ def _quantiles(samples: list[float]) -> dict[str, float]:
 
 
 def _error(rid: int, code: int, message: str) -> dict[str, Any]:
-    return {"kind": "error", "rid": rid, "code": code, "name": E.CURESULT.get(code, ("CUDA_ERROR_UNKNOWN", ""))[0],
-            "message": message}
+    return {
+        "kind": "error",
+        "rid": rid,
+        "code": code,
+        "name": E.CURESULT.get(code, ("CUDA_ERROR_UNKNOWN", ""))[0],
+        "message": message,
+    }
 
 
 _HANDLERS = {

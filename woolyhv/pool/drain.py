@@ -74,8 +74,13 @@ class Drainer:
                 store.delete(kv.key)
                 continue
             if o.state == "failed" and time.time() - o.updated > RETRY_S:
-                log.info("drain %s: moving session %s to %s failed (%s); placing it again", node, o.session, o.target,
-                         o.error)
+                log.info(
+                    "drain %s: moving session %s to %s failed (%s); placing it again",
+                    node,
+                    o.session,
+                    o.target,
+                    o.error,
+                )
                 self.waiting.setdefault(node, {})[o.session] = f"the move to {o.target} failed: {o.error}"
                 store.delete(kv.key)
                 continue
@@ -89,24 +94,46 @@ class Drainer:
             if row.session in by_session:
                 continue
             did = uuid.uuid4().hex[:16]
-            req = PlaceRequest(tenant=row.tenant, memory=row.memory, vendor=vendor, deadline_s=0.0,
-                               program=f"move of session {row.session} off {node}" + (f" ({row.program})" if row.program else ""),
-                               memory_source="session")
+            req = PlaceRequest(
+                tenant=row.tenant,
+                memory=row.memory,
+                vendor=vendor,
+                deadline_s=0.0,
+                program=f"move of session {row.session} off {node}" + (f" ({row.program})" if row.program else ""),
+                memory_source="session",
+            )
             placed, last = ctl.place_now(req, did)
             if placed is None:
                 why = last.get("reason") or summary(last)
                 if waiting.get(row.session) != why:
-                    log.info("drain %s: session %s stays for now: %s (wooly pool explain %s)", node, row.session, why, did)
+                    log.info(
+                        "drain %s: session %s stays for now: %s (wooly pool explain %s)", node, row.session, why, did
+                    )
                 waiting[row.session] = f"{why} (wooly pool explain {did})"
                 continue
-            order = MoveOrder(session=row.session, tenant=row.tenant, source=node, target=placed["node"],
-                              endpoint=placed["endpoint"], server_key=placed["server_key"],
-                              reservation=placed["reservation"], decision=did, token=secrets.token_hex(16),
-                              created=time.time(), updated=time.time())
+            order = MoveOrder(
+                session=row.session,
+                tenant=row.tenant,
+                source=node,
+                target=placed["node"],
+                endpoint=placed["endpoint"],
+                server_key=placed["server_key"],
+                reservation=placed["reservation"],
+                decision=did,
+                token=secrets.token_hex(16),
+                created=time.time(),
+                updated=time.time(),
+            )
             store.put(keys.move(store, node, row.session), order)
             waiting.pop(row.session, None)
-            log.info("drain %s: session %s (%s) moves to %s (decision %s)", node, row.session, row.tenant,
-                     placed["node"], did)
+            log.info(
+                "drain %s: session %s (%s) moves to %s (decision %s)",
+                node,
+                row.session,
+                row.tenant,
+                placed["node"],
+                did,
+            )
 
     def status(self, node: str) -> dict[str, Any]:
         ctl, store = self.ctl, self.ctl.store
@@ -115,7 +142,13 @@ class Drainer:
             rows = [r.model_dump() for r in v.inv.sessions] if v is not None else []
         orders, _ = store.get_prefix(keys.move(store, node, ""))
         drain = store.get(keys.drain(store, node))
-        return {"node": node, "in_pool": v is not None, "draining": drain is not None, "sessions": rows,
-                "orders": [MoveOrder.model_validate_json(kv.value).model_dump(exclude={"token", "server_key"})
-                           for kv in orders],
-                "waiting": dict(self.waiting.get(node, {}))}
+        return {
+            "node": node,
+            "in_pool": v is not None,
+            "draining": drain is not None,
+            "sessions": rows,
+            "orders": [
+                MoveOrder.model_validate_json(kv.value).model_dump(exclude={"token", "server_key"}) for kv in orders
+            ],
+            "waiting": dict(self.waiting.get(node, {})),
+        }

@@ -26,10 +26,37 @@ from typing import Any
 
 from woolyhv.pool.placement import request_sample
 
-DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1,
-               "F8_E4M3": 1, "F8_E5M2": 1, "U16": 2, "U32": 4, "U64": 8}
-NAMED = {"float32": 4, "float": 4, "fp32": 4, "float16": 2, "half": 2, "fp16": 2, "bfloat16": 2, "bf16": 2,
-         "float64": 8, "int8": 1, "fp8": 1, "float8": 1}
+DTYPE_BYTES = {
+    "F64": 8,
+    "F32": 4,
+    "F16": 2,
+    "BF16": 2,
+    "I64": 8,
+    "I32": 4,
+    "I16": 2,
+    "I8": 1,
+    "U8": 1,
+    "BOOL": 1,
+    "F8_E4M3": 1,
+    "F8_E5M2": 1,
+    "U16": 2,
+    "U32": 4,
+    "U64": 8,
+}
+NAMED = {
+    "float32": 4,
+    "float": 4,
+    "fp32": 4,
+    "float16": 2,
+    "half": 2,
+    "fp16": 2,
+    "bfloat16": 2,
+    "bf16": 2,
+    "float64": 8,
+    "int8": 1,
+    "fp8": 1,
+    "float8": 1,
+}
 SAFE_NAMES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16", "F64": "float64", "I8": "int8", "U8": "uint8"}
 CHUNK = 4 << 20
 MIN_UPLOAD = 1 << 20
@@ -95,8 +122,13 @@ def _from_safetensors(files: list[str], sample: bool) -> dict[str, Any]:
                     f.seek(off)
                     hashes.append(xxhash.xxh3_128_hexdigest(f.read(n)))
     main = max(dtypes, key=lambda k: dtypes[k]) if dtypes else "F32"
-    return {"params": params, "weights": weights, "dtype": SAFE_NAMES.get(main, main.lower()),
-            "bytes_per_param": DTYPE_BYTES.get(main, 4), "sample": request_sample(hashes) if sample else []}
+    return {
+        "params": params,
+        "weights": weights,
+        "dtype": SAFE_NAMES.get(main, main.lower()),
+        "bytes_per_param": DTYPE_BYTES.get(main, 4),
+        "sample": request_sample(hashes) if sample else [],
+    }
 
 
 def _get(cfg: dict[str, Any], *names: str, default: Any = None) -> Any:
@@ -116,8 +148,10 @@ def count_params(cfg: dict[str, Any]) -> int:
     H = int(_get(cfg, "hidden_size", "n_embd", "d_model", default=0))
     L = int(_get(cfg, "num_hidden_layers", "n_layer", "num_layers", default=0))
     if not (V and H and L):
-        raise EstimateError(f"config of model_type {mt or '?'} lacks vocab_size/hidden_size/num_hidden_layers:"
-                            " give the checkpoint's .safetensors instead")
+        raise EstimateError(
+            f"config of model_type {mt or '?'} lacks vocab_size/hidden_size/num_hidden_layers:"
+            " give the checkpoint's .safetensors instead"
+        )
     heads = int(_get(cfg, "num_attention_heads", "n_head", default=1))
     if mt == "gpt2":
         inner = int(_get(cfg, "n_inner", default=4 * H))
@@ -195,8 +229,15 @@ def _locate(path: str) -> tuple[list[str], dict[str, Any] | None]:
     return files, cfg
 
 
-def estimate(path: str, *, context: int = 4096, batch: int = 1, training: bool = False, dtype: str | None = None,
-             sample: bool = True) -> dict[str, Any]:
+def estimate(
+    path: str,
+    *,
+    context: int = 4096,
+    batch: int = 1,
+    training: bool = False,
+    dtype: str | None = None,
+    sample: bool = True,
+) -> dict[str, Any]:
     """The NOTE [memory estimate] of a checkpoint, in bytes (``total`` is what a placement reserves)."""
     if context <= 0 or batch <= 0:
         raise EstimateError("context and batch must be > 0")
@@ -209,8 +250,14 @@ def estimate(path: str, *, context: int = 4096, batch: int = 1, training: bool =
         n = count_params(cfg)
         name = str(_get(cfg, "torch_dtype", "dtype", default="float32")).replace("torch.", "")
         width = NAMED.get(name, 4)
-        out = {"params": n, "weights": n * width, "dtype": name, "bytes_per_param": width, "sample": [],
-               "source": "config.json"}
+        out = {
+            "params": n,
+            "weights": n * width,
+            "dtype": name,
+            "bytes_per_param": width,
+            "sample": [],
+            "source": "config.json",
+        }
     if dtype is not None:
         width = NAMED.get(dtype.replace("torch.", ""))
         if width is None:

@@ -32,7 +32,7 @@ def advertised(bound: list[str], advertise: str | None) -> str:
     ep = tcp[0] if tcp else bound[0]
     for wildcard in ("tcp://0.0.0.0:", "tcp://*:", "tcp://[::]:"):
         if ep.startswith(wildcard):
-            return "tcp://" + _host_address() + ":" + ep[len(wildcard):]
+            return "tcp://" + _host_address() + ":" + ep[len(wildcard) :]
     return ep
 
 
@@ -55,8 +55,9 @@ def check_join(url: str, *, node_name: str | None, ttl: int, labels: list[str]) 
     return name, parsed
 
 
-def agent_for(server: Any, url: str, *, node_name: str | None, advertise: str | None, ttl: int,
-              labels: list[str]) -> NodeAgent:
+def agent_for(
+    server: Any, url: str, *, node_name: str | None, advertise: str | None, ttl: int, labels: list[str]
+) -> NodeAgent:
     from gpud import log
     from proto import curve
 

@@ -57,5 +57,5 @@ def split(store: Store, key: str) -> tuple[str, str]:
     """``/wooly/pool/nodes/n1`` -> ("nodes", "n1"); ("", "") for a key outside the prefix."""
     if not key.startswith(store.prefix):
         return "", ""
-    kind, _, rest = key[len(store.prefix):].partition("/")
+    kind, _, rest = key[len(store.prefix) :].partition("/")
     return kind, rest

@@ -37,14 +37,32 @@ class LocalEtcd:
         self.url = f"etcd://127.0.0.1:{self.port}"
         self.log = open(os.path.join(self.dir, "etcd.log"), "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            [binary, "--name", name, "--data-dir", os.path.join(self.dir, "data"),
-             "--listen-client-urls", f"http://127.0.0.1:{self.port}",
-             "--advertise-client-urls", f"http://127.0.0.1:{self.port}",
-             "--listen-peer-urls", f"http://127.0.0.1:{peer}",
-             "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
-             "--initial-cluster", f"{name}=http://127.0.0.1:{peer}",
-             "--log-level", "warn", "--quota-backend-bytes", str(2 << 30)],
-            stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+            [
+                binary,
+                "--name",
+                name,
+                "--data-dir",
+                os.path.join(self.dir, "data"),
+                "--listen-client-urls",
+                f"http://127.0.0.1:{self.port}",
+                "--advertise-client-urls",
+                f"http://127.0.0.1:{self.port}",
+                "--listen-peer-urls",
+                f"http://127.0.0.1:{peer}",
+                "--initial-advertise-peer-urls",
+                f"http://127.0.0.1:{peer}",
+                "--initial-cluster",
+                f"{name}=http://127.0.0.1:{peer}",
+                "--log-level",
+                "warn",
+                "--quota-backend-bytes",
+                str(2 << 30),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         try:
             wait_for(Store(self.url, timeout_s=1.0), 30.0)
         except Exception:

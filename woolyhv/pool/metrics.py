@@ -26,14 +26,19 @@ class _Collector(Collector):
         with c.view.lock:
             nodes = list(c.view.nodes.values())
         yield GaugeMetricFamily("wooly_pool_nodes", "Nodes in the pool", value=len(nodes))
-        yield GaugeMetricFamily("wooly_pool_nodes_cordoned", "Cordoned nodes", value=sum(v.cordon is not None for v in nodes))
+        yield GaugeMetricFamily(
+            "wooly_pool_nodes_cordoned", "Cordoned nodes", value=sum(v.cordon is not None for v in nodes)
+        )
         free = GaugeMetricFamily("wooly_pool_free_bytes", "Placeable bytes per node", labels=["node"])
         for v in nodes[:5000]:
             free.add_metric([v.inv.node], max((v.free(d) for d in v.inv.devices), default=0))
         yield free
         lat = sorted(c.latency_ms[-1000:])
-        q = GaugeMetricFamily("wooly_pool_placement_latency_ms", "Placement latency over the last 1000 (decide + "
-                              "reserve)", labels=["quantile"])
+        q = GaugeMetricFamily(
+            "wooly_pool_placement_latency_ms",
+            "Placement latency over the last 1000 (decide + reserve)",
+            labels=["quantile"],
+        )
         for name, f in (("0.5", 0.5), ("0.99", 0.99)):
             q.add_metric([name], lat[min(len(lat) - 1, int(f * len(lat)))] if lat else 0.0)
         yield q

@@ -52,7 +52,7 @@ def content_sample(hashes: Iterable[str], cap: int = SAMPLE_CAP) -> tuple[int, l
     threshold = 256
     while len(short) > cap and threshold > 1:
         threshold //= 2
-        short = short[:bisect_left(short, f"{threshold:02x}")]
+        short = short[: bisect_left(short, f"{threshold:02x}")]
     return threshold, short[:cap]
 
 
@@ -83,8 +83,13 @@ class NodeView:
         if self.ledger is not None:
             for r in self.ledger.reservations.values():
                 reserved[r.device] = reserved.get(r.device, 0) + r.bytes
-        self.slots = sorted(((d.total - reserved.get(d.ordinal, 0) - d.unreserved, d.ordinal, d.vendor, d.arch, d.total)
-                             for d in self.inv.devices), key=lambda t: (-t[0], t[1]))
+        self.slots = sorted(
+            (
+                (d.total - reserved.get(d.ordinal, 0) - d.unreserved, d.ordinal, d.vendor, d.arch, d.total)
+                for d in self.inv.devices
+            ),
+            key=lambda t: (-t[0], t[1]),
+        )
 
     def free(self, dev: Device) -> int:
         for f, ordinal, *_ in self.slots:
@@ -97,10 +102,10 @@ def arch_matches(want: str, have: str) -> bool:
     if want.endswith("+"):
         base = want[:-1]
         prefix = base.rstrip("0123456789")
-        if not have.startswith(prefix) or not base[len(prefix):].isdigit():
+        if not have.startswith(prefix) or not base[len(prefix) :].isdigit():
             return False
-        tail = have[len(prefix):]
-        return tail.isdigit() and int(tail) >= int(base[len(prefix):])
+        tail = have[len(prefix) :]
+        return tail.isdigit() and int(tail) >= int(base[len(prefix) :])
     return want == have
 
 
@@ -114,11 +119,15 @@ def tenant_usage(nodes: dict[str, NodeView], tenant: str) -> int:
     return total
 
 
-
-
-def decide(req: PlaceRequest, nodes: dict[str, NodeView], *, policy: str = "binpack",
-           quota: int | None = None, decision_id: str | None = None,
-           content_index: dict[str, set[str]] | None = None) -> dict[str, Any]:
+def decide(
+    req: PlaceRequest,
+    nodes: dict[str, NodeView],
+    *,
+    policy: str = "binpack",
+    quota: int | None = None,
+    decision_id: str | None = None,
+    content_index: dict[str, set[str]] | None = None,
+) -> dict[str, Any]:
     """The decision for ``req`` on this view: ``outcome`` is ``placed`` (with ``node``, ``device``) or ``wait``
     (with ``reason``, the most common rejection). Pure: the caller reserves the winner in etcd."""
     t0 = time.perf_counter()
@@ -141,15 +150,22 @@ def decide(req: PlaceRequest, nodes: dict[str, NodeView], *, policy: str = "binp
     if quota is not None:
         used = tenant_usage(nodes, req.tenant)
         if used + req.memory > quota:
-            reject("tenant-quota", "*", f"tenant {req.tenant!r} holds {_human(used)} of its {_human(quota)} pool "
-                   f"quota; {_human(req.memory)} more does not fit")
+            reject(
+                "tenant-quota",
+                "*",
+                f"tenant {req.tenant!r} holds {_human(used)} of its {_human(quota)} pool "
+                f"quota; {_human(req.memory)} more does not fit",
+            )
             nodes = {}
     want = sorted(set(req.digests))
     firsts = [int(h[:2], 16) for h in want]
     matches: dict[str, int] = {}
     for h in want:
-        for n in (content_index.get(h, ()) if content_index is not None else
-                  [name for name, v in nodes.items() if h in v.content]):
+        for n in (
+            content_index.get(h, ())
+            if content_index is not None
+            else [name for name, v in nodes.items() if h in v.content]
+        ):
             matches[n] = matches.get(n, 0) + 1
     for name, v in nodes.items():
         inv = v.inv
@@ -160,8 +176,11 @@ def decide(req: PlaceRequest, nodes: dict[str, NodeView], *, policy: str = "binp
         if req.vendor is not None:
             slots = [t for t in slots if t[2] == req.vendor]
             if not slots:
-                reject("vendor", name, lambda inv=inv: "has " + (",".join(sorted({d.vendor for d in inv.devices}))
-                                                                 or "no devices"))
+                reject(
+                    "vendor",
+                    name,
+                    lambda inv=inv: "has " + (",".join(sorted({d.vendor for d in inv.devices})) or "no devices"),
+                )
                 continue
         if req.arch is not None:
             slots = [t for t in slots if arch_matches(req.arch, t[3])]
@@ -169,8 +188,11 @@ def decide(req: PlaceRequest, nodes: dict[str, NodeView], *, policy: str = "binp
                 reject("arch", name, lambda inv=inv: "has " + ",".join(sorted({d.arch for d in inv.devices})))
                 continue
         if not slots or slots[0][0] < memory:  # slots: most free first
-            reject("memory", name, lambda slots=slots: f"{_human(max(slots[0][0] if slots else 0, 0))} free, "
-                                                       f"{_human(memory)} needed")
+            reject(
+                "memory",
+                name,
+                lambda slots=slots: f"{_human(max(slots[0][0] if slots else 0, 0))} free, {_human(memory)} needed",
+            )
             continue
         free, ordinal, _, _, total = slots[0]
         after = (free - memory) / total if total else 0.0
@@ -187,9 +209,16 @@ def decide(req: PlaceRequest, nodes: dict[str, NodeView], *, policy: str = "binp
     return finish(req, did, policy, len(nodes), candidates[:TOP], len(candidates), rejected, t0)
 
 
-def finish(req: PlaceRequest, did: str, policy: str, considered: int,
-           top: list[tuple[float, str, int, float, float, float]], feasible: int,
-           rejected: dict[str, dict[str, Any]], t0: float) -> dict[str, Any]:
+def finish(
+    req: PlaceRequest,
+    did: str,
+    policy: str,
+    considered: int,
+    top: list[tuple[float, str, int, float, float, float]],
+    feasible: int,
+    rejected: dict[str, dict[str, Any]],
+    t0: float,
+) -> dict[str, Any]:
     """The decision record from its parts; ``top`` holds (-score, node, device, fit, load, affinity), best first."""
     decision: dict[str, Any] = {
         "id": did,
@@ -197,9 +226,15 @@ def finish(req: PlaceRequest, did: str, policy: str, considered: int,
         "request": req.model_dump(exclude={"digests"}) | {"digests": len(req.digests)},
         "policy": policy,
         "nodes_considered": considered,
-        "candidates": [{"node": n, "device": d, "score": round(-s, 3),
-                        "parts": {"fit": round(f, 4), "load": round(lo, 4), "affinity": round(a, 4)}}
-                       for s, n, d, f, lo, a in top],
+        "candidates": [
+            {
+                "node": n,
+                "device": d,
+                "score": round(-s, 3),
+                "parts": {"fit": round(f, 4), "load": round(lo, 4), "affinity": round(a, 4)},
+            }
+            for s, n, d, f, lo, a in top
+        ],
         "feasible": feasible,
         "rejected": rejected,
     }
@@ -227,30 +262,40 @@ def summary(decision: dict[str, Any]) -> str:
 def explain(decision: dict[str, Any]) -> str:
     """A decision as text for ``wooly pool explain``."""
     req = decision.get("request", {})
-    lines = [f"decision {decision.get('id')}  {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(decision.get('time', 0)))}"
-             f"  policy {decision.get('policy')}  by {decision.get('controller', '?')}",
-             f"request: tenant {req.get('tenant')!r}, {_human(int(req.get('memory', 0)))} ({req.get('memory_source', '')})"
-             + (f", vendor {req['vendor']}" if req.get("vendor") else "") + (f", arch {req['arch']}" if req.get("arch") else "")
-             + f", priority {req.get('priority', 0)}" + (f", {req['digests']} content digests" if req.get("digests") else "")
-             + (f", program {req['program'][:60]!r}" if req.get("program") else "")]
+    lines = [
+        f"decision {decision.get('id')}  {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(decision.get('time', 0)))}"
+        f"  policy {decision.get('policy')}  by {decision.get('controller', '?')}",
+        f"request: tenant {req.get('tenant')!r}, {_human(int(req.get('memory', 0)))} ({req.get('memory_source', '')})"
+        + (f", vendor {req['vendor']}" if req.get("vendor") else "")
+        + (f", arch {req['arch']}" if req.get("arch") else "")
+        + f", priority {req.get('priority', 0)}"
+        + (f", {req['digests']} content digests" if req.get("digests") else "")
+        + (f", program {req['program'][:60]!r}" if req.get("program") else ""),
+    ]
     outcome = decision.get("outcome")
     if outcome == "placed":
-        lines.append(f"placed on {decision.get('node')} device {decision.get('device')}"
-                     f" (reservation {decision.get('reservation', '-')}, waited {decision.get('waited_s', 0):.2f} s,"
-                     f" {decision.get('attempts', 1)} attempt(s))")
+        lines.append(
+            f"placed on {decision.get('node')} device {decision.get('device')}"
+            f" (reservation {decision.get('reservation', '-')}, waited {decision.get('waited_s', 0):.2f} s,"
+            f" {decision.get('attempts', 1)} attempt(s))"
+        )
     elif outcome == "wait":
         lines.append(f"waiting: {decision.get('reason', summary(decision))}")
     else:
         lines.append(f"{outcome}: {decision.get('reason', summary(decision))}")
-    lines.append(f"{decision.get('nodes_considered', 0)} node(s) considered, {decision.get('feasible', 0)} feasible,"
-                 f" decided in {decision.get('elapsed_ms', 0)} ms")
+    lines.append(
+        f"{decision.get('nodes_considered', 0)} node(s) considered, {decision.get('feasible', 0)} feasible,"
+        f" decided in {decision.get('elapsed_ms', 0)} ms"
+    )
     if decision.get("candidates"):
         lines.append("candidates (score = 40 fit + 20 load + 40 affinity):")
         for c in decision["candidates"]:
             p = c["parts"]
             mark = "*" if c["node"] == decision.get("node") else " "
-            lines.append(f" {mark} {c['node']:24} dev {c['device']}  {c['score']:7.2f}   fit {p.get('fit', 0):.3f}"
-                         f"  load {p.get('load', 0):.3f}  affinity {p.get('affinity', 0):.3f}")
+            lines.append(
+                f" {mark} {c['node']:24} dev {c['device']}  {c['score']:7.2f}   fit {p.get('fit', 0):.3f}"
+                f"  load {p.get('load', 0):.3f}  affinity {p.get('affinity', 0):.3f}"
+            )
     for reason, r in (decision.get("rejected") or {}).items():
         lines.append(f"rejected by {reason}: {r['count']} node(s)")
         for x in r["nodes"]:

@@ -52,8 +52,12 @@ class Planner:
         ctl, store = self.ctl, self.ctl.store
         with ctl.view.lock:
             nodes = dict(ctl.view.nodes)
-            wanted = {(name, r.session): (r, v.inv.devices[0].vendor if v.inv.devices else None)
-                      for name, v in nodes.items() for r in v.inv.sessions if r.checkpoint_s > 0}
+            wanted = {
+                (name, r.session): (r, v.inv.devices[0].vendor if v.inv.devices else None)
+                for name, v in nodes.items()
+                for r in v.inv.sessions
+                if r.checkpoint_s > 0
+            }
         kvs, _ = store.get_prefix(store.key("standby") + "/")
         have: dict[tuple[str, str], StandbyOrder] = {}
         for kv in kvs:
@@ -67,8 +71,9 @@ class Planner:
                     store.delete(kv.key)
                 continue
             if o.target not in nodes or nodes[o.target].cordon is not None:
-                log.info("standby: %s of session %s left the pool or was cordoned; choosing another", o.target,
-                         o.session)
+                log.info(
+                    "standby: %s of session %s left the pool or was cordoned; choosing another", o.target, o.session
+                )
                 store.delete(kv.key)
                 continue
             have[(o.source, o.session)] = o
@@ -77,8 +82,14 @@ class Planner:
                 self.waiting.pop(session, None)
                 continue
             did = uuid.uuid4().hex[:16]
-            req = PlaceRequest(tenant=row.tenant, memory=row.memory, vendor=vendor, deadline_s=0.0,
-                               program=f"standby for session {session} of {node}", memory_source="session")
+            req = PlaceRequest(
+                tenant=row.tenant,
+                memory=row.memory,
+                vendor=vendor,
+                deadline_s=0.0,
+                program=f"standby for session {session} of {node}",
+                memory_source="session",
+            )
             others = {n: v for n, v in nodes.items() if n != node}
             d = decide(req, others, policy=ctl.policy, decision_id=did)
             d["controller"] = ctl.id
@@ -86,15 +97,34 @@ class Planner:
             if d["outcome"] != "placed":
                 why = d.get("reason") or summary(d)
                 if self.waiting.get(session) != why:
-                    log.info("standby: session %s of %s has none for now: %s (wooly pool explain %s)", session, node,
-                             why, did)
+                    log.info(
+                        "standby: session %s of %s has none for now: %s (wooly pool explain %s)",
+                        session,
+                        node,
+                        why,
+                        did,
+                    )
                 self.waiting[session] = f"{why} (wooly pool explain {did})"
                 continue
             target = nodes[d["node"]].inv
-            order = StandbyOrder(session=session, tenant=row.tenant, source=node, target=d["node"],
-                                 endpoint=target.endpoint, server_key=target.server_key, decision=did,
-                                 token=secrets.token_hex(16), created=time.time())
+            order = StandbyOrder(
+                session=session,
+                tenant=row.tenant,
+                source=node,
+                target=d["node"],
+                endpoint=target.endpoint,
+                server_key=target.server_key,
+                decision=did,
+                token=secrets.token_hex(16),
+                created=time.time(),
+            )
             store.put(keys.standby(store, node, session), order)
             self.waiting.pop(session, None)
-            log.info("standby: session %s (%s) of %s checkpoints to %s (decision %s)", session, row.tenant, node,
-                     d["node"], did)
+            log.info(
+                "standby: session %s (%s) of %s checkpoints to %s (decision %s)",
+                session,
+                row.tenant,
+                node,
+                d["node"],
+                did,
+            )

@@ -87,8 +87,9 @@ def parse_url(url: str, what: str = "--etcd") -> tuple[str, int, str]:
     except ValueError:
         port = 0
     if u.scheme not in ("etcd", "http", "https") or not u.hostname or not 0 < port < 65536 or u.path not in ("", "/"):
-        raise ConfigError(f"{what}={url!r}: expected etcd's client URL, such as etcd://127.0.0.1:2379 or "
-                          "https://etcd:2379")
+        raise ConfigError(
+            f"{what}={url!r}: expected etcd's client URL, such as etcd://127.0.0.1:2379 or https://etcd:2379"
+        )
     return u.hostname, port, "https" if u.scheme == "https" else "http"
 
 
@@ -121,8 +122,14 @@ class Store:
             session = requests.Session()
             session.trust_env = False  # etcd is reached directly: no proxy lookups in the environment per call
             _tls(session)
-            c = self._local.client = self._etcd3gw.Etcd3Client(host=self.host, port=self.port, timeout=self.timeout_s,
-                                                              protocol=self.protocol, api_path="/v3/", session=session)
+            c = self._local.client = self._etcd3gw.Etcd3Client(
+                host=self.host,
+                port=self.port,
+                timeout=self.timeout_s,
+                protocol=self.protocol,
+                api_path="/v3/",
+                session=session,
+            )
         return c
 
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -130,7 +137,9 @@ class Store:
             return self.client.post(self.client.get_url(path), json=body)
         except self._etcd3gw.exceptions.Etcd3Exception as exc:
             detail = getattr(exc, "detail_text", "") or str(exc)
-            raise StoreError(f"etcd at {self.host}:{self.port}: {path}: {' '.join(str(detail).split())[:300]}") from None
+            raise StoreError(
+                f"etcd at {self.host}:{self.port}: {path}: {' '.join(str(detail).split())[:300]}"
+            ) from None
         except requests.RequestException as exc:
             raise StoreError(f"etcd at {self.host}:{self.port}: {path}: {exc}") from None
 
@@ -160,8 +169,9 @@ class Store:
     def delete(self, key: str) -> int:
         return int(self._post("/kv/deleterange", {"key": _b64(key)}).get("deleted", 0))
 
-    def txn(self, compare: list[dict[str, Any]], success: list[dict[str, Any]],
-            failure: list[dict[str, Any]] | None = None) -> tuple[bool, int, list[dict[str, Any]]]:
+    def txn(
+        self, compare: list[dict[str, Any]], success: list[dict[str, Any]], failure: list[dict[str, Any]] | None = None
+    ) -> tuple[bool, int, list[dict[str, Any]]]:
         """One transaction: (succeeded, revision, responses). Build its parts with the helpers below."""
         r = self._post("/kv/txn", {"compare": compare, "success": success, "failure": failure or []})
         return bool(r.get("succeeded")), int(r.get("header", {}).get("revision", 0)), r.get("responses") or []
@@ -182,26 +192,48 @@ class Store:
             pass  # already gone
 
     # ------------------------------------------------------------------ watch
-    def watch(self, prefix: str, start_revision: int, on_events: Callable[[list[tuple[str, KV]]], None],
-              on_resync: Callable[[], int], stop: threading.Event) -> threading.Thread:
+    def watch(
+        self,
+        prefix: str,
+        start_revision: int,
+        on_events: Callable[[list[tuple[str, KV]]], None],
+        on_resync: Callable[[], int],
+        stop: threading.Event,
+    ) -> threading.Thread:
         """Call ``on_events([(\"PUT\"|\"DELETE\", kv), ...])`` for every change under ``prefix`` after
         ``start_revision``, on a thread of its own, until ``stop`` is set. After a broken stream it resumes where it
         was; when etcd compacted that history away it calls ``on_resync()`` (which reads everything again and
         returns the revision it read at) and goes on from there."""
-        t = threading.Thread(target=self._watch_loop, args=(prefix, start_revision, on_events, on_resync, stop),
-                             name=f"etcd-watch {prefix}", daemon=True)
+        t = threading.Thread(
+            target=self._watch_loop,
+            args=(prefix, start_revision, on_events, on_resync, stop),
+            name=f"etcd-watch {prefix}",
+            daemon=True,
+        )
         t.start()
         return t
 
-    def _watch_loop(self, prefix: str, revision: int, on_events: Callable[[list[tuple[str, KV]]], None],
-                    on_resync: Callable[[], int], stop: threading.Event) -> None:
+    def _watch_loop(
+        self,
+        prefix: str,
+        revision: int,
+        on_events: Callable[[list[tuple[str, KV]]], None],
+        on_resync: Callable[[], int],
+        stop: threading.Event,
+    ) -> None:
         session = requests.Session()
         session.trust_env = False
         _tls(session)
         url = f"{self.protocol}://{self.host}:{self.port}/v3/watch"
         while not stop.is_set():
-            body = {"create_request": {"key": _b64(prefix), "range_end": _range_end(prefix),
-                                       "start_revision": str(revision + 1), "progress_notify": True}}
+            body = {
+                "create_request": {
+                    "key": _b64(prefix),
+                    "range_end": _range_end(prefix),
+                    "start_revision": str(revision + 1),
+                    "progress_notify": True,
+                }
+            }
             try:
                 with session.post(url, json=body, stream=True, timeout=(self.timeout_s, None)) as resp:
                     closer = threading.Thread(target=_close_on, args=(stop, resp), daemon=True)

@@ -60,8 +60,10 @@ class NodeTable:
         for v in nodes.values():
             starts.append(len(rows))
             if v.slots:
-                rows += [(f, total, ordinal, _VENDORS.get(vendor, -1), self._arch(arch))
-                         for f, ordinal, vendor, arch, total in v.slots]
+                rows += [
+                    (f, total, ordinal, _VENDORS.get(vendor, -1), self._arch(arch))
+                    for f, ordinal, vendor, arch, total in v.slots
+                ]
             else:
                 rows.append((-1, 0, 0, -1, -1))  # no devices: fails every filter as the reference does
         arr = np.array(rows, dtype=np.int64).reshape(-1, 5)
@@ -113,9 +115,16 @@ class NodeTable:
         self.dirty.clear()
 
     # ------------------------------------------------------------------ deciding
-    def decide(self, req: PlaceRequest, nodes: dict[str, NodeView], *, policy: str = "binpack",
-               quota: int | None = None, decision_id: str | None = None,
-               content_index: dict[str, set[str]] | None = None) -> dict[str, Any]:
+    def decide(
+        self,
+        req: PlaceRequest,
+        nodes: dict[str, NodeView],
+        *,
+        policy: str = "binpack",
+        quota: int | None = None,
+        decision_id: str | None = None,
+        content_index: dict[str, set[str]] | None = None,
+    ) -> dict[str, Any]:
         """``placement.decide``'s decision, computed on the arrays (NOTE [placement table])."""
         t0 = time.perf_counter()
         did = decision_id or uuid.uuid4().hex[:16]
@@ -123,9 +132,18 @@ class NodeTable:
         if quota is not None:
             used = tenant_usage(nodes, req.tenant)
             if used + req.memory > quota:
-                rejected["tenant-quota"] = {"count": 1, "nodes": [{"node": "*", "detail": (
-                    f"tenant {req.tenant!r} holds {_human(used)} of its {_human(quota)} pool quota; "
-                    f"{_human(req.memory)} more does not fit")}]}
+                rejected["tenant-quota"] = {
+                    "count": 1,
+                    "nodes": [
+                        {
+                            "node": "*",
+                            "detail": (
+                                f"tenant {req.tenant!r} holds {_human(used)} of its {_human(quota)} pool quota; "
+                                f"{_human(req.memory)} more does not fit"
+                            ),
+                        }
+                    ],
+                }
                 return _finish(req, did, policy, 0, [], 0, rejected, t0)
         self.sync(nodes)
         n = len(self.names)
@@ -146,8 +164,12 @@ class NodeTable:
         memory = req.memory
         mem_ok = has & (best_free >= memory)
         live = ~self.cordon
-        reasons = [("cordoned", self.cordon), ("vendor", live & ~vendor_any),
-                   ("arch", live & vendor_any & ~arch_any), ("memory", live & arch_any & ~mem_ok)]
+        reasons = [
+            ("cordoned", self.cordon),
+            ("vendor", live & ~vendor_any),
+            ("arch", live & vendor_any & ~arch_any),
+            ("memory", live & arch_any & ~mem_ok),
+        ]
         firsts_seen = []
         for reason, mask in reasons:
             idx = np.flatnonzero(mask)
@@ -185,8 +207,11 @@ class NodeTable:
             below = np.searchsorted(hex_firsts, self.threshold[feasible], side="left")
             matches = np.zeros(n, dtype=np.float64)
             for h in want:
-                for name in (content_index.get(h, ()) if content_index is not None else
-                             [m for m, v in nodes.items() if h in v.content]):
+                for name in (
+                    content_index.get(h, ())
+                    if content_index is not None
+                    else [m for m, v in nodes.items() if h in v.content]
+                ):
                     i = self.index.get(name)
                     if i is not None:
                         matches[i] += 1
@@ -194,7 +219,15 @@ class NodeTable:
             aff = np.where(below > 0, np.minimum(1.0, m / np.where(below > 0, below, 1)), aff)
         score = -(WEIGHTS["fit"] * fit + WEIGHTS["load"] * load + WEIGHTS["affinity"] * aff)
         order = np.lexsort((self.rank[feasible], score))[:TOP]
-        top = [(float(score[k]), self.names[feasible[k]], int(best_ord[feasible[k]]), float(fit[k]), float(load[k]),
-                float(aff[k])) for k in order]
+        top = [
+            (
+                float(score[k]),
+                self.names[feasible[k]],
+                int(best_ord[feasible[k]]),
+                float(fit[k]),
+                float(load[k]),
+                float(aff[k]),
+            )
+            for k in order
+        ]
         return _finish(req, did, policy, n, top, int(len(feasible)), rejected, t0)
-

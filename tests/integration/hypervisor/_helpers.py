@@ -68,7 +68,12 @@ __all__ = ["TENANTS", "connect", "hv_state", "start_with_config", "tenant_state"
 
 
 def saturate(
-    endpoint: str, tenant: str, seconds: float, nbytes: int = 32 << 20, depth: int = 4, barrier: Any = None,
+    endpoint: str,
+    tenant: str,
+    seconds: float,
+    nbytes: int = 32 << 20,
+    depth: int = 4,
+    barrier: Any = None,
     out: Any = None,
 ) -> int:
     """Keep gpud busy with memsets for ``seconds``, always one batch queued ahead. Returns ops done."""

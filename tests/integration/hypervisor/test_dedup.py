@@ -22,7 +22,7 @@ PTX = os.path.join(os.path.dirname(__file__), "..", "..", "jit_golden", "cases",
 
 @pytest.fixture(scope="module")
 def gpud():
-    g = start_with_config("[dedup]\nchunk = \"4MiB\"\n", "--cpu-memory", str(1 << 30))
+    g = start_with_config('[dedup]\nchunk = "4MiB"\n', "--cpu-memory", str(1 << 30))
     yield g
     g.stop()
 
@@ -107,8 +107,15 @@ def test_a_kernel_write_is_private_to_the_writer(tenants):
     a.memset(y, 0, 4, n)
     import struct
 
-    params = fn.pack_params([struct.pack("<Q", pa), struct.pack("<f", 2.0), struct.pack("<Q", pa),
-                             struct.pack("<Q", y), struct.pack("<i", n)])
+    params = fn.pack_params(
+        [
+            struct.pack("<Q", pa),
+            struct.pack("<f", 2.0),
+            struct.pack("<Q", pa),
+            struct.pack("<Q", y),
+            struct.pack("<i", n),
+        ]
+    )
     a.launch_kernel(fn, (n // 128, 1, 1), (128, 1, 1), params)
     a.ctx_synchronize()
     x = np.frombuffer(DATA[: 4 * n], dtype=np.float32)
@@ -133,8 +140,16 @@ def test_double_free_and_bad_dedup_messages_fail_cleanly(tenants):
     # A lying publish (hash of other content) is hashed again by gpud and not stored.
     q = a.mem_alloc(4 * MiB)
     a.memset(q, 1, 1, 4 * MiB)
-    a.conn.post({"kind": "dedup_publish", "dst": q, "size": 4 * MiB, "chunk": 4 * MiB, "indexes": [0],
-                 "hashes": [__import__("xxhash").xxh3_128_digest(DATA[: 4 * MiB])]})
+    a.conn.post(
+        {
+            "kind": "dedup_publish",
+            "dst": q,
+            "size": 4 * MiB,
+            "chunk": 4 * MiB,
+            "indexes": [0],
+            "hashes": [__import__("xxhash").xxh3_128_digest(DATA[: 4 * MiB])],
+        }
+    )
     a.ctx_synchronize()
     st = hv_state(a)["dedup"]
     assert st["publish_mismatch"] >= 1, st

@@ -15,9 +15,20 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.a
 
 def test_base_weights_are_held_once():
     out = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "examples", "multi_adapter_eval.py"), "--clients", "3", "--base-mib", "16",
-         "--batches", "2"],
-        capture_output=True, text=True, timeout=240, cwd=ROOT,
+        [
+            sys.executable,
+            os.path.join(ROOT, "examples", "multi_adapter_eval.py"),
+            "--clients",
+            "3",
+            "--base-mib",
+            "16",
+            "--batches",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=ROOT,
     )
     assert out.returncode == 0, out.stderr[-2000:]
     summary = json.loads(out.stdout.strip().splitlines()[-1])
@@ -29,7 +40,7 @@ def test_base_weights_are_held_once():
 
 
 def test_torch_sees_its_quota_and_gets_torch_oom():
-    script = r'''
+    script = r"""
 import os, sys, json
 sys.path.insert(0, os.getcwd())
 from tests.conftest import start
@@ -53,7 +64,7 @@ try:
     print(json.dumps(out))
 finally:
     g.stop()
-'''
+"""
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-2000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])

@@ -13,13 +13,14 @@ from tests.integration.test_kernels import POKE
 MiB = 1 << 20
 
 
-
-
 def scrape(port: int) -> tuple[str, dict[str, float]]:
     """gpud's /metrics: the text and {series{labels}: value}."""
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
-    return text, {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                  if line and not line.startswith("#")}
+    return text, {
+        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line and not line.startswith("#")
+    }
 
 
 def dashboard_series(*prefixes: str) -> set[str]:
@@ -75,8 +76,9 @@ def test_ps_and_metrics():
         p = d.mem_alloc(8 * MiB)
         d.memset(p, 1, 1, 8 * MiB)
         d.ctx_synchronize()
-        out = subprocess.run([sys.executable, "-m", "woolyhv", "ps", "--server", g.endpoint], capture_output=True,
-                             text=True, timeout=60)
+        out = subprocess.run(
+            [sys.executable, "-m", "woolyhv", "ps", "--server", g.endpoint], capture_output=True, text=True, timeout=60
+        )
         assert out.returncode == 0, out.stderr
         row = next(line for line in out.stdout.splitlines() if line.startswith("alice "))
         assert "8.0 MiB / 1.0 GiB" in row and "awake" in row

@@ -119,14 +119,21 @@ def _ps(endpoint: str, token: str | None) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "WOOLY_ADMIN_TOKEN"}
     if token is not None:
         env["WOOLY_ADMIN_TOKEN"] = token
-    return subprocess.run([sys.executable, "-m", "woolyhv", "ps", "--server", endpoint, "--json"], capture_output=True,
-                          text=True, env=env, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "woolyhv", "ps", "--server", endpoint, "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
 
 
 def test_admin_calls_need_the_admin_token() -> None:
     """`wooly ps` (list_sessions) names every tenant, pid and program: with tokens required it needs the admin token."""
-    g = start_with_config('[hypervisor]\nrequire_token = true\nadmin_token = "root-of-trust"\n'
-                          '[tenants.alice]\ntoken = "a"\n', transport="tcp")
+    g = start_with_config(
+        '[hypervisor]\nrequire_token = true\nadmin_token = "root-of-trust"\n[tenants.alice]\ntoken = "a"\n',
+        transport="tcp",
+    )
     try:
         d = connect(g.endpoint, tenant="alice", token="a")
         for token in (None, "wrong", "a"):
@@ -138,7 +145,7 @@ def test_admin_calls_need_the_admin_token() -> None:
         d.conn.close()
     finally:
         g.stop()
-    g = start_with_config('[hypervisor]\nrequire_token = true\n', transport="tcp")
+    g = start_with_config("[hypervisor]\nrequire_token = true\n", transport="tcp")
     try:
         p = _ps(g.endpoint, "anything")
         assert p.returncode == 1 and "admin calls are off" in p.stderr

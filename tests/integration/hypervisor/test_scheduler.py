@@ -10,11 +10,14 @@ import pytest
 
 from tests.integration.hypervisor._helpers import TENANTS, connect, hv_state, saturate, start_with_config
 
-CONFIG = """
+CONFIG = (
+    """
 [scheduler]
 mode = "timeslice"
 aging_s = 0.25
-""" + TENANTS
+"""
+    + TENANTS
+)
 
 
 @pytest.fixture(scope="module")
@@ -28,8 +31,10 @@ def _contend(gpud, tenants: list[str], seconds: float = 3.5) -> dict[str, dict]:
     ctx = mp.get_context("spawn")
     barrier = ctx.Barrier(len(tenants) + 1)
     out = ctx.Queue()
-    procs = [ctx.Process(target=saturate, args=(gpud.endpoint, t, seconds), kwargs={"barrier": barrier, "out": out})
-             for t in tenants]
+    procs = [
+        ctx.Process(target=saturate, args=(gpud.endpoint, t, seconds), kwargs={"barrier": barrier, "out": out})
+        for t in tenants
+    ]
     for p in procs:
         p.start()
     obs = connect(gpud.endpoint, tenant="observer")

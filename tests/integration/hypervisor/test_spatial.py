@@ -11,10 +11,13 @@ import pytest
 from benchmarks import _sharing_workers as W
 from tests.integration.hypervisor._helpers import TENANTS, connect, hv_state, start_with_config, tenant_state
 
-CONFIG = """
+CONFIG = (
+    """
 [scheduler]
 aging_s = 0.25
-""" + TENANTS
+"""
+    + TENANTS
+)
 
 
 @pytest.fixture(scope="module")
@@ -29,8 +32,10 @@ def _run(gpud, plan: list[tuple[str, float, int, int]]) -> dict[str, list[tuple[
     ctx = mp.get_context("spawn")
     barrier = ctx.Barrier(len(plan) + 1)
     out = ctx.Queue()
-    procs = [ctx.Process(target=W.burn, args=(gpud.endpoint, t, secs, blocks, iters, barrier, out, blocks > 1))
-             for t, secs, blocks, iters in plan]
+    procs = [
+        ctx.Process(target=W.burn, args=(gpud.endpoint, t, secs, blocks, iters, barrier, out, blocks > 1))
+        for t, secs, blocks, iters in plan
+    ]
     for p in procs:
         p.start()
     try:

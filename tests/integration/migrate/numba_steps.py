@@ -2,6 +2,7 @@
 
 Each step is a kernel over device arrays and a synchronising copy of one element back; the state after the last
 step is printed as a checksum, so a run that moved between nodes mid-way can be compared with one that did not."""
+
 import os
 import sys
 import time

@@ -45,7 +45,9 @@ def _wait_line(proc: subprocess.Popen, word: str, timeout: float = 120) -> list[
         lines.append(line)
         if word in line:
             return lines
-    raise AssertionError(f"no {word!r} from the program: {''.join(lines)} {proc.stderr.read() if proc.poll() is not None else ''}")
+    raise AssertionError(
+        f"no {word!r} from the program: {''.join(lines)} {proc.stderr.read() if proc.poll() is not None else ''}"
+    )
 
 
 def test_numba_program_drained_mid_run_matches_an_uninterrupted_run(two) -> None:  # type: ignore[no-untyped-def]
@@ -64,8 +66,12 @@ def test_numba_program_drained_mid_run_matches_an_uninterrupted_run(two) -> None
         assert len(rows) == 1, rows
         source, sid = rows[0]["node"], rows[0]["session"]
         target = ({"n1", "n2"} - {source}).pop()
-        drained = subprocess.run([*WOOLY, "pool", "drain", source, "--pool", two.url(), "--timeout", "60"],
-                                 capture_output=True, text=True, timeout=90)
+        drained = subprocess.run(
+            [*WOOLY, "pool", "drain", source, "--pool", two.url(), "--timeout", "60"],
+            capture_output=True,
+            text=True,
+            timeout=90,
+        )
         assert drained.returncode == 0, drained.stdout + drained.stderr
         assert f"{sid} (drainee) -> {target}" in drained.stdout, drained.stdout
         assert f"{source} is drained" in drained.stdout
@@ -96,8 +102,12 @@ def _drain_mid_run(pool, script: str, tenant: str, env: dict[str, str]) -> tuple
         row = [s for s in _sessions(pool) if s["tenant"] == tenant][0]
         source, sid = row["node"], row["session"]
         target = ({"n1", "n2"} - {source}).pop()
-        drained = subprocess.run([*WOOLY, "pool", "drain", source, "--pool", pool.url(), "--timeout", "60"],
-                                 capture_output=True, text=True, timeout=90)
+        drained = subprocess.run(
+            [*WOOLY, "pool", "drain", source, "--pool", pool.url(), "--timeout", "60"],
+            capture_output=True,
+            text=True,
+            timeout=90,
+        )
         assert drained.returncode == 0, drained.stdout + drained.stderr
         assert f"{sid} ({tenant}) -> {target}" in drained.stdout, drained.stdout
         out, err = proc.communicate(timeout=180)
@@ -124,11 +134,21 @@ def test_torch_training_drained_mid_run_has_the_same_loss_curve(two) -> None:  #
 def test_cordon_with_drain_starts_a_drain(two) -> None:  # type: ignore[no-untyped-def]
     """`wooly pool cordon N --drain` is `wooly pool drain N --no-wait`: cordoned as draining; uncordon ends it."""
     try:
-        r = subprocess.run([*WOOLY, "pool", "cordon", "n1", "--drain", "--reason", "kernel upgrade", "--pool",
-                            two.url()], capture_output=True, text=True, timeout=60)
+        r = subprocess.run(
+            [*WOOLY, "pool", "cordon", "n1", "--drain", "--reason", "kernel upgrade", "--pool", two.url()],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert r.returncode == 0 and "n1 cordoned and draining: 0 session(s)" in r.stdout, r.stdout + r.stderr
-        assert wait_until(lambda: any(n["node"] == "n1" and (n.get("cordon") or "").startswith("draining: kernel upgrade")
-                                      for n in (two.call({"kind": "nodes"}) or {}).get("nodes", [])), 10, 0.1)
+        assert wait_until(
+            lambda: any(
+                n["node"] == "n1" and (n.get("cordon") or "").startswith("draining: kernel upgrade")
+                for n in (two.call({"kind": "nodes"}) or {}).get("nodes", [])
+            ),
+            10,
+            0.1,
+        )
         st = two.call({"kind": "drain", "node": "n1", "status": True})
         assert st and st["draining"] and st["sessions"] == [], st
     finally:

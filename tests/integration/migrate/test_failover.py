@@ -35,23 +35,35 @@ def pair(pool):  # type: ignore[no-untyped-def]
 
 def _kill_mid_run(pool, script: str, env: dict[str, str]) -> tuple[str, str, str, str]:  # type: ignore[no-untyped-def]
     """Run ``script``, SIGKILL its node once a checkpoint of it is on the standby; (stdout, stderr, source, target)."""
-    proc = run_program(pool.url(), script, mem="256MiB", extra_env=env | {"WOOLY_TENANT": "ckpt", "WOOLY_TIMEOUT_S": "3"},
-                       background=True)
+    proc = run_program(
+        pool.url(),
+        script,
+        mem="256MiB",
+        extra_env=env | {"WOOLY_TENANT": "ckpt", "WOOLY_TIMEOUT_S": "3"},
+        background=True,
+    )
     source = target = ""
     try:
         early = _wait_line(proc, "READY")
-        assert wait_until(lambda: [s for s in _sessions(pool) if s["tenant"] == "ckpt" and s.get("checkpoint")], 30, 0.1), \
-            _sessions(pool)
+        assert wait_until(
+            lambda: [s for s in _sessions(pool) if s["tenant"] == "ckpt" and s.get("checkpoint")], 30, 0.1
+        ), _sessions(pool)
         row = [s for s in _sessions(pool) if s["tenant"] == "ckpt"][0]
         source, target = row["node"], row["checkpoint"]["standby"]
         assert target and target != source, row
-        shown = subprocess.run([*WOOLY, "pool", "sessions", "--pool", pool.url()], capture_output=True, text=True,
-                               timeout=30)
+        shown = subprocess.run(
+            [*WOOLY, "pool", "sessions", "--pool", pool.url()], capture_output=True, text=True, timeout=30
+        )
         assert f"ago -> {target}" in shown.stdout, shown.stdout  # where its checkpoints go, and how fresh
         pool.nodes[source][0].proc.send_signal(signal.SIGKILL)
         # the session comes back on its standby (the pool lists it there, restored once) while the program runs on
-        assert wait_until(lambda: [s for s in _sessions(pool) if s["session"] == row["session"] and s["node"] == target
-                                   and s["moves"] == 1], 30, 0.1), _sessions(pool)
+        assert wait_until(
+            lambda: [
+                s for s in _sessions(pool) if s["session"] == row["session"] and s["node"] == target and s["moves"] == 1
+            ],
+            30,
+            0.1,
+        ), _sessions(pool)
         out, err = proc.communicate(timeout=240)
     finally:
         if proc.poll() is None:

@@ -33,6 +33,7 @@ def test_admin_move_keeps_pointers_and_bytes_and_is_counted() -> None:
         q = drv.mem_alloc(4096)
         drv.memset(q, 0x33, 1, 4096)
         drv.ctx_synchronize()
+
         def move_out(target_token: str) -> tuple[threading.Thread, dict]:
             """The admin's move_out answers once the move is done, which is at the session's next call."""
             out: dict = {}
@@ -40,8 +41,15 @@ def test_admin_move_keeps_pointers_and_bytes_and_is_counted() -> None:
             def ask() -> None:
                 raw = Raw(a.endpoint)
                 try:
-                    out["r"] = raw.call({"kind": "move_out", "token": "ta", "session": drv.conn.session,
-                                         "endpoint": b.endpoint, "target_token": target_token})
+                    out["r"] = raw.call(
+                        {
+                            "kind": "move_out",
+                            "token": "ta",
+                            "session": drv.conn.session,
+                            "endpoint": b.endpoint,
+                            "target_token": target_token,
+                        }
+                    )
                 finally:
                     raw.close()
 
@@ -68,10 +76,17 @@ def test_admin_move_keeps_pointers_and_bytes_and_is_counted() -> None:
         assert series["wooly_sessions_moved_total"] == 1 and series["wooly_moved_bytes_total"] >= 8 * MiB, series
         assert series["wooly_move_failures_total"] == 1  # the refused one
         # every series of the dashboard's migration panels is one gpud exports
-        assert dashboard_series("wooly_sessions_", "wooly_move", "wooly_checkpoint") <= {k.split("{")[0] for k in series}
+        assert dashboard_series("wooly_sessions_", "wooly_move", "wooly_checkpoint") <= {
+            k.split("{")[0] for k in series
+        }
         env = dict(os.environ, WOOLY_ADMIN_TOKEN="tb")
-        ps = subprocess.run([sys.executable, "-m", "woolyhv", "ps", "--server", b.endpoint, "--json"], env=env,
-                            capture_output=True, text=True, timeout=60)
+        ps = subprocess.run(
+            [sys.executable, "-m", "woolyhv", "ps", "--server", b.endpoint, "--json"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         rows = json.loads(ps.stdout)["sessions"]
         assert [s["moves"] for s in rows if s["session"] == drv.conn.session] == [1], rows
     finally:
@@ -102,8 +117,15 @@ def test_a_move_does_not_send_what_the_target_dedup_store_holds() -> None:
         raw = Raw(a.endpoint)
         raw.sock.setsockopt(__import__("zmq").RCVTIMEO, 60_000)
         try:
-            r = raw.call({"kind": "move_out", "token": "ta", "session": mover.conn.session, "endpoint": b.endpoint,
-                          "target_token": "tb"})  # the heartbeat's idle call lets it happen without one of ours
+            r = raw.call(
+                {
+                    "kind": "move_out",
+                    "token": "ta",
+                    "session": mover.conn.session,
+                    "endpoint": b.endpoint,
+                    "target_token": "tb",
+                }
+            )  # the heartbeat's idle call lets it happen without one of ours
         finally:
             raw.close()
         assert r["kind"] == "result", r

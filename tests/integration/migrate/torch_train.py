@@ -1,5 +1,6 @@
 """A small PyTorch training run on "cuda" (run unmodified by the drain tests): an MLP with dropout and an Adam
 optimiser whose state lives on the device; prints the loss of every step and the final weights' checksum."""
+
 import os
 import time
 

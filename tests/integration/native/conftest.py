@@ -17,7 +17,9 @@ EXAMPLES = os.path.join(ROOT, "examples")
 pytest.importorskip("cuda.bindings")
 
 
-def wooly_run(args: list[str], server: str | None = None, timeout: float = 240, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def wooly_run(
+    args: list[str], server: str | None = None, timeout: float = 240, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """``wooly run ARGS`` as a user types it; embedded gpud unless ``server`` is given."""
     e = dict(os.environ)
     e.pop("WOOLY_SERVER", None)
@@ -28,7 +30,12 @@ def wooly_run(args: list[str], server: str | None = None, timeout: float = 240, 
         e["WOOLY_SERVER"] = server
     e.update(env or {})
     return subprocess.run(
-        [sys.executable, "-m", "woolyhv", "run", *args], capture_output=True, text=True, timeout=timeout, env=e, cwd=ROOT
+        [sys.executable, "-m", "woolyhv", "run", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=e,
+        cwd=ROOT,
     )
 
 
@@ -53,7 +60,9 @@ def wooly_gpud(native_lib: str) -> Iterator[str]:
     e["PYTHONPATH"] = ROOT + (os.pathsep + e["PYTHONPATH"] if e.get("PYTHONPATH") else "")
     proc = subprocess.Popen(
         [sys.executable, "-m", "woolyhv", "gpud", "--listen", endpoint, "--backend", "cpu", "--log-level", "warning"],
-        env=e, stdin=subprocess.DEVNULL, start_new_session=True,
+        env=e,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
     )
     try:
         wait_ready(endpoint, proc, 60)

@@ -69,8 +69,15 @@ def wooly_run_stdin(args: list[str], text: str) -> subprocess.CompletedProcess[s
     e = dict(os.environ)
     e.pop("WOOLY_SERVER", None)
     e["PYTHONPATH"] = ROOT + (os.pathsep + e["PYTHONPATH"] if e.get("PYTHONPATH") else "")
-    return subprocess.run([sys.executable, "-m", "woolyhv", "run", *args], input=text, capture_output=True,
-                          text=True, timeout=240, env=e, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "woolyhv", "run", *args],
+        input=text,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=e,
+        cwd=ROOT,
+    )
 
 
 def test_machine_code_only_is_a_clear_error(binaries: dict[str, str], wooly_gpud: str) -> None:
@@ -93,9 +100,23 @@ def test_nvrtc_cubin_becomes_ptx(tmp_path: pytest.TempPathFactory, wooly_gpud: s
     if not os.path.exists(os.path.join(include, "nvrtc.h")):
         include = "/usr/local/cuda/include"
     exe = str(tmp_path / "nvrtc_cubin")
-    proc = subprocess.run([NVCC, "-I", include, "-o", exe, os.path.join(PROGS, "nvrtc_cubin.cpp"), f"-L{native_lib}",
-                           "-lcuda", f"-L{os.path.dirname(real)}", f"-l:{os.path.basename(real)}"],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            NVCC,
+            "-I",
+            include,
+            "-o",
+            exe,
+            os.path.join(PROGS, "nvrtc_cubin.cpp"),
+            f"-L{native_lib}",
+            "-lcuda",
+            f"-L{os.path.dirname(real)}",
+            f"-l:{os.path.basename(real)}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     run = wooly_run([exe], server=wooly_gpud)
     assert run.returncode == 0 and run.stdout.strip().endswith("PASS"), run.stdout + run.stderr
@@ -105,20 +126,27 @@ def test_cublas_calls_run_on_gpud(tmp_path: pytest.TempPathFactory, wooly_gpud: 
     """sgemm (transposed, padded), strided-batched dgemm with scalars in device memory, GemmEx f16 -> f32, and a
     bad leading dimension, through the cuBLAS stand-in (NOTE [vendor libraries]), checked on the host."""
     exe = str(tmp_path / "cublas_app")
-    proc = subprocess.run([NVCC, "-o", exe, os.path.join(PROGS, "cublas_app.cu"), f"-L{native_lib}", "-lcublas"],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [NVCC, "-o", exe, os.path.join(PROGS, "cublas_app.cu"), f"-L{native_lib}", "-lcublas"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     run = wooly_run([exe], server=wooly_gpud)
     assert run.returncode == 0 and run.stdout.strip().endswith("PASS"), run.stdout + run.stderr
-
 
 
 def test_stream_ordered_allocation_and_memory_pools(tmp_path: pytest.TempPathFactory, wooly_gpud: str) -> None:
     """cudaMallocAsync/cudaFreeAsync around a kernel, the default pool's attributes, an explicit pool (NOTE [memory
     pools])."""
     exe = str(tmp_path / "mempool_app")
-    proc = subprocess.run([NVCC, "-gencode", "arch=compute_80,code=compute_80", "-o", exe,
-                           os.path.join(PROGS, "mempool_app.cu")], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [NVCC, "-gencode", "arch=compute_80,code=compute_80", "-o", exe, os.path.join(PROGS, "mempool_app.cu")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     run = wooly_run([exe], server=wooly_gpud)
     assert run.returncode == 0 and run.stdout.strip().endswith("PASS"), run.stdout + run.stderr

@@ -35,6 +35,8 @@ def test_pynvml_sees_remote_device(wooly_gpud: str) -> None:
 
 
 def test_pynvml_without_gpud_reports_driver_not_loaded(native_lib: str) -> None:
-    proc = wooly_run([os.path.join(PROGS, "nvml_query.py")], server="tcp://127.0.0.1:9", env={"WOOLY_CONNECT_TIMEOUT_S": "2"})
+    proc = wooly_run(
+        [os.path.join(PROGS, "nvml_query.py")], server="tcp://127.0.0.1:9", env={"WOOLY_CONNECT_TIMEOUT_S": "2"}
+    )
     assert proc.returncode != 0
     assert "Driver Not Loaded" in proc.stderr or "NVMLError" in proc.stderr

@@ -33,8 +33,9 @@ class Proc:
     def __init__(self, cmd: list[str], log: str, env: dict[str, str] | None = None) -> None:
         self.log_path = log
         self.logf = open(log, "wb")  # noqa: SIM115
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self.logf, stderr=subprocess.STDOUT,
-                                     env=env, start_new_session=True)
+        self.proc = subprocess.Popen(
+            cmd, stdin=subprocess.DEVNULL, stdout=self.logf, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         if self.proc.poll() is None:
@@ -65,24 +66,48 @@ class Pool:
 
     def controller(self, name: str, *args: str) -> str:
         ep = f"tcp://127.0.0.1:{free_port()}"
-        p = Proc([*WOOLY, "controller", "--etcd", self.etcd.url, "--listen", ep, "--ttl", str(TTL), *args],
-                 os.path.join(self.tmp, f"controller-{name}.log"))
+        p = Proc(
+            [*WOOLY, "controller", "--etcd", self.etcd.url, "--listen", ep, "--ttl", str(TTL), *args],
+            os.path.join(self.tmp, f"controller-{name}.log"),
+        )
         self.controllers[name] = (p, ep)
-        assert wait_until(lambda: self.call({"kind": "ping"}, ep) is not None or p.proc.poll() is not None, 20), p.text()
+        assert wait_until(lambda: self.call({"kind": "ping"}, ep) is not None or p.proc.poll() is not None, 20), (
+            p.text()
+        )
         assert p.proc.poll() is None, p.text()
         return ep
 
     def node(self, name: str, memory: int, *args: str) -> str:
         ep = f"tcp://127.0.0.1:{free_port()}"
-        p = Proc([sys.executable, "-m", "gpud", "--listen", ep, "--backend", "cpu", "--log-level", "info",
-                  "--cpu-memory", str(memory), "--join", self.etcd.url, "--node-name", name, "--pool-ttl", str(TTL), *args],
-                 os.path.join(self.tmp, f"node-{name}.log"))
+        p = Proc(
+            [
+                sys.executable,
+                "-m",
+                "gpud",
+                "--listen",
+                ep,
+                "--backend",
+                "cpu",
+                "--log-level",
+                "info",
+                "--cpu-memory",
+                str(memory),
+                "--join",
+                self.etcd.url,
+                "--node-name",
+                name,
+                "--pool-ttl",
+                str(TTL),
+                *args,
+            ],
+            os.path.join(self.tmp, f"node-{name}.log"),
+        )
         self.nodes[name] = (p, ep)
         return ep
 
     def url(self, *names: str) -> str:
         eps = [self.controllers[n][1] for n in (names or list(self.controllers))]
-        return "pool://" + ",".join(e[len("tcp://"):] for e in eps)
+        return "pool://" + ",".join(e[len("tcp://") :] for e in eps)
 
     def call(self, body: dict, endpoint: str | None = None) -> dict | None:
         from woolyhv.pool.client import PoolClient, PoolError
@@ -115,8 +140,15 @@ def pool(etcd: LocalEtcd, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     p.stop()
 
 
-def run_program(pool_url: str, script: str, *, mem: str, timeout: float = 120, extra_env: dict[str, str] | None = None,
-                background: bool = False):  # type: ignore[no-untyped-def]
+def run_program(
+    pool_url: str,
+    script: str,
+    *,
+    mem: str,
+    timeout: float = 120,
+    extra_env: dict[str, str] | None = None,
+    background: bool = False,
+):  # type: ignore[no-untyped-def]
     env = dict(os.environ, WOOLY_SERVER=pool_url, WOOLY_MEM=mem, WOOLY_PLACE_TIMEOUT_S="60")
     env.update(extra_env or {})
     cmd = [*WOOLY, "run", script]

@@ -50,7 +50,9 @@ def placed_on(pool, tenant: str) -> list[tuple[str, str]]:  # type: ignore[no-un
 
 
 def wooly(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*WOOLY, *args], capture_output=True, text=True, timeout=60, env=dict(os.environ, **(env or {})))
+    return subprocess.run(
+        [*WOOLY, *args], capture_output=True, text=True, timeout=60, env=dict(os.environ, **(env or {}))
+    )
 
 
 def test_torch_and_numba_programs_are_placed_and_explained(three) -> None:  # type: ignore[no-untyped-def]
@@ -58,7 +60,7 @@ def test_torch_and_numba_programs_are_placed_and_explained(three) -> None:  # ty
     assert r.returncode == 0, r.stderr[-3000:]
     assert "torch ok True" in r.stdout
     # binpack: n1 (4 GiB) is the tightest node that fits 3 GiB; n3 (2 GiB) cannot take it
-    (did, node), = placed_on(three, "t-torch")
+    ((did, node),) = placed_on(three, "t-torch")
     assert node == "n1"
     out = wooly("pool", "explain", did, env={"WOOLY_SERVER": three.url()})
     assert out.returncode == 0, out.stderr
@@ -84,8 +86,9 @@ def test_torch_and_numba_programs_are_placed_and_explained(three) -> None:  # ty
 
 
 def test_a_request_that_cannot_fit_waits_with_its_reason_then_places(three) -> None:  # type: ignore[no-untyped-def]
-    holder = run_program(three.url(), TORCH, mem="7GiB", extra_env={"WOOLY_TENANT": "t-hold", "HOLD_S": "6"},
-                         background=True)
+    holder = run_program(
+        three.url(), TORCH, mem="7GiB", extra_env={"WOOLY_TENANT": "t-hold", "HOLD_S": "6"}, background=True
+    )
     assert wait_until(lambda: placed_on(three, "t-hold"), 60, 0.2), "the holder was never placed"
     result: dict[str, object] = {}
     waits: list[tuple[str, str]] = []
@@ -93,8 +96,10 @@ def test_a_request_that_cannot_fit_waits_with_its_reason_then_places(three) -> N
     def ask() -> None:
         c = PoolClient(three.url(), timeout_s=3)
         try:
-            result["placement"] = c.place(PlaceRequest(tenant="t-wait", memory=6 * GiB, deadline_s=60),
-                                          on_wait=lambda d, why: waits.append((d, why)))
+            result["placement"] = c.place(
+                PlaceRequest(tenant="t-wait", memory=6 * GiB, deadline_s=60),
+                on_wait=lambda d, why: waits.append((d, why)),
+            )
         except PoolError as exc:
             result["error"] = exc
         finally:
@@ -218,7 +223,11 @@ def test_leader_killed_the_other_controller_places_within_a_ttl(three) -> None: 
     assert wait_until(lambda: len((three.call({"kind": "status"}) or {}).get("controllers", [])) == 2, 10, 0.1)
     status = three.call({"kind": "status"})
     leader_id = status["leader"]["id"]
-    leader = next(n for n, (_, ep) in three.controllers.items() if (three.call({"kind": "status"}, ep) or {}).get("id") == leader_id)
+    leader = next(
+        n
+        for n, (_, ep) in three.controllers.items()
+        if (three.call({"kind": "status"}, ep) or {}).get("id") == leader_id
+    )
     other = "b" if leader == "a" else "a"
     # a follower redirects: a client given only the follower is still placed (by the leader)
     c = PoolClient(three.url(other), timeout_s=3)
@@ -226,7 +235,9 @@ def test_leader_killed_the_other_controller_places_within_a_ttl(three) -> None: 
     c.close()
     three.controllers[leader][0].proc.send_signal(signal.SIGKILL)
     t0 = time.monotonic()
-    assert wait_until(lambda: (three.call({"kind": "status"}, three.controllers[other][1]) or {}).get("is_leader"), TTL + 5, 0.05)
+    assert wait_until(
+        lambda: (three.call({"kind": "status"}, three.controllers[other][1]) or {}).get("is_leader"), TTL + 5, 0.05
+    )
     took = time.monotonic() - t0
     print(f"follower leads {took:.2f} s after the leader's SIGKILL (TTL {TTL} s)")
     assert took <= TTL + 1.0, f"the follower took the lead {took:.2f} s after the leader died (TTL {TTL} s)"

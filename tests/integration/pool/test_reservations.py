@@ -20,8 +20,14 @@ GiB = 1 << 30
 
 
 def snapshot(total: int, sessions: list[dict] | None = None) -> dict:
-    return {"version": "sim", "devices": [{"ordinal": 0, "vendor": "nvidia", "name": "H200", "arch": "sm_90", "total": total}],
-            "tenants": {}, "sessions": sessions or [], "session_count": len(sessions or []), "load": 0.0}
+    return {
+        "version": "sim",
+        "devices": [{"ordinal": 0, "vendor": "nvidia", "name": "H200", "arch": "sm_90", "total": total}],
+        "tenants": {},
+        "sessions": sessions or [],
+        "session_count": len(sessions or []),
+        "load": 0.0,
+    }
 
 
 def controller(store: Store) -> Controller:
@@ -51,8 +57,15 @@ def test_two_controllers_racing_never_overcommit_a_node(etcd) -> None:  # type: 
 
         def hammer(c: Controller) -> None:
             for _ in range(12):
-                p = Pending((0, time.monotonic()), b"", 0, PlaceRequest(tenant="t", memory=GiB), time.monotonic() + 5,
-                            f"d{time.monotonic_ns()}", time.monotonic())
+                p = Pending(
+                    (0, time.monotonic()),
+                    b"",
+                    0,
+                    PlaceRequest(tenant="t", memory=GiB),
+                    time.monotonic() + 5,
+                    f"d{time.monotonic_ns()}",
+                    time.monotonic(),
+                )
                 reply = c._attempt(p)
                 if reply is not None:
                     with lock:
@@ -85,16 +98,28 @@ def test_agent_claims_releases_and_lapses_reservations(etcd) -> None:  # type: i
         assert wait_until(lambda: "n" in c.view.nodes, 10)
 
         def place() -> str:
-            p = Pending((0, 0.0), b"", 0, PlaceRequest(tenant="t", memory=GiB), time.monotonic() + 5, f"d{time.monotonic_ns()}",
-                        time.monotonic())
+            p = Pending(
+                (0, 0.0),
+                b"",
+                0,
+                PlaceRequest(tenant="t", memory=GiB),
+                time.monotonic() + 5,
+                f"d{time.monotonic_ns()}",
+                time.monotonic(),
+            )
             reply = c._attempt(p)
             assert reply is not None
             return reply["reservation"]
 
         claimed, unclaimed = place(), place()
         agent.offer(snapshot(8 * GiB, [{"session": "s1", "tenant": "t", "memory": 0, "reservation": claimed}]))
-        assert wait_until(lambda: ledger(store, "n").reservations.get(claimed, None) is not None
-                          and ledger(store, "n").reservations[claimed].session == "s1", 5)
+        assert wait_until(
+            lambda: (
+                ledger(store, "n").reservations.get(claimed, None) is not None
+                and ledger(store, "n").reservations[claimed].session == "s1"
+            ),
+            5,
+        )
         # the unclaimed one lapses after the controller's claim window (2 s); the claimed one stays
         assert wait_until(lambda: unclaimed not in ledger(store, "n").reservations, 6)
         assert claimed in ledger(store, "n").reservations
@@ -133,8 +158,15 @@ def test_second_node_with_a_taken_name_waits_for_the_first(etcd) -> None:  # typ
     b.stop()
 
 
-@pytest.mark.parametrize("garbage", [b"not json", b'{"node": "x"}', b'{"node": "../etc", "endpoint": "e"}',
-                                     b'{"node": "ok", "endpoint": "e", "devices": [{"ordinal": -1}]}'])
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        b"not json",
+        b'{"node": "x"}',
+        b'{"node": "../etc", "endpoint": "e"}',
+        b'{"node": "ok", "endpoint": "e", "devices": [{"ordinal": -1}]}',
+    ],
+)
 def test_a_node_publishing_garbage_is_ignored_and_reported(etcd, garbage: bytes) -> None:  # type: ignore[no-untyped-def]
     store = Store(etcd.url, prefix="/garbage/")
     good = NodeAgent(store, "good", "tcp://127.0.0.1:1", ttl=5)

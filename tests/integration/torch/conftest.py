@@ -41,15 +41,23 @@ def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 def run_local(script: str | Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     env = _env({"CUDA_VISIBLE_DEVICES": ""})
-    return subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, env=env,
-                          timeout=timeout, cwd=str(ROOT))
+    return subprocess.run(
+        [sys.executable, str(script), *args], capture_output=True, text=True, env=env, timeout=timeout, cwd=str(ROOT)
+    )
 
 
-def run_wooly(endpoint: str, script: str | Path, *args: str, timeout: float = 120,
-              env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run_wooly(
+    endpoint: str, script: str | Path, *args: str, timeout: float = 120, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     e = _env({"WOOLY_SERVER": endpoint, **(env or {})})
-    return subprocess.run([sys.executable, "-m", "woolyhv", "run", str(script), *args], capture_output=True,
-                          text=True, env=e, timeout=timeout, cwd=str(ROOT))
+    return subprocess.run(
+        [sys.executable, "-m", "woolyhv", "run", str(script), *args],
+        capture_output=True,
+        text=True,
+        env=e,
+        timeout=timeout,
+        cwd=str(ROOT),
+    )
 
 
 def losses(out: str) -> list[float]:

@@ -38,8 +38,9 @@ def test_daemon_gone_raises_within_seconds() -> None:
 
     endpoint, proc = start_gpud(log_level="error")
     try:
-        p = run_wooly(endpoint, SCRIPT, "daemon-gone", env={"GPUD_PID": str(proc.pid), "WOOLY_TIMEOUT_S": "2"},
-                      timeout=60)
+        p = run_wooly(
+            endpoint, SCRIPT, "daemon-gone", env={"GPUD_PID": str(proc.pid), "WOOLY_TIMEOUT_S": "2"}, timeout=60
+        )
     finally:
         proc.kill()
         proc.wait(10)

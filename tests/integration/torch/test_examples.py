@@ -49,6 +49,12 @@ def test_checkpoint_resume_same_loss(gpud: str, tmp_path) -> None:
         "c=torch.load(sys.argv[1], map_location='cpu'); w=c['model']['0.weight'];"
         "print(type(w).__name__, w.device, tuple(w.shape))"
     )
-    p = subprocess.run([sys.executable, "-c", code, str(ckpt)], capture_output=True, text=True,
-                       env=_env({"CUDA_VISIBLE_DEVICES": ""}), cwd=str(ROOT), timeout=60)
+    p = subprocess.run(
+        [sys.executable, "-c", code, str(ckpt)],
+        capture_output=True,
+        text=True,
+        env=_env({"CUDA_VISIBLE_DEVICES": ""}),
+        cwd=str(ROOT),
+        timeout=60,
+    )
     assert check(p).split() == ["refused", "True", "Tensor", "cpu", "(256,", "32)"]

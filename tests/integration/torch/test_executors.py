@@ -42,9 +42,15 @@ def _tenants(endpoint: str) -> dict[str, dict[str, object]]:
 
 
 def _victim(endpoint: str) -> subprocess.Popen[str]:
-    victim = subprocess.Popen([sys.executable, "-m", "woolyhv", "run", str(SCRIPTS / "tenant_victim.py")],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env=_env({"WOOLY_SERVER": endpoint, "WOOLY_TENANT": "victim"}), cwd=str(ROOT))
+    victim = subprocess.Popen(
+        [sys.executable, "-m", "woolyhv", "run", str(SCRIPTS / "tenant_victim.py")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env({"WOOLY_SERVER": endpoint, "WOOLY_TENANT": "victim"}),
+        cwd=str(ROOT),
+    )
     assert victim.stdout.readline().strip() == "ready"
     return victim
 
@@ -91,8 +97,9 @@ def test_a_segfaulting_op_fails_its_tenant_only(unsafe_gpud: tuple[str, subproce
     endpoint, proc = unsafe_gpud
     victim = _victim(endpoint)
     try:
-        out = check(run_wooly(endpoint, SCRIPTS / "tenant_crash.py", "segv", env={"WOOLY_TENANT": "crasher"},
-                              timeout=120))
+        out = check(
+            run_wooly(endpoint, SCRIPTS / "tenant_crash.py", "segv", env={"WOOLY_TENANT": "crasher"}, timeout=120)
+        )
         lines = _lines(out)
         assert "CUDA_ERROR_LAUNCH_FAILED" in lines["op"] and "SIGSEGV" in lines["op"], lines
         assert "executor of tenant 'crasher'" in lines["op"], lines
@@ -109,9 +116,15 @@ def test_a_segfaulting_op_fails_its_tenant_only(unsafe_gpud: tuple[str, subproce
 def test_an_executor_killed_from_outside(unsafe_gpud: tuple[str, subprocess.Popen[bytes]]) -> None:
     endpoint, proc = unsafe_gpud
     victim = _victim(endpoint)
-    target = subprocess.Popen([sys.executable, "-m", "woolyhv", "run", str(SCRIPTS / "tenant_crash.py"), "wait"],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env=_env({"WOOLY_SERVER": endpoint, "WOOLY_TENANT": "oomkilled"}), cwd=str(ROOT))
+    target = subprocess.Popen(
+        [sys.executable, "-m", "woolyhv", "run", str(SCRIPTS / "tenant_crash.py"), "wait"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env({"WOOLY_SERVER": endpoint, "WOOLY_TENANT": "oomkilled"}),
+        cwd=str(ROOT),
+    )
     try:
         assert target.stdout.readline().strip() == "ready"
         info = _tenants(endpoint)

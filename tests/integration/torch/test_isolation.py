@@ -13,9 +13,15 @@ SCRIPTS = ROOT / "tests" / "integration" / "torch" / "scripts"
 
 
 def test_another_tenants_tensors_stay_out_of_reach(gpud: str) -> None:
-    victim = subprocess.Popen([sys.executable, "-m", "woolyhv", "run", str(SCRIPTS / "tenant_victim.py")],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env=_env({"WOOLY_SERVER": gpud, "WOOLY_TENANT": "victim"}), cwd=str(ROOT))
+    victim = subprocess.Popen(
+        [sys.executable, "-m", "woolyhv", "run", str(SCRIPTS / "tenant_victim.py")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env({"WOOLY_SERVER": gpud, "WOOLY_TENANT": "victim"}),
+        cwd=str(ROOT),
+    )
     try:
         assert victim.stdout.readline().strip() == "ready"
         out = check(run_wooly(gpud, SCRIPTS / "tenant_attack.py", env={"WOOLY_TENANT": "mallory"}, timeout=240))

@@ -52,13 +52,23 @@ def test_timm_model(gpud: str) -> None:
 
 # Each row of issue 19's table: works, or fails with an error naming what is unsupported.
 EXPECTED = {
-    "lstm": "OK", "where_scalars": "OK [0.0, 0.0, 1.0, 1.0]", "encoder_train_dropout": "OK (5, 2, 16)",
+    "lstm": "OK",
+    "where_scalars": "OK [0.0, 0.0, 1.0, 1.0]",
+    "encoder_train_dropout": "OK (5, 2, 16)",
     "save_load_module": "OK (True, 'cuda:0')",
-    "save_load_views": "OK ('cuda:0', [2.0, 3.0, 4.0], 'cpu')", "sparse_to_cuda": "ERR NotImplementedError: wooly: torch.sparse_coo",
-    "memory_summary": "OK True", "memory_stats_keys": "OK True", "utilization_after_stats": "OK True",
-    "dlpack": "ERR RuntimeError: wooly: DLPack export", "device_1": "ERR RuntimeError: CUDA error: invalid device ordinal",
-    "version_cuda": "OK '12", "total_memory": "OK True", "cuda_graph": "OK [3.0, 3.0, 3.0]",
-    "nvtx": "OK (0, 0)", "memory_fraction": "ERR OutOfMemoryError: CUDA out of memory", "peak": "OK True",
+    "save_load_views": "OK ('cuda:0', [2.0, 3.0, 4.0], 'cpu')",
+    "sparse_to_cuda": "ERR NotImplementedError: wooly: torch.sparse_coo",
+    "memory_summary": "OK True",
+    "memory_stats_keys": "OK True",
+    "utilization_after_stats": "OK True",
+    "dlpack": "ERR RuntimeError: wooly: DLPack export",
+    "device_1": "ERR RuntimeError: CUDA error: invalid device ordinal",
+    "version_cuda": "OK '12",
+    "total_memory": "OK True",
+    "cuda_graph": "OK [3.0, 3.0, 3.0]",
+    "nvtx": "OK (0, 0)",
+    "memory_fraction": "ERR OutOfMemoryError: CUDA out of memory",
+    "peak": "OK True",
 }
 
 

@@ -9,8 +9,15 @@ from gpud.hypervisor.policy import HypervisorConfig, load, parse_size, parse_ten
 
 @pytest.mark.parametrize(
     ("text", "value"),
-    [(4096, 4096), ("512MiB", 512 << 20), ("2GiB", 2 << 30), ("1.5 GB", 1_500_000_000), (0.25, 0.25), ("25%", 0.25),
-     ("0.5", 0.5)],
+    [
+        (4096, 4096),
+        ("512MiB", 512 << 20),
+        ("2GiB", 2 << 30),
+        ("1.5 GB", 1_500_000_000),
+        (0.25, 0.25),
+        ("25%", 0.25),
+        ("0.5", 0.5),
+    ],
 )
 def test_parse_size(text, value):
     assert parse_size(text) == value

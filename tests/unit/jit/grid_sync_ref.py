@@ -26,8 +26,10 @@ def rounds(a, b, iters):  # type: ignore[no-untyped-def]
 def expect(kind: str, a: np.ndarray, iters: int) -> np.ndarray:
     """What either kernel leaves in `a`, in int32 arithmetic. C's `/` rounds toward 0 (nvcc), Python's `//` down
     (numba)."""
+
     def wrap(x: np.ndarray) -> np.ndarray:
         return x.astype(np.int64).astype(np.int32).astype(np.int64)
+
     a = a.astype(np.int64)
     for it in range(iters):
         b = wrap(a + np.roll(a, -1) + it)

@@ -35,7 +35,7 @@ def pack(kernel: Any, *args: Any) -> bytes:
             raw = a.tobytes()
         else:
             raw = int(a).to_bytes(p.size, "little", signed=int(a) < 0)
-        buf[p.offset:p.offset + len(raw)] = raw
+        buf[p.offset : p.offset + len(raw)] = raw
     return bytes(buf)
 
 
@@ -49,13 +49,18 @@ HEADER = ".version 7.8\n.target sm_80\n.address_size 64\n"
 
 def elementwise(body: str, tin: str, tout: str, nin: int = 2, extra_regs: str = "") -> str:
     """A kernel k(out, a, b, c) where thread i computes %d from %a, %b, %c loaded at index i."""
+
     def sz(t: str) -> int:
         return 1 if t == "pred" else max(1, int("".join(ch for ch in t if ch.isdigit())) // 8)
+
     ins = "".join(
         f"ld.param.u64 %rd{10 + j}, [p{j + 1}]; mul.wide.u32 %rd{20 + j}, %r0, {sz(tin)}; "
         f"add.s64 %rd{10 + j}, %rd{10 + j}, %rd{20 + j}; ld.global.{tin} %{'abc'[j]}, [%rd{10 + j}];\n"
-        for j in range(nin))
-    return HEADER + f"""
+        for j in range(nin)
+    )
+    return (
+        HEADER
+        + f"""
 .visible .entry k(.param .u64 p0, .param .u64 p1, .param .u64 p2, .param .u64 p3)
 {{
   .reg .b32 %r<4>; .reg .b64 %rd<40>; .reg .pred %p<4>;
@@ -69,6 +74,7 @@ def elementwise(body: str, tin: str, tout: str, nin: int = 2, extra_regs: str = 
   ret;
 }}
 """
+    )
 
 
 def _reg(t: str) -> str:
@@ -89,6 +95,19 @@ def run_elementwise(body: str, tin: str, tout: str, *inputs: np.ndarray, extra_r
 
 
 def _np(t: str) -> Any:
-    return {"u8": np.uint8, "s8": np.int8, "u16": np.uint16, "s16": np.int16, "b16": np.uint16, "f16": np.float16,
-            "u32": np.uint32, "s32": np.int32, "b32": np.uint32, "f32": np.float32,
-            "u64": np.uint64, "s64": np.int64, "b64": np.uint64, "f64": np.float64}[t]
+    return {
+        "u8": np.uint8,
+        "s8": np.int8,
+        "u16": np.uint16,
+        "s16": np.int16,
+        "b16": np.uint16,
+        "f16": np.float16,
+        "u32": np.uint32,
+        "s32": np.int32,
+        "b32": np.uint32,
+        "f32": np.float32,
+        "u64": np.uint64,
+        "s64": np.int64,
+        "b64": np.uint64,
+        "f64": np.float64,
+    }[t]

@@ -16,7 +16,9 @@ LLD = shutil.which("ld.lld") or shutil.which("ld.lld-14")
 READELF = shutil.which("llvm-readelf") or shutil.which("llvm-readelf-14")
 pytestmark = pytest.mark.skipif(LLD is None, reason="ld.lld not installed (Debian package lld)")
 
-PTX = HEADER + """
+PTX = (
+    HEADER
+    + """
 .visible .entry blocksum(.param .u64 x, .param .u64 out, .param .u32 n)
 {
   .reg .b32 %r<12>; .reg .b64 %rd<8>; .reg .f32 %f<6>; .reg .pred %p<3>;
@@ -41,6 +43,7 @@ DONE:
   ret;
 }
 """
+)
 
 
 @pytest.mark.parametrize("arch,wave", [("gfx90a", 64), ("gfx942", 64), ("gfx1100", 32)])
@@ -60,8 +63,9 @@ def test_code_object(arch: str, wave: int) -> None:
     with tempfile.TemporaryDirectory() as d:
         p = Path(d) / "k.hsaco"
         p.write_bytes(obj)
-        out = subprocess.run([READELF, "--notes", "--symbols", "--file-header", str(p)], capture_output=True,
-                             text=True, check=True).stdout
+        out = subprocess.run(
+            [READELF, "--notes", "--symbols", "--file-header", str(p)], capture_output=True, text=True, check=True
+        ).stdout
     assert "blocksum.kd" in out
     assert f"amdgcn-amd-amdhsa--{arch}" in out
     assert f".wavefront_size: {wave}" in out

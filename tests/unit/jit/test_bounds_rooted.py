@@ -10,7 +10,9 @@ from tests.unit.jit.helpers import HEADER, pack
 
 # NOTE [rooted bounds checks]: accesses derived from a pointer parameter are checked against that parameter's
 # allocation (looked up once per launch), without a call, so checked thread loops still vectorise.
-ROOTED = HEADER + """
+ROOTED = (
+    HEADER
+    + """
 .visible .entry k(.param .u64 src, .param .u64 dst, .param .u32 n, .param .s32 shift)
 {
   .reg .b32 %r<8>; .reg .b64 %rd<12>; .reg .f32 %f<4>; .reg .pred %p<2>;
@@ -27,10 +29,12 @@ DONE:
   ret;
 }
 """
+)
 
 
 def _rooted_launch(src_ptr: int, dst: np.ndarray, n: int, shift: int, ranges: list) -> None:
     from jit import compile_module
+
     k = compile_module(ROOTED, bounds_check=True).get_kernel("k")
     assert k._bc_roots  # the accesses use the rooted check
     params = pack(k, 0, dst, n, shift)
@@ -40,6 +44,7 @@ def _rooted_launch(src_ptr: int, dst: np.ndarray, n: int, shift: int, ranges: li
 
 def test_rooted_bounds_check_allows_in_range_and_names_the_bad_address() -> None:
     from jit.errors import JitError
+
     n = 1000
     src = np.arange(n + 16, dtype=np.float32)
     dst = np.zeros(n, np.float32)
@@ -55,6 +60,7 @@ def test_rooted_bounds_check_allows_in_range_and_names_the_bad_address() -> None
 
 def test_rooted_bounds_check_one_past_the_end_base_and_null() -> None:
     from jit.errors import JitError
+
     n = 256
     src = np.arange(n, dtype=np.float32)
     dst = np.zeros(n, np.float32)
@@ -71,7 +77,10 @@ def test_rooted_bounds_check_in_a_barrier_kernel_fails_cleanly() -> None:
     """A failing thread leaves the block; the others pass the barrier; the launch reports 700 (no hang)."""
     from jit import compile_module
     from jit.errors import JitError
-    ptx = HEADER + """
+
+    ptx = (
+        HEADER
+        + """
 .visible .entry k(.param .u64 a, .param .u32 limit)
 {
   .reg .b32 %r<8>; .reg .b64 %rd<8>; .reg .pred %p<2>;
@@ -87,6 +96,7 @@ def test_rooted_bounds_check_in_a_barrier_kernel_fails_cleanly() -> None:
   ret;
 }
 """
+    )
     k = compile_module(ptx, bounds_check=True).get_kernel("k")
     a = np.arange(256, dtype=np.uint32)
     k.launch(1, 256, 0, pack(k, a, 0), allowed_ranges=[(a.ctypes.data, a.nbytes)])
@@ -97,7 +107,9 @@ def test_rooted_bounds_check_in_a_barrier_kernel_fails_cleanly() -> None:
 
 # NOTE [checked .func stack]: with bounds checking on, a non-inlined .func's .local frame comes from the thread's
 # registered area (generic pointers to it pass the check); overflowing it is a launch failure, not a crash.
-FUNC_LOCAL = HEADER + """
+FUNC_LOCAL = (
+    HEADER
+    + """
 .func (.param .b32 r) f(.param .b32 x)
 {
   .local .align 4 .b8 buf[16];
@@ -153,11 +165,13 @@ DONE:
   ret;
 }
 """
+)
 
 
 def test_func_locals_under_bounds_check_and_stack_overflow() -> None:
     from jit import compile_module
     from jit.errors import JitError
+
     k = compile_module(FUNC_LOCAL, bounds_check=True).get_kernel("k")
     assert k._func_stack > 0
     out = np.zeros(64, np.uint32)
@@ -176,7 +190,10 @@ def test_func_locals_under_bounds_check_and_stack_overflow() -> None:
 def test_func_frame_honours_local_align_under_bounds_check() -> None:
     """A .func's frame on the checked frame stack starts at its largest .local .align."""
     from jit import compile_module
-    ptx = HEADER + """
+
+    ptx = (
+        HEADER
+        + """
 .func (.param .b64 r) f()
 {
   .local .align 64 .b8 buf[8];
@@ -200,6 +217,7 @@ def test_func_frame_honours_local_align_under_bounds_check() -> None:
   ret;
 }
 """
+    )
     k = compile_module(ptx, bounds_check=True).get_kernel("k")
     assert k._func_stack > 0
     out = np.zeros(8, np.uint64)

@@ -77,11 +77,14 @@ def test_function_table_survives_the_tier_switch(monkeypatch: pytest.MonkeyPatch
 
 
 def test_initializer_naming_an_undefined_function() -> None:
-    ptx = HEADER + """
+    ptx = (
+        HEADER
+        + """
 .extern .func (.param .b32 r) ext(.param .b32 a);
 .global .align 8 .u64 tab[1] = {ext};
 .visible .entry k() { ret; }
 """
+    )
     with pytest.raises(JitError) as ei:
         compile_module(ptx, tier="quick")
     assert ei.value.code == 218 and "never defined" in ei.value.message

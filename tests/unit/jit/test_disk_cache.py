@@ -84,6 +84,7 @@ def test_zero_means_no_bound_and_a_bad_bound_warns(cache: Path, monkeypatch: pyt
         assert disk_cache.max_bytes() == 1 << 30
     monkeypatch.setenv("WOOLY_JIT_CACHE_MAX", "12 parsecs")
     import jit.compiler as c
+
     with pytest.warns(RuntimeWarning, match="'12 parsecs'"):  # at daemon start (jit.warm_up), not at a store
         c.warm_up()
 
@@ -122,6 +123,7 @@ def test_compiled_modules_are_cached_within_the_bound(cache: Path, monkeypatch: 
     """End to end: compile_module stores each optimised object in its shard; the cache never exceeds its bound
     by more than one (just stored) entry per shard; an evicted module compiles again and runs."""
     import jit.compiler as c
+
     monkeypatch.setenv("WOOLY_JIT_CACHE_MAX", str(256 * disk_cache.SHARDS))  # every shard keeps only its newest
     srcs = [HEADER + f".visible .entry k{i}() {{ ret; }} // bounded {time.time_ns()} {i}" for i in range(6)]
     for s in srcs:

@@ -13,8 +13,11 @@ from jit.passes.dynamic_stack import STACK_BYTES
 from tests.unit.jit.helpers import HEADER, PTX_DIR
 
 PTX = (PTX_DIR / "alloca.ptx").read_text()  # from alloca.cu
-CASES = [pytest.param(tier, checked, id=f"{tier}-{'checked' if checked else 'unchecked'}")
-         for tier in ("quick", "optimized") for checked in (False, True)]
+CASES = [
+    pytest.param(tier, checked, id=f"{tier}-{'checked' if checked else 'unchecked'}")
+    for tier in ("quick", "optimized")
+    for checked in (False, True)
+]
 
 
 def launch(m, name: str, block: int, params: bytes, *arrays: np.ndarray):  # type: ignore[no-untyped-def]
@@ -55,7 +58,9 @@ def test_running_out_of_stack_is_a_launch_failure(checked: bool) -> None:
         assert ei.value.name == "CUDA_ERROR_LAUNCH_FAILED" and "out of stack" in ei.value.message
 
 
-ALIGN = HEADER + """
+ALIGN = (
+    HEADER
+    + """
 .visible .entry k(.param .u64 out, .param .u64 n)
 {
   .reg .b64 %rd<12>; .reg .b32 %r<3>;
@@ -72,6 +77,7 @@ ALIGN = HEADER + """
   ret;
 }
 """
+)
 
 
 @pytest.mark.parametrize("tier", ["quick", "optimized"])
@@ -87,13 +93,16 @@ def test_alignment_and_save_restore(tier: str) -> None:
     assert a6 % 64 == 0 and a6 - saved < 64  # after stackrestore the stack is reused from the saved point
 
 
-@pytest.mark.parametrize("src,code,words", [
-    (".reg .b32 %r1; alloca.u32 %r1, 8;", "CUDA_ERROR_NOT_SUPPORTED", "alloca.u32"),
-    (".reg .b64 %rd1; alloca.u64 %rd1, 8, 12;", "CUDA_ERROR_INVALID_PTX", "not a power of 2"),
-    (".reg .b64 %rd<3>; alloca.u64 %rd1, 8, %rd2;", "CUDA_ERROR_INVALID_PTX", "integer constant"),
-    (".reg .b64 %rd1; stacksave.b64 %rd1;", "CUDA_ERROR_INVALID_PTX", "one of .u32/.u64"),
-    (".reg .b64 %rd1; stackrestore.u64 %rd1, %rd1;", "CUDA_ERROR_INVALID_PTX", "wrong operands"),
-])
+@pytest.mark.parametrize(
+    "src,code,words",
+    [
+        (".reg .b32 %r1; alloca.u32 %r1, 8;", "CUDA_ERROR_NOT_SUPPORTED", "alloca.u32"),
+        (".reg .b64 %rd1; alloca.u64 %rd1, 8, 12;", "CUDA_ERROR_INVALID_PTX", "not a power of 2"),
+        (".reg .b64 %rd<3>; alloca.u64 %rd1, 8, %rd2;", "CUDA_ERROR_INVALID_PTX", "integer constant"),
+        (".reg .b64 %rd1; stacksave.b64 %rd1;", "CUDA_ERROR_INVALID_PTX", "one of .u32/.u64"),
+        (".reg .b64 %rd1; stackrestore.u64 %rd1, %rd1;", "CUDA_ERROR_INVALID_PTX", "wrong operands"),
+    ],
+)
 def test_bad_forms_are_named(src: str, code: str, words: str) -> None:
     with pytest.raises(JitError) as ei:
         compile_module(HEADER + f".visible .entry k() {{ {src} ret; }}", tier="quick")

@@ -58,12 +58,14 @@ def test_globals_have_host_addresses() -> None:
     vals[1] = 5  # cuMemcpyHtoD into a __constant__ then launch
     out = np.zeros(8, np.float32)
     import struct
+
     m.get_kernel("globk").launch((1,), (8,), 0, struct.pack("<Q", out.ctypes.data))
     assert out.tolist() == [10.0, 10.0, 90.0, 160.0] * 2
 
 
 def test_disk_cache_hit_is_fast(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import jit.compiler as c
+
     monkeypatch.setenv("WOOLY_JIT_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("WOOLY_JIT_CACHE", "1")
     src = HEADER + f".visible .entry k(.param .u32 x) {{ ret; }} // cache-test {time.time_ns()}"
@@ -91,18 +93,21 @@ def test_warm_load_path_leaves_nothing_to_a_disk_hit(tmp_path: Path) -> None:
     jit.warm_up() pays for it at start."""
     import subprocess
     import sys
+
     env = dict(os.environ, WOOLY_JIT_CACHE_DIR=str(tmp_path), WOOLY_JIT_CACHE="1")
     src = tmp_path / "k.ptx"
     src.write_text(HEADER + f".visible .entry k(.param .u32 x) {{ ret; }} // fresh-hit {time.time_ns()}")
     fill = "import sys, jit; jit.compile_module(open(sys.argv[1]).read(), tier='optimized')"
     subprocess.run([sys.executable, "-c", fill, str(src)], env=env, check=True)
-    r = subprocess.run([sys.executable, "-c", _FRESH_HIT, str(src)], env=env, check=True, capture_output=True,
-                       text=True)
+    r = subprocess.run(
+        [sys.executable, "-c", _FRESH_HIT, str(src)], env=env, check=True, capture_output=True, text=True
+    )
     assert r.stdout.strip() == "[]"
 
 
 def test_worker_restarts_after_death() -> None:
     import jit.compiler as c
+
     compile_module(HEADER + ".visible .entry k1() { ret; }")
     for w in c._POOL:
         if w.proc is not None:
@@ -120,9 +125,12 @@ def test_shared_engine_keeps_modules_apart(monkeypatch: pytest.MonkeyPatch) -> N
     import jit.loader as rt
 
     def src(v: int) -> str:
-        return HEADER + (".visible .entry k(.param .u64 p) { .reg .b64 %rd<2>; .reg .b32 %r<2>;\n"
-                         f"  ld.param.u64 %rd1, [p]; mov.u32 %r1, {v}; st.global.u32 [%rd1], %r1; ret; }}"
-                         f" // shared-engine {time.time_ns()}")
+        return HEADER + (
+            ".visible .entry k(.param .u64 p) { .reg .b64 %rd<2>; .reg .b32 %r<2>;\n"
+            f"  ld.param.u64 %rd1, [p]; mov.u32 %r1, {v}; st.global.u32 [%rd1], %r1; ret; }}"
+            f" // shared-engine {time.time_ns()}"
+        )
+
     out = np.zeros(1, np.uint32)
     prm = struct.pack("<Q", out.ctypes.data)
     mods = [compile_module(src(v)) for v in (11, 22)]
@@ -143,16 +151,17 @@ def test_shared_engine_keeps_modules_apart(monkeypatch: pytest.MonkeyPatch) -> N
 def _relocation_types(obj: bytes) -> set[int]:
     """The x86-64 relocation types used by an ELF64 relocatable object (.rela sections)."""
     import struct
-    shoff, = struct.unpack_from("<Q", obj, 0x28)
+
+    (shoff,) = struct.unpack_from("<Q", obj, 0x28)
     shentsize, shnum = struct.unpack_from("<HH", obj, 0x3A)
     types = set()
     for i in range(shnum):
         sh = shoff + i * shentsize
-        sh_type, = struct.unpack_from("<I", obj, sh + 4)
+        (sh_type,) = struct.unpack_from("<I", obj, sh + 4)
         if sh_type != 4:  # SHT_RELA
             continue
         off, size = struct.unpack_from("<QQ", obj, sh + 0x18)
-        entsize, = struct.unpack_from("<Q", obj, sh + 0x38)
+        (entsize,) = struct.unpack_from("<Q", obj, sh + 0x38)
         for j in range(size // entsize):
             _, info, _ = struct.unpack_from("<QQq", obj, off + j * entsize)
             types.add(info & 0xFFFFFFFF)
@@ -165,7 +174,10 @@ def test_objects_need_no_32_bit_relocations() -> None:
     2 GiB apart. The code is generated with the large code model, so every relocation is 64-bit."""
     from jit.worker import compile_ptx
     from tests.unit.jit.helpers import HEADER
-    ptx = HEADER + """
+
+    ptx = (
+        HEADER
+        + """
 .visible .entry k(.param .u64 out, .param .f32 x)
 {
   .reg .f32 %f<4>; .reg .b64 %rd<2>; .reg .b32 %r<2>;
@@ -175,6 +187,7 @@ def test_objects_need_no_32_bit_relocations() -> None:
   ret;
 }
 """
+    )
     for bc in (False, True):
         obj, _ = compile_ptx(ptx.encode(), "cpu", 2, bc)
         types = _relocation_types(obj)

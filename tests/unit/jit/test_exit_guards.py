@@ -33,8 +33,14 @@ _BODY = """
 
 def _kernel(guard: str) -> str:
     """out[i] = x[i + shift] + 1 for the threads that pass ``guard``."""
-    return HEADER + ".visible .entry k(.param .u64 out, .param .u64 x, .param .u32 n, .param .s32 shift)\n{" + \
-        _PROLOGUE + guard + _BODY + "DONE:\n  ret;\n}\n"
+    return (
+        HEADER
+        + ".visible .entry k(.param .u64 out, .param .u64 x, .param .u32 n, .param .s32 shift)\n{"
+        + _PROLOGUE
+        + guard
+        + _BODY
+        + "DONE:\n  ret;\n}\n"
+    )
 
 
 # pattern 1: a branch to the exit when the thread is out of range
@@ -44,13 +50,18 @@ GUARD_NEGATED = _kernel("  setp.lt.s32 %p1, %r4, %r5;\n  @!%p1 bra DONE;\n")
 # pattern 2: a branch over the exit when the thread is in range
 GUARD_FALLTHROUGH = _kernel("  setp.lt.s32 %p1, %r4, %r5;\n  @%p1 bra BODY;\n  ret;\nBODY:\n")
 # not monotone in the thread index: odd threads leave, so every block takes the body as written
-GUARD_ODD = _kernel("  setp.ge.s32 %p1, %r4, %r5;\n  @%p1 bra DONE;\n"
-                    "  and.b32 %r8, %r3, 1;\n  setp.ne.u32 %p2, %r8, 0;\n  @%p2 bra DONE;\n")
+GUARD_ODD = _kernel(
+    "  setp.ge.s32 %p1, %r4, %r5;\n  @%p1 bra DONE;\n"
+    "  and.b32 %r8, %r3, 1;\n  setp.ne.u32 %p2, %r8, 0;\n  @%p2 bra DONE;\n"
+)
 # a store before the guard: no versioning
-NOT_A_PREFIX = _kernel("  ld.param.u64 %rd9, [out]; st.global.u32 [%rd9], 7;\n"
-                       "  setp.ge.s32 %p1, %r4, %r5;\n  @%p1 bra DONE;\n")
+NOT_A_PREFIX = _kernel(
+    "  ld.param.u64 %rd9, [out]; st.global.u32 [%rd9], 7;\n  setp.ge.s32 %p1, %r4, %r5;\n  @%p1 bra DONE;\n"
+)
 
-GRID_2D = HEADER + """
+GRID_2D = (
+    HEADER
+    + """
 .visible .entry k(.param .u64 out, .param .u32 rows, .param .u32 cols)
 {
   .reg .b32 %r<16>; .reg .b64 %rd<8>; .reg .pred %p<4>;
@@ -69,6 +80,7 @@ DONE:
   ret;
 }
 """
+)
 
 
 def _entry(ptx: str):  # type: ignore[no-untyped-def]
@@ -76,17 +88,31 @@ def _entry(ptx: str):  # type: ignore[no-untyped-def]
 
 
 def test_guards_found() -> None:
-    for ptx, taken in ((GUARD_TAKEN, [True]), (GUARD_NEGATED, [True]), (GUARD_FALLTHROUGH, [False]),
-                       (GUARD_ODD, [True, True]), (GRID_2D, [True, True])):
+    for ptx, taken in (
+        (GUARD_TAKEN, [True]),
+        (GUARD_NEGATED, [True]),
+        (GUARD_FALLTHROUGH, [False]),
+        (GUARD_ODD, [True, True]),
+        (GRID_2D, [True, True]),
+    ):
         plan = find_exit_guards(_entry(ptx).body)
         assert plan is not None and [g.exit_if_taken for g in plan.guards] == taken
         assert not any(getattr(st, "opcode", "") == "bra" and st.pred for st in plan.fast_body)
     assert find_exit_guards(_entry(NOT_A_PREFIX).body) is None
 
 
-def _run(ptx: str, n: int, shift: int, grid: int, block: int, checked: bool = False, x_len: int | None = None,
-         ranges: list | None = None) -> tuple[np.ndarray, np.ndarray]:
+def _run(
+    ptx: str,
+    n: int,
+    shift: int,
+    grid: int,
+    block: int,
+    checked: bool = False,
+    x_len: int | None = None,
+    ranges: list | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     from jit import compile_module
+
     x = np.arange(x_len or n + 64, dtype=np.float32) * 0.5
     out = np.full(grid * block + 8, -7.0, np.float32)
     k = compile_module(ptx, bounds_check=checked).get_kernel("k")
@@ -103,7 +129,7 @@ def test_versioned_results_are_exact(ptx: str, n: int, checked: bool) -> None:
     """Full blocks take the copy without the guard, the partial last block the body as written; nothing past n is
     written."""
     out, x = _run(ptx, n, 3, 4, 256, checked)
-    assert (out[:n] == x[3:n + 3] + 1).all()
+    assert (out[:n] == x[3 : n + 3] + 1).all()
     assert (out[n:] == -7.0).all()
 
 
@@ -119,13 +145,14 @@ def test_guard_not_monotone_in_the_thread_index(checked: bool) -> None:
 @pytest.mark.parametrize("checked", [False, True])
 def test_two_guards_in_two_dimensions(checked: bool) -> None:
     from jit import compile_module
+
     rows, cols = 37, 50
     out = np.full(rows * cols + 16, -1, np.int32)
     k = compile_module(GRID_2D, bounds_check=checked).get_kernel("k")
     extra = {"allowed_ranges": [(out.ctypes.data, out.nbytes)]} if checked else {}
     k.launch((4, 3), (16, 16), 0, pack(k, out, rows, cols), **extra)  # 64 x 48 threads over 50 x 37
     r, c = np.divmod(np.arange(rows * cols), cols)
-    assert (out[:rows * cols] == r * 1000 + c).all() and (out[rows * cols:] == -1).all()
+    assert (out[: rows * cols] == r * 1000 + c).all() and (out[rows * cols :] == -1).all()
 
 
 def test_checked_full_block_past_the_end_is_still_reported() -> None:
@@ -157,7 +184,9 @@ def test_checked_fast_copy_has_no_per_access_checks() -> None:
 
 
 # the stored-to address is loaded from memory, so the block cannot check it up front
-POINTER_CHASE = HEADER + """
+POINTER_CHASE = (
+    HEADER
+    + """
 .visible .entry k(.param .u64 ptrs, .param .u32 n)
 {
   .reg .b32 %r<8>; .reg .b64 %rd<8>; .reg .pred %p<2>;
@@ -172,6 +201,7 @@ DONE:
   ret;
 }
 """
+)
 
 
 @pytest.mark.parametrize("fast", [False, True])
@@ -180,11 +210,13 @@ def test_checked_fast_copy_stays_scalar_where_masks_are_slow(monkeypatch: pytest
     checks are left in it (predictable branches: scalar is faster than masked stores); otherwise only the slow copy
     (run in a block where a guard fails) is kept scalar and not unrolled, to save compile time."""
     import jit.passes.optimize as opt
+
     monkeypatch.setattr(opt, "_FAST_MASKS", fast)
 
     def loops(ptx: str, checked: bool) -> tuple[int, int]:
         text = str(translate(ptx, "cpu", checked, "t").ir_module)
         return text.count("!llvm.loop"), text.count('!"llvm.loop.unroll.disable"')
+
     assert loops(GUARD_TAKEN, False) == (1, 1)  # the slow copy
     assert loops(GUARD_TAKEN, True) == (1, 1)  # every access prechecked
     assert loops(POINTER_CHASE, True) == ((1, 1) if fast else (2, 1))
@@ -194,6 +226,7 @@ def test_checked_fast_copy_stays_scalar_where_masks_are_slow(monkeypatch: pytest
 def test_pointer_chase_checked() -> None:
     """A loaded address keeps its per-thread check in the fast copy: a bad pointer is still reported."""
     from jit import compile_module
+
     n = 300
     dst = np.zeros(n, np.uint32)
     ptrs = dst.ctypes.data + 4 * np.arange(n, dtype=np.uint64)
@@ -220,6 +253,7 @@ def test_checked_kernel_without_guard_is_checked_per_block() -> None:
 
 def test_fast_copy_vectorises_without_masks() -> None:
     from jit.passes import optimize
+
     tm = optimize.host_target_machine(2)
     mod = str(optimize.run(str(translate(GUARD_TAKEN, "cpu", False, "t").ir_module), tm, 2))
     assert re.search(r"store <\d+ x float>", mod)

@@ -18,7 +18,9 @@ STORE_R = """
 
 
 def test_bar_red_popc_and_or() -> None:
-    ptx = HEADER + """
+    ptx = (
+        HEADER
+        + """
 .visible .entry k(.param .u64 out)
 {
   .reg .b32 %r<12>; .reg .b64 %rd<4>; .reg .pred %p<6>;
@@ -31,14 +33,18 @@ def test_bar_red_popc_and_or() -> None:
   barrier.red.or.pred %p5, 0, %p4;
   selp.u32 %r3, 1, 0, %p3; selp.u32 %r4, 1, 0, %p5;
   mul.lo.u32 %r9, %r3, 10000; mad.lo.u32 %r9, %r4, 100000, %r9; add.u32 %r9, %r9, %r2;
-""" + STORE_R
+"""
+        + STORE_R
+    )
     out = np.zeros(96, np.uint32)
     launch(ptx, "k", 1, 96, out)
     assert (out == 10000 + 100000 + 24).all(), out[:4]
 
 
 def test_ballot_honours_member_mask() -> None:
-    ptx = HEADER + """
+    ptx = (
+        HEADER
+        + """
 .visible .entry k(.param .u64 out)
 {
   .reg .b32 %r<12>; .reg .b64 %rd<4>; .reg .pred %p<3>;
@@ -46,7 +52,9 @@ def test_ballot_honours_member_mask() -> None:
   and.b32 %r1, %r0, -8; mov.u32 %r2, 255; shl.b32 %r3, %r2, %r1;
   setp.ne.u32 %p1, %r0, 99;
   vote.sync.ballot.b32 %r9, %p1, %r3;
-""" + STORE_R
+"""
+        + STORE_R
+    )
     out = np.zeros(32, np.uint32)
     launch(ptx, "k", 1, 32, out)
     assert [int(x) for x in out] == [0xFF << (8 * (t // 8)) for t in range(32)]
@@ -55,7 +63,9 @@ def test_ballot_honours_member_mask() -> None:
 @pytest.mark.parametrize("t,dtype", [("f16", np.float16), ("f16x2", np.float16), ("bf16", np.uint16)])
 def test_half_atomic_add(t: str, dtype: type) -> None:
     reg = "b32" if t.endswith("x2") else "b16"
-    ptx = HEADER + f"""
+    ptx = (
+        HEADER
+        + f"""
 .visible .entry k(.param .u64 acc, .param .u64 val)
 {{
   .reg .b32 %r<4>; .reg .b64 %rd<4>; .reg .{reg} %h<3>;
@@ -65,6 +75,7 @@ def test_half_atomic_add(t: str, dtype: type) -> None:
   ret;
 }}
 """
+    )
     if t == "bf16":
         val = np.array([0x3F80], np.uint16)  # 1.0
         acc = np.zeros(1, np.uint16)
@@ -79,7 +90,9 @@ def test_half_atomic_add(t: str, dtype: type) -> None:
 
 
 def test_directed_narrowing_f16_bf16_and_s64() -> None:
-    ptx = HEADER + """
+    ptx = (
+        HEADER
+        + """
 .visible .entry k(.param .u64 out, .param .u64 in, .param .u64 in64)
 {
   .reg .b32 %r<12>; .reg .b64 %rd<8>; .reg .f32 %f<4>; .reg .b16 %h<6>;
@@ -94,6 +107,7 @@ def test_directed_narrowing_f16_bf16_and_s64() -> None:
   ret;
 }
 """
+    )
     x = np.array([1.0001, -1.0001, 70000.0, -3.14159], np.float32)
     big = np.array([2**62 + 1, -(2**62) - 1, 2**63 - 1, 12345], np.int64)
     out = np.zeros((4, 4), np.uint32)
@@ -116,7 +130,9 @@ def test_unknown_opcode_is_invalid_ptx() -> None:
     assert ei.value.code == 218 and "7:3" in ei.value.message
 
 
-GLOBAL_PTX = HEADER + """
+GLOBAL_PTX = (
+    HEADER
+    + """
 .global .align 4 .u32 counter = 7;
 .global .align 8 .u64 ptr_to_counter = counter;
 .visible .entry bump()
@@ -127,10 +143,12 @@ GLOBAL_PTX = HEADER + """
   ret;
 }
 """
+)
 
 
 def test_module_instances_have_their_own_globals() -> None:
     import ctypes
+
     a, b = compile_module(GLOBAL_PTX), compile_module(GLOBAL_PTX)
     assert a.get_kernel("bump")._code.fn is b.get_kernel("bump")._code.fn or not jit.compiler.cache_enabled()
     a.get_kernel("bump").launch(1, 1)
@@ -142,7 +160,9 @@ def test_module_instances_have_their_own_globals() -> None:
     assert p == a.get_global("counter").address
 
 
-SAXPY = HEADER + """
+SAXPY = (
+    HEADER
+    + """
 .visible .entry saxpy(.param .u64 x, .param .u64 y, .param .u32 n, .param .u32 extra)
 {
   .reg .b32 %r<6>; .reg .b64 %rd<8>; .reg .f32 %f<4>; .reg .pred %p<2>;
@@ -157,6 +177,7 @@ DONE:
   ret;
 }
 """
+)
 
 
 def test_bounds_check_allows_and_traps() -> None:
@@ -182,7 +203,9 @@ def test_bounds_check_needs_a_checked_module() -> None:
 
 
 def test_bounds_check_generic_shared_pointer_is_allowed() -> None:
-    ptx = HEADER + """
+    ptx = (
+        HEADER
+        + """
 .visible .entry k(.param .u64 out)
 {
   .reg .b32 %r<10>; .reg .b64 %rd<6>;
@@ -191,7 +214,9 @@ def test_bounds_check_generic_shared_pointer_is_allowed() -> None:
   mul.wide.u32 %rd3, %r0, 4; add.s64 %rd4, %rd2, %rd3; st.u32 [%rd4], %r0;
   bar.sync 0;
   xor.b32 %r1, %r0, 1; mul.wide.u32 %rd3, %r1, 4; add.s64 %rd4, %rd2, %rd3; ld.u32 %r9, [%rd4];
-""" + STORE_R
+"""
+        + STORE_R
+    )
     m = compile_module(ptx, bounds_check=True)
     k = m.get_kernel("k")
     out = np.zeros(64, np.uint32)
@@ -200,7 +225,9 @@ def test_bounds_check_generic_shared_pointer_is_allowed() -> None:
 
 
 def test_vector_registers() -> None:
-    ptx = HEADER + """
+    ptx = (
+        HEADER
+        + """
 .visible .entry k(.param .u64 inp, .param .u64 out)
 {
   .reg .b32 %r<4>; .reg .b64 %rd<6>; .reg .v4 .f32 %v, %w; .reg .v2 .u32 %q;
@@ -214,6 +241,7 @@ def test_vector_registers() -> None:
   ret;
 }
 """
+    )
     x = np.arange(32, dtype=np.float32).reshape(8, 4)
     out = np.zeros((8, 4), np.float32)
     launch(ptx, "k", 1, 8, x, out)
@@ -221,7 +249,9 @@ def test_vector_registers() -> None:
 
 
 def test_brx_idx_branch_table() -> None:
-    ptx = HEADER + """
+    ptx = (
+        HEADER
+        + """
 .visible .entry k(.param .u64 out)
 {
   .reg .b32 %r<12>; .reg .b64 %rd<4>; .reg .pred %p<2>;
@@ -235,14 +265,18 @@ L1: mov.u32 %r9, 11; bra.uni END;
 L2: mov.u32 %r9, 12; bra.uni END;
 L3: mov.u32 %r9, 13;
 END:
-""" + STORE_R
+"""
+        + STORE_R
+    )
     out = np.zeros(16, np.uint32)
     launch(ptx, "k", 1, 16, out)
     assert out.tolist() == [77 if t == 7 else 10 + (t & 3) for t in range(16)]
 
 
 def test_barrier_and_shuffle_inside_noinline_func() -> None:
-    ptx = HEADER + """
+    ptx = (
+        HEADER
+        + """
 .func (.param .b32 ret) warp_sum(.param .b32 v)
 {
   .reg .b32 %r<4>; .reg .pred %p<2>;
@@ -267,7 +301,9 @@ def test_barrier_and_shuffle_inside_noinline_func() -> None:
   .reg .b32 %r<12>; .reg .b64 %rd<4>;
   mov.u32 %r0, %tid.x;
   { .param .b32 a; st.param.b32 [a], %r0; .param .b32 r; call.uni (r), twice, (a); ld.param.b32 %r9, [r]; }
-""" + STORE_R
+"""
+        + STORE_R
+    )
     out = np.zeros(64, np.uint32)
     launch(ptx, "k", 1, 64, out)
     assert out.tolist() == [2 * sum(range(t & ~3, (t & ~3) + 4)) for t in range(64)]
@@ -275,7 +311,9 @@ def test_barrier_and_shuffle_inside_noinline_func() -> None:
 
 def test_sync_collective_waits_for_divergent_lanes() -> None:
     # odd lanes stop at an activemask first; the full-mask ballot must still see every lane
-    ptx = HEADER + """
+    ptx = (
+        HEADER
+        + """
 .visible .entry k(.param .u64 out)
 {
   .reg .b32 %r<12>; .reg .b64 %rd<4>; .reg .pred %p<3>;
@@ -286,14 +324,18 @@ EVEN:
   setp.ne.u32 %p2, %r0, 1000;
   vote.sync.ballot.b32 %r6, %p2, -1;
   xor.b32 %r9, %r6, %r5;
-""" + STORE_R
+"""
+        + STORE_R
+    )
     out = np.zeros(32, np.uint32)
     launch(ptx, "k", 1, 32, out)
     assert out.tolist() == [0xFFFFFFFF ^ (0xAAAAAAAA if t & 1 else 0) for t in range(32)]
 
 
 def test_recursive_sync_func_is_refused() -> None:
-    ptx = HEADER + """
+    ptx = (
+        HEADER
+        + """
 .func (.param .b32 ret) rec(.param .b32 v)
 {
   .reg .b32 %r<4>;
@@ -309,12 +351,15 @@ def test_recursive_sync_func_is_refused() -> None:
   ret;
 }
 """
+    )
     with pytest.raises(JitError) as ei:
         compile_module(ptx)
     assert ei.value.code == 801 and "recursive" in ei.value.message
 
 
-VECTOR_ATOMICS = HEADER.replace("sm_80", "sm_90") + """
+VECTOR_ATOMICS = (
+    HEADER.replace("sm_80", "sm_90")
+    + """
 .visible .entry k(.param .u64 p, .param .u64 q, .param .u64 h)
 {
   .reg .f32 %f<12>; .reg .b64 %rd<8>; .reg .b32 %r<4>; .reg .b16 %rs<4>;
@@ -329,6 +374,7 @@ VECTOR_ATOMICS = HEADER.replace("sm_80", "sm_90") + """
   ret;
 }
 """
+)
 
 
 def test_vector_atomics_are_one_atomic_per_element() -> None:
@@ -345,10 +391,13 @@ def test_vector_atomics_are_one_atomic_per_element() -> None:
         assert olds[order[0], k] == 0 and (np.diff(olds[order, k]) == inc[order][:-1]).all()
 
 
-@pytest.mark.parametrize("bad", [
-    "atom.global.add.v2.f32 {%f5}, [%rd1+16], {%f2, %f3};",       # one destination for two elements
-    "red.global.add.v4.f32 [%rd1], {%f1, %f2};",                  # two sources for four elements
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "atom.global.add.v2.f32 {%f5}, [%rd1+16], {%f2, %f3};",  # one destination for two elements
+        "red.global.add.v4.f32 [%rd1], {%f1, %f2};",  # two sources for four elements
+    ],
+)
 def test_vector_atomics_with_wrong_element_counts_are_invalid_ptx(bad: str) -> None:
     ptx = VECTOR_ATOMICS.replace("red.global.add.v4.f32 [%rd1], {%f1, %f2, %f3, %f4};", bad)
     with pytest.raises(JitError) as ei:

@@ -22,7 +22,7 @@ def decode(code: int, fmt: str) -> float:
     if fmt == "e5m2x2" and exp == 31:
         v = math.inf
     else:
-        v = man * 2.0 ** (1 - bias - m) if exp == 0 else (1 + man / 2 ** m) * 2.0 ** (exp - bias)
+        v = man * 2.0 ** (1 - bias - m) if exp == 0 else (1 + man / 2**m) * 2.0 ** (exp - bias)
     return -v if neg else v
 
 
@@ -40,7 +40,9 @@ def encode(x: float, fmt: str, relu: bool = False) -> int:
     return sign | best
 
 
-PACK = HEADER + """
+PACK = (
+    HEADER
+    + """
 .visible .entry k(.param .u64 src, .param .u64 out, .param .u64 back, .param .u64 tf)
 {
   .reg .b32 %r<8>; .reg .b64 %rd<12>; .reg .f32 %f<4>; .reg .b16 %h<4>;
@@ -59,15 +61,49 @@ PACK = HEADER + """
   ret;
 }
 """
+)
 
 
 def _inputs() -> np.ndarray:
-    special = [0.0, -0.0, 1.0, -1.0, 448.0, 449.0, 464.0, 480.0, 1e6, -1e6, math.inf, -math.inf, math.nan, 2.0 ** -9,
-               2.0 ** -10, 3 * 2.0 ** -10, 57344.0, 61439.0, 61440.0, 0.3, -0.7, 2.0 ** -16, 2.0 ** -17, 1.5 * 2.0 ** -16,
-               0.0625, 0.0703125, 240.0, 248.0, 256.0, 1.0625, 1.1875, -1.0625, 2.0 ** -10 * 1.5]
+    special = [
+        0.0,
+        -0.0,
+        1.0,
+        -1.0,
+        448.0,
+        449.0,
+        464.0,
+        480.0,
+        1e6,
+        -1e6,
+        math.inf,
+        -math.inf,
+        math.nan,
+        2.0**-9,
+        2.0**-10,
+        3 * 2.0**-10,
+        57344.0,
+        61439.0,
+        61440.0,
+        0.3,
+        -0.7,
+        2.0**-16,
+        2.0**-17,
+        1.5 * 2.0**-16,
+        0.0625,
+        0.0703125,
+        240.0,
+        248.0,
+        256.0,
+        1.0625,
+        1.1875,
+        -1.0625,
+        2.0**-10 * 1.5,
+    ]
     rng = np.random.default_rng(7)
-    vals = np.concatenate([np.array(special), rng.normal(0, 30, 100), rng.uniform(-1, 1, 60) * 2.0 ** -6,
-                           rng.uniform(-60000, 60000, 37)]).astype(np.float32)
+    vals = np.concatenate(
+        [np.array(special), rng.normal(0, 30, 100), rng.uniform(-1, 1, 60) * 2.0**-6, rng.uniform(-60000, 60000, 37)]
+    ).astype(np.float32)
     return vals[: len(vals) // 2 * 2]
 
 
@@ -98,9 +134,9 @@ def test_fp8_pack_unpack_and_tf32(fmt: str) -> None:
 def test_fp8_model_is_the_formats() -> None:
     """The reference itself: E4M3 max 448 and no infinity, E5M2 max 57344 and an infinity."""
     assert decode(0x7E, "e4m3x2") == 448 and math.isnan(decode(0x7F, "e4m3x2"))
-    assert decode(0x01, "e4m3x2") == 2.0 ** -9 and decode(0x08, "e4m3x2") == 2.0 ** -6
+    assert decode(0x01, "e4m3x2") == 2.0**-9 and decode(0x08, "e4m3x2") == 2.0**-6
     assert decode(0x7B, "e5m2x2") == 57344 and decode(0x7C, "e5m2x2") == math.inf
-    assert decode(0x01, "e5m2x2") == 2.0 ** -16
+    assert decode(0x01, "e5m2x2") == 2.0**-16
     assert encode(0.0703125, "e4m3x2") == 0x19  # 1.125 * 2^-4
     assert encode(1.0625, "e4m3x2") == 0x38 and encode(1.1875, "e4m3x2") == 0x3A  # ties go to the even code
     assert encode(500.0, "e4m3x2") == 0x7E and encode(-math.inf, "e5m2x2") == 0xFB  # saturated
@@ -109,7 +145,10 @@ def test_fp8_model_is_the_formats() -> None:
 def test_unknown_narrow_formats_are_not_supported() -> None:
     """sm_100's FP4/UE8M0 conversions are valid PTX we do not implement: NOT_SUPPORTED naming them."""
     from jit.errors import JitError
-    ptx = HEADER + """
+
+    ptx = (
+        HEADER
+        + """
 .visible .entry k()
 {
   .reg .b8 %c<2>; .reg .f32 %f<2>;
@@ -118,12 +157,14 @@ def test_unknown_narrow_formats_are_not_supported() -> None:
   ret;
 }
 """
+    )
     with pytest.raises(JitError) as ei:
         launch(ptx, "k", (1,), (1,))
     assert ei.value.code == 801 and "e2m1x2" in ei.value.message
     # stochastic rounding (sm_100a cvt.rs ... d, a, b, rbits) would otherwise round to nearest: refused
     rs = ptx.replace(".reg .b8 %c<2>;", ".reg .b32 %r<2>;").replace(
-        "cvt.rn.satfinite.e2m1x2.f32 %c0, %f0, %f0;", "mov.b32 %r0, 7; cvt.rs.f16x2.f32 %r1, %f0, %f0, %r0;")
+        "cvt.rn.satfinite.e2m1x2.f32 %c0, %f0, %f0;", "mov.b32 %r0, 7; cvt.rs.f16x2.f32 %r1, %f0, %f0, %r0;"
+    )
     with pytest.raises(JitError) as ei:
         launch(rs, "k", (1,), (1,))
     assert ei.value.code == 801 and "cvt.rs" in ei.value.message

@@ -14,7 +14,9 @@ from jit.pipeline import front_end, translate
 from tests.unit.jit.helpers import HEADER, launch, pack
 
 # i = ctaid*ntid + tid; while (i < n) { BODY; i += ntid*nctaid }; %rd1 = data, %rd2 = bins, %rd3 = out
-KERNEL = HEADER + """
+KERNEL = (
+    HEADER
+    + """
 .visible .entry h(.param .u64 data, .param .u64 bins, .param .u64 out, .param .u32 n)
 {
   .reg .pred %p<3>; .reg .b32 %r<20>; .reg .b64 %rd<30>; .reg .b16 %rs<4>;
@@ -35,6 +37,7 @@ DONE:
   ret;
 }
 """
+)
 LOAD = "mul.wide.u32 %rd4, %r5, 4; add.s64 %rd5, %rd1, %rd4; ld.global.u32 %r7, [%rd5];"
 LOAD8 = "cvt.u64.u32 %rd4, %r5; add.s64 %rd5, %rd1, %rd4; ld.global.u8 %rs1, [%rd5]; cvt.u32.u16 %r7, %rs1;"
 
@@ -55,34 +58,85 @@ BINS = Idx("%rd2", 4, 256, 0)
 DATA = Aff("%rd1", 4, 0, 64)
 
 
-@pytest.mark.parametrize("why, body, want", [
-    ("x[i] and bins[v & 255]", LOAD + "and.b32 %r8, %r7, 255; mul.wide.u32 %rd6, %r8, 4; add.s64 %rd6, %rd2, %rd6;"
-     "red.global.add.u32 [%rd6], 1;", [DATA, BINS]),
-    ("numba's mask after the shift", LOAD + "shl.b32 %r8, %r7, 2; cvt.u64.u32 %rd6, %r8; and.b64 %rd6, %rd6, 1020;"
-     "add.s64 %rd6, %rd2, %rd6; atom.global.add.u32 %r9, [%rd6], 1;", [DATA, BINS]),
-    ("a byte as the index", LOAD8 + "mul.wide.u32 %rd6, %r7, 4; add.s64 %rd6, %rd2, %rd6; red.global.add.u32 [%rd6], 1;",
-     [Aff("%rd1", 1, 0, 64), BINS]),
-    ("rem.u by 100, offset 8", LOAD + "rem.u32 %r8, %r7, 100; mul.wide.u32 %rd6, %r8, 4; add.s64 %rd6, %rd2, %rd6;"
-     "red.global.add.u32 [%rd6+8], 1;", [DATA, Idx("%rd2", 4, 100, 8)]),
-    ("a shift right of an index", LOAD + "and.b32 %r8, %r7, 1020; shr.u32 %r8, %r8, 2; mul.wide.u32 %rd6, %r8, 4;"
-     "add.s64 %rd6, %rd2, %rd6; red.global.add.u32 [%rd6], 1;", [DATA, BINS]),
-    ("x[i + 3] in 64 bits", "cvt.u64.u32 %rd4, %r5; add.s64 %rd4, %rd4, 3; shl.b64 %rd4, %rd4, 2;"
-     "add.s64 %rd5, %rd1, %rd4; ld.global.u32 %r7, [%rd5+-4];", [Aff("%rd1", 4, 8, 64)]),
-    ("i + 3 may wrap in 32 bits", "add.u32 %r11, %r5, 3; mul.wide.u32 %rd4, %r11, 4; add.s64 %rd5, %rd1, %rd4;"
-     "ld.global.u32 %r7, [%rd5];", [None]),
-    ("4*i may wrap in 32 bits", "mul.lo.s32 %r11, %r5, 4; cvt.u64.u32 %rd4, %r11; add.s64 %rd5, %rd1, %rd4;"
-     "ld.global.u32 %r7, [%rd5];", [None]),
-    ("a thread index is not i", "mov.u32 %r12, %tid.x; mul.wide.u32 %rd4, %r12, 4; add.s64 %rd5, %rd1, %rd4;"
-     "ld.global.u32 %r7, [%rd5];", [None]),
-    ("a base loaded in the loop", "ld.global.u64 %rd8, [%rd2]; mul.wide.u32 %rd4, %r5, 4; add.s64 %rd5, %rd8, %rd4;"
-     "ld.global.u32 %r7, [%rd5];", [Aff("%rd2", 0, 0, 64), None]),
-    ("a mask in a register", LOAD + "and.b32 %r8, %r7, %r10; mul.wide.u32 %rd6, %r8, 4; add.s64 %rd6, %rd2, %rd6;"
-     "red.global.add.u32 [%rd6], 1;", [DATA, None]),
-    ("rem.s may be negative", LOAD + "rem.s32 %r8, %r7, 100; mul.wide.u32 %rd6, %r8, 4; add.s64 %rd6, %rd2, %rd6;"
-     "red.global.add.u32 [%rd6], 1;", [DATA, None]),
-    ("two invariant bases", LOAD + "and.b32 %r8, %r7, 255; mul.wide.u32 %rd6, %r8, 4; add.s64 %rd6, %rd2, %rd6;"
-     "add.s64 %rd6, %rd6, %rd1; red.global.add.u32 [%rd6], 1;", [DATA, None]),
-])
+@pytest.mark.parametrize(
+    "why, body, want",
+    [
+        (
+            "x[i] and bins[v & 255]",
+            LOAD + "and.b32 %r8, %r7, 255; mul.wide.u32 %rd6, %r8, 4; add.s64 %rd6, %rd2, %rd6;"
+            "red.global.add.u32 [%rd6], 1;",
+            [DATA, BINS],
+        ),
+        (
+            "numba's mask after the shift",
+            LOAD + "shl.b32 %r8, %r7, 2; cvt.u64.u32 %rd6, %r8; and.b64 %rd6, %rd6, 1020;"
+            "add.s64 %rd6, %rd2, %rd6; atom.global.add.u32 %r9, [%rd6], 1;",
+            [DATA, BINS],
+        ),
+        (
+            "a byte as the index",
+            LOAD8 + "mul.wide.u32 %rd6, %r7, 4; add.s64 %rd6, %rd2, %rd6; red.global.add.u32 [%rd6], 1;",
+            [Aff("%rd1", 1, 0, 64), BINS],
+        ),
+        (
+            "rem.u by 100, offset 8",
+            LOAD + "rem.u32 %r8, %r7, 100; mul.wide.u32 %rd6, %r8, 4; add.s64 %rd6, %rd2, %rd6;"
+            "red.global.add.u32 [%rd6+8], 1;",
+            [DATA, Idx("%rd2", 4, 100, 8)],
+        ),
+        (
+            "a shift right of an index",
+            LOAD + "and.b32 %r8, %r7, 1020; shr.u32 %r8, %r8, 2; mul.wide.u32 %rd6, %r8, 4;"
+            "add.s64 %rd6, %rd2, %rd6; red.global.add.u32 [%rd6], 1;",
+            [DATA, BINS],
+        ),
+        (
+            "x[i + 3] in 64 bits",
+            "cvt.u64.u32 %rd4, %r5; add.s64 %rd4, %rd4, 3; shl.b64 %rd4, %rd4, 2;"
+            "add.s64 %rd5, %rd1, %rd4; ld.global.u32 %r7, [%rd5+-4];",
+            [Aff("%rd1", 4, 8, 64)],
+        ),
+        (
+            "i + 3 may wrap in 32 bits",
+            "add.u32 %r11, %r5, 3; mul.wide.u32 %rd4, %r11, 4; add.s64 %rd5, %rd1, %rd4;ld.global.u32 %r7, [%rd5];",
+            [None],
+        ),
+        (
+            "4*i may wrap in 32 bits",
+            "mul.lo.s32 %r11, %r5, 4; cvt.u64.u32 %rd4, %r11; add.s64 %rd5, %rd1, %rd4;ld.global.u32 %r7, [%rd5];",
+            [None],
+        ),
+        (
+            "a thread index is not i",
+            "mov.u32 %r12, %tid.x; mul.wide.u32 %rd4, %r12, 4; add.s64 %rd5, %rd1, %rd4;ld.global.u32 %r7, [%rd5];",
+            [None],
+        ),
+        (
+            "a base loaded in the loop",
+            "ld.global.u64 %rd8, [%rd2]; mul.wide.u32 %rd4, %r5, 4; add.s64 %rd5, %rd8, %rd4;"
+            "ld.global.u32 %r7, [%rd5];",
+            [Aff("%rd2", 0, 0, 64), None],
+        ),
+        (
+            "a mask in a register",
+            LOAD + "and.b32 %r8, %r7, %r10; mul.wide.u32 %rd6, %r8, 4; add.s64 %rd6, %rd2, %rd6;"
+            "red.global.add.u32 [%rd6], 1;",
+            [DATA, None],
+        ),
+        (
+            "rem.s may be negative",
+            LOAD + "rem.s32 %r8, %r7, 100; mul.wide.u32 %rd6, %r8, 4; add.s64 %rd6, %rd2, %rd6;"
+            "red.global.add.u32 [%rd6], 1;",
+            [DATA, None],
+        ),
+        (
+            "two invariant bases",
+            LOAD + "and.b32 %r8, %r7, 255; mul.wide.u32 %rd6, %r8, 4; add.s64 %rd6, %rd2, %rd6;"
+            "add.s64 %rd6, %rd6, %rd1; red.global.add.u32 [%rd6], 1;",
+            [DATA, None],
+        ),
+    ],
+)
 def test_address_forms(why: str, body: str, want: list[Aff | Idx | None]) -> None:
     assert forms(body) == want, why
 
@@ -92,6 +146,7 @@ def test_the_benchmark_histogram_has_an_affine_load_and_an_indexed_reduction() -
     from numba import cuda, uint32, void
 
     from benchmarks.jit import k_hist
+
     ptx = cuda.compile_ptx(k_hist, void(uint32[::1], uint32[::1]), cc=(8, 0))[0]
     fn = [f for f in front_end(ptx).functions if f.is_entry][0]
     assert fn.fused is not None
@@ -102,22 +157,50 @@ def test_the_benchmark_histogram_has_an_affine_load_and_an_indexed_reduction() -
 # (body after the load, bins dtype, bins size, expected bins from the data d)
 IDX = "mul.wide.u32 %rd6, %r8, 4; add.s64 %rd6, %rd2, %rd6;"
 HISTS = {
-    "and255": ("and.b32 %r8, %r7, 255;" + IDX + "red.global.add.u32 [%rd6], 1;", np.uint32, 256,
-               lambda d: np.bincount(d & 255, minlength=256)),
-    "numba": ("shl.b32 %r8, %r7, 2; cvt.u64.u32 %rd6, %r8; and.b64 %rd6, %rd6, 1020; add.s64 %rd6, %rd2, %rd6;"
-              "atom.global.add.u32 %r9, [%rd6], 1;", np.uint32, 256, lambda d: np.bincount(d & 255, minlength=256)),
-    "rem100": ("rem.u32 %r8, %r7, 100;" + IDX + "red.global.add.u32 [%rd6], 1;", np.uint32, 100,
-               lambda d: np.bincount(d % 100, minlength=100)),
-    "spaced": ("and.b32 %r8, %r7, 63; mul.wide.u32 %rd6, %r8, 8; add.s64 %rd6, %rd2, %rd6;"
-               "red.global.add.u32 [%rd6], 1;", np.uint32, 128,
-               lambda d: np.stack([np.bincount(d & 63, minlength=64), np.zeros(64, np.int64)], 1).ravel()),
-    "u64": ("and.b32 %r8, %r7, 255; mul.wide.u32 %rd6, %r8, 8; add.s64 %rd6, %rd2, %rd6; shr.u32 %r9, %r7, 8;"
-            "cvt.u64.u32 %rd9, %r9; red.global.add.u64 [%rd6], %rd9;", np.uint64, 256,
-            lambda d: np.bincount(d & 255, weights=(d >> 8).astype(np.float64), minlength=256).astype(np.uint64)),
-    "minus3": ("and.b32 %r8, %r7, 255;" + IDX + "red.global.add.s32 [%rd6], -3;", np.int32, 256,
-               lambda d: -3 * np.bincount(d & 255, minlength=256)),
-    "sparse": ("and.b32 %r8, %r7, 4095;" + IDX + "red.global.add.u32 [%rd6], 1;", np.uint32, 4096,
-               lambda d: np.bincount(d & 4095, minlength=4096)),
+    "and255": (
+        "and.b32 %r8, %r7, 255;" + IDX + "red.global.add.u32 [%rd6], 1;",
+        np.uint32,
+        256,
+        lambda d: np.bincount(d & 255, minlength=256),
+    ),
+    "numba": (
+        "shl.b32 %r8, %r7, 2; cvt.u64.u32 %rd6, %r8; and.b64 %rd6, %rd6, 1020; add.s64 %rd6, %rd2, %rd6;"
+        "atom.global.add.u32 %r9, [%rd6], 1;",
+        np.uint32,
+        256,
+        lambda d: np.bincount(d & 255, minlength=256),
+    ),
+    "rem100": (
+        "rem.u32 %r8, %r7, 100;" + IDX + "red.global.add.u32 [%rd6], 1;",
+        np.uint32,
+        100,
+        lambda d: np.bincount(d % 100, minlength=100),
+    ),
+    "spaced": (
+        "and.b32 %r8, %r7, 63; mul.wide.u32 %rd6, %r8, 8; add.s64 %rd6, %rd2, %rd6;red.global.add.u32 [%rd6], 1;",
+        np.uint32,
+        128,
+        lambda d: np.stack([np.bincount(d & 63, minlength=64), np.zeros(64, np.int64)], 1).ravel(),
+    ),
+    "u64": (
+        "and.b32 %r8, %r7, 255; mul.wide.u32 %rd6, %r8, 8; add.s64 %rd6, %rd2, %rd6; shr.u32 %r9, %r7, 8;"
+        "cvt.u64.u32 %rd9, %r9; red.global.add.u64 [%rd6], %rd9;",
+        np.uint64,
+        256,
+        lambda d: np.bincount(d & 255, weights=(d >> 8).astype(np.float64), minlength=256).astype(np.uint64),
+    ),
+    "minus3": (
+        "and.b32 %r8, %r7, 255;" + IDX + "red.global.add.s32 [%rd6], -3;",
+        np.int32,
+        256,
+        lambda d: -3 * np.bincount(d & 255, minlength=256),
+    ),
+    "sparse": (
+        "and.b32 %r8, %r7, 4095;" + IDX + "red.global.add.u32 [%rd6], 1;",
+        np.uint32,
+        4096,
+        lambda d: np.bincount(d & 4095, minlength=4096),
+    ),
 }
 
 
@@ -134,8 +217,16 @@ def test_histograms(name: str, grid: tuple[int], block: tuple[int, int]) -> None
 def test_a_byte_histogram() -> None:
     d = np.random.default_rng(6).integers(0, 256, 50_001, dtype=np.uint8)
     bins = np.zeros(256, np.uint32)
-    launch(kernel(LOAD8 + "mul.wide.u32 %rd6, %r7, 4; add.s64 %rd6, %rd2, %rd6; red.global.add.u32 [%rd6], 1;"),
-           "h", (5,), (96, 1, 1), d, bins, d, d.size)
+    launch(
+        kernel(LOAD8 + "mul.wide.u32 %rd6, %r7, 4; add.s64 %rd6, %rd2, %rd6; red.global.add.u32 [%rd6], 1;"),
+        "h",
+        (5,),
+        (96, 1, 1),
+        d,
+        bins,
+        d,
+        d.size,
+    )
     assert (bins == np.bincount(d, minlength=256)).all()
 
 
@@ -198,9 +289,11 @@ def test_loads_apart_from_the_counters_give_the_same_results() -> None:
     assert (bins == n // 4).all() and (out == d).all()
 
 
-def _checked(body: str, grid: int, nt: int, d: np.ndarray, bins: np.ndarray, n: int,
-             ranges: list[tuple[int, int]]) -> None:
+def _checked(
+    body: str, grid: int, nt: int, d: np.ndarray, bins: np.ndarray, n: int, ranges: list[tuple[int, int]]
+) -> None:
     from jit import compile_module
+
     k = compile_module(kernel(LOAD + body), bounds_check=True).get_kernel("h")
     k.launch((grid,), (nt, 1, 1), 0, pack(k, d, bins, d, n), allowed_ranges=ranges)
 
@@ -218,12 +311,14 @@ def test_fused_loops_run_under_bounds_checks() -> None:
 
 def test_an_out_of_bounds_load_in_a_fused_loop_is_an_illegal_address() -> None:
     from jit.errors import JitError
+
     d = np.random.default_rng(8).integers(0, 1 << 24, 10_000, dtype=np.uint32)
     bins = np.zeros(256, np.uint32)
     allowed = 9_000  # the loop reads d[0..10000), only the first 9000 elements are the kernel's
     with pytest.raises(JitError) as ei:
-        _checked(HISTS["and255"][0], 7, 64, d, bins, d.size, [(d.ctypes.data, 4 * allowed),
-                                                               (bins.ctypes.data, bins.nbytes)])
+        _checked(
+            HISTS["and255"][0], 7, 64, d, bins, d.size, [(d.ctypes.data, 4 * allowed), (bins.ctypes.data, bins.nbytes)]
+        )
     assert ei.value.code == 700
     bad = int(ei.value.message.split("illegal address 0x")[1].split()[0], 16)
     assert d.ctypes.data + 4 * allowed <= bad < d.ctypes.data + d.nbytes

@@ -14,7 +14,9 @@ from tests.unit.jit.helpers import HEADER, launch
 _W = {"s32": 32, "u32": 32, "s64": 64, "u64": 64}
 
 # every iteration: cnt[i & 1023] += 1 (relaxed red) and last[g] = i, g = the thread's global x index (read in L)
-TEMPLATE = HEADER + """
+TEMPLATE = (
+    HEADER
+    + """
 .visible .entry k(.param .u64 cnt, .param .u64 last, .param .TY n, .param .TY stride)
 {
   .reg .pred %p<3>; .reg .b32 %r<20>; .reg .b64 %rd<20>; .reg .bW %i, %n, %s, %t;
@@ -43,22 +45,40 @@ DONE:
   ret;
 }
 """
+)
 STARTS = {"affine": "mov.bW %i, %t;", "double": "add.TY %i, %t, %t;", "shift": "sub.TY %i, %t, 5;"}
 TESTS = {"lt": "setp.lt.TY %p2, %i, %n;", "le": "setp.le.TY %p2, %i, %n;", "gt": "setp.gt.TY %p2, %n, %i;"}
-GUARDS = {"lt": "setp.ge.TY %p1, %i, %n; @%p1 bra DONE;", "le": "setp.gt.TY %p1, %i, %n; @%p1 bra DONE;",
-          "gt": "setp.le.TY %p1, %n, %i; @%p1 bra DONE;"}
+GUARDS = {
+    "lt": "setp.ge.TY %p1, %i, %n; @%p1 bra DONE;",
+    "le": "setp.gt.TY %p1, %i, %n; @%p1 bra DONE;",
+    "gt": "setp.le.TY %p1, %n, %i; @%p1 bra DONE;",
+}
 
 
-def kernel(ty: str = "s32", test: str = "lt", start: str = "affine", guard: bool = True, body: str = "",
-           after: str = "", pre: str = "") -> str:
+def kernel(
+    ty: str = "s32",
+    test: str = "lt",
+    start: str = "affine",
+    guard: bool = True,
+    body: str = "",
+    after: str = "",
+    pre: str = "",
+) -> str:
     w = str(_W[ty])
-    text = (TEMPLATE.replace("START", STARTS[start]).replace("PRE", pre).replace("GUARD", GUARDS[test] if guard else "")
-            .replace("TEST", TESTS[test]).replace("BODY", body).replace("AFTER", after))
+    text = (
+        TEMPLATE.replace("START", STARTS[start])
+        .replace("PRE", pre)
+        .replace("GUARD", GUARDS[test] if guard else "")
+        .replace("TEST", TESTS[test])
+        .replace("BODY", body)
+        .replace("AFTER", after)
+    )
     return text.replace("TY", ty).replace("bW", "b" + w)
 
 
-def model(ty: str, test: str, start: str, guard: bool, n: int, stride: int, grid: int, block: tuple[int, int]) \
-        -> tuple[np.ndarray, np.ndarray]:
+def model(
+    ty: str, test: str, start: str, guard: bool, n: int, stride: int, grid: int, block: tuple[int, int]
+) -> tuple[np.ndarray, np.ndarray]:
     """Each thread's loop run on its own, with the register width's wrap-around."""
     w, signed = _W[ty], ty[0] == "s"
 
@@ -105,21 +125,25 @@ def test_the_template_and_numbas_histogram_are_recognised() -> None:
     from numba import cuda, uint32, void
 
     from benchmarks.jit import k_hist
+
     ptx = cuda.compile_ptx(k_hist, void(uint32[::1], uint32[::1]), cc=(8, 0))[0]
     assert [f for f in front_end(ptx).functions if f.is_entry][0].fused is not None
 
 
-@pytest.mark.parametrize("why, kw", [
-    ("a value carried between iterations", {"body": "add.s32 %r12, %r12, 1;"}),
-    ("a store before the loop", {"pre": "st.global.u32 [%rd1], %r4;"}),
-    ("a global load before the loop", {"pre": "ld.global.u32 %r13, [%rd1];"}),
-    ("a barrier in the loop", {"body": "bar.sync 0;"}),
-    ("a warp collective in the loop", {"body": "shfl.sync.bfly.b32 %r14, %r5, 1, 31, -1;"}),
-    ("an effect after the loop", {"after": "st.global.u32 [%rd1], %r4;"}),
-    ("a branch in the loop", {"body": "@%p1 bra DONE;"}),
-    ("a second write of the index", {"body": "add.s32 %i, %i, 1;"}),
-    ("a bound written in the loop", {"body": "add.s32 %n, %n, 0;"}),
-])
+@pytest.mark.parametrize(
+    "why, kw",
+    [
+        ("a value carried between iterations", {"body": "add.s32 %r12, %r12, 1;"}),
+        ("a store before the loop", {"pre": "st.global.u32 [%rd1], %r4;"}),
+        ("a global load before the loop", {"pre": "ld.global.u32 %r13, [%rd1];"}),
+        ("a barrier in the loop", {"body": "bar.sync 0;"}),
+        ("a warp collective in the loop", {"body": "shfl.sync.bfly.b32 %r14, %r5, 1, 31, -1;"}),
+        ("an effect after the loop", {"after": "st.global.u32 [%rd1], %r4;"}),
+        ("a branch in the loop", {"body": "@%p1 bra DONE;"}),
+        ("a second write of the index", {"body": "add.s32 %i, %i, 1;"}),
+        ("a bound written in the loop", {"body": "add.s32 %n, %n, 0;"}),
+    ],
+)
 def test_other_shapes_are_not_recognised(why: str, kw: dict[str, str]) -> None:
     fn = [f for f in front_end(kernel(**kw)).functions if f.is_entry][0]
     assert fn.fused is None, why
@@ -133,28 +157,29 @@ def test_local_memory_is_not_recognised() -> None:
 CASES = [
     # (type, test, start, guard, n, stride, grid, block): fused unless noted
     ("s32", "lt", "affine", True, 3001, 256, 4, (64, 1)),
-    ("s32", "lt", "affine", True, 3001, 100, 4, (64, 1)),     # stride < ntid: the chunks of a block overlap
-    ("s32", "lt", "affine", True, 3001, 1000, 4, (64, 1)),    # the chunks of a block do not meet
-    ("s32", "lt", "affine", True, 150, 256, 4, (64, 1)),      # some threads and blocks never enter
+    ("s32", "lt", "affine", True, 3001, 100, 4, (64, 1)),  # stride < ntid: the chunks of a block overlap
+    ("s32", "lt", "affine", True, 3001, 1000, 4, (64, 1)),  # the chunks of a block do not meet
+    ("s32", "lt", "affine", True, 150, 256, 4, (64, 1)),  # some threads and blocks never enter
     ("s32", "lt", "affine", True, 0, 256, 4, (64, 1)),
     ("u32", "le", "affine", True, 2999, 256, 4, (64, 1)),
     ("s64", "gt", "affine", True, 3001, 256, 4, (64, 1)),
     ("u64", "lt", "affine", True, 3001, 77, 3, (96, 1)),
-    ("s32", "lt", "double", True, 3001, 256, 4, (64, 1)),     # i = 2g: not c + t, the probe says no
-    ("s32", "lt", "shift", True, 3001, 256, 4, (64, 1)),      # block 0 starts at -5: the range guard says no
-    ("s32", "lt", "shift", True, 3, 256, 4, (64, 1)),         # ... and its last i is negative
-    ("s32", "lt", "affine", False, 2, 256, 4, (1, 1)),        # do-while, one thread a block: its own check
-    ("s32", "lt", "affine", False, 150, 256, 4, (64, 1)),     # do-while: threads past n still run once
-    ("s32", "lt", "affine", True, 3001, 256, 4, (32, 2)),     # 2-D block
+    ("s32", "lt", "double", True, 3001, 256, 4, (64, 1)),  # i = 2g: not c + t, the probe says no
+    ("s32", "lt", "shift", True, 3001, 256, 4, (64, 1)),  # block 0 starts at -5: the range guard says no
+    ("s32", "lt", "shift", True, 3, 256, 4, (64, 1)),  # ... and its last i is negative
+    ("s32", "lt", "affine", False, 2, 256, 4, (1, 1)),  # do-while, one thread a block: its own check
+    ("s32", "lt", "affine", False, 150, 256, 4, (64, 1)),  # do-while: threads past n still run once
+    ("s32", "lt", "affine", True, 3001, 256, 4, (32, 2)),  # 2-D block
     ("s32", "lt", "affine", True, 3001, 0x7FFFFF9C, 4, (64, 1)),  # i + stride wraps below n: guard says no
-    ("u64", "lt", "affine", True, 3001, -256, 3, (96, 1)),    # the same with a 64-bit step
-    ("u32", "lt", "affine", True, 3001, -256, 4, (64, 1)),    # huge unsigned step: i wraps, guard says no
+    ("u64", "lt", "affine", True, 3001, -256, 3, (96, 1)),  # the same with a 64-bit step
+    ("u32", "lt", "affine", True, 3001, -256, 4, (64, 1)),  # huge unsigned step: i wraps, guard says no
 ]
 
 
 @pytest.mark.parametrize("ty, test, start, guard, n, stride, grid, block", CASES)
-def test_results_match_the_threads_run_one_by_one(ty: str, test: str, start: str, guard: bool, n: int, stride: int,
-                                                  grid: int, block: tuple[int, int]) -> None:
+def test_results_match_the_threads_run_one_by_one(
+    ty: str, test: str, start: str, guard: bool, n: int, stride: int, grid: int, block: tuple[int, int]
+) -> None:
     ptx = kernel(ty, test, start, guard)
     w = _W[ty]
     s = stride % (1 << w)

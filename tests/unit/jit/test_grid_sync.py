@@ -24,7 +24,7 @@ def params(kind: str, k, a: np.ndarray, b: np.ndarray, iters: int) -> bytes:  # 
         return pack(k, a, b, iters)
     buf = bytearray(k.param_buffer_size)
     for p, v in zip(k.params, numba_args(a, b, iters), strict=False):
-        buf[p.offset:p.offset + p.size] = int(v).to_bytes(p.size, "little", signed=int(v) < 0)
+        buf[p.offset : p.offset + p.size] = int(v).to_bytes(p.size, "little", signed=int(v) < 0)
     return bytes(buf)
 
 
@@ -58,6 +58,7 @@ def test_ordinary_launch_traps(kind: str) -> None:
 
 def test_grid_too_large_to_be_resident() -> None:
     import jit.runtime as rt
+
     k = kernel("nvcc", False)
     a, b = np.zeros(16, np.int32), np.zeros(16, np.int32)
     with pytest.raises(JitError) as ei:
@@ -82,13 +83,17 @@ def test_many_blocks_on_few_cores_finish_promptly() -> None:
 def test_devrt_is_supplied_only_where_named() -> None:
     from jit import devrt
     from jit.ptx.parser import parse
+
     assert devrt.supply(NVCC) is NVCC  # nvcc inlines its barrier: nothing to add
     defined = {f.name for f in parse(devrt.supply(NUMBA)).functions if f.body is not None}
     assert {"cudaCGGetIntrinsicHandle", "cudaCGSynchronize"} <= defined
     # a module's own (strong) definition wins over the supplied weak one
-    own = NUMBA + """
+    own = (
+        NUMBA
+        + """
 .visible .func (.param .b32 func_retval0) cudaCGSynchronize(.param .b64 h, .param .b32 f)
 { .reg .b32 %r1; mov.u32 %r1, 7; st.param.b32 [func_retval0], %r1; ret; }
 """
+    )
     sync = [f for f in parse(devrt.supply(own)).functions if f.name == "cudaCGSynchronize" and f.body is not None]
     assert len(sync) == 1 and not sync[0].weak

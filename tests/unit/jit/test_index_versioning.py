@@ -12,7 +12,9 @@ from jit.ptx import ast as A
 from tests.unit.jit.helpers import HEADER, launch, module
 
 # out[k] = (i < 0 ? i + size : i) for the i of iteration k of `do { ... i += step } while (i < n)`, numba's shape
-WRAP = HEADER + """
+WRAP = (
+    HEADER
+    + """
 .visible .entry wrap(.param .s64 start, .param .s64 n, .param .s64 step, .param .s64 size, .param .u64 out)
 {
   .reg .b64 %rd<12>; .reg .pred %p<3>;
@@ -30,6 +32,7 @@ LOOP:
   ret;
 }
 """
+)
 STEP = "add.s64 %rd1, %rd1, %rd3;"
 
 
@@ -39,9 +42,11 @@ def wrap(step: str = STEP) -> str:
 
 def simulate(start: int, n: int, step: int, size: int, cap: int = 64) -> list[int]:
     """The loop with 64-bit wrapping arithmetic, as a GPU runs it."""
+
     def s64(v: int) -> int:
         v %= 1 << 64
         return v - (1 << 64) if v >= 1 << 63 else v
+
     i, out = s64(start), []
     while True:
         out.append(s64(i + size if i < 0 else i))
@@ -57,9 +62,12 @@ def fast_copies(ptx: str) -> list[list[A.Instr]]:
     out = []
     for k, st in enumerate(body):
         if isinstance(st, A.Label) and "_wooly_fast" in st.name:
-            j = next(j for j in range(k + 1, len(body)) if isinstance(body[j], A.Instr)
-                     and body[j].opcode == "bra" and body[j].operands[0] == A.Sym(st.name))  # type: ignore[union-attr]
-            out.append([x for x in body[k + 1:j] if isinstance(x, A.Instr)])
+            j = next(
+                j
+                for j in range(k + 1, len(body))
+                if isinstance(body[j], A.Instr) and body[j].opcode == "bra" and body[j].operands[0] == A.Sym(st.name)
+            )  # type: ignore[union-attr]
+            out.append([x for x in body[k + 1 : j] if isinstance(x, A.Instr)])
     return out
 
 
@@ -83,28 +91,34 @@ def test_fast_copy_drops_the_wrap_around() -> None:
     assert any(i.opcode == "mov" and i.operands == [A.Reg("%rd8"), A.Reg("%rd1")] for i in fast)
 
 
-@pytest.mark.parametrize("start,n,step", [
-    (0, 50, 7),                                  # the fast copy
-    (3, 4, 1),                                   # one iteration
-    (-20, 30, 7),                                # starts negative: the guard picks the unchanged copy
-    (-(1 << 63), -(1 << 63) + 10, 3),
-    ((1 << 62) + 5, (1 << 62) + 40, 9),          # starts above 2**62
-    (1 << 62, 1 << 62, (1 << 62) + (1 << 61)),  # a step above 2**56: i wraps to a negative index, then 0
-    (0, 1 << 62, -1 << 61),                      # a negative step
-])
+@pytest.mark.parametrize(
+    "start,n,step",
+    [
+        (0, 50, 7),  # the fast copy
+        (3, 4, 1),  # one iteration
+        (-20, 30, 7),  # starts negative: the guard picks the unchanged copy
+        (-(1 << 63), -(1 << 63) + 10, 3),
+        ((1 << 62) + 5, (1 << 62) + 40, 9),  # starts above 2**62
+        (1 << 62, 1 << 62, (1 << 62) + (1 << 61)),  # a step above 2**56: i wraps to a negative index, then 0
+        (0, 1 << 62, -1 << 61),  # a negative step
+    ],
+)
 def test_results_match_wrapping_arithmetic(start: int, n: int, step: int) -> None:
     size = 1000
     want = simulate(start, n, step, size)
     out = np.zeros(len(want) + 1, np.int64)
     launch(wrap(), "wrap", 1, 1, start, n, step, size, out)
-    assert out[:len(want)].tolist() == want and out[len(want)] == 0
+    assert out[: len(want)].tolist() == want and out[len(want)] == 0
 
 
 def test_only_wrap_arounds_of_the_induction_chain_are_dropped() -> None:
     """x[i - 30]: i - 30 is negative for the first iterations and keeps its wrap-around in the fast copy."""
-    ptx = wrap().replace("add.s64 %rd5, %rd5, 8;", """add.s64 %rd5, %rd5, 8;
+    ptx = wrap().replace(
+        "add.s64 %rd5, %rd5, 8;",
+        """add.s64 %rd5, %rd5, 8;
   sub.s64 %rd10, %rd1, 30; shr.s64 %rd6, %rd10, 63; and.b64 %rd7, %rd6, %rd4; add.s64 %rd8, %rd7, %rd10;
-  st.global.s64 [%rd5], %rd8; add.s64 %rd5, %rd5, 8;""")
+  st.global.s64 [%rd5], %rd8; add.s64 %rd5, %rd5, 8;""",
+    )
     (fast,) = fast_copies(ptx)
     assert wrap_adds(fast) == 1
     want = []
@@ -122,29 +136,37 @@ def test_step_that_may_wrap_is_guarded() -> None:
     assert out[1] == -(1 << 63) + (1 << 61) + 1000
 
 
-@pytest.mark.parametrize("step,versioned", [
-    ("add.s64 %rd1, %rd1, %rd3;", True),
-    ("add.s64 %rd9, %rd1, %rd3; add.s64 %rd1, %rd9, %rd3;", True),  # a chain of two steps (an unrolled loop)
-    ("mov.b64 %rd9, %rd1; add.s64 %rd1, %rd9, 4;", True),            # through a mov, an immediate step
-    ("add.s64 %rd1, %rd1, %rd5;", False),   # the step changes in the loop (%rd5 is the moving out pointer)
-    ("add.s64 %rd1, %rd1, -4;", False),     # a negative immediate step
-    ("mul.lo.s64 %rd1, %rd1, %rd3;", False),  # not an add
-    ("sub.s64 %rd1, %rd1, %rd3;", False),
-    ("", False),                            # i never changes
-])
+@pytest.mark.parametrize(
+    "step,versioned",
+    [
+        ("add.s64 %rd1, %rd1, %rd3;", True),
+        ("add.s64 %rd9, %rd1, %rd3; add.s64 %rd1, %rd9, %rd3;", True),  # a chain of two steps (an unrolled loop)
+        ("mov.b64 %rd9, %rd1; add.s64 %rd1, %rd9, 4;", True),  # through a mov, an immediate step
+        ("add.s64 %rd1, %rd1, %rd5;", False),  # the step changes in the loop (%rd5 is the moving out pointer)
+        ("add.s64 %rd1, %rd1, -4;", False),  # a negative immediate step
+        ("mul.lo.s64 %rd1, %rd1, %rd3;", False),  # not an add
+        ("sub.s64 %rd1, %rd1, %rd3;", False),
+        ("", False),  # i never changes
+    ],
+)
 def test_which_loops_are_versioned(step: str, versioned: bool) -> None:
     assert len(fast_copies(wrap(step))) == int(versioned)
 
 
 def test_loops_with_branches_or_a_moving_bound_are_left_alone() -> None:
     # a predicated store (a branch after the predication pass) inside the body
-    branchy = wrap().replace("st.global.s64 [%rd5], %rd8;", "setp.ne.s64 %p2, %rd8, 5; @%p2 st.global.s64 [%rd5], %rd8;")
+    branchy = wrap().replace(
+        "st.global.s64 [%rd5], %rd8;", "setp.ne.s64 %p2, %rd8, 5; @%p2 st.global.s64 [%rd5], %rd8;"
+    )
     assert not fast_copies(branchy)
     moving = wrap().replace("add.s64 %rd5, %rd5, 8;", "add.s64 %rd5, %rd5, 8; add.s64 %rd2, %rd2, 1;")
     assert not fast_copies(moving)
     # the exit test before the step reads the iteration's old i: the next one could start past n
-    early = wrap().replace("STEP", "").replace("  setp.lt.s64 %p1, %rd1, %rd2;\n",
-                                                "  setp.lt.s64 %p1, %rd1, %rd2;\n  " + STEP + "\n")
+    early = (
+        wrap()
+        .replace("STEP", "")
+        .replace("  setp.lt.s64 %p1, %rd1, %rd2;\n", "  setp.lt.s64 %p1, %rd1, %rd2;\n  " + STEP + "\n")
+    )
     assert not fast_copies(early.replace("STEP", ""))
 
 
@@ -154,6 +176,7 @@ def test_numba_grid_stride_kernels_get_fast_copies() -> None:
     from numba import cuda, float32, uint32, void
 
     from benchmarks.jit import k_hist, k_reduce, numba_params
+
     for fn, sig, launch_cfg, make in (
         (k_reduce, void(float32[::1], float32[::1]), ((64,), (256,)), "reduce"),
         (k_hist, void(uint32[::1], uint32[::1]), ((16,), (128,)), "hist"),

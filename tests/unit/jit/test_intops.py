@@ -39,9 +39,13 @@ def test_mul_hi_wide_mad() -> None:
 def test_add_carry_chain() -> None:
     a, b = rand(), rand()
     body = "add.cc.u32 %r1, %a, %b; addc.u32 %d, 0, 0;"
-    assert run_elementwise(body, "u32", "u32", a, b).tolist() == [int(int(x) + int(y) > M32) for x, y in zip(a, b, strict=False)]
+    assert run_elementwise(body, "u32", "u32", a, b).tolist() == [
+        int(int(x) + int(y) > M32) for x, y in zip(a, b, strict=False)
+    ]
     body = "sub.cc.u32 %r1, %a, %b; subc.u32 %d, 0, 0;"
-    assert run_elementwise(body, "u32", "u32", a, b).tolist() == [M32 if x < y else 0 for x, y in zip(a, b, strict=False)]
+    assert run_elementwise(body, "u32", "u32", a, b).tolist() == [
+        M32 if x < y else 0 for x, y in zip(a, b, strict=False)
+    ]
     # CF is a carry for subtraction too (NOTE [carry flag]): sub.cc leaves 1 when nothing was borrowed ...
     body = "sub.cc.u32 %r1, %a, %b; addc.u32 %d, 0, 0;"
     assert run_elementwise(body, "u32", "u32", a, b).tolist() == [int(x >= y) for x, y in zip(a, b, strict=True)]
@@ -81,8 +85,10 @@ def test_bfe_bfi() -> None:
     pos = RNG.integers(0, 40, 64).astype(np.uint32)
     ln = RNG.integers(0, 40, 64).astype(np.uint32)
     ex = "\n.reg .b32 %p_, %l_;"
-    body = ("ld.param.u64 %rd31, [p2]; add.s64 %rd31, %rd31, %rd22; ld.global.u32 %r1, [%rd31];"
-            "ld.param.u64 %rd32, [p3]; add.s64 %rd32, %rd32, %rd22; ld.global.u32 %r2, [%rd32];")
+    body = (
+        "ld.param.u64 %rd31, [p2]; add.s64 %rd31, %rd31, %rd22; ld.global.u32 %r1, [%rd31];"
+        "ld.param.u64 %rd32, [p3]; add.s64 %rd32, %rd32, %rd22; ld.global.u32 %r2, [%rd32];"
+    )
     body = body.replace("%rd22", "%rd20")
     r = run_elementwise(body + "bfe.u32 %d, %a, %r1, %r2;", "u32", "u32", a, pos, ln, extra_regs=ex)
     assert r.tolist() == [_bfe(int(x), int(p), int(n), False) for x, p, n in zip(a, pos, ln, strict=False)]
@@ -123,7 +129,9 @@ def test_prmt_shf_lop3_dp4a() -> None:
         x = (v >> (8 * i)) & 0xFF
         return x - 256 if x & 0x80 else x
 
-    assert r.tolist() == [(7 + sum(sb(int(x), i) * sb(int(y), i) for i in range(4))) & M32 for x, y in zip(a, b, strict=False)]
+    assert r.tolist() == [
+        (7 + sum(sb(int(x), i) * sb(int(y), i) for i in range(4))) & M32 for x, y in zip(a, b, strict=False)
+    ]
 
 
 def test_f16() -> None:
@@ -138,12 +146,32 @@ def test_f16() -> None:
     assert c.tolist() == a.astype(np.float32).tolist()
 
 
-_VCMP = {"eq": lambda x, y: x == y, "ne": lambda x, y: x != y, "lt": lambda x, y: x < y,
-         "le": lambda x, y: x <= y, "gt": lambda x, y: x > y, "ge": lambda x, y: x >= y}
+_VCMP = {
+    "eq": lambda x, y: x == y,
+    "ne": lambda x, y: x != y,
+    "lt": lambda x, y: x < y,
+    "le": lambda x, y: x <= y,
+    "gt": lambda x, y: x > y,
+    "ge": lambda x, y: x >= y,
+}
 
 
-def _video_ref(op: str, lanes: int, dt: str, at: str, bt: str, sat: bool, add: bool, a: int, b: int, c: int,
-               mask: str | None = None, asel: str | None = None, bsel: str | None = None, cmp: str = "") -> int:
+def _video_ref(
+    op: str,
+    lanes: int,
+    dt: str,
+    at: str,
+    bt: str,
+    sat: bool,
+    add: bool,
+    a: int,
+    b: int,
+    c: int,
+    mask: str | None = None,
+    asel: str | None = None,
+    bsel: str | None = None,
+    cmp: str = "",
+) -> int:
     """PTX ISA model of vop2/vop4 (SIMD video instructions)."""
     w = 32 // lanes
     pool = (int(b) << 32) | int(a)
@@ -159,9 +187,18 @@ def _video_ref(op: str, lanes: int, dt: str, at: str, bt: str, sat: bool, add: b
     for i in range(lanes):
         x, y = lane(asel, 0, at == "s32", i), lane(bsel, lanes, bt == "s32", i)
         s = x + y
-        t = int(_VCMP[cmp](x, y)) if op == "vset" else \
-            {"vadd": s, "vsub": x - y, "vavrg": (s + 1) >> 1 if s >= 0 else s >> 1, "vabsdiff": abs(x - y),
-             "vmin": min(x, y), "vmax": max(x, y)}[op]
+        t = (
+            int(_VCMP[cmp](x, y))
+            if op == "vset"
+            else {
+                "vadd": s,
+                "vsub": x - y,
+                "vavrg": (s + 1) >> 1 if s >= 0 else s >> 1,
+                "vabsdiff": abs(x - y),
+                "vmin": min(x, y),
+                "vmax": max(x, y),
+            }[op]
+        )
         if sat and not add:
             t = min(max(t, lo), hi)
         if i in written:
@@ -189,9 +226,24 @@ def test_simd_video_instructions() -> None:
                     bb = "%b" + ("." + bsel if bsel else "")
                     body = f"{op}{lanes}.{dt}.{at}.{bt}{mod} {d}, {aa}, {bb}, %c;"
                     got = run_elementwise(body, "u32", "u32", a, b, c)
-                    want = [_video_ref(op, lanes, dt, at, bt, mod == ".sat", mod == ".add", x, y, z,
-                                       (mask or "")[2:] or None, (asel or "")[1:] or None, (bsel or "")[1:] or None)
-                            for x, y, z in zip(a, b, c, strict=True)]
+                    want = [
+                        _video_ref(
+                            op,
+                            lanes,
+                            dt,
+                            at,
+                            bt,
+                            mod == ".sat",
+                            mod == ".add",
+                            x,
+                            y,
+                            z,
+                            (mask or "")[2:] or None,
+                            (asel or "")[1:] or None,
+                            (bsel or "")[1:] or None,
+                        )
+                        for x, y, z in zip(a, b, c, strict=True)
+                    ]
                     assert got.tolist() == want, body
 
 
@@ -208,14 +260,31 @@ def test_simd_vset() -> None:
                     bb = "%b" + ("." + bsel if bsel else "")
                     body = f"vset{lanes}.{at}.{bt}.{cmp}{mod} {d}, {aa}, {bb}, %c;"
                     got = run_elementwise(body, "u32", "u32", a, b, c)
-                    want = [_video_ref("vset", lanes, "u32", at, bt, False, mod == ".add", x, y, z,
-                                       (mask or "")[2:] or None, (asel or "")[1:] or None, (bsel or "")[1:] or None,
-                                       cmp) for x, y, z in zip(a, b, c, strict=True)]
+                    want = [
+                        _video_ref(
+                            "vset",
+                            lanes,
+                            "u32",
+                            at,
+                            bt,
+                            False,
+                            mod == ".add",
+                            x,
+                            y,
+                            z,
+                            (mask or "")[2:] or None,
+                            (asel or "")[1:] or None,
+                            (bsel or "")[1:] or None,
+                            cmp,
+                        )
+                        for x, y, z in zip(a, b, c, strict=True)
+                    ]
                     assert got.tolist() == want, body
 
 
 def test_fns() -> None:
     """fns.b32 d, mask, base, offset: the offset-th set bit from base (up for > 0, down for < 0, base included)."""
+
     def ref(mask: int, base: int, off: int) -> int:
         if off == 0:
             return base if mask >> base & 1 else M32
@@ -227,12 +296,14 @@ def test_fns() -> None:
                     return pos
             pos += inc
         return M32
+
     masks = rand()
     bases = (rand() % 32).astype(np.uint32)
     offs = (RNG.integers(-9, 10, len(masks))).astype(np.int32).view(np.uint32)
     got = run_elementwise("fns.b32 %d, %a, %b, %c;", "u32", "u32", masks, bases, offs)
-    assert got.tolist() == [ref(int(m), int(bs), int(np.int32(o))) for m, bs, o in
-                            zip(masks, bases, offs.view(np.int32), strict=True)]
+    assert got.tolist() == [
+        ref(int(m), int(bs), int(np.int32(o))) for m, bs, o in zip(masks, bases, offs.view(np.int32), strict=True)
+    ]
 
 
 def test_szext() -> None:
@@ -244,22 +315,31 @@ def test_szext() -> None:
             return 0
         v = a & ((1 << n) - 1)
         return v | (M32 << n) & M32 if signed and v >> (n - 1) & 1 else v
+
     a = rand()
     b = RNG.integers(0, 70, 64).astype(np.uint32)
     b[:8] = [0, 1, 31, 32, 33, 64, 8, 16]
     for mode in ("clamp", "wrap"):
         for t in ("u32", "s32"):
             got = run_elementwise(f"szext.{mode}.{t} %d, %a, %b;", "u32", "u32", a, b)
-            assert got.tolist() == [ref(int(x), int(y), mode == "clamp", t == "s32") for x, y in zip(a, b, strict=True)], (mode, t)
-    assert run_elementwise("szext.wrap.u32 %d, 0xffffffff, 0;", "u32", "u32", a, b).tolist() == [0] * 64  # the ISA's example
+            assert got.tolist() == [
+                ref(int(x), int(y), mode == "clamp", t == "s32") for x, y in zip(a, b, strict=True)
+            ], (mode, t)
+    assert (
+        run_elementwise("szext.wrap.u32 %d, 0xffffffff, 0;", "u32", "u32", a, b).tolist() == [0] * 64
+    )  # the ISA's example
 
 
 def test_cluster_of_one() -> None:
     """getctarank is 0, mapa to rank 0 is the address itself, setmaxnreg changes nothing."""
     a = rand()
     assert run_elementwise("getctarank.shared::cluster.u32 %d, %a;", "u32", "u32", a).tolist() == [0] * 64
-    assert run_elementwise("mapa.shared::cluster.u32 %d, %a, 0; setmaxnreg.inc.sync.aligned.u32 64;",
-                           "u32", "u32", a).tolist() == a.tolist()
+    assert (
+        run_elementwise(
+            "mapa.shared::cluster.u32 %d, %a, 0; setmaxnreg.inc.sync.aligned.u32 64;", "u32", "u32", a
+        ).tolist()
+        == a.tolist()
+    )
 
 
 def test_bmsk() -> None:
@@ -274,6 +354,7 @@ def test_bmsk() -> None:
             over = over or b >= 32
         mask1 = 0 if over else (M32 if b1 == 0 else mask1)
         return mask0 & ~mask1 & M32
+
     a = (RNG.integers(0, 40, 64)).astype(np.uint32)
     b = (RNG.integers(0, 40, 64)).astype(np.uint32)
     a[:6] = [0, 31, 32, 5, 1, 33]
@@ -286,6 +367,7 @@ def test_bmsk() -> None:
 
 def test_min_max_16x2() -> None:
     """min/max on half-word pairs (PTX 8.0; nvcc's __vmins2, __vmaxu2 ... on sm_90), .relu on s16x2."""
+
     def halves(x: int, signed: bool) -> list[int]:
         h = [x & 0xFFFF, x >> 16 & 0xFFFF]
         return [v - 0x10000 if signed and v >> 15 else v for v in h]
@@ -296,6 +378,7 @@ def test_min_max_16x2() -> None:
             r = fn(p, q)
             out |= ((max(r, 0) if relu else r) & 0xFFFF) << 16 * k
         return out
+
     a, b = rand(), rand()
     for op, fn in (("min", min), ("max", max)):
         for t, relu in (("u16x2", False), ("s16x2", False), ("s16x2", True)):
@@ -309,8 +392,10 @@ def test_lop3_with_predicate() -> None:
     """lop3.{and,or}.b32 d|p, a, b, c, lut, q: d as plain lop3, p = (d != 0) and/or q (here q = a is odd)."""
     a, b, c = rand(), rand(), rand()
     for boolop in ("and", "or"):
-        body = (f"and.b32 %r1, %a, 1; setp.ne.u32 %p2, %r1, 0; "
-                f"lop3.{boolop}.b32 %r2|%p1, %a, %b, %c, 0x96, %p2; selp.u32 %d, 1, 0, %p1; add.u32 %d, %d, %r2;")
+        body = (
+            f"and.b32 %r1, %a, 1; setp.ne.u32 %p2, %r1, 0; "
+            f"lop3.{boolop}.b32 %r2|%p1, %a, %b, %c, 0x96, %p2; selp.u32 %d, 1, 0, %p1; add.u32 %d, %d, %r2;"
+        )
         got = run_elementwise(body, "u32", "u32", a, b, c)
         want = []
         for x, y, z in zip(a.tolist(), b.tolist(), c.tolist(), strict=True):
@@ -324,10 +409,12 @@ def test_elect_sync() -> None:
     """The lowest lane of membermask leads: lanes 0-15 elect with 0x0000FFFF (lane 0), lanes 16-31 with 0xFFFF0000
     (lane 16)."""
     a = np.zeros(64, np.uint32)
-    body = ("mov.u32 %r1, %laneid; setp.lt.u32 %p3, %r1, 16; @%p3 bra LOW;"
-            " elect.sync %r2|%p1, 0xFFFF0000; bra DONE;"
-            " LOW: elect.sync %r2|%p1, 0x0000FFFF;"
-            " DONE: selp.u32 %d, 100, 0, %p1; add.u32 %d, %d, %r2;")
+    body = (
+        "mov.u32 %r1, %laneid; setp.lt.u32 %p3, %r1, 16; @%p3 bra LOW;"
+        " elect.sync %r2|%p1, 0xFFFF0000; bra DONE;"
+        " LOW: elect.sync %r2|%p1, 0x0000FFFF;"
+        " DONE: selp.u32 %d, 100, 0, %p1; add.u32 %d, %d, %r2;"
+    )
     got = run_elementwise(body, "u32", "u32", a)
     lanes = np.arange(64) % 32
     assert got.tolist() == [(16 + (100 if ln == 16 else 0)) if ln >= 16 else (100 if ln == 0 else 0) for ln in lanes]
@@ -336,13 +423,29 @@ def test_elect_sync() -> None:
 _SEL = {"": (0, 32), "b0": (0, 8), "b1": (8, 8), "b2": (16, 8), "b3": (24, 8), "h0": (0, 16), "h1": (16, 16)}
 
 
-def _video_model(op: str, dt: str, at: str, bt: str, x: int, y: int, c: int, asel: str = "", bsel: str = "",
-                 dsel: str = "", sat: bool = False, op2: str = "", mode: str = "", cmp: str = "") -> int:
+def _video_model(
+    op: str,
+    dt: str,
+    at: str,
+    bt: str,
+    x: int,
+    y: int,
+    c: int,
+    asel: str = "",
+    bsel: str = "",
+    dsel: str = "",
+    sat: bool = False,
+    op2: str = "",
+    mode: str = "",
+    cmp: str = "",
+) -> int:
     """The PTX ISA's pseudocode of the scalar video instructions, in Python integers."""
+
     def part(v: int, sel: str, signed: bool) -> int:
         lo, w = _SEL[sel]
         v = v >> lo & (1 << w) - 1
         return v - (1 << w) if signed and v >> (w - 1) else v
+
     ta, tb = part(x, asel, at == "s32"), part(y, bsel, bt == "s32")
     if op == "vset":
         t = int(_VCMP[cmp](ta, tb))
@@ -367,28 +470,35 @@ def _video_model(op: str, dt: str, at: str, bt: str, x: int, y: int, c: int, ase
     return r
 
 
-@pytest.mark.parametrize("form", [
-    dict(op="vadd", dt="s32", at="u32", bt="s32", asel="b0", bsel="h0", sat=True),
-    dict(op="vsub", dt="u32", at="s32", bt="s32", sat=True, op2="max"),
-    dict(op="vabsdiff", dt="u32", at="u32", bt="u32", asel="b3", bsel="b1", op2="add"),
-    dict(op="vmin", dt="s32", at="s32", bt="u32", bsel="h1", dsel="h0", sat=True),
-    dict(op="vmax", dt="u32", at="u32", bt="s32", asel="h1", dsel="b2"),
-    dict(op="vshl", dt="u32", at="u32", bt="u32", mode="clamp", sat=True),
-    dict(op="vshr", dt="s32", at="s32", bt="u32", mode="wrap", op2="min"),
-    dict(op="vshr", dt="u32", at="u32", bt="u32", mode="clamp", op2="add"),
-    dict(op="vset", dt="u32", at="s32", bt="u32", cmp="lt"),
-    dict(op="vset", dt="u32", at="s32", bt="s32", cmp="ge", asel="b1", bsel="b2", op2="add"),
-    dict(op="vset", dt="u32", at="u32", bt="u32", cmp="eq", asel="h0", bsel="h1", dsel="b3"),
-    dict(op="vset", dt="u32", at="s32", bt="s32", cmp="ne", op2="max"),
-])
+@pytest.mark.parametrize(
+    "form",
+    [
+        dict(op="vadd", dt="s32", at="u32", bt="s32", asel="b0", bsel="h0", sat=True),
+        dict(op="vsub", dt="u32", at="s32", bt="s32", sat=True, op2="max"),
+        dict(op="vabsdiff", dt="u32", at="u32", bt="u32", asel="b3", bsel="b1", op2="add"),
+        dict(op="vmin", dt="s32", at="s32", bt="u32", bsel="h1", dsel="h0", sat=True),
+        dict(op="vmax", dt="u32", at="u32", bt="s32", asel="h1", dsel="b2"),
+        dict(op="vshl", dt="u32", at="u32", bt="u32", mode="clamp", sat=True),
+        dict(op="vshr", dt="s32", at="s32", bt="u32", mode="wrap", op2="min"),
+        dict(op="vshr", dt="u32", at="u32", bt="u32", mode="clamp", op2="add"),
+        dict(op="vset", dt="u32", at="s32", bt="u32", cmp="lt"),
+        dict(op="vset", dt="u32", at="s32", bt="s32", cmp="ge", asel="b1", bsel="b2", op2="add"),
+        dict(op="vset", dt="u32", at="u32", bt="u32", cmp="eq", asel="h0", bsel="h1", dsel="b3"),
+        dict(op="vset", dt="u32", at="s32", bt="s32", cmp="ne", op2="max"),
+    ],
+)
 def test_scalar_video(form: dict) -> None:
     a, b, c = rand(), rand(), rand()
     a[::3] = (b[::3] >> 16) | (b[::3] << 16)  # equal half-words too
     if form["op"] in ("vshl", "vshr"):
         b = (b % 48).astype(np.uint32)
     types = [form["at"], form["bt"], form["cmp"]] if form["op"] == "vset" else [form["dt"], form["at"], form["bt"]]
-    mods = types + (["sat"] if form.get("sat") else []) + \
-        ([form["mode"]] if form.get("mode") else []) + ([form["op2"]] if form.get("op2") else [])
+    mods = (
+        types
+        + (["sat"] if form.get("sat") else [])
+        + ([form["mode"]] if form.get("mode") else [])
+        + ([form["op2"]] if form.get("op2") else [])
+    )
     sel = {k: f".{form[k]}" if form.get(k) else "" for k in ("asel", "bsel", "dsel")}
     third = ", %c" if form.get("op2") or form.get("dsel") else ""
     body = f"{form['op']}.{'.'.join(mods)} %d{sel['dsel']}, %a{sel['asel']}, %b{sel['bsel']}{third};"

@@ -12,7 +12,9 @@ from jit import compile_module
 from jit.runtime import _pool
 from tests.unit.jit.helpers import HEADER, pack
 
-FILL = HEADER + """
+FILL = (
+    HEADER
+    + """
 .visible .entry k(.param .u64 out)
 {
   .reg .b32 %r<6>; .reg .b64 %rd<4>;
@@ -22,6 +24,7 @@ FILL = HEADER + """
   ret;
 }
 """
+)
 
 
 def test_a_launch_completes_while_the_pool_is_busy() -> None:
@@ -33,8 +36,7 @@ def test_a_launch_completes_while_the_pool_is_busy() -> None:
     held = [pool.submit(release.wait) for _ in range(pool._max_workers)]  # noqa: SLF001
     try:
         out = np.zeros(64 * 32, np.uint32)
-        run = threading.Thread(target=k.launch, args=(64, 32, 0, pack(k, out)),
-                               kwargs={"workers": pool._max_workers})  # noqa: SLF001
+        run = threading.Thread(target=k.launch, args=(64, 32, 0, pack(k, out)), kwargs={"workers": pool._max_workers})  # noqa: SLF001
         run.start()
         run.join(10.0)
         assert not run.is_alive(), "the launch waited for the busy pool"

@@ -83,8 +83,9 @@ def test_split_finds_items_and_reach() -> None:
 
 
 def test_function_address_initializers_are_not_split() -> None:
-    ptx = PTX.replace(b".global .align 4 .u32 counter = 5;", b".global .align 4 .u32 counter = 5;\n"
-                      b".global .align 8 .u64 fp = twice;")
+    ptx = PTX.replace(
+        b".global .align 4 .u32 counter = 5;", b".global .align 4 .u32 counter = 5;\n.global .align 8 .u64 fp = twice;"
+    )
     assert split(ptx) is None
 
 

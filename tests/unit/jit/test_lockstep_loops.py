@@ -139,15 +139,22 @@ def ptx_of(fn: Any, sig: Any) -> str:
     return cuda.compile_ptx(fn, sig, cc=(8, 0))[0]
 
 
-def run(ptx: str, grid: int, block: int, *args: Any, bounds: list[np.ndarray] | None = None,
-        checked: bool = False, workers: int | None = None) -> Any:
+def run(
+    ptx: str,
+    grid: int,
+    block: int,
+    *args: Any,
+    bounds: list[np.ndarray] | None = None,
+    checked: bool = False,
+    workers: int | None = None,
+) -> Any:
     """Launch; with ``workers`` = 1 a worker claims grid // 16 blocks at a time, which its lockstep loops run as
     groups (NOTE [lockstep block groups])."""
     m = compile_module(ptx, bounds_check=checked, tier="optimized")
     k = m.get_kernel(m.kernel_names[0])
     buf = bytearray(k.param_buffer_size)
     for p, v in zip(k.params, numba_args(*args), strict=False):
-        buf[p.offset:p.offset + p.size] = int(v).to_bytes(p.size, "little", signed=int(v) < 0)
+        buf[p.offset : p.offset + p.size] = int(v).to_bytes(p.size, "little", signed=int(v) < 0)
     kw = {"allowed_ranges": [GlobalRange(a.ctypes.data, a.nbytes) for a in bounds or []]} if checked else {}
     return k.launch((grid,), (block,), 0, bytes(buf), workers=workers, **kw)
 
@@ -193,7 +200,9 @@ def test_three_carried_registers() -> None:
     assert fn.lockstep is not None and len(fn.lockstep.carried) == 3
 
 
-PLAIN = HEADER + """
+PLAIN = (
+    HEADER
+    + """
 .visible .entry k(.param .u64 x, .param .u64 out, .param .u32 n)
 {
   .reg .pred %p<4>; .reg .b32 %r<20>; .reg .b64 %rd<20>; .reg .f32 %f<8>;
@@ -217,16 +226,20 @@ DONE:
   ret;
 }
 """
+)
 
 
-@pytest.mark.parametrize("body,found", [
-    ("add.f32 %f1, %f1, %f2;", True),
-    ("fma.rn.f32 %f1, %f2, %f2, %f1;", True),
-    ("atom.global.add.f32 %f3, [%rd4], 0f3F800000; add.f32 %f1, %f1, %f3;", False),  # an atomic in the loop
-    ("ld.volatile.global.f32 %f3, [%rd4]; add.f32 %f1, %f1, %f3;", False),  # a strong load
-    ("add.f32 %f1, %f1, %f2; @%p3 bra DONE;", False),  # a second way out of the loop
-    ("add.f32 %f1, %f1, %f2; bar.sync 0;", False),  # a barrier in the loop
-])
+@pytest.mark.parametrize(
+    "body,found",
+    [
+        ("add.f32 %f1, %f1, %f2;", True),
+        ("fma.rn.f32 %f1, %f2, %f2, %f1;", True),
+        ("atom.global.add.f32 %f3, [%rd4], 0f3F800000; add.f32 %f1, %f1, %f3;", False),  # an atomic in the loop
+        ("ld.volatile.global.f32 %f3, [%rd4]; add.f32 %f1, %f1, %f3;", False),  # a strong load
+        ("add.f32 %f1, %f1, %f2; @%p3 bra DONE;", False),  # a second way out of the loop
+        ("add.f32 %f1, %f1, %f2; bar.sync 0;", False),  # a barrier in the loop
+    ],
+)
 def test_plain_loop_shapes(body: str, found: bool) -> None:
     fn = front_end(PLAIN.replace("BODY", body)).functions[0]
     assert (fn.lockstep is not None) is found
@@ -242,14 +255,19 @@ def test_plain_loop_bit_for_bit_and_a_bound_per_thread() -> None:
     x = np.random.default_rng(13).random(n, dtype=np.float32)
     body = "add.f32 %f1, %f1, %f2;"
     uneven = "and.b32 %r12, %r1, 1; shl.b32 %r12, %r12, 1; sub.u32 %r10, %r10, %r12;"
-    for ptx, ends in ((PLAIN.replace("BODY", body), np.full(g * bsz, n)),
-                      (PLAIN.replace("BODY", body).replace("mov.u32 %r1, %tid.x;", "mov.u32 %r1, %tid.x; " + uneven),
-                       n - 2 * (np.arange(g * bsz) % bsz & 1))):
+    for ptx, ends in (
+        (PLAIN.replace("BODY", body), np.full(g * bsz, n)),
+        (
+            PLAIN.replace("BODY", body).replace("mov.u32 %r1, %tid.x;", "mov.u32 %r1, %tid.x; " + uneven),
+            n - 2 * (np.arange(g * bsz) % bsz & 1),
+        ),
+    ):
         assert front_end(ptx).functions[0].lockstep is not None
         out = np.zeros(g * bsz, np.float32)
         m = compile_module(ptx, tier="optimized")
         k = m.get_kernel("k")
         from tests.unit.jit.helpers import pack
+
         k.launch((g,), (bsz,), 0, pack(k, x, out, n), workers=1)
         acc = np.zeros(g * bsz, np.float32)
         for j, (v, ok) in enumerate(strided(x, g * bsz)):
@@ -267,9 +285,12 @@ def _unrolled_ptx() -> str:
     return ptx_of(k_sum, void(float32[::1], float32[::1]))
 
 
-@pytest.mark.parametrize("change", [
-    ("setp.lt.u64", "setp.lt.s64"),   # K tests tm1 signed: not the unroller's test
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        ("setp.lt.u64", "setp.lt.s64"),  # K tests tm1 signed: not the unroller's test
+    ],
+)
 def test_unrolled_shape_checks(change: tuple[str, str]) -> None:
     ptx = _unrolled_ptx()
     assert change[0] in ptx
@@ -288,6 +309,7 @@ def test_main_loop_copies_must_match_the_remainder_loop() -> None:
 def test_remainder_count_must_come_from_the_trip_count() -> None:
     ptx = _unrolled_ptx()
     import re
+
     m = re.search(r"and\.b64 \s*(%rd\d+), (%rd\d+), 3;", ptx)
     assert m is not None
     bad = ptx.replace(m.group(0), f"and.b64 \t{m.group(1)}, {m.group(2)}, 1;")  # r = (tm1 + 1) & 1
@@ -298,8 +320,15 @@ def test_remainder_count_must_come_from_the_trip_count() -> None:
 
 # (grid, block, n): trip counts of every residue mod 4 within a block, blocks whose threads do not all enter
 # (the probe sends them the usual way), groups of 16, 8, 2 and 1 blocks with one worker
-SIZES = [(512, 256, 375_000), (37, 128, 1_000_003), (64, 256, 64 * 256 * 7), (5, 64, 5 * 64 * 4 + 3),
-         (40, 256, 40 * 256 - 100), (33, 96, 100_000), (128, 32, 128 * 32 * 9 + 1000)]
+SIZES = [
+    (512, 256, 375_000),
+    (37, 128, 1_000_003),
+    (64, 256, 64 * 256 * 7),
+    (5, 64, 5 * 64 * 4 + 3),
+    (40, 256, 40 * 256 - 100),
+    (33, 96, 100_000),
+    (128, 32, 128 * 32 * 9 + 1000),
+]
 
 
 @pytest.mark.parametrize("grid,block,n", SIZES)
@@ -309,8 +338,16 @@ def test_sum_bit_for_bit(grid: int, block: int, n: int, checked: bool, workers: 
     rng = np.random.default_rng(n)
     x = rng.random(n, dtype=np.float32)
     out = np.zeros(grid * block, np.float32)
-    run(ptx_of(k_sum, void(float32[::1], float32[::1])), grid, block, x, out, bounds=[x, out], checked=checked,
-        workers=workers)
+    run(
+        ptx_of(k_sum, void(float32[::1], float32[::1])),
+        grid,
+        block,
+        x,
+        out,
+        bounds=[x, out],
+        checked=checked,
+        workers=workers,
+    )
     assert np.array_equal(out.view(np.uint32), seq_sum(x, grid * block).view(np.uint32))
 
 
@@ -355,9 +392,9 @@ def test_block_that_leaves_before_the_loop() -> None:
     x = np.random.default_rng(7).random(n, dtype=np.float32)
     out = np.zeros(g * bsz, np.float32)
     ptx = ptx_of(k_skip, void(float32[::1], float32[::1], int32))
-    run(ptx, g, bsz, x, out, g - 1, checked=True, bounds=[x[:n - bsz // 2], out], workers=1)
+    run(ptx, g, bsz, x, out, g - 1, checked=True, bounds=[x[: n - bsz // 2], out], workers=1)
     want = seq_sum(x, g * bsz)
-    want[(g - 1) * bsz:] = 0
+    want[(g - 1) * bsz :] = 0
     assert np.array_equal(out.view(np.uint32), want.view(np.uint32))
 
 
@@ -368,7 +405,7 @@ def test_out_of_bounds_lane_of_a_running_block_is_reported() -> None:
     out = np.zeros(g * bsz, np.float32)
     ptx = ptx_of(k_sum, void(float32[::1], float32[::1]))
     with pytest.raises(JitError) as e:
-        run(ptx, g, bsz, x, out, checked=True, bounds=[x[:n - 3], out], workers=1)
+        run(ptx, g, bsz, x, out, checked=True, bounds=[x[: n - 3], out], workers=1)
     assert e.value.code == 700
 
 
@@ -379,7 +416,7 @@ def test_store_before_the_loop_forbids_groups() -> None:
     g, bsz = 128, 64
     x = np.random.default_rng(14).random(g * bsz * 5 + 7, dtype=np.float32)
     want_x = x.copy()
-    want_x[:g * bsz] *= np.float32(2.0)
+    want_x[: g * bsz] *= np.float32(2.0)
     out = np.zeros(g * bsz, np.float32)
     run(ptx, g, bsz, x, out, workers=1)
     assert np.array_equal(x, want_x)

@@ -12,7 +12,9 @@ from tests.unit.jit.helpers import HEADER, launch
 # neighbour that has not arrived yet (threads run one after another) must get to run while the others poll.
 # Then a second phase on the same barrier (s2[t] = s[t+1] + 1000, waited on by parity, read back from the left
 # neighbour); arrive's state gives the pending count.
-TWO_PHASES = HEADER + """
+TWO_PHASES = (
+    HEADER
+    + """
 .visible .entry k(.param .u64 out)
 {
   .reg .b32 %r<16>; .reg .b64 %rd<16>; .reg .pred %p<4>;
@@ -49,6 +51,7 @@ WAIT2:
   ret;
 }
 """
+)
 
 
 @pytest.mark.parametrize("n", [256, 96, 1])
@@ -64,7 +67,9 @@ def test_two_phases_with_polling_threads(n: int) -> None:
 
 # Thread 0 arrives and drops out of the barrier; the rest arrive twice. The second phase expects one arrival fewer.
 # cp.async + cp.async.mbarrier.arrive.noinc: the completion of the copy counts as the thread's arrival.
-DROP_AND_ASYNC = HEADER + """
+DROP_AND_ASYNC = (
+    HEADER
+    + """
 .visible .entry k(.param .u64 src, .param .u64 out)
 {
   .reg .b32 %r<16>; .reg .b64 %rd<16>; .reg .pred %p<4>;
@@ -105,6 +110,7 @@ OUT:
   ret;
 }
 """
+)
 
 
 def test_arrive_drop_and_async_copy_arrivals() -> None:
@@ -119,7 +125,9 @@ def test_arrive_drop_and_async_copy_arrivals() -> None:
 # the 512-byte source into shared memory in two steps that complete on the barrier: a bulk copy of 256 bytes, then a
 # plain copy whose 256 bytes it reports with mbarrier.complete_tx. The phase may complete only after both, whatever
 # order the threads arrive in; everyone then reads the tile.
-TX = HEADER.replace("sm_80", "sm_90").replace("7.8", "8.0") + """
+TX = (
+    HEADER.replace("sm_80", "sm_90").replace("7.8", "8.0")
+    + """
 .visible .entry k(.param .u64 src, .param .u64 out)
 {
   .reg .b32 %r<20>; .reg .b64 %rd<16>; .reg .pred %p<6>;
@@ -166,6 +174,7 @@ WAIT:
   ret;
 }
 """
+)
 
 
 @pytest.mark.parametrize("n", [128, 32, 1])
@@ -179,17 +188,24 @@ def test_transaction_counts(n: int) -> None:
 
 
 def test_tensor_map_and_multicast_copies_are_not_supported() -> None:
-    for form in ("cp.async.bulk.tensor.1d.shared::cluster.global.mbarrier::complete_tx::bytes [%r1], [%rd1, {%r1}], [%r1];",
-                 "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%r1], [%rd1], 16, [%r1], %rs1;"):
-        ptx = HEADER + """
+    for form in (
+        "cp.async.bulk.tensor.1d.shared::cluster.global.mbarrier::complete_tx::bytes [%r1], [%rd1, {%r1}], [%r1];",
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%r1], [%rd1], 16, [%r1], %rs1;",
+    ):
+        ptx = (
+            HEADER
+            + """
 .visible .entry k(.param .u64 p)
 {
   .reg .b64 %rd<2>; .reg .b32 %r<2>; .reg .b16 %rs<2>;
   ld.param.u64 %rd1, [p]; mov.u32 %r1, 0; mov.u16 %rs1, 1;
-  """ + form + """
+  """
+            + form
+            + """
   ret;
 }
 """
+        )
         with pytest.raises(JitError) as ei:
             launch(ptx, "k", (1,), (1,), np.zeros(4, np.uint32))
         assert ei.value.code == 801 and "cp.async.bulk" in ei.value.message, form

@@ -32,6 +32,7 @@ def numba_args(*args: Any) -> list[Any]:
 
 def run(mod: Any, grid: Any, block: Any, *args: Any, shared: int = 0) -> Any:
     import struct
+
     k = mod.get_kernel(mod.kernel_names[0])
     buf = bytearray(k.param_buffer_size)
     for p, v in zip(k.params, numba_args(*args), strict=False):
@@ -39,7 +40,7 @@ def run(mod: Any, grid: Any, block: Any, *args: Any, shared: int = 0) -> Any:
             raw = struct.pack("<f" if p.size == 4 else "<d", v)
         else:
             raw = int(v).to_bytes(p.size, "little", signed=int(v) < 0)
-        buf[p.offset:p.offset + p.size] = raw
+        buf[p.offset : p.offset + p.size] = raw
     return k.launch(grid, block, shared, bytes(buf))
 
 
@@ -106,7 +107,7 @@ def test_warp_shuffle_reduction() -> None:
     assert out[:8].tolist() == sums.tolist()
     ballots = []
     for w in range(8):
-        v = x[32 * w:32 * w + 32].astype(np.int64).tolist()
+        v = x[32 * w : 32 * w + 32].astype(np.int64).tolist()
         for off in (16, 8, 4, 2, 1):  # out-of-range source lanes read their own value
             v = [v[lane] + (v[lane + off] if lane + off < 32 else v[lane]) for lane in range(32)]
         b = sum(1 << lane for lane in range(32) if v[lane] > 100)
@@ -162,6 +163,7 @@ def test_2d_grid_and_strides() -> None:
 
 # NOTE [rematerialised registers] / [thread records]: barrier kernels under the scheduler with block shapes that
 # are not multiples of a vector width, a barrier pair passed only by some blocks, and registers recomputed at resume.
+
 
 def transpose_accumulate(a, out, rounds):  # type: ignore[no-untyped-def]
     sm = cuda.shared.array((16, 17), float32)
@@ -219,6 +221,7 @@ def rematerialised(a, out):  # type: ignore[no-untyped-def]
 
 def test_rematerialised_registers_across_barriers() -> None:
     from jit.pipeline import front_end
+
     ptx, _ = cuda.compile_ptx(rematerialised, void(int32[::1], int32[::1]), cc=(8, 0))
     sps = front_end(ptx).functions[0].sync_points.values()
     assert any(sp.remat for sp in sps)  # something is recomputed at resume
@@ -231,7 +234,7 @@ def test_rematerialised_registers_across_barriers() -> None:
         t = np.arange(nt)
         sh = (t * 7 + 3) % nt
         for b in range(nb):
-            blk = a[b * nt:(b + 1) * nt]
+            blk = a[b * nt : (b + 1) * nt]
             stage = blk[sh] + sh
             want = stage[(t + 1) % nt] * 1000 + sh + blk
-            np.testing.assert_array_equal(out[b * nt:(b + 1) * nt], want)
+            np.testing.assert_array_equal(out[b * nt : (b + 1) * nt], want)

@@ -18,14 +18,18 @@ STORE_R = """
 
 
 def test_warp_sz_constant() -> None:
-    ptx = HEADER + """
+    ptx = (
+        HEADER
+        + """
 .visible .entry k(.param .u64 out)
 {
   .reg .b32 %r<12>; .reg .b64 %rd<4>;
   mov.u32 %r0, %tid.x;
   mov.u32 %r1, WARP_SZ;
   add.u32 %r9, %r1, %r0;
-""" + STORE_R
+"""
+        + STORE_R
+    )
     out = np.zeros(4, np.uint32)
     launch(ptx, "k", 1, 4, out)
     assert [int(x) for x in out] == [32, 33, 34, 35]
@@ -33,7 +37,9 @@ def test_warp_sz_constant() -> None:
 
 @pytest.mark.parametrize("barrier", ["", "bar.sync 0;"])
 def test_shared_and_local_alignment(barrier: str) -> None:
-    ptx = HEADER + f"""
+    ptx = (
+        HEADER
+        + f"""
 .visible .entry k(.param .u64 out)
 {{
   .reg .b32 %r<12>; .reg .b64 %rd<12>;
@@ -51,6 +57,7 @@ def test_shared_and_local_alignment(barrier: str) -> None:
   ret;
 }}
 """
+    )
     out = np.zeros(2 * 5, np.uint64)
     launch(ptx, "k", 1, 5, out)
     assert [int(x) % 64 for x in out[0::2]] == [0] * 5
@@ -62,7 +69,10 @@ def test_shared_and_local_alignment(barrier: str) -> None:
 def test_alignment_with_bounds_check() -> None:
     from jit import compile_module
     from tests.unit.jit.helpers import pack
-    ptx = HEADER + """
+
+    ptx = (
+        HEADER
+        + """
 .visible .entry k(.param .u64 out)
 {
   .reg .b32 %r<12>; .reg .b64 %rd<12>;
@@ -76,6 +86,7 @@ def test_alignment_with_bounds_check() -> None:
   ret;
 }
 """
+    )
     out = np.zeros(3, np.uint64)
     k = compile_module(ptx, bounds_check=True).get_kernel("k")
     k.launch(1, 3, 0, pack(k, out), allowed_ranges=[(out.ctypes.data, out.nbytes)])
@@ -90,7 +101,9 @@ def _bf16(x: np.ndarray) -> np.ndarray:
 def test_fma_relu_half(t: str) -> None:
     x2 = t.endswith("x2")
     reg, w = ("b32", 4) if x2 else ("b16", 2)
-    ptx = HEADER + f"""
+    ptx = (
+        HEADER
+        + f"""
 .visible .entry k(.param .u64 out, .param .u64 a, .param .u64 b, .param .u64 c)
 {{
   .reg .b32 %r<4>; .reg .b64 %rd<12>; .reg .{reg} %h<5>;
@@ -103,6 +116,7 @@ def test_fma_relu_half(t: str) -> None:
   ret;
 }}
 """
+    )
     a = np.array([1.5, -2.0, 3.0, 0.5, np.nan, 2.0, -1.0, 0.0], np.float32)
     b = np.array([2.0, 3.0, -1.0, 0.5, 1.0, 2.0, 1.0, -1.0], np.float32)
     c = np.array([0.25, 1.0, 2.5, -1.0, 0.0, -4.0, 0.0, 0.0], np.float32)
@@ -117,7 +131,9 @@ def test_fma_relu_half(t: str) -> None:
 
 @pytest.mark.parametrize("barrier", ["", "bar.sync 0;"])
 def test_indirect_call_through_callprototype(barrier: str) -> None:
-    ptx = HEADER + f"""
+    ptx = (
+        HEADER
+        + f"""
 .func (.param .b32 r) twice(.param .b32 x)
 {{
   .reg .b32 %r<3>;
@@ -151,6 +167,7 @@ def test_indirect_call_through_callprototype(barrier: str) -> None:
   ret;
 }}
 """
+    )
     out = np.zeros(6, np.uint32)
     launch(ptx, "k", 1, 6, out)
     assert [int(x) for x in out] == [t * 2 if t % 2 == 0 else t + 7 for t in range(6)]
@@ -161,6 +178,7 @@ def _many_sites_ptx(n: int) -> str:
     test_array_reductions have ~140 such sites: meminfo refcount atomics, stats counters, array loads)."""
     cuda = pytest.importorskip("numba.cuda")
     from numba import types
+
     src = "def k(out, a, b):\n    for i in range(out.size):\n        s = 0.0\n"
     for j in range(n):
         src += f"        if a[i + {j}] > 0:\n            s += b[i + {j}]\n"
@@ -181,6 +199,7 @@ def test_bounds_check_many_sites_compile_time() -> None:
     from jit import compile_module
     from jit.passes import optimize
     from jit.pipeline import translate
+
     n = 60
     ptx = _many_sites_ptx(n)
     tm = optimize.host_target_machine(2)
@@ -189,7 +208,9 @@ def test_bounds_check_many_sites_compile_time() -> None:
     for bc in (False, True):
         low = translate(ptx, "cpu", bc, "t")
         if bc:
-            text = str(low.ir_module)  # every load is checked: a table search or a rooted check, each with a fault block
+            text = str(
+                low.ir_module
+            )  # every load is checked: a table search or a rooted check, each with a fault block
             assert len(re.findall(r'^"?oob', text, re.M)) > 2 * n
         phis[bc] = str(optimize.run(str(low.ir_module), tm, 2)).count(" = phi ")
     assert phis[True] <= phis[False] + 16, phis  # was ~30 per site
@@ -205,12 +226,13 @@ def test_bounds_check_many_sites_compile_time() -> None:
         vals += [0, 0, x.size, x.itemsize, x.ctypes.data, x.shape[0], x.strides[0]]
     buf = bytearray(k.param_buffer_size)
     for p, v in zip(k.params, vals, strict=False):
-        buf[p.offset:p.offset + p.size] = int(v).to_bytes(p.size, "little", signed=True)
+        buf[p.offset : p.offset + p.size] = int(v).to_bytes(p.size, "little", signed=True)
     ranges = [(x.ctypes.data, x.nbytes) for x in (out, a, b)]
     k.launch(1, 1, 0, bytes(buf), allowed_ranges=ranges)
     want = [sum(b[i + j] for j in range(n) if a[i + j] > 0) for i in range(size)]
     assert np.allclose(out, want)
     from jit.errors import JitError
+
     with pytest.raises(JitError) as ei:
         k.launch(1, 1, 0, bytes(buf), allowed_ranges=ranges[:2])
     assert ei.value.code == 700
@@ -221,7 +243,10 @@ def test_device_malloc_is_legal_under_bounds_check() -> None:
     comes from the module's device heap, which every launch's range table holds (NOTE [device heap])."""
     from jit import compile_module
     from tests.unit.jit.helpers import pack
-    ptx = HEADER + """
+
+    ptx = (
+        HEADER
+        + """
 .extern .func (.param .b64 func_retval0) malloc(.param .b64 malloc_param_0);
 .extern .func free(.param .b64 free_param_0);
 .visible .entry k(.param .u64 out)
@@ -243,6 +268,7 @@ def test_device_malloc_is_legal_under_bounds_check() -> None:
   ret;
 }
 """
+    )
     out = np.zeros(40, np.uint32)
     k = compile_module(ptx, bounds_check=True).get_kernel("k")
     for _ in range(3):  # freed blocks are reused
@@ -261,7 +287,10 @@ def _linked(first: str, second: str) -> str:
   ld.param.b32 %r1, [a]; add.s32 %r2, %r1, {value}; st.param.b32 [r], %r2; ret;
 }}
 """
-    return HEADER + f"""
+
+    return (
+        HEADER
+        + f"""
 .common .global .align 8 .u64 env;
 {fn(first, 1)}
 .common .global .align 8 .u64 env;
@@ -280,13 +309,17 @@ def _linked(first: str, second: str) -> str:
   ret;
 }}
 """
+    )
 
 
-@pytest.mark.parametrize("first,second,want", [
-    (".weak", ".weak", 6),        # the first weak definition is kept
-    (".weak", ".visible", 105),   # a strong definition replaces a weak one
-    (".visible", ".weak", 6),     # and is not replaced by a later weak one
-])
+@pytest.mark.parametrize(
+    "first,second,want",
+    [
+        (".weak", ".weak", 6),  # the first weak definition is kept
+        (".weak", ".visible", 105),  # a strong definition replaces a weak one
+        (".visible", ".weak", 6),  # and is not replaced by a later weak one
+    ],
+)
 def test_duplicate_weak_definitions(first: str, second: str, want: int) -> None:
     out = np.zeros(1, np.uint32)
     launch(_linked(first, second), "k", 1, 1, out)

@@ -12,7 +12,9 @@ from tests.unit.jit.helpers import HEADER, launch, module, pack
 
 # Every thread of a 128-thread block applies one atomic of each kind to a shared word; thread 0 publishes the words.
 # Only results that do not depend on the order threads reach the atomics are checked.
-SHARED_ATOMICS = HEADER + """
+SHARED_ATOMICS = (
+    HEADER
+    + """
 .visible .entry k(.param .u64 out, .param .u64 fout)
 {
   .reg .b32 %r<40>; .reg .f32 %f<8>; .reg .b64 %rd<8>; .reg .pred %p<4>;
@@ -67,6 +69,7 @@ DONE:
   ret;
 }
 """
+)
 
 
 def test_shared_atomics_every_kind() -> None:
@@ -95,7 +98,9 @@ def test_shared_atomics_every_kind() -> None:
 
 def test_shared_atomics_in_parallel_blocks_do_not_interfere() -> None:
     """Many blocks on all workers, each counting into its own shared word, then one global atomic per block."""
-    ptx = HEADER + """
+    ptx = (
+        HEADER
+        + """
 .visible .entry k(.param .u64 out)
 {
   .reg .b32 %r<8>; .reg .b64 %rd<4>; .reg .pred %p<2>;
@@ -114,13 +119,16 @@ DONE:
   ret;
 }
 """
+    )
     out = np.zeros(1, np.uint32)
     launch(ptx, "k", 512, 64, out)
     assert out[0] == 512 * 64
 
 
 def test_pointer_roots_of_numba_style_indexing() -> None:
-    ptx = HEADER + """
+    ptx = (
+        HEADER
+        + """
 .visible .entry k(.param .u64 a, .param .u64 b, .param .u64 n)
 {
   .reg .b32 %r<4>; .reg .b64 %rd<20>; .reg .pred %p<2>;
@@ -145,6 +153,7 @@ LOOP:
   ret;
 }
 """
+    )
     fn = front_end(ptx).functions[0]
     r = roots(fn)
     assert r["%rd1"] == ("a", 0) and r["%rd4"] == ("a", 0) and r["%rd7"] == ("a", 0)
@@ -157,7 +166,9 @@ LOOP:
 @pytest.mark.parametrize("grid", [1, 7, 1000, 4099])
 def test_every_block_runs_exactly_once(grid: int) -> None:
     """Blocks are claimed in chunks: every block id must run once, including the ragged last chunk."""
-    ptx = HEADER + """
+    ptx = (
+        HEADER
+        + """
 .visible .entry k(.param .u64 out)
 {
   .reg .b32 %r<4>; .reg .b64 %rd<4>;
@@ -167,6 +178,7 @@ def test_every_block_runs_exactly_once(grid: int) -> None:
   ret;
 }
 """
+    )
     out = np.zeros(grid + 8, np.uint32)
     launch(ptx, "k", grid, 1, out)
     assert (out[:grid] == 1).all() and (out[grid:] == 0).all()
@@ -175,7 +187,9 @@ def test_every_block_runs_exactly_once(grid: int) -> None:
 def test_vectorised_guarded_elementwise_matches_numpy() -> None:
     """The guarded saxpy shape vectorises with masked loads/stores: ragged tails and odd block sizes must be exact,
     and no element outside the guard may be written."""
-    ptx = HEADER + """
+    ptx = (
+        HEADER
+        + """
 .visible .entry k(.param .f32 a, .param .u64 x, .param .u64 y, .param .u64 out, .param .u64 n)
 {
   .reg .b32 %r<4>; .reg .f32 %f<5>; .reg .b64 %rd<16>; .reg .pred %p<2>;
@@ -194,6 +208,7 @@ DONE:
   ret;
 }
 """
+    )
     rng = np.random.default_rng(1)
     for n, bs in ((1, 32), (1000, 96), (4097, 256), (100_003, 1000)):
         x = rng.random(n + 64, dtype=np.float32)
@@ -208,8 +223,11 @@ DONE:
 # NOTE [combined global reductions]: relaxed integer adds to global memory are combined per worker; these kernels
 # check the cases where a buffered value must be visible.
 
+
 def test_buffered_reductions_histogram_u32_and_u64() -> None:
-    ptx = HEADER + """
+    ptx = (
+        HEADER
+        + """
 .visible .entry k(.param .u64 data, .param .u64 bins, .param .u64 bins64, .param .u32 n)
 {
   .reg .b32 %r<12>; .reg .b64 %rd<12>; .reg .pred %p<2>;
@@ -232,6 +250,7 @@ DONE:
   ret;
 }
 """
+    )
     rng = np.random.default_rng(2)
     data = rng.integers(0, 1 << 30, 200_003, dtype=np.uint32)
     bins = np.zeros(1024, np.uint32)
@@ -245,7 +264,9 @@ DONE:
 
 
 def test_buffered_reduction_is_seen_by_own_load_and_overwritten_by_own_store() -> None:
-    ptx = HEADER + """
+    ptx = (
+        HEADER
+        + """
 .visible .entry k(.param .u64 c, .param .u64 out)
 {
   .reg .b32 %r<8>; .reg .b64 %rd<8>;
@@ -260,6 +281,7 @@ def test_buffered_reduction_is_seen_by_own_load_and_overwritten_by_own_store() -
   ret;
 }
 """
+    )
     n = 64 * 128
     c = np.zeros(2 * n, np.uint32)
     c[0::2] = np.arange(n)
@@ -273,7 +295,9 @@ def test_buffered_reduction_is_seen_by_own_load_and_overwritten_by_own_store() -
 def test_buffered_reductions_are_published_by_threadfence() -> None:
     """The threadfence-reduction pattern: counts via relaxed adds, __threadfence(), a ticket atomic whose result is
     used; the last block to take a ticket reads every count, which must be complete."""
-    ptx = HEADER + """
+    ptx = (
+        HEADER
+        + """
 .visible .entry k(.param .u64 counts, .param .u64 ticket, .param .u64 out)
 {
   .reg .b32 %r<16>; .reg .b64 %rd<12>; .reg .pred %p<4>;
@@ -300,6 +324,7 @@ DONE:
   ret;
 }
 """
+    )
     assert module(ptx).get_kernel("k")._code.red_bytes > 0
     for grid in (1, 3, 200):
         counts = np.zeros(16, np.uint32)
@@ -314,7 +339,9 @@ def test_buffered_reduction_is_published_by_membar_before_a_flag() -> None:
     acknowledgement (so its worker cannot finish and flush first); block 0 waits for the flag and reads x with a
     plain load. The flag store is an ordinary one and the producer spins on arithmetic before its first strong load
     (which would flush too), so only the flush at `membar` makes the add visible in time."""
-    ptx = HEADER + """
+    ptx = (
+        HEADER
+        + """
 .visible .entry k(.param .u64 x, .param .u64 flags, .param .u64 out)
 {
   .reg .b32 %r<8>; .reg .b64 %rd<8>; .reg .pred %p<4>;
@@ -353,6 +380,7 @@ DONE:
   ret;
 }
 """
+    )
     k = module(ptx).get_kernel("k")
     assert k._code.red_bytes > 0
     x, flags, out = np.zeros(1, np.uint32), np.zeros(2, np.uint32), np.zeros(2, np.uint32)
@@ -360,8 +388,9 @@ DONE:
     assert out[0] == 7 and x[0] == 7
 
 
-@pytest.mark.parametrize("order,buffered", [("", True), (".relaxed.gpu", True), (".release.gpu", False),
-                                            (".relaxed.sys", False)])
+@pytest.mark.parametrize(
+    "order,buffered", [("", True), (".relaxed.gpu", True), (".release.gpu", False), (".relaxed.sys", False)]
+)
 def test_which_reductions_are_combined(order: str, buffered: bool) -> None:
     """Relaxed integer reductions (the PTX default, or spelled out) take the combining buffer; ordered ones and
     system-scope ones stay real atomics. The result is the same either way."""
@@ -369,7 +398,9 @@ def test_which_reductions_are_combined(order: str, buffered: bool) -> None:
     sem = order.split(".")[1] if order else ""
     mods = f".{sem}" if sem else ""
     mods += f".{scope}" if scope else ""
-    ptx = HEADER + f"""
+    ptx = (
+        HEADER
+        + f"""
 .visible .entry k(.param .u64 c)
 {{
   .reg .b64 %rd<2>;
@@ -378,6 +409,7 @@ def test_which_reductions_are_combined(order: str, buffered: bool) -> None:
   ret;
 }}
 """
+    )
     k = module(ptx).get_kernel("k")
     assert (k._code.red_bytes > 0) == buffered
     c = np.zeros(1, np.uint32)
@@ -391,7 +423,10 @@ def test_slow_paths_are_cold() -> None:
     import re
 
     from jit.pipeline import translate
-    ptx = HEADER + """
+
+    ptx = (
+        HEADER
+        + """
 .visible .entry k(.param .u64 data, .param .u64 bins)
 {
   .reg .b32 %r<4>; .reg .b64 %rd<8>;
@@ -404,6 +439,7 @@ def test_slow_paths_are_cold() -> None:
   ret;
 }
 """
+    )
     text = str(translate(ptx, "cpu", bounds_check=True).ir_module)
     for name in ("wooly_red_flush", "wooly_red_insert"):
         m = re.search(rf'define internal void @"?{name}"?\([^)]*\)([^{{]*)', text)

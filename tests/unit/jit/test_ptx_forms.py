@@ -28,7 +28,9 @@ def run(ptx: str, name: str, out: np.ndarray, *ins: np.ndarray, threads: int = 1
     return out
 
 
-BARE_NAMES = HEADER + """
+BARE_NAMES = (
+    HEADER
+    + """
 .visible .entry k(.param .u64 inp, .param .u64 outp)
 {
   .reg .u64 in_addr; .reg .u64 out_addr;
@@ -48,6 +50,7 @@ BARE_NAMES = HEADER + """
   ret;
 }
 """
+)
 
 
 def test_registers_without_percent_and_vector_registers() -> None:
@@ -57,7 +60,9 @@ def test_registers_without_percent_and_vector_registers() -> None:
     assert out.tolist() == [60, 20, 0x12345, 40, z | z << 16]
 
 
-REG_PARAMS = HEADER + """
+REG_PARAMS = (
+    HEADER
+    + """
 .func (.reg .u32 sum, .reg .pred odd, .reg .v2 .u32 swapped) f(.reg .u32 x, .reg .v2 .u32 v)
 {
   .reg .u32 t;
@@ -90,6 +95,7 @@ REG_PARAMS = HEADER + """
   ret;
 }
 """.replace("{\n  .reg .u32 t;", "{\n  .reg .u32 t; .reg .pred %p_big;")
+)
 
 
 @pytest.mark.parametrize("x,a,b", [(1, 2, 3), (400, 500, 600), (7, 0, 0)])
@@ -102,7 +108,9 @@ def test_reg_parameters_results_and_register_call_operands(x: int, a: int, b: in
     assert out.tolist() == [s, (x + a + b) & 1, b, a, 3 * x]
 
 
-INLINED = HEADER + """
+INLINED = (
+    HEADER
+    + """
 .func (.reg .u32 r) blocksum(.reg .u32 v)
 {
   .reg .u32 t; .reg .u32 i; .reg .u32 a;
@@ -125,6 +133,7 @@ INLINED = HEADER + """
   ret;
 }
 """
+)
 
 
 def test_reg_parameters_of_a_function_with_a_barrier() -> None:
@@ -138,19 +147,24 @@ def test_cvt_pack() -> None:
     def sat(v: int, n: int, signed: bool) -> int:
         lo, hi = (-(1 << (n - 1)), (1 << (n - 1)) - 1) if signed else (0, (1 << n) - 1)
         return min(max(v, lo), hi) & ((1 << n) - 1)
+
     rng = np.random.default_rng(5)
     a, b, c = (rng.integers(-300, 300, 32).astype(np.int32) for _ in range(3))
     c = rng.integers(0, 2**32, 32, dtype=np.uint64).astype(np.uint32).view(np.int32)
     for t in ("u8", "s8", "u4", "s4", "u2", "s2"):
         n = int(t[1:])
         got = run_elementwise(f"cvt.pack.sat.{t}.s32.b32 %d, %a, %b, %c;", "s32", "u32", a, b, c)
-        want = [(int(z) << 2 * n | sat(int(x), n, t[0] == "s") << n | sat(int(y), n, t[0] == "s")) & M32
-                for x, y, z in zip(a, b, c.view(np.uint32), strict=True)]
+        want = [
+            (int(z) << 2 * n | sat(int(x), n, t[0] == "s") << n | sat(int(y), n, t[0] == "s")) & M32
+            for x, y, z in zip(a, b, c.view(np.uint32), strict=True)
+        ]
         assert got.tolist() == want, t
     for t in ("u16", "s16"):
         a16 = (a * 300).astype(np.int32)
         got = run_elementwise(f"cvt.pack.sat.{t}.s32 %d, %a, %b;", "s32", "u32", a16, b)
-        want = [(sat(int(x), 16, t == "s16") << 16 | sat(int(y), 16, t == "s16")) & M32 for x, y in zip(a16, b, strict=True)]
+        want = [
+            (sat(int(x), 16, t == "s16") << 16 | sat(int(y), 16, t == "s16")) & M32 for x, y in zip(a16, b, strict=True)
+        ]
         assert got.tolist() == want, t
 
 
@@ -159,8 +173,12 @@ def test_set_on_half_pairs() -> None:
     x = np.array([[1.0, -2.0], [np.nan, 3.0], [0.5, 0.5], [-0.0, 0.0]], np.float16)
     y = np.array([[0.5, 2.0], [1.0, np.nan], [0.5, 0.25], [0.0, -0.0]], np.float16)
     a, b = x.view(np.uint32).ravel(), y.view(np.uint32).ravel()
-    cases = {"gt.f16x2.f16x2": (np.greater, 0x3C00, False), "gtu.u32.f16x2": (np.greater, 0xFFFF, True),
-             "eq.u32.f16x2": (np.equal, 0xFFFF, False), "ne.f16x2.f16x2": (np.not_equal, 0x3C00, False)}
+    cases = {
+        "gt.f16x2.f16x2": (np.greater, 0x3C00, False),
+        "gtu.u32.f16x2": (np.greater, 0xFFFF, True),
+        "eq.u32.f16x2": (np.equal, 0xFFFF, False),
+        "ne.f16x2.f16x2": (np.not_equal, 0x3C00, False),
+    }
     for form, (fn, one, unordered) in cases.items():
         got = run_elementwise(f"set.{form} %d, %a, %b;", "u32", "u32", a, b)
         nan = np.isnan(x) | np.isnan(y)
@@ -172,7 +190,9 @@ def test_set_on_half_pairs() -> None:
 # Every thread stores its value at stat[tid]: for 64 threads the second half lies past the 128-byte static array,
 # in the dynamic area the launch asks for (as a GPU lays them out). An ldmatrix (whose emulation keeps a hidden
 # per-warp area in shared memory) then reads the static array, and every thread reads its own word back.
-PAST_STATIC = HEADER + """
+PAST_STATIC = (
+    HEADER
+    + """
 .shared .align 16 .u32 stat[32];
 .extern .shared .align 16 .u32 dyn[];
 .visible .entry k(.param .u64 outp)
@@ -191,6 +211,7 @@ PAST_STATIC = HEADER + """
   ret;
 }
 """
+)
 
 
 def test_static_shared_ends_where_the_dynamic_area_begins() -> None:
@@ -201,11 +222,15 @@ def test_static_shared_ends_where_the_dynamic_area_begins() -> None:
     # ldmatrix x1: thread t gets row t // 4, 16-bit columns 2(t % 4), 2(t % 4) + 1 of the 8x8 matrix whose rows
     # start at the addresses of threads 0-7 (stat + 16 r); a column is a half of a word
     halves = np.array(words, np.uint32).view(np.uint16)
-    want = [int(halves[8 * (t // 4) + 2 * (t % 4)]) | int(halves[8 * (t // 4) + 2 * (t % 4) + 1]) << 16 for t in range(32)]
+    want = [
+        int(halves[8 * (t // 4) + 2 * (t % 4)]) | int(halves[8 * (t // 4) + 2 * (t % 4) + 1]) << 16 for t in range(32)
+    ]
     assert out[:32, 1].tolist() == want and out[32:, 1].tolist() == want
 
 
-REG_PLUS = HEADER + """
+REG_PLUS = (
+    HEADER
+    + """
 .visible .entry k(.param .u64 inp, .param .u64 outp)
 {
   .reg .u64 in_addr; .reg .u64 out_addr; .reg .u32 v; .reg .u64 w;
@@ -216,6 +241,7 @@ REG_PLUS = HEADER + """
   ret;
 }
 """
+)
 
 
 def test_register_plus_constant_value_operand() -> None:
@@ -224,7 +250,9 @@ def test_register_plus_constant_value_operand() -> None:
     assert out.tolist() == [47, 0, 43, 0]
 
 
-INDIRECT = HEADER + """
+INDIRECT = (
+    HEADER
+    + """
 .func (.param .b32 r) twice(.param .b32 a)
 {
   .reg .b32 %r<3>;
@@ -243,6 +271,7 @@ INDIRECT = HEADER + """
   ret;
 }
 """
+)
 
 
 def test_indirect_call_with_register_operands() -> None:
@@ -253,7 +282,10 @@ def test_indirect_call_with_register_operands() -> None:
 
 def test_generic_initializer_offset_must_be_a_number() -> None:
     from jit import JitError
-    good = HEADER + ".global .align 4 .u32 g[4];\n.global .align 8 .u64 p = generic(g)+8;\n.visible .entry k() { ret; }\n"
+
+    good = (
+        HEADER + ".global .align 4 .u32 g[4];\n.global .align 8 .u64 p = generic(g)+8;\n.visible .entry k() { ret; }\n"
+    )
     compile_module(good, tier="quick")
     with pytest.raises(JitError) as ei:
         compile_module(good.replace("generic(g)+8", "generic(g)+x"), tier="quick")

@@ -24,7 +24,9 @@ def launch(m, name: str, grid: int, block: int, bufs: list[np.ndarray], *ints: i
 
 
 def test_parser_normalises_qualified_modifiers() -> None:
-    ptx = HEADER + """.visible .entry k(.param .u64 p)
+    ptx = (
+        HEADER
+        + """.visible .entry k(.param .u64 p)
 { .reg .b64 %rd<4>; .reg .f32 %f<2>;
   ld.param.u64 %rd1, [p];
   createpolicy.fractional.L2::evict_last.b64 %rd2, 1.0;
@@ -33,6 +35,7 @@ def test_parser_normalises_qualified_modifiers() -> None:
   ld.shared::cluster.f32 %f1, [%rd1];
   ret; }
 """
+    )
     body = [s for s in parse(ptx).functions[0].body or [] if hasattr(s, "opcode")]
     ld = body[2]
     assert ld.opcode == "ld" and ld.mods == ["global", "nc", "f32"] and len(ld.operands) == 2  # policy dropped
@@ -72,7 +75,9 @@ def test_nvcc_sm90_kernels(checked: bool) -> None:
 
 # every thread: shared[t] = in[t] (cp.async with a prefetch-size hint), a cache-hinted load, a bulk copy of the
 # block's shared tile to out2 (shared::cta -> global, bulk_group), proxy fence, a hinted store
-HINTED = HEADER + """.visible .entry k(.param .u64 in, .param .u64 out, .param .u64 out2)
+HINTED = (
+    HEADER
+    + """.visible .entry k(.param .u64 in, .param .u64 out, .param .u64 out2)
 {
   .reg .pred %p<2>; .reg .b32 %r<8>; .reg .f32 %f<4>; .reg .b64 %rd<12>;
   .shared .align 16 .b8 tile[512];
@@ -102,6 +107,7 @@ DONE:
   ret;
 }
 """
+)
 
 
 @pytest.mark.parametrize("checked", [False, True])
@@ -123,20 +129,28 @@ def test_bulk_copy_is_bounds_checked() -> None:
     assert ei.value.code == 700
 
 
-@pytest.mark.parametrize("instr", [
-    "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%rd1], [%rd1], 16, [%rd1], %rs1;",
-    "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.u32 [%rd1], [%rd1], 16;",
-    "st.async.shared::cluster.mbarrier::complete_tx::bytes.u32 [%rd1], %r1, [%rd1];",
-    "red.async.relaxed.cluster.shared::cluster.mbarrier::complete_tx::bytes.add.u32 [%rd1], %r1, [%rd1];",
-    "tcgen05.fence::before_thread_sync;",
-])
+@pytest.mark.parametrize(
+    "instr",
+    [
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%rd1], [%rd1], 16, [%rd1], %rs1;",
+        "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.u32 [%rd1], [%rd1], 16;",
+        "st.async.shared::cluster.mbarrier::complete_tx::bytes.u32 [%rd1], %r1, [%rd1];",
+        "red.async.relaxed.cluster.shared::cluster.mbarrier::complete_tx::bytes.add.u32 [%rd1], %r1, [%rd1];",
+        "tcgen05.fence::before_thread_sync;",
+    ],
+)
 def test_other_qualified_forms_are_not_supported(instr: str) -> None:
-    ptx = HEADER + """.visible .entry k(.param .u64 p)
+    ptx = (
+        HEADER
+        + """.visible .entry k(.param .u64 p)
 { .reg .b32 %r<2>; .reg .b64 %rd<2>; .reg .b16 %rs<2>;
   ld.param.u64 %rd1, [p]; mov.u32 %r1, 1; mov.u16 %rs1, 1;
-  """ + instr + """
+  """
+        + instr
+        + """
   ret; }
 """
+    )
     with pytest.raises(JitError) as ei:
         compile_module(ptx, tier="quick")
     assert ei.value.code == 801 and instr.split()[0].split(".")[0] in ei.value.message

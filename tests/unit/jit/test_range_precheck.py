@@ -33,14 +33,47 @@ def _bits(v: int, w: int) -> int:
     return v & ((1 << w) - 1)
 
 
-_CMPS = {"lt": lambda a, b: a < b, "le": lambda a, b: a <= b, "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b,
-         "eq": lambda a, b: a == b, "ne": lambda a, b: a != b}
-_BINARY = {"add": lambda x, y, t: x + y, "sub": lambda x, y, t: x - y, "mul": lambda x, y, t: x * y,
-           "and": lambda x, y, t: x & y, "xor": lambda x, y, t: x ^ y,
-           "min": lambda x, y, t: min(_val(x, t), _val(y, t)), "max": lambda x, y, t: max(_val(x, t), _val(y, t))}
+_CMPS = {
+    "lt": lambda a, b: a < b,
+    "le": lambda a, b: a <= b,
+    "gt": lambda a, b: a > b,
+    "ge": lambda a, b: a >= b,
+    "eq": lambda a, b: a == b,
+    "ne": lambda a, b: a != b,
+}
+_BINARY = {
+    "add": lambda x, y, t: x + y,
+    "sub": lambda x, y, t: x - y,
+    "mul": lambda x, y, t: x * y,
+    "and": lambda x, y, t: x & y,
+    "xor": lambda x, y, t: x ^ y,
+    "min": lambda x, y, t: min(_val(x, t), _val(y, t)),
+    "max": lambda x, y, t: max(_val(x, t), _val(y, t)),
+}
 _UCMPS = {"lo": "lt", "ls": "le", "hi": "gt", "hs": "ge"}
-_INTERESTING = [0, 1, 3, 100, 255, 256, 1000, 4095, 2**31 - 300, 2**31 - 1, 2**31, 2**32 - 200, 2**32 - 1,
-                -1, -5, -300, -(2**31), 2**62, 2**63 - 100, -(2**63) + 5, 2**40 + 17]
+_INTERESTING = [
+    0,
+    1,
+    3,
+    100,
+    255,
+    256,
+    1000,
+    4095,
+    2**31 - 300,
+    2**31 - 1,
+    2**31,
+    2**32 - 200,
+    2**32 - 1,
+    -1,
+    -5,
+    -300,
+    -(2**31),
+    2**62,
+    2**63 - 100,
+    -(2**63) + 5,
+    2**40 + 17,
+]
 
 
 class _Gen:
@@ -96,8 +129,7 @@ class _Gen:
         rng = self.rng
         w = rng.choice([32, 64])
         t = rng.choice(["s", "u"]) + str(w)
-        kind = rng.choice(["add", "sub", "mul", "wide", "mad", "shl", "shr", "and", "min", "max", "cvt", "neg",
-                           "xor"])
+        kind = rng.choice(["add", "sub", "mul", "wide", "mad", "shl", "shr", "and", "min", "max", "cvt", "neg", "xor"])
         if kind == "wide":
             t = rng.choice(["s32", "u32"])
             a, ao = self._src(32)
@@ -119,7 +151,7 @@ class _Gen:
         a, ao = self._src(w, imm_ok=False)
         if kind in ("shl", "shr"):
             k = rng.choice([0, 1, 2, 3, 5, w - 1, w, w + 3])
-            tt = (f"b{w}" if kind == "shl" else t)
+            tt = f"b{w}" if kind == "shl" else t
             self.lines.append(f"{kind}.{tt} {d}, {a}, {k};")
             self.ops.append((kind, tt, d, ao, k))
         elif kind == "neg":
@@ -225,9 +257,11 @@ def _random_kernels(seed: int, count: int) -> tuple[str, list]:
             t, m = g.guard("DONE", j == ng - 1)
             gtext += t
             guards.append(m)
-        text += (f".visible .entry k{i}(.param .u64 out, .param .u64 A, .param .u64 B)\n{{\n"
-                 f".reg .b32 %r<{g.n + 1}>; .reg .b64 %rd<{g.n + 1}>; .reg .pred %p<{g.n + 1}>;\n"
-                 ".reg .b32 %q<5>; .reg .b64 %qd<4>;\n" + "\n".join(g.lines) + "\n" + gtext + _BODY + "}\n")
+        text += (
+            f".visible .entry k{i}(.param .u64 out, .param .u64 A, .param .u64 B)\n{{\n"
+            f".reg .b32 %r<{g.n + 1}>; .reg .b64 %rd<{g.n + 1}>; .reg .pred %p<{g.n + 1}>;\n"
+            ".reg .b32 %q<5>; .reg .b64 %qd<4>;\n" + "\n".join(g.lines) + "\n" + gtext + _BODY + "}\n"
+        )
         models.append((g, guards))
     return text, models
 
@@ -246,15 +280,19 @@ def test_random_guards_match_the_model(seed: int) -> None:
     for i, (g, guards) in enumerate(models):
         k = mod.get_kernel(f"k{i}")
         for _ in range(6):
-            params = {"A": rng.choice(_INTERESTING + [rng.randrange(-(2**63), 2**63)]),
-                      "B": rng.choice(_INTERESTING + [rng.randrange(0, 2**33)])}
+            params = {
+                "A": rng.choice(_INTERESTING + [rng.randrange(-(2**63), 2**63)]),
+                "B": rng.choice(_INTERESTING + [rng.randrange(0, 2**33)]),
+            }
             out = np.zeros(grid * block, np.uint32)
             k.launch(grid, block, 0, pack(k, out, params["A"], params["B"]))
             want = [g.run(guards, t % block, t // block, block, params) for t in range(grid * block)]
             assert (out == np.array(want, np.uint32)).all(), (i, params, "\n".join(g.lines), guards)
 
 
-WRAP = HEADER + """
+WRAP = (
+    HEADER
+    + """
 .visible .entry k(.param .u64 out, .param .u32 base)
 {
   .reg .b32 %r<8>; .reg .b64 %rd<4>; .reg .pred %p<2>;
@@ -267,6 +305,7 @@ DONE:
   ret;
 }
 """
+)
 
 
 @pytest.mark.parametrize("tier", ["quick", "optimized"])
@@ -284,7 +323,9 @@ def test_a_wrapping_index_takes_the_check_loop(tier: str) -> None:
     assert (out == 5 + np.arange(64)).all()
 
 
-SAXPY_LIKE = HEADER + """
+SAXPY_LIKE = (
+    HEADER
+    + """
 .visible .entry k(.param .u64 out, .param .u64 x, .param .u64 n)
 {
   .reg .b32 %r<4>; .reg .b64 %rd<20>; .reg .pred %p<2>; .reg .f32 %f<4>;
@@ -301,6 +342,7 @@ DONE:
   ret;
 }
 """
+)
 
 
 def test_numba_style_guard_and_wraparound_are_modelled() -> None:
@@ -320,17 +362,28 @@ def test_numba_style_kernel_checked(n: int) -> None:
     x = np.arange(n, dtype=np.float32)
     out = np.full(1024 + 8, -1.0, np.float32)
     grid = (n + 255) // 256
-    k.launch(grid, 256, 0, pack(k, out, x, n), allowed_ranges=[(x.ctypes.data, x.nbytes), (out.ctypes.data, out.nbytes)])
+    k.launch(
+        grid, 256, 0, pack(k, out, x, n), allowed_ranges=[(x.ctypes.data, x.nbytes), (out.ctypes.data, out.nbytes)]
+    )
     assert (out[:n] == 2 * x).all() and (out[n:] == -1.0).all()
     short = x[:-1].copy() if n > 1 else np.zeros(0, np.float32)
     with pytest.raises(JitError) as ei:
-        k.launch(grid, 256, 0, pack(k, out, short if n > 1 else x, n),
-                 allowed_ranges=[(short.ctypes.data, short.nbytes) if n > 1 else (x.ctypes.data, 0),
-                                 (out.ctypes.data, out.nbytes)])
+        k.launch(
+            grid,
+            256,
+            0,
+            pack(k, out, short if n > 1 else x, n),
+            allowed_ranges=[
+                (short.ctypes.data, short.nbytes) if n > 1 else (x.ctypes.data, 0),
+                (out.ctypes.data, out.nbytes),
+            ],
+        )
     assert ei.value.code == 700
 
 
-UNMODELLED = HEADER + """
+UNMODELLED = (
+    HEADER
+    + """
 .visible .entry k(.param .u64 out, .param .u32 n)
 {
   .reg .b32 %r<8>; .reg .b64 %rd<4>; .reg .pred %p<2>;
@@ -343,6 +396,7 @@ DONE:
   ret;
 }
 """
+)
 
 
 def test_a_guard_on_an_unmodelled_value_has_no_pre_check() -> None:
@@ -355,7 +409,9 @@ def test_a_guard_on_an_unmodelled_value_has_no_pre_check() -> None:
     assert (out == np.where(t % 7 < 4, t % 7, 99)).all()
 
 
-WIDE_OF_NEGATIVE = HEADER + """
+WIDE_OF_NEGATIVE = (
+    HEADER
+    + """
 .visible .entry k(.param .u64 out, .param .u32 a)
 {
   .reg .b32 %r<8>; .reg .b64 %rd<8>; .reg .pred %p<2>;
@@ -368,6 +424,7 @@ DONE:
   ret;
 }
 """
+)
 
 
 def test_a_widening_multiply_reads_signed_values() -> None:
@@ -382,7 +439,9 @@ def test_a_widening_multiply_reads_signed_values() -> None:
 
 
 def _minus_one_kernel(prefix: str, guard: str) -> str:
-    return HEADER + f"""
+    return (
+        HEADER
+        + f"""
 .visible .entry k(.param .u64 out, .param .u32 a)
 {{
   .reg .b32 %r<8>; .reg .b64 %rd<8>; .reg .pred %p<2>;
@@ -395,13 +454,18 @@ DONE:
   ret;
 }}
 """
+    )
 
 
-@pytest.mark.parametrize("prefix,guard", [
-    ("cvt.s64.s32 %rd4, %r2;", "setp.eq.s64 %p1, %rd4, -1;"),  # sign extension of 0xFFFFFFFF
-    ("shr.s32 %r3, %r2, 1;", "setp.eq.u32 %p1, %r3, 0xFFFFFFFF;"),  # -1 >> 1 is still -1
-    ("min.s32 %r3, %r2, 5;", "setp.eq.s32 %p1, %r3, -1;"),  # min(-1, 5)
-], ids=["cvt", "shr", "min"])
+@pytest.mark.parametrize(
+    "prefix,guard",
+    [
+        ("cvt.s64.s32 %rd4, %r2;", "setp.eq.s64 %p1, %rd4, -1;"),  # sign extension of 0xFFFFFFFF
+        ("shr.s32 %r3, %r2, 1;", "setp.eq.u32 %p1, %r3, 0xFFFFFFFF;"),  # -1 >> 1 is still -1
+        ("min.s32 %r3, %r2, 5;", "setp.eq.s32 %p1, %r3, -1;"),  # min(-1, 5)
+    ],
+    ids=["cvt", "shr", "min"],
+)
 def test_readers_of_values_see_the_signed_value(prefix: str, guard: str) -> None:
     """a = 0xFFFFFFFF loaded as u32: its range is the point 2^32 - 1, and a reader that needs an s32 value must not
     take that for the value (-1). Every thread leaves."""

@@ -22,14 +22,17 @@ def test_build_sorts_and_merges() -> None:
         RangeTable.build([(-4, 8)])
 
 
-@pytest.mark.parametrize("extra,want", [
-    ([(200, 10)], [(100, 150), (200, 210), (300, 310)]),   # between two spans
-    ([(150, 10)], [(100, 160), (300, 310)]),               # touching the end of one
-    ([(90, 10)], [(90, 150), (300, 310)]),                 # touching the start of one
-    ([(120, 200)], [(100, 320)]),                          # swallowing the next one
-    ([(0, 10), (400, 10)], [(0, 10), (100, 150), (300, 310), (400, 410)]),
-    ([(120, 5), (0, 0)], [(100, 150), (300, 310)]),        # inside one; empty
-])
+@pytest.mark.parametrize(
+    "extra,want",
+    [
+        ([(200, 10)], [(100, 150), (200, 210), (300, 310)]),  # between two spans
+        ([(150, 10)], [(100, 160), (300, 310)]),  # touching the end of one
+        ([(90, 10)], [(90, 150), (300, 310)]),  # touching the start of one
+        ([(120, 200)], [(100, 320)]),  # swallowing the next one
+        ([(0, 10), (400, 10)], [(0, 10), (100, 150), (300, 310), (400, 410)]),
+        ([(120, 5), (0, 0)], [(100, 150), (300, 310)]),  # inside one; empty
+    ],
+)
 def test_with_spans(extra: list[tuple[int, int]], want: list[tuple[int, int]]) -> None:
     base = RangeTable.build([(100, 50), (300, 10)])
     assert spans(base.with_spans(extra)) == want

@@ -92,7 +92,9 @@ def test_an_alloca_whose_address_is_stored_is_kept() -> None:
     assert '%"r1" = alloca' in str(fl.llfn)
 
 
-REUSE = HEADER + """
+REUSE = (
+    HEADER
+    + """
 .visible .entry k(.param .u64 out)
 {
   .reg .b32 %r<8>; .reg .b64 %rd<4>; .reg .pred %p<3>;
@@ -113,12 +115,14 @@ REUSE = HEADER + """
   ret;
 }
 """
+)
 
 
 @pytest.mark.parametrize("tier", ["quick", "optimized"])
 def test_overwritten_registers_are_read_anew(tier: str) -> None:
     """%r1 is read, overwritten, read, overwritten under a predicate and read again, all in one block."""
     from jit import compile_module
+
     k = compile_module(REUSE, tier=tier).get_kernel("k")
     out = np.zeros(8, np.uint32)
     k.launch(1, 8, 0, pack(k, out))
@@ -130,6 +134,7 @@ def test_overwritten_registers_are_read_anew(tier: str) -> None:
 def test_reduction_ir_has_no_reload_after_store() -> None:
     """A register loaded right after a store to it in the same block means forwarding is off."""
     from pathlib import Path
+
     text = (Path(__file__).parents[2] / "jit_golden" / "cases" / "nb_block_reduce_shared.ptx").read_text()
     ir_text = str(translate(text, "cpu", False, "t", quick=True).ir_module)
     pairs = re.findall(r'store [^,]+, [^*]+\* (%"[^"]+")\n\s+%"?[.\w]+"? = load [^,]+, [^*]+\* \1\n', ir_text)

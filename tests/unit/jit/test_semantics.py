@@ -35,7 +35,15 @@ def test_shift_clamps() -> None:
 def test_cvt_float_to_int_saturates() -> None:
     x = np.array([1e10, -1e10, np.nan, np.inf, -np.inf, 2.5, -2.5, 3.5], np.float32)
     assert run_elementwise("cvt.rzi.s32.f32 %d, %a;", "f32", "s32", x).tolist() == [
-        2**31 - 1, I32MIN, 0, 2**31 - 1, I32MIN, 2, -2, 3]
+        2**31 - 1,
+        I32MIN,
+        0,
+        2**31 - 1,
+        I32MIN,
+        2,
+        -2,
+        3,
+    ]
     assert run_elementwise("cvt.rni.s32.f32 %d, %a;", "f32", "s32", x).tolist()[5:] == [2, -2, 4]
     assert run_elementwise("cvt.rmi.s32.f32 %d, %a;", "f32", "s32", x).tolist()[5:] == [2, -3, 3]
     assert run_elementwise("cvt.rpi.s32.f32 %d, %a;", "f32", "s32", x).tolist()[5:] == [3, -2, 4]
@@ -60,8 +68,19 @@ def test_minmax_nan_rules() -> None:
     assert np.isnan(r[0]) and np.isnan(r[1])
 
 
-@pytest.mark.parametrize("cmp,expect", [("lt", [0, 1, 0]), ("ltu", [1, 1, 1]), ("ge", [0, 0, 0]), ("geu", [1, 0, 1]),
-                                        ("ne", [0, 1, 0]), ("neu", [1, 1, 1]), ("nan", [1, 0, 1]), ("num", [0, 1, 0])])
+@pytest.mark.parametrize(
+    "cmp,expect",
+    [
+        ("lt", [0, 1, 0]),
+        ("ltu", [1, 1, 1]),
+        ("ge", [0, 0, 0]),
+        ("geu", [1, 0, 1]),
+        ("ne", [0, 1, 0]),
+        ("neu", [1, 1, 1]),
+        ("nan", [1, 0, 1]),
+        ("num", [0, 1, 0]),
+    ],
+)
 def test_setp_unordered(cmp: str, expect: list[int]) -> None:
     a = np.array([np.nan, 1.0, 3.0], np.float32)
     b = np.array([1.0, 2.0, np.nan], np.float32)
@@ -72,8 +91,10 @@ def test_setp_unordered(cmp: str, expect: list[int]) -> None:
 def test_setp_combine_and_pair() -> None:
     a = np.array([1, 5, 3], np.int32)
     b = np.array([2, 2, 3], np.int32)
-    body = ("setp.eq.s32 %p2, %a, 3; setp.lt.or.s32 %p1|%p3, %a, %b, %p2; "
-            "selp.u32 %r1, 1, 0, %p1; selp.u32 %r2, 2, 0, %p3; add.u32 %d, %r1, %r2;")
+    body = (
+        "setp.eq.s32 %p2, %a, 3; setp.lt.or.s32 %p1|%p3, %a, %b, %p2; "
+        "selp.u32 %r1, 1, 0, %p1; selp.u32 %r2, 2, 0, %p3; add.u32 %d, %r1, %r2;"
+    )
     # p1 = (a<b) | (a==3); p3 = !(a<b) | (a==3)
     assert run_elementwise(body, "s32", "u32", a, b).tolist() == [1, 2, 3]
 

@@ -37,7 +37,14 @@ WILD = {  # each reads or writes through the address in p (the secret's), or an 
 def _run(body: str, funcs: str = "") -> tuple[np.ndarray, np.ndarray]:
     secret = np.full(16, 0x1234, dtype=np.uint32)
     out = np.zeros(4, dtype=np.uint32)
-    ptx = HEADER + funcs + SIG + "\n{ .reg .b64 %rd<4>; .reg .b32 %r<3>; .shared .align 4 .b32 s[4];\n" + body + "\n ret; }\n"
+    ptx = (
+        HEADER
+        + funcs
+        + SIG
+        + "\n{ .reg .b64 %rd<4>; .reg .b32 %r<3>; .shared .align 4 .b32 s[4];\n"
+        + body
+        + "\n ret; }\n"
+    )
     k = compile_module(ptx, bounds_check=True).get_kernel("k")
     params = struct.pack("<QQ", secret.ctypes.data, out.ctypes.data)
     try:
@@ -55,10 +62,13 @@ def test_wild_state_space_access_is_an_illegal_address(case: str) -> None:
     assert ei.value.code == ILLEGAL_ADDRESS, ei.value.message
 
 
-@pytest.mark.parametrize("body", [
-    "mov.u32 %r1, 7; st.local.u32 [buf+4096], %r1;",
-    "ld.param.u32 %r1, [p+64];",
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        "mov.u32 %r1, 7; st.local.u32 [buf+4096], %r1;",
+        "ld.param.u32 %r1, [p+64];",
+    ],
+)
 def test_symbol_access_past_a_frame_variable_is_invalid_ptx(body: str) -> None:
     """[sym+imm] past a .local or .param variable's size: refused when compiled, with its line."""
     ptx = HEADER + SIG + "\n{ .reg .b32 %r<3>; .local .align 4 .b8 buf[16];\n" + body + "\n ret; }\n"
@@ -71,7 +81,9 @@ def test_symbol_access_past_a_frame_variable_is_invalid_ptx(body: str) -> None:
 def test_in_window_accesses_are_unchanged() -> None:
     """Register offsets inside the window, dynamic shared memory past the static part, .local through cvta and
     a register: all still legal (and still checked)."""
-    ptx = HEADER + """
+    ptx = (
+        HEADER
+        + """
 .extern .shared .align 16 .b8 dyn[];
 .visible .entry k(.param .u64 o)
 {
@@ -87,6 +99,7 @@ def test_in_window_accesses_are_unchanged() -> None:
   ret;
 }
 """
+    )
     k = compile_module(ptx, bounds_check=True).get_kernel("k")
     out = np.zeros(32, dtype=np.uint32)
     k.launch(1, 32, 1024, struct.pack("<Q", out.ctypes.data), allowed_ranges=[(out.ctypes.data, out.nbytes)])
@@ -118,7 +131,9 @@ def test_endless_recursion_is_a_launch_failure() -> None:
 
 
 def test_bounded_recursion_still_runs() -> None:
-    ptx = HEADER + """
+    ptx = (
+        HEADER
+        + """
 .func (.param .u32 r) fact(.param .u32 n)
 {
   .reg .b32 %r<5>; .reg .pred %p;
@@ -137,6 +152,7 @@ DONE:
   ld.param.u64 %rd1, [o]; st.global.u32 [%rd1], %r2; ret;
 }
 """
+    )
     k = compile_module(ptx, bounds_check=True).get_kernel("k")
     out = np.zeros(1, dtype=np.uint32)
     k.launch(1, 1, 0, struct.pack("<Q", out.ctypes.data), allowed_ranges=[(out.ctypes.data, out.nbytes)])
@@ -145,7 +161,9 @@ DONE:
 
 def test_cp_async_src_size_is_bounded_by_cp_size() -> None:
     """cp.async's src-size from a register cannot make the copy read past cp-size bytes."""
-    ptx = HEADER + """
+    ptx = (
+        HEADER
+        + """
 .visible .entry k(.param .u64 src, .param .u64 o, .param .u32 n)
 {
   .reg .b64 %rd<4>; .reg .b32 %r<4>; .shared .align 16 .b8 s[64];
@@ -156,6 +174,7 @@ def test_cp_async_src_size_is_bounded_by_cp_size() -> None:
   ret;
 }
 """.replace("%r<4>", "%r<4>; .reg .b32 %r0")
+    )
     k = compile_module(ptx, bounds_check=True).get_kernel("k")
     src = np.arange(32, dtype=np.uint32) + 1
     out = np.zeros(1, dtype=np.uint32)

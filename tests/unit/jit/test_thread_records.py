@@ -14,7 +14,9 @@ def live_across_barrier(nregs: int, maxntid: int = 0) -> str:
     loads = "".join(f"ld.global.u64 %v{j}, [%rd3+{8 * j}];\n" for j in range(nregs))
     sums = "".join(f"add.u64 %acc, %acc, %v{j};\n" for j in range(nregs))
     limit = f".maxntid {maxntid}, 1, 1" if maxntid else ""
-    return HEADER + f"""
+    return (
+        HEADER
+        + f"""
 .visible .entry lr(.param .u64 x, .param .u64 out) {limit}
 {{
   .reg .b32 %r<4>; .reg .b64 %rd<8>; .reg .b64 %v<{nregs}>; .reg .b64 %acc;
@@ -27,6 +29,7 @@ def live_across_barrier(nregs: int, maxntid: int = 0) -> str:
   ret;
 }}
 """
+    )
 
 
 @pytest.mark.parametrize("nregs,maxntid,fixed", [(4, 0, 1024), (4, 64, 64), (48, 0, 0), (48, 96, 96)])

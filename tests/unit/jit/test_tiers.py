@@ -16,7 +16,9 @@ from jit import JitError
 from tests.unit.jit.helpers import HEADER, pack
 
 # out[i] = a[i] * 3 + i (grid-stride): the same values from either tier
-PTX = HEADER + """
+PTX = (
+    HEADER
+    + """
 .visible .entry k(.param .u64 out, .param .u64 a, .param .u32 n)
 {
   .reg .b32 %r<12>; .reg .b64 %rd<8>; .reg .pred %p<2>;
@@ -32,6 +34,7 @@ DONE:
   ret;
 }
 """
+)
 
 
 @pytest.fixture
@@ -124,13 +127,19 @@ def test_tiers_off_means_optimised(tiers, monkeypatch: pytest.MonkeyPatch) -> No
     assert jit.compile_module(_ptx(7)).tier == "optimized"
 
 
-@pytest.mark.parametrize("fault", [JitError(218, "PTX compiler worker died (exit status -6); LLVM rejected this module"),
-                                   OSError("pipe closed")])
-def test_a_failed_optimised_compile_keeps_the_quick_code(tiers, monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
-                                                         fault: Exception) -> None:
+@pytest.mark.parametrize(
+    "fault",
+    [JitError(218, "PTX compiler worker died (exit status -6); LLVM rejected this module"), OSError("pipe closed")],
+)
+def test_a_failed_optimised_compile_keeps_the_quick_code(
+    tiers,
+    monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
+    fault: Exception,
+) -> None:
     # fault injection: the background worker reports what a crashed LLVM would, or fails in an unexpected way
     def crash(*a, **k):  # type: ignore[no-untyped-def]
         raise fault
+
     monkeypatch.setattr(jc._BACKGROUND.worker, "compile", crash)
     ptx = _ptx(8)
     m = jit.compile_module(ptx)
@@ -142,11 +151,15 @@ def test_a_failed_optimised_compile_keeps_the_quick_code(tiers, monkeypatch: pyt
 
 
 def test_tiers_must_agree_on_layout() -> None:
-    meta = {"kernels": [{"name": "k", "symbol": "wooly_run_abc_0", "rec_bytes": 64, "static_shared": 32,
-                         "num_regs": 40}], "dyn_offset": 0}
+    meta = {
+        "kernels": [{"name": "k", "symbol": "wooly_run_abc_0", "rec_bytes": 64, "static_shared": 32, "num_regs": 40}],
+        "dyn_offset": 0,
+    }
     # the symbol and the scratch the code lays out for itself per launch may differ (jit.runtime.KernelCode)
-    code_only = {"kernels": [{"name": "k", "symbol": "wooly_run_abcq_0", "rec_bytes": 72, "static_shared": 32,
-                              "num_regs": 40}], "dyn_offset": 0}
+    code_only = {
+        "kernels": [{"name": "k", "symbol": "wooly_run_abcq_0", "rec_bytes": 72, "static_shared": 32, "num_regs": 40}],
+        "dyn_offset": 0,
+    }
     assert jc.same_layout(meta, code_only)
     for field, other in (("static_shared", 48), ("num_regs", 41)):
         k = {**meta["kernels"][0], field: other}
@@ -159,8 +172,10 @@ def test_quick_tier_leaves_out_speed_only_passes_and_switches_their_scratch(tier
     stash makes the optimised code's thread records larger. Launches running while the switch happens must each
     get records sized for the code they run: every result is checked bit for bit."""
     from jit.pipeline import front_end
+
     tl = pytest.importorskip("tests.unit.jit.test_lockstep_loops")
     from numba import float32, void
+
     ptx = tl.ptx_of(tl.k_sum, void(float32[::1], float32[::1])) + f"// {np.random.default_rng().integers(1 << 62)}\n"
     assert front_end(ptx).functions[0].lockstep is not None
     assert front_end(ptx, quick=True).functions[0].lockstep is None
@@ -178,7 +193,7 @@ def test_quick_tier_leaves_out_speed_only_passes_and_switches_their_scratch(tier
         out = np.zeros(grid * block, np.float32)
         buf = bytearray(k.param_buffer_size)
         for p, v in zip(k.params, tl.numba_args(x, out), strict=False):
-            buf[p.offset:p.offset + p.size] = int(v).to_bytes(p.size, "little", signed=int(v) < 0)
+            buf[p.offset : p.offset + p.size] = int(v).to_bytes(p.size, "little", signed=int(v) < 0)
         k.launch((grid,), (block,), 0, bytes(buf), workers=1)
         assert np.array_equal(out.view(np.uint32), want), tier
         seen.add(tier)
@@ -191,5 +206,6 @@ def test_worker_warm_up_kernel_compiles(opt: int) -> None:
     """jit.worker compiles _WARM_PTX before its first request (a fresh worker's first compile 87-177 -> 38-49 ms);
     a warm-up that failed would go unnoticed (it swallows errors), so the kernel must stay valid."""
     from jit.worker import _WARM_PTX, compile_ptx
+
     obj, meta = compile_ptx(_WARM_PTX, "cpu", opt)
     assert obj and [k["name"] for k in meta["kernels"]] == ["warm"] and meta["kernels"][0]["scheduler"]

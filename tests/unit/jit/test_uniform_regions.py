@@ -13,7 +13,9 @@ from jit.pipeline import translate
 from tests.unit.jit.helpers import HEADER, launch, pack
 
 # s[t] = x[t]; barrier; v = 2 * s[(t + 1) % n] + s[t]; barrier; out[t] = v. EXIT: threads t >= lim return first
-NEIGHBOUR = HEADER + """
+NEIGHBOUR = (
+    HEADER
+    + """
 .visible .entry nb(.param .u64 x, .param .u64 out, .param .u32 lim)
 {
   .shared .align 4 .b32 s[256];
@@ -30,6 +32,7 @@ NEIGHBOUR = HEADER + """
   ret;
 }
 """
+)
 EARLY_EXIT = "setp.ge.u32 %p1, %r1, %r2; @%p1 ret;"
 
 
@@ -76,7 +79,9 @@ def test_exited_threads_take_the_generic_loop() -> None:
 
 # even threads wait at one pair of barriers, odd threads at another: after the first release half the block
 # resumes at each, so no round is uniform and each thread must run its own region
-DIVERGENT = HEADER + """
+DIVERGENT = (
+    HEADER
+    + """
 .visible .entry dv(.param .u64 out)
 {
   .shared .align 4 .b32 s[256];
@@ -99,6 +104,7 @@ JOIN:
   ret;
 }
 """
+)
 
 
 def test_threads_at_different_barriers_run_their_own_regions() -> None:
@@ -114,7 +120,9 @@ def test_threads_at_different_barriers_run_their_own_regions() -> None:
 def test_regions_end_at_barriers_only() -> None:
     """Code after the last barrier ends in `ret`, code before the first is not after a barrier: one region."""
     assert region_blocks(neighbour(exits=True)) == 1
-    branchy = neighbour().replace("mad.lo.u32 %r8, %r6, 2, %r7;", "mad.lo.u32 %r8, %r6, 2, %r7; @%p2 add.u32 %r8, %r8, 1;")
+    branchy = neighbour().replace(
+        "mad.lo.u32 %r8, %r6, 2, %r7;", "mad.lo.u32 %r8, %r6, 2, %r7; @%p2 add.u32 %r8, %r8, 1;"
+    )
     assert region_blocks(branchy.replace(".reg .pred %p<3>;", ".reg .pred %p<3>; setp.eq.u32 %p2, 1, 0;")) == 0
 
 
@@ -137,8 +145,10 @@ def test_numba_tiled_matmul_is_vectorised_across_threads() -> None:
     from numba import cuda, float32, void
 
     from benchmarks.jit import TILE, k_matmul, numba_params
+
     ptx = cuda.compile_ptx(k_matmul, void(float32[:, ::1], float32[:, ::1], float32[:, ::1]), cc=(8, 0))[0]
     from jit.passes import optimize
+
     tm = optimize.host_target_machine(2)
     asm = tm.emit_assembly(optimize.run(str(translate(ptx).ir_module), tm, 2))
     assert re.search(r"\bv(fmadd\d+|mul)ps\b", asm)  # packed: one instruction for several threads
@@ -153,7 +163,9 @@ def test_numba_tiled_matmul_is_vectorised_across_threads() -> None:
 
 # v = 7t + 100; three rounds of v += shfl.down(v, d) (a warp reduction's shape): every shuffle is resolved for the
 # whole block at once when all threads wait at it
-SHUFFLES = HEADER + """
+SHUFFLES = (
+    HEADER
+    + """
 .visible .entry sh(.param .u64 out)
 {
   .reg .b32 %r<12>; .reg .b64 %rd<4>; .reg .pred %p<4>;
@@ -165,6 +177,7 @@ SHUFFLES = HEADER + """
   ret;
 }
 """
+)
 
 
 def shuffle_model(nt: int) -> list[int]:
@@ -186,7 +199,9 @@ def test_shuffle_chain(nt: int) -> None:
 
 
 # warp 0 shuffles down, warp 1 shuffles up: two collectives waited at in the same round, each warp its own
-TWO_COLLECTIVES = HEADER + """
+TWO_COLLECTIVES = (
+    HEADER
+    + """
 .visible .entry tc(.param .u64 out)
 {
   .reg .b32 %r<12>; .reg .b64 %rd<4>; .reg .pred %p<4>;
@@ -201,6 +216,7 @@ DONE:
   ret;
 }
 """
+)
 
 
 def test_threads_at_different_collectives_resolve_their_own() -> None:

@@ -37,7 +37,9 @@ def shfl_model(mode: str, vals: list[int], bval: int, c: int) -> tuple[list[int]
 
 
 def shfl_ptx(mode: str, b: int, c: int) -> str:
-    return HEADER + f"""
+    return (
+        HEADER
+        + f"""
 .visible .entry k(.param .u64 out, .param .u64 pred)
 {{
   .reg .b32 %r<8>; .reg .b64 %rd<8>; .reg .pred %p<2>;
@@ -51,10 +53,22 @@ def shfl_ptx(mode: str, b: int, c: int) -> str:
   ret;
 }}
 """
+    )
 
 
-@pytest.mark.parametrize("mode,b,c", [("up", 1, 0), ("up", 3, 0x1800), ("down", 1, 31), ("down", 5, 0x181F),
-                                      ("bfly", 4, 31), ("bfly", 16, 0x101F), ("idx", 7, 31), ("idx", 2, 0x1C1F)])
+@pytest.mark.parametrize(
+    "mode,b,c",
+    [
+        ("up", 1, 0),
+        ("up", 3, 0x1800),
+        ("down", 1, 31),
+        ("down", 5, 0x181F),
+        ("bfly", 4, 31),
+        ("bfly", 16, 0x101F),
+        ("idx", 7, 31),
+        ("idx", 2, 0x1C1F),
+    ],
+)
 def test_shfl_modes(mode: str, b: int, c: int) -> None:
     n = 64
     out = np.zeros(n, np.uint32)
@@ -72,7 +86,7 @@ def test_vote_ballot_match_redux_activemask() -> None:
     launch(NVRTC, "votek", (1,), (64,), a, out)
     o = out.reshape(64, 4)
     for w in range(2):
-        vals = a[32 * w:32 * w + 32]
+        vals = a[32 * w : 32 * w + 32]
         ballot = sum(1 << i for i, v in enumerate(vals) if v > 0)
         allv, anyv = int(all(vals > 0)), int(any(vals > 0))
         for lane in range(32):
@@ -107,7 +121,9 @@ def test_histogram_shared_and_global_atomics() -> None:
     assert (h == np.bincount(d, minlength=256)).all()
 
 
-BARRIER_EARLY_EXIT = HEADER + """
+BARRIER_EARLY_EXIT = (
+    HEADER
+    + """
 .visible .entry k(.param .u64 out, .param .u32 n)
 {
   .reg .b32 %r<12>; .reg .b64 %rd<8>; .reg .pred %p<4>;
@@ -133,6 +149,7 @@ DONE:
   ret;
 }
 """
+)
 
 
 def test_barrier_in_loop_with_early_exit() -> None:
@@ -144,9 +161,12 @@ def test_barrier_in_loop_with_early_exit() -> None:
 
 
 def test_trap_is_launch_failure_and_module_survives() -> None:
-    src = HEADER + ".visible .entry k() { trap; ret; }\n.visible .entry ok(.param .u64 o) { .reg .b64 %rd1; " \
+    src = (
+        HEADER + ".visible .entry k() { trap; ret; }\n.visible .entry ok(.param .u64 o) { .reg .b64 %rd1; "
         ".reg .b32 %r1; ld.param.u64 %rd1, [o]; mov.u32 %r1, 5; st.global.u32 [%rd1], %r1; ret; }"
+    )
     from jit import JitError
+
     with pytest.raises(JitError) as ei:
         launch(src, "k", (4,), (32,))
     assert ei.value.code == 719
@@ -164,7 +184,9 @@ def test_printf_and_params_struct() -> None:
     assert pack(k, 42) == struct.pack("<i", 42)
 
 
-REDUX_F32 = HEADER.replace("sm_80", "sm_100a").replace("7.8", "8.6") + """
+REDUX_F32 = (
+    HEADER.replace("sm_80", "sm_100a").replace("7.8", "8.6")
+    + """
 .visible .entry k(.param .u64 x, .param .u64 out, .param .u32 mask)
 {
   .reg .b32 %r<12>; .reg .f32 %f<12>; .reg .b64 %rd<6>;
@@ -183,6 +205,7 @@ SKIP:
   ret;
 }
 """.replace(".reg .b64 %rd<6>;", ".reg .b64 %rd<6>; .reg .pred %p<2>;")
+)
 
 
 def _redux_f32_model(vals: np.ndarray, op: str, absolute: bool, nan: bool) -> int:
@@ -192,7 +215,7 @@ def _redux_f32_model(vals: np.ndarray, op: str, absolute: bool, nan: bool) -> in
     v = v[~np.isnan(v)]
     key = [(float(x), -1 if np.signbit(x) else 1) for x in v]  # +0.0 > -0.0
     pick = min(range(len(v)), key=lambda i: key[i]) if op == "min" else max(range(len(v)), key=lambda i: key[i])
-    return int(v[pick:pick + 1].view(np.uint32)[0])
+    return int(v[pick : pick + 1].view(np.uint32)[0])
 
 
 @pytest.mark.parametrize("case", ["mixed", "zeros", "all_nan", "partial"])
@@ -218,15 +241,20 @@ def test_redux_sync_f32(case: str) -> None:
     for w in range(2):
         lanes = [ln for ln in range(32) if mask >> ln & 1]
         vals = x[32 * w + np.array(lanes)]
-        want = [_redux_f32_model(vals, "min", False, False), _redux_f32_model(vals, "max", False, False),
-                _redux_f32_model(vals, "min", True, False), _redux_f32_model(vals, "max", True, True),
-                _redux_f32_model(vals, "min", False, True)]
+        want = [
+            _redux_f32_model(vals, "min", False, False),
+            _redux_f32_model(vals, "max", False, False),
+            _redux_f32_model(vals, "min", True, False),
+            _redux_f32_model(vals, "max", True, True),
+            _redux_f32_model(vals, "min", False, True),
+        ]
         for ln in lanes:
             assert o[32 * w + ln].tolist() == want, (w, ln)
 
 
 def test_redux_sync_add_f32_is_invalid_ptx() -> None:
     from jit import JitError, compile_module
+
     with pytest.raises(JitError) as ei:
         compile_module(REDUX_F32.replace("redux.sync.min.NaN.f32", "redux.sync.add.f32"))
     assert ei.value.code == 218 and "redux" in ei.value.message

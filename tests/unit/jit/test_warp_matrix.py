@@ -42,7 +42,9 @@ def test_warps_of_a_block_use_their_own_areas(checked: bool) -> None:
 
 # m16n8k4 tf32 with fragments loaded by the ISA layout; the mma is predicated on %ctaid.x == 0, so block 1 keeps
 # the 5.0 its D registers start with
-PRED_MMA = HEADER + """
+PRED_MMA = (
+    HEADER
+    + """
 .visible .entry k(.param .u64 pa, .param .u64 pb, .param .u64 pout)
 {
   .reg .b32 %r<16>; .reg .b64 %rd<16>; .reg .f32 %f<16>; .reg .pred %p<2>;
@@ -62,6 +64,7 @@ PRED_MMA = HEADER + """
   ret;
 }
 """
+)
 
 
 def _areas(ptx: str) -> dict[str, list[int]]:
@@ -74,8 +77,12 @@ def test_area_per_warp_of_the_largest_block() -> None:
     assert list(_areas(MULTIWARP).values()) == [[4 * 2048]]
     # m16n8k4 tf32: (16 * 4 + 4 * 8) f32 per warp; .maxntid 64 -> 2 warps
     assert _areas(PRED_MMA) == {"k": [32 * 384]}
-    assert _areas(PRED_MMA.replace("(.param .u64 pa, .param .u64 pb, .param .u64 pout)",
-                                   "(.param .u64 pa, .param .u64 pb, .param .u64 pout) .maxntid 64, 1, 1")) == {"k": [2 * 384]}
+    assert _areas(
+        PRED_MMA.replace(
+            "(.param .u64 pa, .param .u64 pb, .param .u64 pout)",
+            "(.param .u64 pa, .param .u64 pb, .param .u64 pout) .maxntid 64, 1, 1",
+        )
+    ) == {"k": [2 * 384]}
 
 
 def test_predicated_mma_is_skipped_as_a_whole() -> None:
@@ -90,34 +97,56 @@ def test_predicated_mma_is_skipped_as_a_whole() -> None:
     np.testing.assert_array_equal(out[1], np.full((16, 8), 5.0, np.float32))
 
 
-@pytest.mark.parametrize("ins,what", [
-    ("mma.sync.aligned.m8n8k4.row.col.f32.f16.f16.f32 {%f1,%f2,%f3,%f4,%f5,%f6,%f7,%f8}, {%r1,%r2}, {%r3,%r4}, "
-     "{%f1,%f2,%f3,%f4,%f5,%f6,%f7,%f8};", "shape .m8n8k4 with .f16"),
-    ("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%f1,%f2,%f3,%f4}, {%r1,%r2,%r3,%r4}, {%r5,%r6}, "
-     "{%f1,%f2,%f3,%f4};", ".e4m3"),
-    ("wmma.load.a.sync.aligned.row.m8n8k128.b1 {%r1}, [%rd1], 128;", "m8n8k128"),
-    ("ldmatrix.sync.aligned.m16n16.x1.trans.shared.b8 {%r1, %r2}, [%rd1];", "ldmatrix"),
-    ("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%f1,%f2,%f3}, {%r1,%r2,%r3,%r4}, {%r5,%r6}, "
-     "{%f1,%f2,%f3,%f4};", "D fragment"),
-])
+@pytest.mark.parametrize(
+    "ins,what",
+    [
+        (
+            "mma.sync.aligned.m8n8k4.row.col.f32.f16.f16.f32 {%f1,%f2,%f3,%f4,%f5,%f6,%f7,%f8}, {%r1,%r2}, {%r3,%r4}, "
+            "{%f1,%f2,%f3,%f4,%f5,%f6,%f7,%f8};",
+            "shape .m8n8k4 with .f16",
+        ),
+        (
+            "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%f1,%f2,%f3,%f4}, {%r1,%r2,%r3,%r4}, {%r5,%r6}, "
+            "{%f1,%f2,%f3,%f4};",
+            ".e4m3",
+        ),
+        ("wmma.load.a.sync.aligned.row.m8n8k128.b1 {%r1}, [%rd1], 128;", "m8n8k128"),
+        ("ldmatrix.sync.aligned.m16n16.x1.trans.shared.b8 {%r1, %r2}, [%rd1];", "ldmatrix"),
+        (
+            "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%f1,%f2,%f3}, {%r1,%r2,%r3,%r4}, {%r5,%r6}, "
+            "{%f1,%f2,%f3,%f4};",
+            "D fragment",
+        ),
+    ],
+)
 def test_unsupported_forms_are_not_supported_naming_them(ins: str, what: str) -> None:
-    ptx = HEADER + (".visible .entry k(.param .u64 p)\n{\n .reg .b32 %r<8>; .reg .b64 %rd<4>; .reg .f32 %f<10>;\n"
-                    f" ld.param.u64 %rd1, [p];\n {ins}\n ret;\n}}\n")
+    ptx = HEADER + (
+        ".visible .entry k(.param .u64 p)\n{\n .reg .b32 %r<8>; .reg .b64 %rd<4>; .reg .f32 %f<10>;\n"
+        f" ld.param.u64 %rd1, [p];\n {ins}\n ret;\n}}\n"
+    )
     with pytest.raises(JitError) as ei:
         compile_module(ptx)
     assert ei.value.code == 801 and what in ei.value.message
 
 
-@pytest.mark.parametrize("ins,code,what", [
-    ("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%f1,%f2,%f3,%f4}, {%r1,%r2,%r3,%r4}, {%r5,%r6};",
-     218, "mma takes 4 operands, not 3"),
-    ("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%r1};", 218, "ldmatrix takes 2 operands, not 1"),
-    ("wmma.load.sync.aligned.row.m16n16k16.global.f16 {%r1,%r2,%r3,%r4}, [%rd1], 16;", 801, "wmma.load"),
-    ("wmma.store.a.sync.aligned.row.m16n16k16.global.f16 [%rd1], {%r1,%r2,%r3,%r4}, 16;", 801, "wmma.store"),
-])
+@pytest.mark.parametrize(
+    "ins,code,what",
+    [
+        (
+            "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%f1,%f2,%f3,%f4}, {%r1,%r2,%r3,%r4}, {%r5,%r6};",
+            218,
+            "mma takes 4 operands, not 3",
+        ),
+        ("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%r1};", 218, "ldmatrix takes 2 operands, not 1"),
+        ("wmma.load.sync.aligned.row.m16n16k16.global.f16 {%r1,%r2,%r3,%r4}, [%rd1], 16;", 801, "wmma.load"),
+        ("wmma.store.a.sync.aligned.row.m16n16k16.global.f16 [%rd1], {%r1,%r2,%r3,%r4}, 16;", 801, "wmma.store"),
+    ],
+)
 def test_malformed_warp_matrix_instructions_are_named(ins: str, code: int, what: str) -> None:
-    ptx = HEADER + (".visible .entry k(.param .u64 p)\n{\n .reg .b32 %r<8>; .reg .b64 %rd<4>; .reg .f32 %f<10>;\n"
-                    f" ld.param.u64 %rd1, [p];\n {ins}\n ret;\n}}\n")
+    ptx = HEADER + (
+        ".visible .entry k(.param .u64 p)\n{\n .reg .b32 %r<8>; .reg .b64 %rd<4>; .reg .f32 %f<10>;\n"
+        f" ld.param.u64 %rd1, [p];\n {ins}\n ret;\n}}\n"
+    )
     with pytest.raises(JitError) as ei:
         compile_module(ptx)
     assert ei.value.code == code and what in ei.value.message and "internal" not in ei.value.message

@@ -18,7 +18,9 @@ from jit.ptx import ast as A
 from tests.unit.jit.helpers import HEADER, launch, module, pack
 
 # acc += x[i] for i = ctaid*ntid + tid, stepping by STRIDE; out[global id] = acc
-STRIDED = HEADER + """
+STRIDED = (
+    HEADER
+    + """
 .visible .entry gs(.param .u64 x, .param .u64 out, .param .u32 n)
 {
   .reg .b32 %r<12>; .reg .b64 %rd<12>; .reg .pred %p<4>;
@@ -39,6 +41,7 @@ DONE:
   ret;
 }
 """
+)
 GRID = "mul.lo.u32 %r5, %r2, %r3;"
 
 
@@ -67,15 +70,21 @@ def yields(ptx: str) -> list[int]:
     return ks
 
 
-@pytest.mark.parametrize("stride,body,expect", [
-    (GRID, "", [LINES_PER_YIELD]),                               # i += ntid*nctaid, one global load per iteration
-    ("mov.u32 %r10, %nctaid.x; shl.b32 %r5, %r10, 8;", "", [LINES_PER_YIELD]),  # derived through other ops
-    (GRID, "ld.global.u32 %r10, [%rd4+4]; ld.global.u32 %r11, [%rd4+8]; st.global.u32 [%rd4], %r7;",
-     [LINES_PER_YIELD // 4]),                                   # four global accesses per iteration
-    ("mov.u32 %r5, %r2;", "", []),                              # block-stride: lines stay in L2, no yield
-    ("mov.u32 %r5, 1;", "", []),                                # sequential walk per thread
-    (GRID, "bar.sync 0;", []),                                  # a barrier already keeps the block in lockstep
-])
+@pytest.mark.parametrize(
+    "stride,body,expect",
+    [
+        (GRID, "", [LINES_PER_YIELD]),  # i += ntid*nctaid, one global load per iteration
+        ("mov.u32 %r10, %nctaid.x; shl.b32 %r5, %r10, 8;", "", [LINES_PER_YIELD]),  # derived through other ops
+        (
+            GRID,
+            "ld.global.u32 %r10, [%rd4+4]; ld.global.u32 %r11, [%rd4+8]; st.global.u32 [%rd4], %r7;",
+            [LINES_PER_YIELD // 4],
+        ),  # four global accesses per iteration
+        ("mov.u32 %r5, %r2;", "", []),  # block-stride: lines stay in L2, no yield
+        ("mov.u32 %r5, 1;", "", []),  # sequential walk per thread
+        (GRID, "bar.sync 0;", []),  # a barrier already keeps the block in lockstep
+    ],
+)
 def test_which_loops_yield(stride: str, body: str, expect: list[int]) -> None:
     assert yields(strided(stride, body)) == expect
 
@@ -88,7 +97,8 @@ def test_no_global_memory_no_yield() -> None:
 def test_unrolled_chain_yields() -> None:
     """numba/NVVM unroll grid-stride loops: i1 = i + s; i2 = i1 + s; i = i2 + s. The chain is followed."""
     ptx = strided(body="ld.global.u32 %r10, [%rd4+4];").replace(
-        "add.u32 %r4, %r4, %r5;", "add.u32 %r11, %r4, %r5; mov.u32 %r9, %r11; add.u32 %r4, %r9, %r5;")
+        "add.u32 %r4, %r4, %r5;", "add.u32 %r11, %r4, %r5; mov.u32 %r9, %r11; add.u32 %r4, %r9, %r5;"
+    )
     assert yields(ptx) == [LINES_PER_YIELD // 2]
 
 
@@ -106,8 +116,7 @@ def test_results_unchanged(stride: str) -> None:
 def test_threads_interleave() -> None:
     """Each iteration takes a ticket from a global counter: with yields, thread 1 starts before thread 0 has walked
     its whole range, and no thread runs more than K iterations in a row."""
-    ptx = strided(body="ld.param.u64 %rd7, [out]; atom.global.add.u32 %r10, [%rd7+256], 1; "
-                       "st.global.u32 [%rd4], %r10;")
+    ptx = strided(body="ld.param.u64 %rd7, [out]; atom.global.add.u32 %r10, [%rd7+256], 1; st.global.u32 [%rd4], %r10;")
     k = yields(ptx)[0]
     n = 64 * 40
     x = np.zeros(n, np.uint32)  # becomes the ticket of each element
@@ -122,13 +131,12 @@ def test_threads_interleave() -> None:
         assert longest <= k
     # thread 0 runs its first K - 1 iterations before any other thread (the counter starts at K and is checked at
     # the top of every iteration), then yields
-    assert (np.diff(tickets[:k - 1, 0]) == 1).all() and tickets[k - 1, 0] != tickets[k - 2, 0] + 1
+    assert (np.diff(tickets[: k - 1, 0]) == 1).all() and tickets[k - 1, 0] != tickets[k - 2, 0] + 1
 
 
 def test_loop_shorter_than_k_never_yields() -> None:
     """Threads that walk K - 1 iterations run them in one go each (ticket order is thread order)."""
-    ptx = strided(body="ld.param.u64 %rd7, [out]; atom.global.add.u32 %r10, [%rd7+256], 1; "
-                       "st.global.u32 [%rd4], %r10;")
+    ptx = strided(body="ld.param.u64 %rd7, [out]; atom.global.add.u32 %r10, [%rd7+256], 1; st.global.u32 [%rd4], %r10;")
     k = yields(ptx)[0]
     n = 64 * (k - 1)
     x = np.zeros(n, np.uint32)
@@ -140,7 +148,9 @@ def test_loop_shorter_than_k_never_yields() -> None:
 def test_barrier_waits_for_yielding_threads() -> None:
     """After a grid-stride loop, thread 0 sums every thread's partial from shared memory behind a barrier. Were the
     barrier released while threads still sat at yield points, it would read partials not yet written."""
-    ptx = HEADER + """
+    ptx = (
+        HEADER
+        + """
 .visible .entry k(.param .u64 x, .param .u64 out, .param .u32 n)
 {
   .reg .b32 %r<16>; .reg .b64 %rd<12>; .reg .pred %p<4>;
@@ -168,6 +178,7 @@ DONE:
   ret;
 }
 """
+    )
     assert yields(ptx) == [LINES_PER_YIELD]
     rng = np.random.default_rng(2)
     n = 4 * 128 * 33 + 77
@@ -245,6 +256,7 @@ def test_numba_histogram() -> None:
 
 def test_numba_early_return_in_loop() -> None:
     """Threads leave the loop (and the kernel) at different iterations; the rest still meet at the barrier."""
+
     def k(x: Any, out: Any) -> None:
         sm = cuda.shared.array(64, int32)
         t = cuda.threadIdx.x
@@ -264,6 +276,7 @@ def test_numba_early_return_in_loop() -> None:
             for j in range(64):
                 s += sm[j]
             out[cuda.blockIdx.x] = s
+
     m = compile_numba(k, void(int32[::1], int32[::1]))
     rng = np.random.default_rng(5)
     n = 2 * 64 * 30
@@ -275,7 +288,7 @@ def test_numba_early_return_in_loop() -> None:
     for b in range(2):
         s = 0
         for t in range(64):
-            vals = x[b * 64 + t::128]
+            vals = x[b * 64 + t :: 128]
             if not (vals < 0).any():
                 s += int(vals.sum())
         want.append(s)
@@ -291,7 +304,9 @@ def test_amdgpu_ignores_yields() -> None:
 # ---------------------------------------------------------------- NOTE [waiting threads yield]
 # Threads take turns through a shared counter in reverse order: thread t waits until turn == N-1-t. Run one after
 # another without yielding, thread 0 would wait forever for the last thread.
-TURNS = HEADER + """
+TURNS = (
+    HEADER
+    + """
 .visible .entry turns(.param .u64 out)
 {
   .reg .b32 %r<12>; .reg .b64 %rd<6>; .reg .pred %p<4>;
@@ -312,13 +327,17 @@ WAIT:
   ret;
 }
 """
+)
 
 
-@pytest.mark.parametrize("load", [
-    "ld.volatile.shared.u32 %r3, [turn];",
-    "ld.acquire.cta.shared.u32 %r3, [turn];",
-    "atom.shared.or.b32 %r3, [turn], 0;",
-])
+@pytest.mark.parametrize(
+    "load",
+    [
+        "ld.volatile.shared.u32 %r3, [turn];",
+        "ld.acquire.cta.shared.u32 %r3, [turn];",
+        "atom.shared.or.b32 %r3, [turn], 0;",
+    ],
+)
 def test_waiting_threads_yield(load: str) -> None:
     ptx = TURNS.replace("LOAD", load)
     assert yields(ptx) == [0]

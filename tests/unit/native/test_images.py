@@ -60,12 +60,16 @@ def test_cubin_is_refused() -> None:
 
 
 def test_merge_ptx_puts_definitions_first_and_drops_resolved_externs() -> None:
-    main = (".version 8.0\n.target sm_80\n.address_size 64\n"
-            ".extern .func  (.param .b32 func_retval0) helper\n(\n\t.param .b32 helper_param_0\n)\n;\n"
-            ".extern .func other ();\n"
-            ".visible .entry k() { ret; }\n")
-    lib = (".version 7.8\n.target sm_80\n.address_size 64\n"
-           ".visible .func  (.param .b32 func_retval0) helper(\n\t.param .b32 helper_param_0\n)\n{ ret; }\n")
+    main = (
+        ".version 8.0\n.target sm_80\n.address_size 64\n"
+        ".extern .func  (.param .b32 func_retval0) helper\n(\n\t.param .b32 helper_param_0\n)\n;\n"
+        ".extern .func other ();\n"
+        ".visible .entry k() { ret; }\n"
+    )
+    lib = (
+        ".version 7.8\n.target sm_80\n.address_size 64\n"
+        ".visible .func  (.param .b32 func_retval0) helper(\n\t.param .b32 helper_param_0\n)\n{ ret; }\n"
+    )
     merged = merge_ptx([main, lib])
     assert merged.count(".version") == 1 and ".version 8.0" in merged
     assert ".extern .func  (.param .b32 func_retval0) helper" not in merged

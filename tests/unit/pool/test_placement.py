@@ -13,13 +13,30 @@ from woolyhv.pool.table import NodeTable
 GiB = 1 << 30
 
 
-def node(name: str, *devs: tuple[str, str, int], load: float = 0.0, content: list[str] | None = None,
-         tenants: dict | None = None, reserved: list[tuple[int, int]] | None = None, cordon: str | None = None) -> NodeView:
-    inv = Inventory(node=name, endpoint=f"tcp://{name}:5555",
-                    devices=[{"ordinal": i, "vendor": v, "name": v, "arch": a, "total": t} for i, (v, a, t) in enumerate(devs)],
-                    load=load, content=content or [], tenants=tenants or {})
-    led = Ledger(node=name, reservations={f"r{k}": Reservation(id=f"r{k}", tenant="x", bytes=b, device=d, created=0, claim_by=0)
-                                          for k, (d, b) in enumerate(reserved or [])})
+def node(
+    name: str,
+    *devs: tuple[str, str, int],
+    load: float = 0.0,
+    content: list[str] | None = None,
+    tenants: dict | None = None,
+    reserved: list[tuple[int, int]] | None = None,
+    cordon: str | None = None,
+) -> NodeView:
+    inv = Inventory(
+        node=name,
+        endpoint=f"tcp://{name}:5555",
+        devices=[{"ordinal": i, "vendor": v, "name": v, "arch": a, "total": t} for i, (v, a, t) in enumerate(devs)],
+        load=load,
+        content=content or [],
+        tenants=tenants or {},
+    )
+    led = Ledger(
+        node=name,
+        reservations={
+            f"r{k}": Reservation(id=f"r{k}", tenant="x", bytes=b, device=d, created=0, claim_by=0)
+            for k, (d, b) in enumerate(reserved or [])
+        },
+    )
     v = NodeView(inv=inv, ledger=led, content=frozenset(inv.content), cordon=Cordon(reason=cordon) if cordon else None)
     v.refresh()
     return v
@@ -85,8 +102,17 @@ def test_tenant_shared_content_scores_half() -> None:
     assert parts["cpu"] == 0.5 and parts["h200"] == 0.0
 
 
-@pytest.mark.parametrize(("want", "have", "ok"), [("sm_80+", "sm_90", True), ("sm_90+", "sm_80", False), ("sm_80", "sm_80", True),
-                                                  ("sm_80", "sm_86", False), ("gfx90+", "gfx942", True), ("sm_80+", "gfx942", False)])
+@pytest.mark.parametrize(
+    ("want", "have", "ok"),
+    [
+        ("sm_80+", "sm_90", True),
+        ("sm_90+", "sm_80", False),
+        ("sm_80", "sm_80", True),
+        ("sm_80", "sm_86", False),
+        ("gfx90+", "gfx942", True),
+        ("sm_80+", "gfx942", False),
+    ],
+)
 def test_arch_matches(want: str, have: str, ok: bool) -> None:
     assert arch_matches(want, have) is ok
 
@@ -108,14 +134,23 @@ def _random_pool(rnd: random.Random, n: int) -> dict[str, NodeView]:
         devs = []
         for _ in range(rnd.choice([0, 1, 1, 2, 4])):
             vendor = rnd.choice(["nvidia", "amd", "cpu"])
-            devs.append((vendor, rnd.choice(["sm_80", "sm_90", "sm_75"]) if vendor != "amd" else "gfx942",
-                         rnd.choice([16, 40, 80]) * GiB))
+            devs.append(
+                (
+                    vendor,
+                    rnd.choice(["sm_80", "sm_90", "sm_75"]) if vendor != "amd" else "gfx942",
+                    rnd.choice([16, 40, 80]) * GiB,
+                )
+            )
         name = f"n{rnd.randrange(10**6):06d}"
-        out[name] = node(name, *devs, load=rnd.choice([0.0, 0.25, 0.5, 1.5]),
-                         content=rnd.sample(hashes, rnd.choice([0, 0, 5])),
-                         tenants={"t1": {"sessions": 1, "memory": 0, "shared": GiB}} if rnd.random() < 0.2 else {},
-                         reserved=[(0, rnd.choice([0, 10, 30]) * GiB)] if devs else [],
-                         cordon="x" if rnd.random() < 0.1 else None)
+        out[name] = node(
+            name,
+            *devs,
+            load=rnd.choice([0.0, 0.25, 0.5, 1.5]),
+            content=rnd.sample(hashes, rnd.choice([0, 0, 5])),
+            tenants={"t1": {"sessions": 1, "memory": 0, "shared": GiB}} if rnd.random() < 0.2 else {},
+            reserved=[(0, rnd.choice([0, 10, 30]) * GiB)] if devs else [],
+            cordon="x" if rnd.random() < 0.1 else None,
+        )
     return out, hashes
 
 
@@ -129,10 +164,13 @@ def test_table_decides_exactly_as_the_reference(seed: int) -> None:
             index.setdefault(h, set()).add(name)
     table = NodeTable()
     for _ in range(6):
-        req = PlaceRequest(tenant=rnd.choice(["t1", "t2"]), memory=rnd.choice([0, 1, 20, 50, 90]) * GiB,
-                           vendor=rnd.choice([None, None, "nvidia", "amd", "cpu"]),
-                           arch=rnd.choice([None, None, "sm_80+", "sm_90", "gfx942"]),
-                           digests=rnd.sample(hashes, rnd.choice([0, 3, 10])))
+        req = PlaceRequest(
+            tenant=rnd.choice(["t1", "t2"]),
+            memory=rnd.choice([0, 1, 20, 50, 90]) * GiB,
+            vendor=rnd.choice([None, None, "nvidia", "amd", "cpu"]),
+            arch=rnd.choice([None, None, "sm_80+", "sm_90", "gfx942"]),
+            digests=rnd.sample(hashes, rnd.choice([0, 3, 10])),
+        )
         policy = rnd.choice(["binpack", "spread"])
         quota = rnd.choice([None, None, 30 * GiB])
         ref = decide(req, nodes, policy=policy, quota=quota, decision_id="x", content_index=index)
@@ -143,7 +181,8 @@ def test_table_decides_exactly_as_the_reference(seed: int) -> None:
         # the view changes between decisions: a reservation lands on the winner
         if ref["outcome"] == "placed" and req.memory:
             v = nodes[ref["node"]]
-            v.ledger.reservations[f"x{_}"] = Reservation(id=f"x{_}", tenant=req.tenant, bytes=req.memory,
-                                                          device=ref["device"], created=0, claim_by=0)
+            v.ledger.reservations[f"x{_}"] = Reservation(
+                id=f"x{_}", tenant=req.tenant, bytes=req.memory, device=ref["device"], created=0, claim_by=0
+            )
             v.refresh()
             table.mark(ref["node"])

@@ -87,7 +87,10 @@ def main() -> None:
     size = ctypes.c_size_t(8)
     extra = (ctypes.c_void_p * 5)(1, ctypes.addressof(buf), 2, ctypes.addressof(size), 0)
     record("launch_extra_wrong_size", cu.cuLaunchKernel(fn, 1, 1, 1, 32, 1, 1, 0, 0, 0, ctypes.addressof(extra)))
-    record("launch_invalid_stream", cu.cuLaunchKernel(fn, 1, 1, 1, 32, 1, 1, 0, cu.CUstream(0xABCDEF), params.ctypes.data, 0))
+    record(
+        "launch_invalid_stream",
+        cu.cuLaunchKernel(fn, 1, 1, 1, 32, 1, 1, 0, cu.CUstream(0xABCDEF), params.ctypes.data, 0),
+    )
 
     # a good launch through the extra form still works after all of the above
     good = (ctypes.c_ubyte * 16)()

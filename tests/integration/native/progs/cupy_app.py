@@ -7,14 +7,17 @@ a = cp.arange(12, dtype=cp.float64).reshape(3, 4)
 h = np.arange(12, dtype=np.float64).reshape(3, 4)
 assert np.allclose(cp.asnumpy(a.sum(axis=0)), h.sum(axis=0))
 assert float(a.mean()) == h.mean() and float(a.max()) == 11.0
-assert np.allclose(cp.asnumpy(cp.sin(a) * 2 + a ** 2), np.sin(h) * 2 + h ** 2)
+assert np.allclose(cp.asnumpy(cp.sin(a) * 2 + a**2), np.sin(h) * 2 + h**2)
 v = cp.asarray(np.random.default_rng(0).integers(0, 1000, 500))
 assert (cp.asnumpy(cp.sort(v)) == np.sort(cp.asnumpy(v))).all()  # thrust: a lazily translated module
 assert int(cp.argmax(v)) == int(np.argmax(cp.asnumpy(v)))
 mul = cp.ElementwiseKernel("float32 x, float32 y", "float32 z", "z = x * y + 1", "mul1")
 assert (cp.asnumpy(mul(cp.ones(4, cp.float32), cp.full(4, 3, cp.float32))) == 4).all()
-twice = cp.RawKernel(r'''extern "C" __global__ void twice(float *a, int n) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) a[i] *= 2; }''', "twice")
+twice = cp.RawKernel(
+    r"""extern "C" __global__ void twice(float *a, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) a[i] *= 2; }""",
+    "twice",
+)
 w = cp.arange(300, dtype=cp.float32)
 twice((3,), (128,), (w, cp.int32(300)))
 assert (cp.asnumpy(w) == np.arange(300) * 2).all()

@@ -43,7 +43,9 @@ def child(raw: bytes, n: int, q) -> None:  # noqa: ANN001
         context()
         lib = libcuda()
         ptr = ctypes.c_uint64()
-        rc = lib.cuIpcOpenMemHandle_v2(ctypes.byref(ptr), IpcHandle.from_buffer_copy(raw), 1)  # IpcHandle(raw) stops at a zero byte
+        rc = lib.cuIpcOpenMemHandle_v2(
+            ctypes.byref(ptr), IpcHandle.from_buffer_copy(raw), 1
+        )  # IpcHandle(raw) stops at a zero byte
         assert rc == 0, f"open: {rc}"
         host = np.empty(n, np.int32)
         check(cu.cuMemcpyDtoH(host.ctypes.data, ptr.value, host.nbytes))

@@ -1,4 +1,5 @@
 """A numba-cuda kernel (placed through the pool by the test)."""
+
 import numpy as np
 from numba import cuda
 

@@ -1,4 +1,5 @@
 """A small torch training step on cuda (placed through the pool by the test)."""
+
 import os
 import time
 

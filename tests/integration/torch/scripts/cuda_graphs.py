@@ -21,8 +21,9 @@ def emit(case: str, **values: object) -> None:
 
 def whole_network(optimizer: str) -> None:
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(32, 48), torch.nn.GELU(), torch.nn.LayerNorm(48),
-                                torch.nn.Linear(48, 8)).to(DEV)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(32, 48), torch.nn.GELU(), torch.nn.LayerNorm(48), torch.nn.Linear(48, 8)
+    ).to(DEV)
     if optimizer == "adamw":
         opt = torch.optim.AdamW(model.parameters(), lr=1e-2, capturable=True)  # what capture needs
     else:

@@ -67,7 +67,7 @@ def cuda_graph():
 row("lstm", lstm_hidden_from_new_zeros)
 if DEV == "cpu":
     sys.exit(0)
-row("where_scalars", lambda: torch.where(torch.arange(4.).cuda() > 1, 1.0, 0.0).tolist())
+row("where_scalars", lambda: torch.where(torch.arange(4.0).cuda() > 1, 1.0, 0.0).tolist())
 row("encoder_train_dropout", encoder_train_dropout)
 row("save_load_module", save_load_module)
 row("save_load_views", save_load_views)

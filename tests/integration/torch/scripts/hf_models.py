@@ -19,33 +19,77 @@ import torch
 def _lm(cfg_cls, model_cls, **cfg):
     def build():
         return model_cls(cfg_cls(**cfg))
+
     return build
 
 
 def builders():
     import transformers as T
 
-    small = dict(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                 max_position_embeddings=64)
+    small = dict(
+        vocab_size=96,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        max_position_embeddings=64,
+    )
     return {
-        "gpt2": _lm(T.GPT2Config, T.GPT2LMHeadModel, vocab_size=96, n_embd=32, n_layer=2, n_head=4, n_positions=64,
-                    resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0),
+        "gpt2": _lm(
+            T.GPT2Config,
+            T.GPT2LMHeadModel,
+            vocab_size=96,
+            n_embd=32,
+            n_layer=2,
+            n_head=4,
+            n_positions=64,
+            resid_pdrop=0.0,
+            embd_pdrop=0.0,
+            attn_pdrop=0.0,
+        ),
         "llama_gqa": _lm(T.LlamaConfig, T.LlamaForCausalLM, num_key_value_heads=2, **small),
         "mistral": _lm(T.MistralConfig, T.MistralForCausalLM, num_key_value_heads=2, sliding_window=8, **small),
-        "bert": _lm(T.BertConfig, T.BertForSequenceClassification, num_labels=3, hidden_dropout_prob=0.0,
-                    attention_probs_dropout_prob=0.0, **small),
-        "t5": _lm(T.T5Config, T.T5ForConditionalGeneration, vocab_size=96, d_model=32, d_kv=8, d_ff=64, num_layers=2,
-                  num_heads=4, decoder_start_token_id=0, dropout_rate=0.0),
-        "vit": _lm(T.ViTConfig, T.ViTForImageClassification, image_size=16, patch_size=4, num_labels=5,
-                   hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4),
+        "bert": _lm(
+            T.BertConfig,
+            T.BertForSequenceClassification,
+            num_labels=3,
+            hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0,
+            **small,
+        ),
+        "t5": _lm(
+            T.T5Config,
+            T.T5ForConditionalGeneration,
+            vocab_size=96,
+            d_model=32,
+            d_kv=8,
+            d_ff=64,
+            num_layers=2,
+            num_heads=4,
+            decoder_start_token_id=0,
+            dropout_rate=0.0,
+        ),
+        "vit": _lm(
+            T.ViTConfig,
+            T.ViTForImageClassification,
+            image_size=16,
+            patch_size=4,
+            num_labels=5,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+        ),
     }
 
 
 def batch(name: str, device: str):
     g = torch.Generator().manual_seed(1)
     if name == "vit":
-        return {"pixel_values": torch.randn(2, 3, 16, 16, generator=g).to(device),
-                "labels": torch.tensor([1, 3]).to(device)}
+        return {
+            "pixel_values": torch.randn(2, 3, 16, 16, generator=g).to(device),
+            "labels": torch.tensor([1, 3]).to(device),
+        }
     ids = torch.randint(0, 96, (2, 12), generator=g).to(device)
     if name == "bert":
         return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": torch.tensor([0, 2]).to(device)}

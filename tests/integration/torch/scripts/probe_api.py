@@ -9,11 +9,17 @@ def out(**kw):
     print(json.dumps(kw), flush=True)
 
 
-out(is_available=torch.cuda.is_available(), device_count=torch.cuda.device_count(),
-    name=torch.cuda.get_device_name(0), capability=list(torch.cuda.get_device_capability()),
-    total_memory=torch.cuda.get_device_properties(0).total_memory, current=torch.cuda.current_device(),
-    bf16=torch.cuda.is_bf16_supported(), accel=str(torch.accelerator.current_accelerator()),
-    accel_available=torch.accelerator.is_available())
+out(
+    is_available=torch.cuda.is_available(),
+    device_count=torch.cuda.device_count(),
+    name=torch.cuda.get_device_name(0),
+    capability=list(torch.cuda.get_device_capability()),
+    total_memory=torch.cuda.get_device_properties(0).total_memory,
+    current=torch.cuda.current_device(),
+    bf16=torch.cuda.is_bf16_supported(),
+    accel=str(torch.accelerator.current_accelerator()),
+    accel_available=torch.accelerator.is_available(),
+)
 
 # memory accounting
 base = torch.cuda.memory_allocated()
@@ -25,8 +31,13 @@ del x, v
 torch.cuda.empty_cache()
 after_free = torch.cuda.memory_allocated()
 free, total = torch.cuda.mem_get_info()
-out(mem_delta=after - base, view_delta=after_view - after, freed=after_free == base,
-    peak_ge=torch.cuda.max_memory_allocated() >= after - base, mem_info_ok=0 <= free <= total)
+out(
+    mem_delta=after - base,
+    view_delta=after_view - after,
+    freed=after_free == base,
+    peak_ge=torch.cuda.max_memory_allocated() >= after - base,
+    mem_info_ok=0 <= free <= total,
+)
 
 # views share storage on gpud; in-place ops through views
 a = torch.arange(12.0, device="cuda").view(3, 4)
@@ -47,9 +58,19 @@ d = torch.zeros(2)
 torch.set_default_device("cpu")
 with torch.device("cuda"):
     e = torch.full((2,), 7.0)
-out(tensor_dev=str(t.device), half=str(h.dtype), half_dev=str(h.device), default_dev=str(d.device),
-    ctx_dev=str(e.device), ctx_val=e.tolist(), item=t.sum().item(), to_cpu=str(t.to("cpu").device),
-    is_cuda=t.is_cuda, bool_index=t[t > 2].tolist(), nonzero=torch.nonzero(t > 0).cpu().flatten().tolist())
+out(
+    tensor_dev=str(t.device),
+    half=str(h.dtype),
+    half_dev=str(h.device),
+    default_dev=str(d.device),
+    ctx_dev=str(e.device),
+    ctx_val=e.tolist(),
+    item=t.sum().item(),
+    to_cpu=str(t.to("cpu").device),
+    is_cuda=t.is_cuda,
+    bool_index=t[t > 2].tolist(),
+    nonzero=torch.nonzero(t > 0).cpu().flatten().tolist(),
+)
 
 # numpy refuses like CUDA
 try:
@@ -85,8 +106,12 @@ out(elapsed_ok=start.elapsed_time(end) >= 0.0, printed=repr(torch.ones(2, device
 m = torch.nn.Linear(4, 2).cuda()
 loss = m(torch.randn(3, 4, device="cuda")).sum()
 loss.backward()
-out(param_type=isinstance(m.weight, torch.nn.Parameter), grad_dev=str(m.weight.grad.device),
-    param_dev=str(next(m.parameters()).device), loss_fmt=f"{loss:.3f}" != "")
+out(
+    param_type=isinstance(m.weight, torch.nn.Parameter),
+    grad_dev=str(m.weight.grad.device),
+    param_dev=str(next(m.parameters()).device),
+    loss_fmt=f"{loss:.3f}" != "",
+)
 
 # inference_mode / no_grad
 with torch.inference_mode():
@@ -97,9 +122,11 @@ out(inference_ok=not z.requires_grad and not z2.requires_grad)
 
 # optimizers with foreach / fused flags
 res = {}
-for name, kw in [("sgd_foreach", dict(cls=torch.optim.SGD, foreach=True, momentum=0.9)),
-                 ("adam_foreach", dict(cls=torch.optim.Adam, foreach=True)),
-                 ("adamw_fused", dict(cls=torch.optim.AdamW, fused=True))]:
+for name, kw in [
+    ("sgd_foreach", dict(cls=torch.optim.SGD, foreach=True, momentum=0.9)),
+    ("adam_foreach", dict(cls=torch.optim.Adam, foreach=True)),
+    ("adamw_fused", dict(cls=torch.optim.AdamW, fused=True)),
+]:
     cls = kw.pop("cls")
     torch.manual_seed(0)
     mm = torch.nn.Linear(4, 2)
@@ -133,8 +160,10 @@ with torch.autocast("cuda", dtype=torch.float16):
 scaler.scale(ls).backward()
 scaler.step(sopt)
 scaler.update()
-out(autocast=[str(ya.dtype), str(la.dtype), str(lin.weight.grad.dtype), str((xa @ xa.t()).dtype)],
-    scaler_scale=scaler.get_scale())
+out(
+    autocast=[str(ya.dtype), str(la.dtype), str(lin.weight.grad.dtype), str((xa @ xa.t()).dtype)],
+    scaler_scale=scaler.get_scale(),
+)
 
 # compile falls back to eager
 cm = torch.compile(m)

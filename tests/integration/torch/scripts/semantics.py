@@ -2,11 +2,11 @@
 
 import torch
 
-dev = 'cuda' if torch.cuda.is_available() else 'cpu'
+dev = "cuda" if torch.cuda.is_available() else "cpu"
 r = []
-x = torch.arange(10., device=dev)
+x = torch.arange(10.0, device=dev)
 x[0] = 5
-x[1:3] = torch.tensor([7., 8.])
+x[1:3] = torch.tensor([7.0, 8.0])
 x[x > 8] = 0
 r.append(x.tolist())
 idx = torch.tensor([1, 3], device=dev)
@@ -35,7 +35,7 @@ r.append(torch.unique(torch.tensor([3, 1, 3], device=dev)).tolist())
 r.append(torch.where(x > 6)[0].tolist())
 r.append(x.max().item())
 r.append(x.std().item())
-r.append(torch.einsum('i,i->', x, x).item())
+r.append(torch.einsum("i,i->", x, x).item())
 y = torch.randn(2, 3, device=dev).abs() + 1
 r.append(bool(torch.isfinite(y).all()))
 r.append(torch.allclose(y, y.clone()))

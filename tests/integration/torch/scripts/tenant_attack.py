@@ -22,11 +22,16 @@ attempt("segment_reduce_unsafe", lambda: torch.segment_reduce(data, "sum", lengt
 attempt("segment_reduce", lambda: torch.segment_reduce(data, "sum", lengths=lengths))
 attempt("index_select", lambda: torch.index_select(data, 0, torch.tensor([0, 1 << 20], device="cuda")))
 attempt("gather", lambda: torch.gather(data, 0, torch.tensor([1 << 20], device="cuda")))
-attempt("embedding", lambda: torch.nn.functional.embedding(torch.tensor([1 << 20], device="cuda"),
-                                                          data.reshape(4, 1)))
+attempt("embedding", lambda: torch.nn.functional.embedding(torch.tensor([1 << 20], device="cuda"), data.reshape(4, 1)))
 attempt("as_strided", lambda: data.as_strided((1 << 20,), (1,)))
-attempt("sparse_coo", lambda: torch.sparse_coo_tensor(torch.tensor([[1 << 20]]), torch.ones(1), (4,),
-                                                      check_invariants=False).to("cuda").to_dense())
+attempt(
+    "sparse_coo",
+    lambda: (
+        torch.sparse_coo_tensor(torch.tensor([[1 << 20]]), torch.ones(1), (4,), check_invariants=False)
+        .to("cuda")
+        .to_dense()
+    ),
+)
 
 
 def raw(op):  # a client that skips the shim's own checks and sends the op itself
@@ -37,6 +42,8 @@ def raw(op):  # a client that skips the shim's own checks and sends the op itsel
 idx, row, one = torch.tensor([[1 << 20]], device="cuda"), torch.tensor([1 << 20], device="cuda"), data[:1]
 attempt("raw_sparse_unsafe", lambda: raw(["aten._sparse_coo_tensor_unsafe.default", [idx._x, one._x, [4]], {}, []]))
 attempt("raw_to_sparse", lambda: raw(["aten._to_sparse.default", [data._x], {}, []]))
-attempt("raw_index_put_unsafe", lambda: raw(["aten._index_put_impl_.default",
-                                            [data._x, [row._x], one._x, False, True], {}, []]))
+attempt(
+    "raw_index_put_unsafe",
+    lambda: raw(["aten._index_put_impl_.default", [data._x, [row._x], one._x, False, True], {}, []]),
+)
 print("attacker done", flush=True)

@@ -12,8 +12,9 @@ def attempt(name, fn):
         out = fn()
         torch.cuda.synchronize()
         vals = out.detach().cpu().reshape(-1) if isinstance(out, torch.Tensor) else torch.tensor([])
-        print(f"{name}: {'LEAK' if bool((vals == 1234.5).any()) else 'ran, no leak'} ({vals.numel()} values)",
-              flush=True)
+        print(
+            f"{name}: {'LEAK' if bool((vals == 1234.5).any()) else 'ran, no leak'} ({vals.numel()} values)", flush=True
+        )
     except Exception as exc:  # noqa: BLE001
         print(f"{name}: refused: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}", flush=True)
 
