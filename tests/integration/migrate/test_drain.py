@@ -120,12 +120,15 @@ def _drain_mid_run(pool, script: str, tenant: str, env: dict[str, str]) -> tuple
     return "".join(early) + out, drained.stdout, source
 
 
-def test_torch_training_drained_mid_run_has_the_same_loss_curve(two) -> None:  # type: ignore[no-untyped-def]
-    script = os.path.join(HERE, "torch_train.py")
+@pytest.mark.parametrize("script", ["torch_train.py", "hf_train.py"])
+def test_torch_training_drained_mid_run_has_the_same_loss_curve(two, script: str) -> None:  # type: ignore[no-untyped-def]
+    if script == "hf_train.py":
+        pytest.importorskip("transformers")
+    path = os.path.join(HERE, script)
     env = {"STEPS": "30", "PAUSE": "0.05"}
-    base = run_program(two.url(), script, mem="512MiB", extra_env=env | {"WOOLY_TENANT": "trainer"})
+    base = run_program(two.url(), path, mem="512MiB", extra_env=env | {"WOOLY_TENANT": "trainer"}, timeout=300)
     assert base.returncode == 0, base.stderr
-    out, drained, _ = _drain_mid_run(two, script, "trainer", env)
+    out, drained, _ = _drain_mid_run(two, path, "trainer", env)
     want = [ln for ln in base.stdout.splitlines() if ln.startswith(("step", "checksum"))]
     got = [ln for ln in out.splitlines() if ln.startswith(("step", "checksum"))]
     assert len(want) == 31 and got == want, (drained, out)

@@ -76,11 +76,13 @@ def _kill_mid_run(pool, script: str, env: dict[str, str]) -> tuple[str, str, str
     return "".join(early) + out, err, source, target
 
 
-@pytest.mark.parametrize("script", ["torch_train.py", "numba_steps.py"])
+@pytest.mark.parametrize("script", ["torch_train.py", "numba_steps.py", "hf_train.py"])
 def test_killed_node_session_resumes_from_its_checkpoint(pair, script: str) -> None:  # type: ignore[no-untyped-def]
+    if script == "hf_train.py":
+        pytest.importorskip("transformers")
     path = os.path.join(HERE, script)
     env = {"STEPS": "100", "PAUSE": "0.1"}
-    base = run_program(pair.url(), path, mem="256MiB", extra_env=env | {"WOOLY_TENANT": "ckpt"})
+    base = run_program(pair.url(), path, mem="256MiB", extra_env=env | {"WOOLY_TENANT": "ckpt"}, timeout=300)
     assert base.returncode == 0, base.stderr
     t0 = time.monotonic()
     out, err, source, target = _kill_mid_run(pair, path, env)
