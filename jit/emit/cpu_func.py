@@ -38,6 +38,19 @@ from jit.lower.module import ModuleCodegen, align_up
 from jit.lower.types import I8, I32, I64, PTR, opaque_alloca
 from jit.ptx import ast as A
 
+# NOTE [call ABI]
+# Every non-inlined .func is lowered to one LLVM shape: ``void f(ptr tc, ptr ret0, ..., ptr arg0, ...)``, the
+# thread context (tc: the slots the kernel's threads keep, jit/emit/cpu.py) first, then one pointer per return
+# value and per parameter, in PTX order (jit/lower/module.py declares them). Each pointer is a caller-side buffer
+# holding the value as the formal's type: a caller's ``.param`` variable is passed as it is (its own storage), a
+# register, immediate or vector operand is first stored into a temporary buffer (jit/lower/ops_ctrl.py
+# ``_buffer``; at least 16 bytes). The callee binds each formal's name to its pointer, so ``ld.param``/``st.param``
+# in the body read and write the caller's buffers directly; after the call, register results are read back from
+# theirs (``_copy_back``; a ``.pred`` travels as 0/1). Because all functions share the shape, an indirect call
+# through a register (``call (r), %rd, (a), proto;``) calls a pointer of that one type. ``.reg`` parameters (the
+# pre-ABI form) are rewritten to this one first (jit/passes/reg_params.py). vprintf, __assertfail, malloc and free
+# are not .funcs: the call lowers them to the runtime's own entry points.
+
 # NOTE [checked .func stack]
 # Without bounds checking a non-inlined .func's .local variables are an alloca on the worker's native stack. With
 # checking, a generic pointer to them (`cvta.local`, numba's debug builds pass such pointers around) must pass the

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import struct
-
 from llvmlite import ir
 
 from jit.ptx.ast import type_bits
@@ -108,10 +106,6 @@ def float_bits_const(t: ir.Type, bits: int) -> ir.Constant:
     return ir.Constant(t, bits)
 
 
-def f32_bits(x: float) -> int:
-    return struct.unpack("<I", struct.pack("<f", x))[0]
-
-
 def opaque_alloca(ab: ir.IRBuilder, ty: ir.Type, name: str = "", align: int = 16) -> ir.Value:
     """An alloca seen as an opaque ``ptr`` (llvmlite's IR layer keeps typed pointers otherwise)."""
     a = ab.alloca(ty, name=name)
@@ -127,13 +121,6 @@ def to_opaque(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
     c = CastInstr(b.block, "bitcast", v, PTR)
     b._insert(c)
     return c
-
-
-def intrinsic(module: ir.Module, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
-    fn = module.globals.get(name)
-    if fn is None:
-        fn = ir.Function(module, ir.FunctionType(ret, args), name)
-    return fn  # type: ignore[return-value]
 
 
 def suffix(t: ir.Type) -> str:
