@@ -63,7 +63,7 @@ class Settings(BaseSettings):
     probe_s: float = Field(1.0, description="seconds for a first connection to gpud before it counts as absent")
     log_level: str = Field("info", description="gpud log level")
     cpu_memory: int = Field(0, description="bytes the CPU backend offers (0 = host RAM)")
-    backend: str = Field("auto", description="gpud backend: auto, cpu, nvidia, amd")
+    backend: str = Field("auto", description="gpud backend: auto, cpu, nvidia")
     shm: bool = Field(True, description="use shared memory for bulk copies when gpud is on this host")
     # placement in a pool (WOOLY_SERVER=pool://...): NOTE [pool client] in woolyhv/pool/client.py
     mem: int = Field(
@@ -155,8 +155,11 @@ class Settings(BaseSettings):
     @field_validator("backend")
     @classmethod
     def _backend(cls, v: str) -> str:
-        if v not in ("auto", "cpu", "nvidia", "amd"):
-            raise ValueError("expected one of auto, cpu, nvidia, amd")
+        if v == "amd":
+            raise ValueError("expected one of auto, cpu, nvidia (gpud has no ROCm execution backend yet: AMD devices "
+                             "are detected and placed on in a pool, not run on)")
+        if v not in ("auto", "cpu", "nvidia"):
+            raise ValueError("expected one of auto, cpu, nvidia")
         return v
 
 
