@@ -156,8 +156,10 @@ class Settings(BaseSettings):
     @classmethod
     def _backend(cls, v: str) -> str:
         if v == "amd":
-            raise ValueError("expected one of auto, cpu, nvidia (gpud has no ROCm execution backend yet: AMD devices "
-                             "are detected and placed on in a pool, not run on)")
+            raise ValueError(
+                "expected one of auto, cpu, nvidia (gpud has no ROCm execution backend yet: AMD devices "
+                "are detected and placed on in a pool, not run on)"
+            )
         if v not in ("auto", "cpu", "nvidia"):
             raise ValueError("expected one of auto, cpu, nvidia")
         return v
