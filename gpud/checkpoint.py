@@ -49,7 +49,7 @@ import zmq
 
 from gpud import log
 from gpud.errors import CudaError, codes
-from gpud.migrate import PEER_TIMEOUT_S, WINDOW, MoveIn, MoveOut, moves_of, nudge
+from gpud.migrate import WINDOW, MoveIn, MoveOut, authorise_peer, moves_of, nudge
 from gpud.migrate import chunk_digest as _digest
 from gpud.session import CLOSE_HOOKS, PEER_CALLS, Session
 from gpud.streams import when_all
@@ -190,14 +190,10 @@ class Checkpoint(MoveOut):
 
     # ------------------------------------------------------------------ on its own thread
     def _send(self, begin: dict[str, Any], images: list[bytes], new: dict[bytes, bytes]) -> None:
-        sock = zmq.Context.instance().socket(zmq.DEALER)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.RCVTIMEO, int(PEER_TIMEOUT_S * 1000))
-        sock.setsockopt(zmq.SNDTIMEO, int(PEER_TIMEOUT_S * 1000))
         sent = 0
+        sock = None
         try:
-            curve.secure_client(sock, self.endpoint, self.server_key)
-            sock.connect(self.endpoint)
+            sock = self._connect()
             sock.send_multipart(encode_body(begin, images))
             reply = self._recv(sock, 1)
             ckpt, need = str(reply["ckpt"]), list(reply["need"])
@@ -226,7 +222,8 @@ class Checkpoint(MoveOut):
             self._recv(sock, rid)
         except (CudaError, zmq.ZMQError, KeyError, TypeError, ValueError) as exc:
             why = exc.message if isinstance(exc, CudaError) else f"{type(exc).__name__}: {exc}"
-            sock.close(linger=0)
+            if sock is not None:
+                sock.close(linger=0)
             full = isinstance(exc, CudaError) and exc.code == codes.NOT_FOUND
             self.server.call_on_loop(lambda: self._sent_failed(why, full))
             return
@@ -390,27 +387,8 @@ class Standbys:
         except (ValueError, OSError):
             self.limit = 8 << 30
 
-    def _authorise(self, session: str, tenant: str, source: str, order: str, admin_token: str) -> None:
-        """As a move in (gpud/migrate.py ``_authorise``): the pool's standby order naming this node, or, outside a
-        pool, this gpud's admin token."""
-        if order:
-            agent = self.server.pool_agent
-            if agent is None:
-                raise CudaError(codes.NOT_PERMITTED, "ckpt: a pool standby order, but this gpud is in no pool")
-            got = agent.standby_order(source, session)
-            if got is None or not hmac.compare_digest(str(got.get("token", "")).encode(), order.encode()):
-                raise CudaError(codes.NOT_PERMITTED, "ckpt: no such standby order in the pool")
-            if got.get("target") != agent.name or got.get("tenant") != tenant:
-                raise CudaError(codes.NOT_PERMITTED, "ckpt: the standby order names another node or tenant")
-            return
-        need = self.server.hv.config.admin_token
-        if not need or not hmac.compare_digest(need.encode(), admin_token.encode()):
-            raise CudaError(
-                codes.NOT_PERMITTED, "ckpt: outside a pool a checkpoint is taken only with this gpud's admin token"
-            )
-
     def on_ckpt_begin(self, identity: bytes, rid: int, msg: m.CkptBegin, bulk: list[Any]) -> dict[str, Any]:
-        self._authorise(msg.session, msg.tenant, msg.source, msg.order, msg.admin_token)
+        authorise_peer(self.server, "standby", msg.session, msg.tenant, msg.source, msg.order, msg.admin_token)
         if msg.state.session != msg.session or msg.state.tenant != msg.tenant:
             raise CudaError(codes.INVALID_VALUE, "ckpt_begin: the state is of another session")
         listed: set[bytes] = set()

@@ -287,13 +287,7 @@ class MoveOut:
 
     # ------------------------------------------------------------------ on its own thread
     def _connect(self) -> zmq.Socket:
-        sock = zmq.Context.instance().socket(zmq.DEALER)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.RCVTIMEO, int(PEER_TIMEOUT_S * 1000))
-        sock.setsockopt(zmq.SNDTIMEO, int(PEER_TIMEOUT_S * 1000))
-        curve.secure_client(sock, self.endpoint, self.server_key)
-        sock.connect(self.endpoint)
-        return sock
+        return peer_socket(self.endpoint, self.server_key)
 
     def _precopy(self, arena: Any, span: list[int], regions: list[tuple[int, int]]) -> None:
         """While the session runs: its memory to the target in ``PRE_CHUNK`` pieces, each with its digest. A chunk
@@ -519,6 +513,51 @@ def export(s: Session) -> tuple[dict[str, Any], list[bytes]]:
 
 
 # ---------------------------------------------------------------------- the target side
+def authorise_peer(
+    server: Server, what: str, session: str, tenant: str, source: str, order: str, admin_token: str
+) -> None:
+    """A session's state may come in (``what``: "move", or "standby" for checkpoints) on a pool order naming this
+    node, read back from etcd (``moves/`` or ``standby/<source>/<session>``), or, outside a pool, with this gpud's
+    admin token; nothing else creates a session, or keeps one's bytes, without its tenant's credentials."""
+    import hmac
+
+    if order:
+        agent = server.pool_agent
+        if agent is None:
+            raise CudaError(codes.NOT_PERMITTED, f"{what}: a pool order, but this gpud is in no pool")
+        got = (agent.move_order if what == "move" else agent.standby_order)(source, session)
+        if got is None or not hmac.compare_digest(str(got.get("token", "")).encode(), order.encode()):
+            raise CudaError(codes.NOT_PERMITTED, f"{what}: no such {what} order in the pool")
+        if got.get("target") != agent.name:
+            raise CudaError(codes.NOT_PERMITTED, f"{what}: the {what} order names another node")
+        if got.get("tenant") != tenant:
+            raise CudaError(codes.NOT_PERMITTED, f"{what}: the {what} order is for another tenant")
+        return
+    need = server.hv.config.admin_token
+    if not need:
+        raise CudaError(
+            codes.NOT_PERMITTED,
+            f"{what}: outside a pool only with this gpud's admin token, and it has none (admin_token)",
+        )
+    if not hmac.compare_digest(need.encode(), admin_token.encode()):
+        raise CudaError(codes.NOT_PERMITTED, f"{what}: wrong admin token for this gpud")
+
+
+def peer_socket(endpoint: str, server_key: str) -> zmq.Socket:
+    """A connection to another gpud, as a client's (CURVE with its key), failing after PEER_TIMEOUT_S of silence."""
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.RCVTIMEO, int(PEER_TIMEOUT_S * 1000))
+    sock.setsockopt(zmq.SNDTIMEO, int(PEER_TIMEOUT_S * 1000))
+    try:
+        curve.secure_client(sock, endpoint, server_key)
+        sock.connect(endpoint)
+    except (ValueError, zmq.ZMQError):
+        sock.close(0)
+        raise
+    return sock
+
+
 class MoveIn:
     """A session arriving (NOTE [migration]): made from ``move_in``, filled by ``move_data``, handed to its client
     at ``move_commit`` + the client's hello with the resume token."""
@@ -734,32 +773,8 @@ class Moves:
         return mv
 
     # ------------------------------------------------------------------ target
-    def _authorise(self, msg: m.MoveIn) -> None:
-        """A session may move in on a pool order naming this node (read back from etcd) or, outside a pool, with
-        this gpud's admin token; nothing else creates a session for a tenant without its credentials."""
-        import hmac
-
-        if msg.order:
-            agent = self.server.pool_agent
-            if agent is None:
-                raise CudaError(codes.NOT_PERMITTED, "move_in: a pool move order, but this gpud is in no pool")
-            order = agent.move_order(msg.source, msg.session)
-            if order is None or not hmac.compare_digest(str(order.get("token", "")).encode(), msg.order.encode()):
-                raise CudaError(codes.NOT_PERMITTED, "move_in: no such move order in the pool")
-            if order.get("target") != agent.name:
-                raise CudaError(codes.NOT_PERMITTED, "move_in: the move order names another node")
-            if order.get("tenant") != msg.tenant:
-                raise CudaError(codes.NOT_PERMITTED, "move_in: the move order is for another tenant")
-            return
-        need = self.server.hv.config.admin_token
-        if not need:
-            raise CudaError(
-                codes.NOT_PERMITTED,
-                "move_in: outside a pool a session moves in only with the target's "
-                "admin token, and this gpud has none (admin_token)",
-            )
-        if not hmac.compare_digest(need.encode(), msg.admin_token.encode()):
-            raise CudaError(codes.NOT_PERMITTED, "move_in: wrong admin token for this gpud")
+    def _authorise(self, msg: m.MoveIn | m.MovePrep) -> None:
+        authorise_peer(self.server, "move", msg.session, msg.tenant, msg.source, msg.order, msg.admin_token)
 
     def on_move_in(self, identity: bytes, rid: int, msg: m.MoveIn, bulk: list[Any]) -> None:
         self._authorise(msg)
