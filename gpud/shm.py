@@ -61,6 +61,7 @@ class Staging:
             os.close(fd)
         self.flags = np.frombuffer(self.mm, dtype=np.uint64, count=SLOTS)
         base = np.frombuffer(self.mm, dtype=np.uint8)
+        base[HEADER:] = 0  # the ring's pages exist from the start: no copy pays for their first touch (~0.25 ms/MiB)
         self.base = base.ctypes.data
 
     def slot_addr(self, slot: int) -> int:

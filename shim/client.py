@@ -33,6 +33,10 @@ from shim import __version__
 from woolyhv.hostinfo import host_id
 
 _CONNECTIONS: weakref.WeakSet[Connection] = weakref.WeakSet()
+# NOTE [local synchronisation] in shim/shm.py: posts whose completion the client sees without asking gpud, and calls
+# that queue no device work
+_STAGED = frozenset({"shm_htod", "shm_dtoh"})
+_NO_WORK = frozenset({"ctx_synchronize", "sync", "idle", "ping", "mem_alloc", "mem_get_info", "shm_open"})
 _ABANDONED: list[Connection] = []
 
 
@@ -66,6 +70,9 @@ class Connection:
         self.endpoint = endpoint
         self.timeout_s = timeout_s
         self._lock = threading.RLock()
+        # NOTE [local synchronisation]: calls and posts that may have queued device work since the last completed
+        # ctx_synchronize (staged copies excepted: their completion shows in the ring's flag words)
+        self.unsynced = 0
         self._ctx = zmq.Context.instance()
         self._sock = self._ctx.socket(zmq.DEALER)
         self._sock.setsockopt(zmq.LINGER, 1000)
@@ -200,6 +207,8 @@ class Connection:
                 self._qbulk.extend(bulk)
                 self._qbytes += sum(len(b) if isinstance(b, bytes | bytearray) else memoryview(b).nbytes for b in bulk)
             self._queue.append(body)
+            if body["kind"] not in _STAGED:
+                self.unsynced += 1
             if (
                 len(self._queue) >= C.FLUSH_MAX_CALLS
                 or self._qbytes >= C.FLUSH_MAX_BYTES
@@ -251,12 +260,20 @@ class Connection:
             self._rid += 1
             rid = body["rid"] = self._rid
             self._pending.add(rid)
+            kind = body["kind"]
+            before = self.unsynced
+            if kind not in _NO_WORK:
+                self.unsynced += 1
             try:
                 self._send(body, bulk)
                 self.round_trips += 1
                 if timeout_s is None:
-                    return self._wait(rid, self.timeout_s)
-                return self._wait(rid, timeout_s, deadline=time.monotonic() + timeout_s)
+                    got = self._wait(rid, self.timeout_s)
+                else:
+                    got = self._wait(rid, timeout_s, deadline=time.monotonic() + timeout_s)
+                if kind == "ctx_synchronize":
+                    self.unsynced -= before  # what was sent before it is done; what a nested call sent is not
+                return got
             finally:
                 self._pending.discard(rid)
                 self._stash.pop(rid, None)
@@ -569,6 +586,13 @@ class Connection:
             if body.get("ckpt"):
                 self._checkpointed(body["ckpt"])
             due = due or body.get("kind") == "sync_due"
+
+    def quiet(self) -> bool:
+        """True when nothing but staged copies was sent since the last completed ctx_synchronize and gpud asks for
+        no call (NOTE [local synchronisation]); the caller holds the lock."""
+        if self._dead is not None:
+            raise self._dead
+        return not self.unsynced and not self._queue and not self._replay and not self._sync_due()
 
     @property
     def alive(self) -> bool:

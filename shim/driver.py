@@ -391,6 +391,9 @@ class Driver:
         self.conn.post({"kind": "event_destroy", "event": event})
 
     def ctx_synchronize(self) -> None:
+        ring = self._ring
+        if ring and ring.synchronize():  # NOTE [local synchronisation] in shim/shm.py
+            return
         self.conn.call({"kind": "ctx_synchronize"})
 
     def synchronize_errors(self) -> None:

@@ -91,3 +91,33 @@ def test_device_facts_cached_and_consistent(driver):
     with pytest.raises(CudaError) as e:
         driver.device_get_name(3)
     assert e.value.name == "CUDA_ERROR_INVALID_DEVICE"
+
+
+def test_a_synchronize_after_staged_copies_waits_on_the_ring_not_on_a_round_trip(driver):
+    """NOTE [local synchronisation] (shim/shm.py): copy-then-synchronise costs no round trip when only staged copies
+    are outstanding, and still is a call when anything else was queued."""
+    n = 4 << 20
+    rng = np.random.default_rng(3)
+    ptr = driver.mem_alloc(n)
+    driver.memcpy_htod(ptr, rng.integers(0, 256, n, dtype=np.uint8))  # first upload: content-addressed, calls
+    driver.ctx_synchronize()
+    ring = driver._staging()
+    if ring is None:
+        pytest.skip("no same-host staging ring on this transport")
+    data = rng.integers(0, 256, n, dtype=np.uint8)
+    driver.memcpy_htod(ptr, data)
+    before = driver.conn.round_trips
+    driver.ctx_synchronize()
+    assert driver.conn.round_trips == before
+    assert all(int(ring.flags[s]) == ring._issued[s] for s in range(ring.slots))  # every staged copy ran
+    other = driver.mem_alloc(64)
+    driver.memcpy_dtod(other, ptr + n - 64, 64)  # queued work the ring knows nothing of: a real call
+    before = driver.conn.round_trips
+    driver.ctx_synchronize()
+    assert driver.conn.round_trips == before + 1
+    driver.ctx_synchronize()  # nothing outstanding at all
+    assert driver.conn.round_trips == before + 1
+    assert bytes(driver.memcpy_dtoh(other, 64)) == data[-64:].tobytes()
+    out = np.zeros(n, dtype=np.uint8)
+    driver.memcpy_dtoh(ptr, n, out=out)
+    assert np.array_equal(out, data)
