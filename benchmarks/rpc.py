@@ -22,6 +22,7 @@ import time
 import numpy as np
 
 from benchmarks.common import emit, percentile
+from proto import messages as m
 
 ECHO = """
 import sys, zmq
@@ -45,7 +46,7 @@ def _raw_rtt(endpoint: str, n: int) -> list[float]:
     assert proc.stdout is not None and proc.stdout.readline().strip() == "up"
     sock = zmq.Context.instance().socket(zmq.REQ)
     sock.connect(endpoint)
-    payload = msgpack.packb({"kind": "sync", "rid": 1})
+    payload = msgpack.packb({"kind": "sync", "rid": 1})  # the raw baseline: the same bytes, no schema
     for _ in range(200):
         sock.send(payload)
         sock.recv()
@@ -65,11 +66,11 @@ def _raw_rtt(endpoint: str, n: int) -> list[float]:
 def _client_rtt(driver, n: int) -> list[float]:
     conn = driver.conn
     for _ in range(200):
-        conn.call({"kind": "sync"})
+        conn.call(m.Sync())
     out = []
     for _ in range(n):
         t = time.perf_counter()
-        conn.call({"kind": "sync"})
+        conn.call(m.Sync())
         out.append(time.perf_counter() - t)
     return out
 

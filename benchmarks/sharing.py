@@ -29,6 +29,7 @@ import numpy as np
 
 from benchmarks import _sharing_workers as W
 from benchmarks.common import emit, median
+from proto import messages as m
 from woolyhv.launcher import start_gpud
 
 MiB = 1 << 20
@@ -53,7 +54,7 @@ def _stop(proc: Any, path: str) -> None:
 
 
 def _hv(d: Any) -> dict[str, Any]:
-    return d.conn.call({"kind": "list_sessions"})[0]["hypervisor"]
+    return d.conn.call(m.ListSessions())[0]["hypervisor"]
 
 
 def _emit_band(metric: str, value: float, baseline: float, tol: float, unit: str, **extra: Any) -> dict[str, Any]:

@@ -45,6 +45,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 import zmq
 
 from gpud import log
@@ -55,7 +56,7 @@ from gpud.session import CLOSE_HOOKS, PEER_CALLS, Session
 from gpud.streams import when_all
 from proto import curve
 from proto import messages as m
-from proto.codec import encode_body
+from proto.codec import encode
 
 if TYPE_CHECKING:
     from gpud.server import Server
@@ -145,7 +146,7 @@ class Checkpoint(MoveOut):
         except CudaError as exc:
             self._fail(f"session {s.id} cannot be checkpointed: {exc.message}")
             return
-        state.update(kind="move_in", rid=0, aten=aten, blobs=[memoryview(b).nbytes for b in blobs])
+        state.aten, state.blobs = aten, [memoryview(b).nbytes for b in blobs]
         seq = s.messages
         held, new = self.track.held, {}
         regions, blob_lists = [], []
@@ -172,29 +173,28 @@ class Checkpoint(MoveOut):
         pause = time.monotonic() - self.t_frozen
         self.track.pause_ms = round(pause * 1e3, 2)
         self._release()  # the program goes on; the checkpoint travels from here
-        begin = {
-            "kind": "ckpt_begin",
-            "rid": 1,
-            "order": self.order,
-            "source": self.source,
-            "session": s.id,
-            "tenant": s.info.tenant,
-            "seq": seq,
-            "restore_key": hashlib.sha256(self.track.token.encode()).hexdigest(),
-            "chunk": CHUNK,
-            "state": state,
-            "regions": regions,
-            "blobs": blob_lists,
-        }
+        begin = m.CkptBegin(
+            rid=1,
+            order=self.order,
+            source=self.source,
+            session=s.id,
+            tenant=s.info.tenant,
+            seq=seq,
+            restore_key=hashlib.sha256(self.track.token.encode()).hexdigest(),
+            chunk=CHUNK,
+            state=state,
+            regions=regions,
+            blobs=blob_lists,
+        )
         threading.Thread(target=self._send, args=(begin, images, new), name="gpud-ckpt", daemon=True).start()
 
     # ------------------------------------------------------------------ on its own thread
-    def _send(self, begin: dict[str, Any], images: list[bytes], new: dict[bytes, bytes]) -> None:
+    def _send(self, begin: m.CkptBegin, images: list[bytes], new: dict[bytes, bytes]) -> None:
         sent = 0
         sock = None
         try:
             sock = self._connect()
-            sock.send_multipart(encode_body(begin, images))
+            sock.send_multipart(encode(begin, images))
             reply = self._recv(sock, 1)
             ckpt, need = str(reply["ckpt"]), list(reply["need"])
             missing = [d for d in need if d not in new]
@@ -208,7 +208,7 @@ class Checkpoint(MoveOut):
             for d in need:
                 rid += 1
                 sock.send_multipart(
-                    encode_body({"kind": "ckpt_chunk", "rid": rid, "ckpt": ckpt, "digest": d, "frame": 0}, [new[d]]),
+                    encode(m.CkptChunk(rid=rid, ckpt=ckpt, digest=d, frame=0), [new[d]]),
                     copy=False,
                 )
                 sent += len(new[d])
@@ -218,7 +218,7 @@ class Checkpoint(MoveOut):
             for r in outstanding:
                 self._recv(sock, r)
             rid += 1
-            sock.send_multipart(encode_body({"kind": "ckpt_commit", "rid": rid, "ckpt": ckpt}))
+            sock.send_multipart(encode(m.CkptCommit(rid=rid, ckpt=ckpt)))
             self._recv(sock, rid)
         except (CudaError, zmq.ZMQError, KeyError, TypeError, ValueError) as exc:
             why = exc.message if isinstance(exc, CudaError) else f"{type(exc).__name__}: {exc}"
@@ -228,8 +228,8 @@ class Checkpoint(MoveOut):
             self.server.call_on_loop(lambda: self._sent_failed(why, full))
             return
         sock.close(linger=200)
-        digests = {d for _, _, ds in begin["regions"] for d in ds} | {d for _, ds in begin["blobs"] for d in ds}
-        self.server.call_on_loop(lambda: self._committed(begin["seq"], digests, sent))
+        digests = {d for _, _, ds in begin.regions for d in ds} | {d for _, ds in begin.blobs for d in ds}
+        self.server.call_on_loop(lambda: self._committed(begin.seq, digests, sent))
 
     # ------------------------------------------------------------------ back on the I/O loop
     def _sent_failed(self, why: str, full: bool) -> None:
@@ -310,17 +310,7 @@ class Checkpointer:
             try:
                 curve.secure_client(sock, str(order.get("endpoint", "")), str(order.get("server_key", "")))
                 sock.connect(str(order.get("endpoint", "")))
-                sock.send_multipart(
-                    encode_body(
-                        {
-                            "kind": "ckpt_drop",
-                            "rid": 0,
-                            "session": s.id,
-                            "source": source,
-                            "order": str(order.get("token", "")),
-                        }
-                    )
-                )
+                sock.send_multipart(encode(m.CkptDrop(session=s.id, source=source, order=str(order.get("token", "")))))
             except (zmq.ZMQError, ValueError):
                 pass
             finally:
@@ -488,7 +478,7 @@ class Standbys:
         if any(s.id == k.session for s in self.server.sessions.values()):
             raise CudaError(codes.INVALID_VALUE, f"restore: session {k.session} is here already")
         del self.kept[msg.session]
-        state = k.state.model_copy(update={"messages": k.seq, "reservation": ""})
+        state = msgspec.structs.replace(k.state, messages=k.seq, reservation="")
         mi = MoveIn(self.server, state, k.images)
         try:
             for start, size, ds in k.regions:

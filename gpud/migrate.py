@@ -38,6 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 import xxhash
 import zmq
 
@@ -48,7 +49,7 @@ from gpud.streams import Marker, when_all
 from proto import aten as W
 from proto import curve
 from proto import messages as m
-from proto.codec import encode_body, unpack_body
+from proto.codec import ProtocolError, decode_reply, encode, request_id
 
 if TYPE_CHECKING:
     from gpud.server import Server
@@ -89,7 +90,7 @@ def movable(session: Session) -> str:
 def nudge(server: Server, session: Session) -> None:
     """Tell an idle client that its session waits for its next call (``sync_due``): its heartbeat answers with an
     ``idle`` call, so a move or checkpoint of a client busy on its own CPU happens now, not at its next call."""
-    server._send(session.identity, encode_body({"kind": "sync_due", "rid": 0}), session)
+    server._send(session.identity, encode(m.SyncDue()), session)
 
 
 @dataclass
@@ -101,16 +102,15 @@ class Forward:
     node: str
     until: float = field(default_factory=lambda: time.monotonic() + FORWARD_S)
 
-    def reply(self, rid: int) -> dict[str, Any]:
-        return {
-            "kind": "moved",
-            "rid": rid,
-            "endpoint": self.endpoint,
-            "server_key": self.server_key,
-            "resume": self.resume,
-            "executed": self.executed,
-            "node": self.node,
-        }
+    def reply(self, rid: int) -> m.Moved:
+        return m.Moved(
+            rid=rid,
+            endpoint=self.endpoint,
+            server_key=self.server_key,
+            resume=self.resume,
+            executed=self.executed,
+            node=self.node,
+        )
 
 
 class MoveOut:
@@ -211,14 +211,8 @@ class MoveOut:
         except CudaError as exc:
             self._fail(f"session {s.id} cannot move: {exc.message}")
             return
-        header.update(
-            order=self.order,
-            source=self.source,
-            admin_token=self.admin_token,
-            reservation=self.reservation,
-            aten=aten,
-            blobs=[memoryview(b).nbytes for b in blobs],
-        )
+        header.order, header.source, header.admin_token = self.order, self.source, self.admin_token
+        header.reservation, header.aten, header.blobs = self.reservation, aten, [memoryview(b).nbytes for b in blobs]
         regions = [(r.start, r.size) for r in s.regions.values() if r.allocation is not None]
         threading.Thread(
             target=self._transfer, args=(header, images, regions, blobs), name="gpud-move", daemon=True
@@ -247,13 +241,9 @@ class MoveOut:
         self.server.forwards[s.identity] = fwd
         pause = time.monotonic() - self.t_frozen
         for frames in self.held:
-            try:
-                body, _ = unpack_body(frames[1:])
-            except Exception:  # noqa: BLE001 - it is re-sent by the client anyway
-                continue
-            rid = body.get("rid")
-            if isinstance(rid, int) and rid:
-                self.server._send(s.identity, encode_body(fwd.reply(rid)))
+            rid = request_id(frames[1:])  # held frames decoded once already
+            if rid:
+                self.server._send(s.identity, encode(fwd.reply(rid)))
         self.held = []
         s.moving = None
         self.server.close_session(s, "moved")
@@ -295,18 +285,17 @@ class MoveOut:
         try:
             sock = self.sock = self._connect()
             sock.send_multipart(
-                encode_body(
-                    {
-                        "kind": "move_prep",
-                        "rid": 1,
-                        "order": self.order,
-                        "source": self.source,
-                        "admin_token": self.admin_token,
-                        "session": self.session.id,
-                        "tenant": self.session.info.tenant,
-                        "arena": span,
-                        "regions": [list(r) for r in regions],
-                    }
+                encode(
+                    m.MovePrep(
+                        rid=1,
+                        order=self.order,
+                        source=self.source,
+                        admin_token=self.admin_token,
+                        session=self.session.id,
+                        tenant=self.session.info.tenant,
+                        arena=span,
+                        regions=[list(r) for r in regions],
+                    )
                 )
             )
             self.prep = str(self._recv(sock, 1)["prep"])
@@ -329,14 +318,7 @@ class MoveOut:
                 # chunks the target's dedup store holds (a base model's weights, say) are not sent
                 rid += 1
                 sock.send_multipart(
-                    encode_body(
-                        {
-                            "kind": "move_have",
-                            "rid": rid,
-                            "prep": self.prep,
-                            "chunks": [[a, n, d] for a, n, d, _ in batch],
-                        }
-                    )
+                    encode(m.MoveHave(rid=rid, prep=self.prep, chunks=[[a, n, d] for a, n, d, _ in batch]))
                 )
                 held = (list(self._recv(sock, rid).get("held", [])) + [False] * len(batch))[: len(batch)]
                 for (addr, n, d, data), have in zip(batch, held, strict=True):
@@ -345,15 +327,8 @@ class MoveOut:
                         continue
                     rid += 1
                     sock.send_multipart(
-                        encode_body(
-                            {
-                                "kind": "move_chunk",
-                                "rid": rid,
-                                "prep": self.prep,
-                                "addr": addr,
-                                "digest": d,
-                                "frame": 0,
-                            },
+                        encode(
+                            m.MoveChunk(rid=rid, prep=self.prep, addr=addr, digest=d, frame=0),
                             [data],
                         ),
                         copy=False,
@@ -371,7 +346,7 @@ class MoveOut:
         self.server.call_on_loop(self._arm)
 
     def _transfer(
-        self, header: dict[str, Any], images: list[bytes], regions: list[tuple[int, int]], blobs: list[Any]
+        self, header: m.MoveIn, images: list[bytes], regions: list[tuple[int, int]], blobs: list[Any]
     ) -> None:
         move = ""
         sock = self.sock
@@ -387,7 +362,7 @@ class MoveOut:
                 digests.append([start, size, ds])
             rid = 1000
             sock.send_multipart(
-                encode_body(header | {"kind": "move_in", "rid": rid, "prep": self.prep, "digests": digests}, images)
+                encode(msgspec.structs.replace(header, rid=rid, prep=self.prep, digests=digests), images)
             )
             reply = self._recv(sock, rid)
             move = reply["move"]
@@ -399,9 +374,7 @@ class MoveOut:
                     view = memoryview((ctypes.c_char * n).from_address(addr + off)).cast("B")
                     rid += 1
                     sock.send_multipart(
-                        encode_body(
-                            {"kind": "move_data", "rid": rid, "move": move, "addr": addr + off, "frame": 0}, [view]
-                        ),
+                        encode(m.MoveData(rid=rid, move=move, addr=addr + off, frame=0), [view]),
                         copy=False,
                     )
                     outstanding.append(rid)
@@ -415,8 +388,8 @@ class MoveOut:
                     piece = view[off : off + CHUNK]
                     rid += 1
                     sock.send_multipart(
-                        encode_body(
-                            {"kind": "move_blob", "rid": rid, "move": move, "index": index, "offset": off, "frame": 0},
+                        encode(
+                            m.MoveBlob(rid=rid, move=move, index=index, offset=off, frame=0),
                             [piece],
                         ),
                         copy=False,
@@ -429,13 +402,13 @@ class MoveOut:
                 self._recv(sock, r)
             rid += 1
             total = sum(size for _, size in regions) + sum(memoryview(b).nbytes for b in blobs)
-            sock.send_multipart(encode_body({"kind": "move_commit", "rid": rid, "move": move, "total": total}))
+            sock.send_multipart(encode(m.MoveCommit(rid=rid, move=move, total=total)))
             resume = self._recv(sock, rid)["resume"]
         except (CudaError, zmq.ZMQError, KeyError, TypeError, ValueError) as exc:
             why = exc.message if isinstance(exc, CudaError) else f"{type(exc).__name__}: {exc}"
             if move and sock is not None:
                 try:
-                    sock.send_multipart(encode_body({"kind": "move_abort", "rid": 0, "move": move}), flags=zmq.NOBLOCK)
+                    sock.send_multipart(encode(m.MoveAbort(move=move)), flags=zmq.NOBLOCK)
                 except zmq.ZMQError:
                     pass
             if sock is not None:
@@ -452,12 +425,15 @@ class MoveOut:
                 frames = sock.recv_multipart()
             except zmq.Again:
                 raise CudaError(codes.DEVICE_UNAVAILABLE, f"no answer in {PEER_TIMEOUT_S:.0f} s") from None
-            body, _ = unpack_body(frames)
-            if body.get("rid") != rid:
+            try:
+                body, _ = decode_reply(frames)
+            except ProtocolError:
+                continue  # not an answer of a gpud
+            if body.rid != rid:
                 continue
-            if body.get("kind") == "error":
-                raise CudaError(int(body.get("code", codes.UNKNOWN)), str(body.get("message", "")))
-            return body.get("value") or {}
+            if body.kind == "error":
+                raise CudaError(body.code, body.message)
+            return (body.value if body.kind == "result" else None) or {}
 
 
 @dataclass
@@ -467,6 +443,10 @@ class _AtenOp:
     op: list[Any]
     frame: int = 0
     kind: str = "aten_move"
+    passive: bool = True  # gpud's own, not the tenant's activity (NOTE [wire schema])
+
+    def writes(self, bulk: list[Any]) -> list[tuple[int, int]]:
+        return []  # it reads the tensors out
 
 
 def export(s: Session) -> tuple[dict[str, Any], list[bytes]]:
@@ -490,25 +470,24 @@ def export(s: Session) -> tuple[dict[str, Any], list[bytes]]:
         functions.append([h, mh, fn.name])
     streams = [[h, 0 if st.blocking else 1, st.priority] for h, st in s.engine.streams.items() if h not in (0, 2)]
     events = [[h, ev.flags, ev.marker.t_ns if ev.marker is not None else -1] for h, ev in s.events.items()]
-    header = {
-        "session": s.id,
-        "tenant": s.info.tenant,
-        "pid": s.info.pid,
-        "host_id": s.info.host_id,
-        "program": s.info.program,
-        "reservation": "",
-        "arena": [s.arena.base, s.arena.size] if s.arena is not None else [0, 0],
-        "regions": [[r.start, r.size] for r in s.regions.values() if r.allocation is not None],
-        "modules": modules,
-        "globals": globals_,
-        "functions": functions,
-        "streams": streams,
-        "events": events,
-        "sticky": [s.sticky_error.code, s.sticky_error.message] if s.sticky_error else [],
-        "pending": [s.pending_error.code, s.pending_error.message] if s.pending_error else [],
-        "messages": s.messages,
-        "moves": int(s.ext.get("moves", 0)),
-    }
+    header = m.MoveIn(
+        session=s.id,
+        tenant=s.info.tenant,
+        pid=s.info.pid,
+        host_id=s.info.host_id,
+        program=s.info.program,
+        arena=[s.arena.base, s.arena.size] if s.arena is not None else [0, 0],
+        regions=[[r.start, r.size] for r in s.regions.values() if r.allocation is not None],
+        modules=modules,
+        globals=globals_,
+        functions=functions,
+        streams=streams,
+        events=events,
+        sticky=[s.sticky_error.code, s.sticky_error.message] if s.sticky_error else [],
+        pending=[s.pending_error.code, s.pending_error.message] if s.pending_error else [],
+        messages=s.messages,
+        moves=int(s.ext.get("moves", 0)),
+    )
     return header, images
 
 

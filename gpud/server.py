@@ -32,7 +32,7 @@ from gpud.session import PEER_CALLS, Later, Session, SessionInfo
 from gpud.streams import Marker, when_all
 from proto import constants as C
 from proto import messages as m
-from proto.codec import ProtocolError, encode, encode_body, unpack_body, validate
+from proto.codec import ProtocolError, decode, encode, request_id
 from woolyhv.hostinfo import PROOF_PREFIX, host_id, pid_alive, shm_dir
 
 # gpud modules that register message handlers with ``gpud.session.extension`` (imported at start;
@@ -196,10 +196,10 @@ class Server:
             session.charge(
                 "bytes_out", sum(len(b) if isinstance(b, bytes | bytearray) else memoryview(b).nbytes for b in bulk)
             )
-        body = {"kind": "result", "rid": rid, "value": value, "output": out}
+        reply = m.Result(rid=rid, value=value, output=out)
         if session is not None and "ckpt_ack" in session.ext:  # NOTE [checkpoints]: the client may trim its log
-            body["ckpt"] = session.ext.pop("ckpt_ack")
-        self._send(identity, encode_body(body, bulk), session)
+            reply.ckpt = session.ext.pop("ckpt_ack")
+        self._send(identity, encode(reply, bulk), session)
 
     def _hold(self, session: Session, frames: list[Any]) -> bool:
         """Whether ``session``'s request must wait because it has not read its replies (NOTE [bounded daemon
@@ -233,15 +233,9 @@ class Server:
     def _error(self, identity: bytes, rid: int, exc: CudaError, session: Session | None) -> None:
         self.stats["errors"] += 1
         out = session.take_output() if session is not None else ""
-        body = {
-            "kind": "error",
-            "rid": rid,
-            "code": exc.code,
-            "name": exc.name,
-            "message": exc.message[:65000],
-            "output": out,
-        }
-        self._send(identity, encode_body(body))
+        self._send(
+            identity, encode(m.Error(rid=rid, code=exc.code, name=exc.name, message=exc.message[:65000], output=out))
+        )
 
     # ------------------------------------------------------------------ request handling
     def handle(self, frames: list[Any], unparked: bool = False) -> None:
@@ -253,32 +247,30 @@ class Server:
             session.last_seen = time.monotonic()
             if not unparked and session.moving is None and self._hold(session, frames):
                 return
-        rid = 0
         try:
-            body, bulk = unpack_body(frames[1:])
-            r = body.get("rid")
-            rid = r if isinstance(r, int) and not isinstance(r, bool) and 0 <= r < (1 << 63) else 0
-            raw_kind = body.get("kind")
-            if raw_kind != "ping" and raw_kind != "hello":
-                if session is not None:
-                    mv = session.moving
-                    if mv is not None and (mv.frozen or (rid and mv.armed)):  # NOTE [migration]: a call freezes it
-                        mv.held.append(frames)
-                        if not mv.frozen:
-                            mv.freeze()
-                        return
-                    session.messages += 1
-                elif identity in self.forwards:  # the session moved: tell the client where (NOTE [migration])
-                    if rid:
-                        self._send(identity, encode_body(self.forwards[identity].reply(rid)))
-                    return
-            msg = validate(body)
+            msg, bulk = decode(frames[1:])
         except ProtocolError as exc:
             log.debug("request.invalid", error=exc.message)
-            self._error(identity, rid, exc, session)
+            if session is not None:
+                session.messages += 1  # it counts as sent (NOTE [resume]: the client numbers what it sends)
+            self._error(identity, request_id(frames[1:]), exc, session)
             return
-        self.stats["requests"] += 1
+        rid = msg.rid
         kind = msg.kind
+        if kind != "ping" and kind != "hello":
+            if session is not None:
+                mv = session.moving
+                if mv is not None and (mv.frozen or (rid and mv.armed)):  # NOTE [migration]: a call freezes it
+                    mv.held.append(frames)
+                    if not mv.frozen:
+                        mv.freeze()
+                    return
+                session.messages += 1
+            elif identity in self.forwards:  # the session moved: tell the client where (NOTE [migration])
+                if rid:
+                    self._send(identity, encode(self.forwards[identity].reply(rid)))
+                return
+        self.stats["requests"] += 1
         if session is not None:  # accounting (wooly_tenant_*_total): calls and the bytes that came with them
             calls = getattr(msg, "calls", None) if kind == "batch" else None
             session.charge("rpcs", len(calls) if calls is not None else 1)

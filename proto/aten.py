@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 import msgpack
+import msgspec
 
 from proto.errors import INVALID_VALUE, CudaError
 
@@ -71,8 +72,8 @@ LAYOUTS = ("strided", "sparse_coo", "sparse_csr")
 
 # ---------------------------------------------------------------------- the value codec
 # NOTE [aten values]: one encode/decode pair for every op-argument leaf msgpack has no type for.
-# ``encoder()`` (the client) turns torch values into ``msgpack.ExtType``; ``decoder()`` (gpud)
-# turns them back. Both are built once per process, on first use, from the torch they are given
+# ``encoder()`` (the client) turns torch values into ``msgspec.msgpack.Ext`` (what the client's msgspec encoder
+# writes); ``decoder()`` (gpud) reads them back as ``msgpack.ExtType`` (proto/codec.py decodes them so). Both are built once per process, on first use, from the torch they are given
 # (the process's own by default): importing this module never imports torch. The client's hot
 # path (shim/torch/dispatch.py) reads the encoder's precomputed tables directly: a dict lookup
 # per dtype/memory format/layout, a shared ExtType per device kind and for the generator.
@@ -88,16 +89,14 @@ LAYOUTS = ("strided", "sparse_coo", "sparse_csr")
 #   0-dim host tensor             EXT_SCALAR_TENSOR  msgpack [dtype name, value or [real, imag]]
 #   host tensor in bulk frame f   EXT_HOST_TENSOR    msgpack [f, dtype name, shape]
 
-_tuple_new = tuple.__new__
-_Ext = msgpack.ExtType
+_Ext = msgspec.msgpack.Ext
 _MAX_DIMS = 64
 _MAX_DIM = 1 << 48
 
 
-def tensor_ref(h: int) -> msgpack.ExtType:
+def tensor_ref(h: int) -> msgspec.msgpack.Ext:
     """A device tensor's wire form: its handle in the session's tensor table."""
-    # tuple.__new__ skips ExtType's argument checks (~2 µs per tensor on the client's hot path).
-    return _tuple_new(_Ext, (EXT_TENSOR, h.to_bytes(8, "little")))
+    return _Ext(EXT_TENSOR, h.to_bytes(8, "little"))
 
 
 def dtype_tables(torch: Any) -> tuple[dict[Any, str], dict[str, Any]]:
@@ -114,7 +113,7 @@ def check_shape(v: Any) -> list[int]:
 
 
 class Encoder:
-    """The client half: torch values -> ``msgpack.ExtType`` (see NOTE [aten values]).
+    """The client half: torch values -> ``msgspec.msgpack.Ext`` (see NOTE [aten values]).
 
     The tables are public so the hot path can index them without a call: ``dtype``,
     ``memory_format`` and ``layout`` map torch objects to their ExtType; ``dtype_name`` and
@@ -125,34 +124,34 @@ class Encoder:
     def __init__(self, torch: Any) -> None:
         self.torch = torch
         self.dtype_name, self.name_dtype = dtype_tables(torch)
-        self.dtype = {dt: msgpack.ExtType(EXT_DTYPE, n.encode()) for dt, n in self.dtype_name.items()}
-        self.memory_format = {getattr(torch, n): msgpack.ExtType(EXT_MEMFMT, n.encode()) for n in MEMORY_FORMATS}
-        self.layout = {getattr(torch, n): msgpack.ExtType(EXT_LAYOUT, n.encode()) for n in LAYOUTS}
-        self.device_cuda = msgpack.ExtType(EXT_DEVICE, b"cuda")
-        self.device_cpu = msgpack.ExtType(EXT_DEVICE, b"cpu")
-        self.generator = msgpack.ExtType(EXT_GENERATOR, b"")
+        self.dtype = {dt: _Ext(EXT_DTYPE, n.encode()) for dt, n in self.dtype_name.items()}
+        self.memory_format = {getattr(torch, n): _Ext(EXT_MEMFMT, n.encode()) for n in MEMORY_FORMATS}
+        self.layout = {getattr(torch, n): _Ext(EXT_LAYOUT, n.encode()) for n in LAYOUTS}
+        self.device_cuda = _Ext(EXT_DEVICE, b"cuda")
+        self.device_cpu = _Ext(EXT_DEVICE, b"cpu")
+        self.generator = _Ext(EXT_GENERATOR, b"")
 
     tensor = staticmethod(tensor_ref)
 
-    def device(self, dev: Any) -> msgpack.ExtType:
+    def device(self, dev: Any) -> msgspec.msgpack.Ext:
         return self.device_cpu if dev.type == "cpu" else self.device_cuda
 
     @staticmethod
-    def complex(v: complex) -> msgpack.ExtType:
-        return msgpack.ExtType(EXT_COMPLEX, msgpack.packb([v.real, v.imag]))
+    def complex(v: complex) -> msgspec.msgpack.Ext:
+        return _Ext(EXT_COMPLEX, msgpack.packb([v.real, v.imag]))
 
-    def scalar_tensor(self, t: Any) -> msgpack.ExtType:
+    def scalar_tensor(self, t: Any) -> msgspec.msgpack.Ext:
         """A 0-dim host tensor, sent by value."""
         value = t.item()
         if isinstance(value, complex):
             value = [value.real, value.imag]
-        return msgpack.ExtType(EXT_SCALAR_TENSOR, msgpack.packb([self.dtype_name[t.dtype], value]))
+        return _Ext(EXT_SCALAR_TENSOR, msgpack.packb([self.dtype_name[t.dtype], value]))
 
-    def host_tensor(self, frame: int, dtype: Any, shape: Any) -> msgpack.ExtType:
+    def host_tensor(self, frame: int, dtype: Any, shape: Any) -> msgspec.msgpack.Ext:
         """A host tensor whose contiguous bytes ride in bulk frame ``frame`` of the same message."""
-        return msgpack.ExtType(EXT_HOST_TENSOR, msgpack.packb([frame, self.dtype_name[dtype], list(shape)]))
+        return _Ext(EXT_HOST_TENSOR, msgpack.packb([frame, self.dtype_name[dtype], list(shape)]))
 
-    def encode(self, v: Any) -> msgpack.ExtType:
+    def encode(self, v: Any) -> msgspec.msgpack.Ext:
         """Any one leaf but tensors (whose wire form needs a handle or a frame: ``tensor``,
         ``scalar_tensor``, ``host_tensor``). The hot path inlines this."""
         torch = self.torch

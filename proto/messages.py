@@ -1,4 +1,5 @@
-"""Message models: every message on the wire is one member of the ``Message`` union.
+"""The wire schema: every message either end sends is one ``msgspec.Struct`` here, built and read through this
+module on both sides (NOTE [wire schema]).
 
 Requests carry ``rid`` (request id, chosen by the client); replies echo it. Calls that return
 nothing (copies to the device, launches, frees, stream/event creation...) are not sent one by one:
@@ -7,41 +8,64 @@ reply, as CUDA reports asynchronous errors at the next synchronisation.
 
 Bulk data never sits in the msgpack body: a field ``frame`` names the index of a separate
 zero-copy frame (see ``proto.codec``).
+
+NOTE [wire schema]
+A message is a ``msgspec.Struct`` tagged by its ``kind`` (the msgpack map's ``"kind"`` key, what every peer has
+always sent), strict (no coercion: an int is not a bool, a str is not bytes) and closed (an unknown field is an
+error). The client builds the Struct and ``proto.codec`` encodes it; gpud decodes the frame straight into the
+Struct, limits (``Meta``) checked on the way, in about a microsecond for a small call. The unions are built from
+the classes themselves (``MESSAGES``, ``QUEUED``), and each class declares what the hypervisor must know of it:
+``queued`` (may ride in a ``Batch``), ``passive`` (not the tenant's activity: it neither wakes a sleeping tenant
+nor keeps one awake), and ``writes(bulk)`` (the device bytes it writes, so copy-on-write sharing is broken
+before them: NOTE [dedup protocol] in gpud/hypervisor/dedup.py). A new message is one class.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+import struct
+from typing import Annotated, Any, ClassVar, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+import msgspec
+from msgspec import Meta
 
-U64 = Annotated[int, Field(ge=0, le=(1 << 64) - 1)]
-Size = Annotated[int, Field(ge=0, le=1 << 48)]
-Handle = Annotated[int, Field(ge=0, le=(1 << 63) - 1)]
-FrameIndex = Annotated[int, Field(ge=0, lt=4096)]
-Dim = Annotated[int, Field(ge=1, le=(1 << 31) - 1)]
-Dim3 = Annotated[list[Dim], Field(min_length=3, max_length=3)]
-Name = Annotated[str, Field(max_length=4096)]
+U64 = Annotated[int, Meta(ge=0)]  # msgpack integers end at 2**64 - 1
+Size = Annotated[int, Meta(ge=0, le=1 << 48)]
+Handle = Annotated[int, Meta(ge=0, le=(1 << 63) - 1)]
+FrameIndex = Annotated[int, Meta(ge=0, lt=4096)]
+Dim = Annotated[int, Meta(ge=1, le=(1 << 31) - 1)]
+Dim3 = Annotated[list[Dim], Meta(min_length=3, max_length=3)]
+Name = Annotated[str, Meta(max_length=4096)]
 
 # Stream handle 0 is the legacy default stream; CU_STREAM_PER_THREAD (2) maps to a per-session
 # per-thread default stream. Client-created streams use ids >= 16.
 DEFAULT_STREAM = 0
 PER_THREAD_STREAM = 2
 
-
-class _Msg(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+POINTERS = -1  # a ``writes`` size: the whole allocation this address falls in (a kernel's pointer argument)
 
 
-class _Req(_Msg):
+class _Msg(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """A nested record of a message (not a message itself)."""
+
+
+class _Req(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, tag_field="kind"):
+    kind: ClassVar[str]  # the tag, set on each class below
+    queued: ClassVar[bool] = False  # may be queued in a Batch: returns nothing, errors come at the next sync
+    passive: ClassVar[bool] = False  # not the tenant's activity (NOTE [wire schema])
+    reply: ClassVar[bool] = False  # gpud's answer to a call (``Reply``), not a request (``Message``)
+
     rid: Handle = 0
+
+    def writes(self, bulk: list[Any]) -> list[tuple[int, int]]:
+        """(address, bytes) of device memory this message writes; size ``POINTERS``: the allocation at the address."""
+        return []
 
 
 # ---------------------------------------------------------------- session
 
 
-class Hello(_Req):
-    kind: Literal["hello"] = "hello"
+class Hello(_Req, tag="hello", kw_only=True):
+    passive = True
     protocol: int
     client_version: Name
     tenant: Name = "default"
@@ -49,84 +73,80 @@ class Hello(_Req):
     pid: int = 0
     host_id: Name = ""
     program: Name = ""
-    capabilities: list[Name] = Field(default_factory=list, max_length=64)
+    capabilities: Annotated[list[Name], Meta(max_length=64)] = msgspec.field(default_factory=list)
     reservation: Name = ""  # NOTE [pool client] (woolyhv/pool/client.py): the pool reservation this session claims
     resume: Name = ""  # NOTE [migration] (gpud/migrate.py): take over the session that moved here under this token
 
 
-class DeviceInfo(_Msg):
+class DeviceInfo(_Msg, kw_only=True):
     ordinal: int
     backend: Literal["cpu", "nvidia", "amd"]
     name: Name
     uuid: Name
     total_mem: Size
-    compute_capability: Annotated[list[int], Field(min_length=2, max_length=2)]
-    attributes: dict[int, int] = Field(default_factory=dict)
+    compute_capability: Annotated[list[int], Meta(min_length=2, max_length=2)]
+    attributes: dict[int, int] = msgspec.field(default_factory=dict)
     driver_version: int = 12090
     pci_bus_id: Name = ""
 
 
-class HelloReply(_Req):
-    kind: Literal["hello_reply"] = "hello_reply"
+class HelloReply(_Req, tag="hello_reply", kw_only=True):
+    reply = True
     session: Name
     protocol: int
     server_version: Name
     host_id: Name
     heartbeat_s: float
-    capabilities: list[Name] = Field(default_factory=list)
-    devices: list[DeviceInfo] = Field(default_factory=list)
+    capabilities: list[Name] = msgspec.field(default_factory=list)
+    devices: list[DeviceInfo] = msgspec.field(default_factory=list)
     local_proof: Name = ""  # NOTE [proven locality] (gpud/shm.py): the file a same-host client creates
     checkpoint_s: float = 0.0  # NOTE [checkpoints] (gpud/checkpoint.py): the client keeps a replay log when > 0
 
 
-class ProveLocal(_Req):
+class ProveLocal(_Req, tag="prove_local", kw_only=True):
     """NOTE [proven locality]: the client created the file named in its hello reply (``local_proof``)."""
 
-    kind: Literal["prove_local"] = "prove_local"
+
+class Bye(_Req, tag="bye", kw_only=True):
+    passive = True
 
 
-class Bye(_Req):
-    kind: Literal["bye"] = "bye"
+class Ping(_Req, tag="ping", kw_only=True):
+    passive = True
 
 
-class Ping(_Req):
-    kind: Literal["ping"] = "ping"
+class Pong(_Req, tag="pong", kw_only=True):
+    passive = True
+    reply = True
 
 
-class Pong(_Req):
-    kind: Literal["pong"] = "pong"
-
-
-class Sync(_Req):
+class Sync(_Req, tag="sync", kw_only=True):
     """Reports errors of calls queued so far, without waiting for device work."""
 
-    kind: Literal["sync"] = "sync"
+    passive = True
 
 
-class Idle(_Req):
+class Idle(_Req, tag="idle", kw_only=True):
     """A call that does nothing (errors stay pending): an idle client's heartbeat sends it when gpud said
     ``sync_due`` (a move or checkpoint waits for the session's next call, NOTE [migration])."""
 
-    kind: Literal["idle"] = "idle"
 
-
-class ListSessions(_Req):
+class ListSessions(_Req, tag="list_sessions", kw_only=True):
     """An admin call: every tenant's sessions. Needs gpud's admin token where one is set (or tenants need tokens)."""
 
-    kind: Literal["list_sessions"] = "list_sessions"
+    passive = True
     token: Name = ""
 
 
 # ---------------------------------------------------------------- migration (NOTE [migration] in gpud/migrate.py)
-Pair = Annotated[list[U64], Field(min_length=2, max_length=2)]
-Triple = Annotated[list[Any], Field(min_length=3, max_length=3)]
+Pair = Annotated[list[U64], Meta(min_length=2, max_length=2)]
+Triple = Annotated[list[Any], Meta(min_length=3, max_length=3)]
 
 
-class MoveOut(_Req):
+class MoveOut(_Req, tag="move_out", kw_only=True):
     """An admin call to the source gpud: move ``session`` to the gpud at ``endpoint`` (whose CURVE key is
     ``server_key``) at its next synchronisation point. Replies once the session has moved (or could not)."""
 
-    kind: Literal["move_out"] = "move_out"
     token: Name = ""  # the source's admin token
     session: Name
     endpoint: Name
@@ -134,12 +154,11 @@ class MoveOut(_Req):
     target_token: Name = ""  # the target's admin token (without a pool order, the target accepts only that)
 
 
-class MoveIn(_Req):
+class MoveIn(_Req, tag="move_in", kw_only=True):
     """Source gpud to target gpud: a session's state, without its memory (``move_data`` brings that). ``order``
     is the pool's move order (``moves/<source>/<session>`` in etcd, which the target reads to check it) or,
     outside a pool, ``admin_token`` is the target's admin token."""
 
-    kind: Literal["move_in"] = "move_in"
     order: Name = ""
     source: Name = ""
     admin_token: Name = ""
@@ -150,142 +169,132 @@ class MoveIn(_Req):
     program: Name = ""
     reservation: Name = ""
     arena: Pair  # base, size
-    regions: Annotated[list[Pair], Field(max_length=1 << 20)]  # allocations: start, size
-    modules: Annotated[list[Triple], Field(max_length=1 << 16)]  # handle, format, bulk frame of the image
-    globals: Annotated[list[Triple], Field(max_length=1 << 16)]  # module handle, name, bulk frame of its bytes
-    functions: Annotated[list[Triple], Field(max_length=1 << 20)]  # handle, module handle, name
-    streams: Annotated[list[Triple], Field(max_length=1 << 16)]  # handle, flags, priority
-    events: Annotated[list[Triple], Field(max_length=1 << 20)]  # handle, flags, recorded t_ns (-1: never)
-    sticky: Annotated[list[Any], Field(max_length=2)] = Field(default_factory=list)  # code, message
-    pending: Annotated[list[Any], Field(max_length=2)] = Field(default_factory=list)
-    messages: int = Field(0, ge=0)
+    regions: Annotated[list[Pair], Meta(max_length=1 << 20)]  # allocations: start, size
+    modules: Annotated[list[Triple], Meta(max_length=1 << 16)]  # handle, format, bulk frame of the image
+    globals: Annotated[list[Triple], Meta(max_length=1 << 16)]  # module handle, name, bulk frame of its bytes
+    functions: Annotated[list[Triple], Meta(max_length=1 << 20)]  # handle, module handle, name
+    streams: Annotated[list[Triple], Meta(max_length=1 << 16)]  # handle, flags, priority
+    events: Annotated[list[Triple], Meta(max_length=1 << 20)]  # handle, flags, recorded t_ns (-1: never)
+    sticky: Annotated[list[Any], Meta(max_length=2)] = msgspec.field(default_factory=list)  # code, message
+    pending: Annotated[list[Any], Meta(max_length=2)] = msgspec.field(default_factory=list)
+    messages: Annotated[int, Meta(ge=0)] = 0
     aten: dict[str, Any] | None = None  # the executor's tensor table (gpud/aten_exec.py move_export)
-    blobs: Annotated[list[Size], Field(max_length=1 << 20)] = Field(default_factory=list)  # sizes of its storages
-    moves: int = Field(0, ge=0, le=1 << 30)  # times the session moved or was restored before
+    blobs: Annotated[list[Size], Meta(max_length=1 << 20)] = msgspec.field(
+        default_factory=list
+    )  # sizes of its storages
+    moves: Annotated[int, Meta(ge=0, le=1 << 30)] = 0  # times the session moved or was restored before
     prep: Name = ""  # the ``move_prep`` whose pre-copied chunks stand where their digests still match
-    digests: Annotated[list[Annotated[list[Any], Field(min_length=3, max_length=3)]], Field(max_length=1 << 20)] = (
-        Field(default_factory=list)
+    digests: Annotated[list[Annotated[list[Any], Meta(min_length=3, max_length=3)]], Meta(max_length=1 << 20)] = (
+        msgspec.field(default_factory=list)
     )  # per allocation: start, size, xxh3-128 of each PRE_CHUNK (gpud/migrate.py)
 
 
-class MovePrep(_Req):
+class MovePrep(_Req, tag="move_prep", kw_only=True):
     """Source gpud to target gpud, while the session still runs: reserve the session's arena and allocations (as
     they are now) for ``session`` (authorised as ``move_in`` is) and write the ``move_chunk`` bytes that follow
     into place; ``move_in`` then names this prep and keeps what is still current."""
 
-    kind: Literal["move_prep"] = "move_prep"
     order: Name = ""
     source: Name = ""
     admin_token: Name = ""
     session: Name
     tenant: Name
-    arena: Pair = Field(default_factory=lambda: [0, 0])  # base, size
-    regions: Annotated[list[Pair], Field(max_length=1 << 20)] = Field(default_factory=list)  # as the copy starts
+    arena: Pair = msgspec.field(default_factory=lambda: [0, 0])  # base, size
+    regions: Annotated[list[Pair], Meta(max_length=1 << 20)] = msgspec.field(default_factory=list)  # as the copy starts
 
 
-class MoveChunk(_Req):
+class MoveChunk(_Req, tag="move_chunk", kw_only=True):
     """A pre-copied chunk of a moving session's memory, by its xxh3-128 digest (checked by the target)."""
 
-    kind: Literal["move_chunk"] = "move_chunk"
     prep: Name
     addr: U64
-    digest: Annotated[bytes, Field(min_length=16, max_length=16)]
+    digest: Annotated[bytes, Meta(min_length=16, max_length=16)]
     frame: FrameIndex = 0
 
 
-class MoveHave(_Req):
+class MoveHave(_Req, tag="move_have", kw_only=True):
     """Pre-copy: which of these chunks ([addr, size, xxh3-128]) does the target's dedup store hold? Those it
     holds it copies into place itself; the source sends only the others."""
 
-    kind: Literal["move_have"] = "move_have"
     prep: Name
-    chunks: Annotated[list[Annotated[list[Any], Field(min_length=3, max_length=3)]], Field(max_length=64)]
+    chunks: Annotated[list[Annotated[list[Any], Meta(min_length=3, max_length=3)]], Meta(max_length=64)]
 
 
-class MoveBlob(_Req):
+class MoveBlob(_Req, tag="move_blob", kw_only=True):
     """Bytes of one storage of a moving session's tensors: bulk frame ``frame`` goes to ``offset`` of blob ``index``."""
 
-    kind: Literal["move_blob"] = "move_blob"
     move: Name
-    index: Annotated[int, Field(ge=0, lt=1 << 20)]
+    index: Annotated[int, Meta(ge=0, lt=1 << 20)]
     offset: Size = 0
     frame: FrameIndex = 0
 
 
-class MoveData(_Req):
+class MoveData(_Req, tag="move_data", kw_only=True):
     """Bytes of a moving session's memory: bulk frame ``frame`` goes to ``addr``."""
 
-    kind: Literal["move_data"] = "move_data"
     move: Name
     addr: U64
     frame: FrameIndex = 0
 
 
-class MoveCommit(_Req):
+class MoveCommit(_Req, tag="move_commit", kw_only=True):
     """Every byte was sent: the target answers with the resume token the client will say hello with."""
 
-    kind: Literal["move_commit"] = "move_commit"
     move: Name
     total: Size = 0  # bytes sent, checked against what arrived
 
 
-class MoveAbort(_Req):
-    kind: Literal["move_abort"] = "move_abort"
+class MoveAbort(_Req, tag="move_abort", kw_only=True):
     move: Name
 
 
 # ---------------------------------------------------------------- checkpoints (NOTE [checkpoints] in gpud/checkpoint.py)
-Digest = Annotated[bytes, Field(min_length=16, max_length=16)]  # xxh3-128 of a chunk
-ChunkList = Annotated[list[Digest], Field(max_length=1 << 22)]
+Digest = Annotated[bytes, Meta(min_length=16, max_length=16)]  # xxh3-128 of a chunk
+ChunkList = Annotated[list[Digest], Meta(max_length=1 << 22)]
 
 
-class CkptBegin(_Req):
+class CkptBegin(_Req, tag="ckpt_begin", kw_only=True):
     """Source gpud to the session's standby: a checkpoint of ``session`` after its ``seq``-th message. ``state``
     is the session as ``move_in`` carries it (module images in bulk); ``regions`` ([start, size, digests]) and
     ``blobs`` ([size, digests]) list the chunks of its memory and tensor storages; the chunks the standby does not
     hold yet follow as ``ckpt_chunk``. ``order`` is the pool's standby order (``standby/<source>/<session>``)."""
 
-    kind: Literal["ckpt_begin"] = "ckpt_begin"
     order: Name = ""
     source: Name = ""
     admin_token: Name = ""
     session: Name
     tenant: Name
-    seq: int = Field(ge=0)
-    restore_key: Annotated[str, Field(min_length=64, max_length=64, pattern=r"^[0-9a-f]+$")]  # sha256 of the token
-    chunk: Annotated[int, Field(ge=4096, le=256 << 20)]
+    seq: Annotated[int, Meta(ge=0)]
+    restore_key: Annotated[str, Meta(min_length=64, max_length=64, pattern=r"^[0-9a-f]+$")]  # sha256 of the token
+    chunk: Annotated[int, Meta(ge=4096, le=256 << 20)]
     state: MoveIn
-    regions: Annotated[list[Annotated[list[Any], Field(min_length=3, max_length=3)]], Field(max_length=1 << 20)]
-    blobs: Annotated[list[Annotated[list[Any], Field(min_length=2, max_length=2)]], Field(max_length=1 << 20)]
+    regions: Annotated[list[Annotated[list[Any], Meta(min_length=3, max_length=3)]], Meta(max_length=1 << 20)]
+    blobs: Annotated[list[Annotated[list[Any], Meta(min_length=2, max_length=2)]], Meta(max_length=1 << 20)]
 
 
-class CkptChunk(_Req):
-    kind: Literal["ckpt_chunk"] = "ckpt_chunk"
+class CkptChunk(_Req, tag="ckpt_chunk", kw_only=True):
     ckpt: Name
     digest: Digest
     frame: FrameIndex = 0
 
 
-class CkptCommit(_Req):
-    kind: Literal["ckpt_commit"] = "ckpt_commit"
+class CkptCommit(_Req, tag="ckpt_commit", kw_only=True):
     ckpt: Name
 
 
-class CkptDrop(_Req):
+class CkptDrop(_Req, tag="ckpt_drop", kw_only=True):
     """The session ended at its source: its standby forgets it."""
 
-    kind: Literal["ckpt_drop"] = "ckpt_drop"
     session: Name
     source: Name = ""
     order: Name = ""
     admin_token: Name = ""
 
 
-class Restore(_Req):
+class Restore(_Req, tag="restore", kw_only=True):
     """A client whose node died asks the standby for its session back (``token``: the restore token its source
     gave it with the checkpoint). Replies with a resume token and the messages the checkpoint covers."""
 
-    kind: Literal["restore"] = "restore"
     session: Name
     tenant: Name
     token: Name
@@ -294,63 +303,71 @@ class Restore(_Req):
 # ---------------------------------------------------------------- memory
 
 
-class MemAlloc(_Req):
-    kind: Literal["mem_alloc"] = "mem_alloc"
+class MemAlloc(_Req, tag="mem_alloc", kw_only=True):
     size: Size
 
 
-class MemFree(_Req):
-    kind: Literal["mem_free"] = "mem_free"
+class MemFree(_Req, tag="mem_free", kw_only=True):
+    queued = True
     addr: U64
 
 
-class MemGetInfo(_Req):
-    kind: Literal["mem_get_info"] = "mem_get_info"
+class MemGetInfo(_Req, tag="mem_get_info", kw_only=True):
+    passive = True
 
 
-class MemcpyHtoD(_Req):
-    kind: Literal["memcpy_htod"] = "memcpy_htod"
+class MemcpyHtoD(_Req, tag="memcpy_htod", kw_only=True):
+    queued = True
     dst: U64
     frame: FrameIndex
     stream: Handle = DEFAULT_STREAM
 
+    def writes(self, bulk: list[Any]) -> list[tuple[int, int]]:
+        data = bulk[self.frame] if self.frame < len(bulk) else b""
+        return [(self.dst, memoryview(data).nbytes)]
 
-class MemcpyDtoH(_Req):
-    kind: Literal["memcpy_dtoh"] = "memcpy_dtoh"
+
+class MemcpyDtoH(_Req, tag="memcpy_dtoh", kw_only=True):
     src: U64
     size: Size
     stream: Handle = DEFAULT_STREAM
 
 
-class MemcpyDtoD(_Req):
-    kind: Literal["memcpy_dtod"] = "memcpy_dtod"
+class MemcpyDtoD(_Req, tag="memcpy_dtod", kw_only=True):
+    queued = True
     dst: U64
     src: U64
     size: Size
     stream: Handle = DEFAULT_STREAM
 
+    def writes(self, bulk: list[Any]) -> list[tuple[int, int]]:
+        return [(self.dst, self.size)]
 
-class Memset(_Req):
-    kind: Literal["memset"] = "memset"
+
+class Memset(_Req, tag="memset", kw_only=True):
+    queued = True
     dst: U64
-    value: Annotated[int, Field(ge=0, le=0xFFFFFFFF)]
+    value: Annotated[int, Meta(ge=0, le=0xFFFFFFFF)]
     elem_size: Literal[1, 2, 4]
     count: Size
     stream: Handle = DEFAULT_STREAM
+
+    def writes(self, bulk: list[Any]) -> list[tuple[int, int]]:
+        return [(self.dst, self.count * self.elem_size)]
 
 
 # ---------------------------------------------------------------- vendor libraries (NOTE [vendor libraries])
 
 BlasType = Literal["f16", "bf16", "f32", "f64", "c64", "c128"]
-Stride = Annotated[int, Field(ge=0, le=1 << 48)]
+Stride = Annotated[int, Meta(ge=0, le=1 << 48)]
 
 
-class BlasGemm(_Req):
+class BlasGemm(_Req, tag="blas_gemm", kw_only=True):
     """C[i] = alpha * op(A[i]) @ op(B[i]) + beta * C[i] for i < batch, column-major, in stream order (cuBLAS gemm
     and its Ex, batched and strided forms). ``alpha``/``beta`` are [real, imaginary]; with ``scalars_on_device``
     they are read at run time from device addresses ``alpha_ptr``/``beta_ptr`` (CUBLAS_POINTER_MODE_DEVICE)."""
 
-    kind: Literal["blas_gemm"] = "blas_gemm"
+    queued = True
     trans_a: Literal[0, 1, 2]  # N, T, C
     trans_b: Literal[0, 1, 2]
     m: Size
@@ -360,8 +377,8 @@ class BlasGemm(_Req):
     b_type: BlasType
     c_type: BlasType
     compute_type: BlasType
-    alpha: Annotated[list[float], Field(min_length=2, max_length=2)] = [1.0, 0.0]
-    beta: Annotated[list[float], Field(min_length=2, max_length=2)] = [0.0, 0.0]
+    alpha: Annotated[list[float], Meta(min_length=2, max_length=2)] = msgspec.field(default_factory=lambda: [1.0, 0.0])
+    beta: Annotated[list[float], Meta(min_length=2, max_length=2)] = msgspec.field(default_factory=lambda: [0.0, 0.0])
     scalars_on_device: bool = False
     alpha_ptr: U64 = 0
     beta_ptr: U64 = 0
@@ -374,117 +391,119 @@ class BlasGemm(_Req):
     c: U64
     ldc: Size
     stride_c: Stride = 0
-    batch: Annotated[int, Field(ge=1, le=1 << 24)] = 1
+    batch: Annotated[int, Meta(ge=1, le=1 << 24)] = 1
     stream: Handle = DEFAULT_STREAM
+
+    def writes(self, bulk: list[Any]) -> list[tuple[int, int]]:
+        from proto.blas import extents
+
+        return [(addr, size) for operand, addr, size in extents(self) if operand == "C"]
 
 
 # ---------------------------------------------------------------- streams and events
 
 
-class StreamCreate(_Req):
-    kind: Literal["stream_create"] = "stream_create"
+class StreamCreate(_Req, tag="stream_create", kw_only=True):
+    queued = True
     stream: Handle
     flags: int = 0
     priority: int = 0
 
 
-class StreamDestroy(_Req):
-    kind: Literal["stream_destroy"] = "stream_destroy"
+class StreamDestroy(_Req, tag="stream_destroy", kw_only=True):
+    queued = True
     stream: Handle
 
 
-class StreamSynchronize(_Req):
-    kind: Literal["stream_synchronize"] = "stream_synchronize"
+class StreamSynchronize(_Req, tag="stream_synchronize", kw_only=True):
     stream: Handle
 
 
-class StreamQuery(_Req):
-    kind: Literal["stream_query"] = "stream_query"
+class StreamQuery(_Req, tag="stream_query", kw_only=True):
     stream: Handle
 
 
-class StreamWaitEvent(_Req):
-    kind: Literal["stream_wait_event"] = "stream_wait_event"
+class StreamWaitEvent(_Req, tag="stream_wait_event", kw_only=True):
+    queued = True
     stream: Handle
     event: Handle
 
 
-class EventCreate(_Req):
-    kind: Literal["event_create"] = "event_create"
+class EventCreate(_Req, tag="event_create", kw_only=True):
+    queued = True
     event: Handle
     flags: int = 0
 
 
-class EventRecord(_Req):
-    kind: Literal["event_record"] = "event_record"
+class EventRecord(_Req, tag="event_record", kw_only=True):
+    queued = True
     event: Handle
     stream: Handle = DEFAULT_STREAM
 
 
-class EventQuery(_Req):
-    kind: Literal["event_query"] = "event_query"
+class EventQuery(_Req, tag="event_query", kw_only=True):
     event: Handle
 
 
-class EventSynchronize(_Req):
-    kind: Literal["event_synchronize"] = "event_synchronize"
+class EventSynchronize(_Req, tag="event_synchronize", kw_only=True):
     event: Handle
 
 
-class EventElapsed(_Req):
-    kind: Literal["event_elapsed"] = "event_elapsed"
+class EventElapsed(_Req, tag="event_elapsed", kw_only=True):
     start: Handle
     end: Handle
 
 
-class EventDestroy(_Req):
-    kind: Literal["event_destroy"] = "event_destroy"
+class EventDestroy(_Req, tag="event_destroy", kw_only=True):
+    queued = True
     event: Handle
 
 
-class CtxSynchronize(_Req):
-    kind: Literal["ctx_synchronize"] = "ctx_synchronize"
+class CtxSynchronize(_Req, tag="ctx_synchronize", kw_only=True):
+    pass
 
 
 # ---------------------------------------------------------------- modules and launches
 
 
-class ModuleLoad(_Req):
-    kind: Literal["module_load"] = "module_load"
+class ModuleLoad(_Req, tag="module_load", kw_only=True):
     module: Handle
     frame: FrameIndex
     format: Literal["ptx", "cubin", "fatbin"] = "ptx"
 
 
-class ModuleUnload(_Req):
-    kind: Literal["module_unload"] = "module_unload"
+class ModuleUnload(_Req, tag="module_unload", kw_only=True):
+    queued = True
     module: Handle
 
 
-class ModuleGetFunction(_Req):
-    kind: Literal["module_get_function"] = "module_get_function"
+class ModuleGetFunction(_Req, tag="module_get_function", kw_only=True):
     module: Handle
     name: Name
     function: Handle
 
 
-class ModuleGetGlobal(_Req):
-    kind: Literal["module_get_global"] = "module_get_global"
+class ModuleGetGlobal(_Req, tag="module_get_global", kw_only=True):
     module: Handle
     name: Name
 
 
-class Launch(_Req):
-    kind: Literal["launch"] = "launch"
+class Launch(_Req, tag="launch", kw_only=True):
+    queued = True
     function: Handle
     grid: Dim3
     block: Dim3
-    shared_mem: Annotated[int, Field(ge=0, le=1 << 30)] = 0
+    shared_mem: Annotated[int, Meta(ge=0, le=1 << 30)] = 0
     stream: Handle = DEFAULT_STREAM
-    params: Annotated[bytes, Field(max_length=1 << 16)] = b""
+    params: Annotated[bytes, Meta(max_length=1 << 16)] = b""
     cooperative: bool = (
         False  # every block resident at once; grid sync allowed (NOTE [grid sync], jit/emit/cpu_grid.py)
     )
+
+    def writes(self, bulk: list[Any]) -> list[tuple[int, int]]:
+        """A kernel may write through any pointer it is given: every 8-byte word of its parameters."""
+        n = len(self.params) // 8
+        return [(ptr, POINTERS) for (ptr,) in struct.iter_unpack("<Q", self.params[: n * 8])]
 
 
 # ---------------------------------------------------------------- same-host staging (shared memory)
@@ -495,25 +514,28 @@ class Launch(_Req):
 # ShmDtoH runs the other way. Two memcpys, pipelined across slots, instead of four socket copies.
 
 
-class ShmOpen(_Req):
-    kind: Literal["shm_open"] = "shm_open"
+class ShmOpen(_Req, tag="shm_open", kw_only=True):
+    pass
 
 
-class ShmHtoD(_Req):
-    kind: Literal["shm_htod"] = "shm_htod"
+class ShmHtoD(_Req, tag="shm_htod", kw_only=True):
+    queued = True
     dst: U64
-    slot: Annotated[int, Field(ge=0, lt=1024)]
+    slot: Annotated[int, Meta(ge=0, lt=1024)]
     size: Size
-    seq: Annotated[int, Field(ge=1, lt=1 << 62)]
+    seq: Annotated[int, Meta(ge=1, lt=1 << 62)]
     stream: Handle = DEFAULT_STREAM
 
+    def writes(self, bulk: list[Any]) -> list[tuple[int, int]]:
+        return [(self.dst, self.size)]
 
-class ShmDtoH(_Req):
-    kind: Literal["shm_dtoh"] = "shm_dtoh"
+
+class ShmDtoH(_Req, tag="shm_dtoh", kw_only=True):
+    queued = True
     src: U64
-    slot: Annotated[int, Field(ge=0, lt=1024)]
+    slot: Annotated[int, Meta(ge=0, lt=1024)]
     size: Size
-    seq: Annotated[int, Field(ge=1, lt=1 << 62)]
+    seq: Annotated[int, Meta(ge=1, lt=1 << 62)]
     stream: Handle = DEFAULT_STREAM
 
 
@@ -525,16 +547,15 @@ class ShmDtoH(_Req):
 # with ``exact`` gpud fails rather than map elsewhere. Returns gpud's address.
 
 
-class HostMap(_Req):
-    kind: Literal["host_map"] = "host_map"
-    path: Annotated[str, Field(max_length=255)]
+class HostMap(_Req, tag="host_map", kw_only=True):
+    path: Annotated[str, Meta(max_length=255)]
     size: Size
     hint: U64 = 0
     exact: bool = False
 
 
-class HostUnmap(_Req):
-    kind: Literal["host_unmap"] = "host_unmap"
+class HostUnmap(_Req, tag="host_unmap", kw_only=True):
+    queued = True
     addr: U64
 
 
@@ -543,21 +564,18 @@ class HostUnmap(_Req):
 # of the same tenant maps that allocation into it and returns its address (gpud's address space is
 # shared, so it is the exporter's address); ``ipc_close`` unmaps it. Returns: handle bytes / [addr,
 # size] / nothing.
-IpcHandle = Annotated[bytes, Field(min_length=64, max_length=64)]
+IpcHandle = Annotated[bytes, Meta(min_length=64, max_length=64)]
 
 
-class IpcGet(_Req):
-    kind: Literal["ipc_get"] = "ipc_get"
+class IpcGet(_Req, tag="ipc_get", kw_only=True):
     addr: U64
 
 
-class IpcOpen(_Req):
-    kind: Literal["ipc_open"] = "ipc_open"
+class IpcOpen(_Req, tag="ipc_open", kw_only=True):
     handle: IpcHandle
 
 
-class IpcClose(_Req):
-    kind: Literal["ipc_close"] = "ipc_close"
+class IpcClose(_Req, tag="ipc_close", kw_only=True):
     addr: U64
 
 
@@ -568,21 +586,20 @@ class IpcClose(_Req):
 # (encoded and decoded by proto/aten.py, NOTE [aten values]), and ``outs`` are the handles, chosen by the client, of
 # the op's tensor outputs (0 = "an input mutated in place, do not store"). gpud validates each
 # op when it runs it (names against the aten namespace, handles against the session's table).
-AtenOpWire = Annotated[list[Any], Field(min_length=4, max_length=4)]
+AtenOpWire = Annotated[list[Any], Meta(min_length=4, max_length=4)]
 
 
-class AtenBatch(_Req):
+class AtenBatch(_Req, tag="aten_batch", kw_only=True):
     """Ops run in order on gpud; returns nothing (errors are reported at the next sync)."""
 
-    kind: Literal["aten_batch"] = "aten_batch"
-    ops: Annotated[list[AtenOpWire], Field(max_length=65536)]
+    queued = True
+    ops: Annotated[list[AtenOpWire], Meta(max_length=65536)]
     frame: FrameIndex = 0  # base index of this batch's bulk frames (uploads)
 
 
-class AtenCall(_Req):
+class AtenCall(_Req, tag="aten_call", kw_only=True):
     """One op whose reply the client waits for (item(), cpu(), data-dependent shapes, stats)."""
 
-    kind: Literal["aten_call"] = "aten_call"
     op: AtenOpWire
     frame: FrameIndex = 0
 
@@ -592,169 +609,114 @@ class AtenCall(_Req):
 # into ``chunk``-byte pieces, each named by its hash. DedupUpload (a call) maps the pieces gpud
 # holds and answers the indexes it lacks; the client copies those the ordinary way and queues
 # DedupPublish so that gpud, after hashing the bytes itself, stores them for the next tenant.
-ChunkHash = Annotated[bytes, Field(min_length=16, max_length=32)]
-ChunkSize = Annotated[int, Field(ge=4096, le=1 << 28)]
+ChunkHash = Annotated[bytes, Meta(min_length=16, max_length=32)]
+ChunkSize = Annotated[int, Meta(ge=4096, le=1 << 28)]
 
 
-class DedupUpload(_Req):
-    kind: Literal["dedup_upload"] = "dedup_upload"
+class DedupUpload(_Req, tag="dedup_upload", kw_only=True):
     dst: U64
     size: Size
     chunk: ChunkSize
     algo: Literal["xxh3_128", "sha256"] = "xxh3_128"
-    hashes: Annotated[list[ChunkHash], Field(max_length=1 << 20)]
+    hashes: Annotated[list[ChunkHash], Meta(max_length=1 << 20)]
     stream: Handle = DEFAULT_STREAM
 
+    def writes(self, bulk: list[Any]) -> list[tuple[int, int]]:
+        return [(self.dst, self.size)]
 
-class DedupPublish(_Req):
-    kind: Literal["dedup_publish"] = "dedup_publish"
+
+class DedupPublish(_Req, tag="dedup_publish", kw_only=True):
+    queued = True
     dst: U64
     size: Size
     chunk: ChunkSize
     algo: Literal["xxh3_128", "sha256"] = "xxh3_128"
-    indexes: Annotated[list[Annotated[int, Field(ge=0, lt=1 << 20)]], Field(max_length=1 << 20)]
-    hashes: Annotated[list[ChunkHash], Field(max_length=1 << 20)]
+    indexes: Annotated[list[Annotated[int, Meta(ge=0, lt=1 << 20)]], Meta(max_length=1 << 20)]
+    hashes: Annotated[list[ChunkHash], Meta(max_length=1 << 20)]
     stream: Handle = DEFAULT_STREAM
 
 
-class DedupQuery(_Req):
+class DedupQuery(_Req, tag="dedup_query", kw_only=True):
     """Which of these chunks does gpud lack? The ones it holds are pinned for this session until a
     DedupTensor uses them (or the session ends)."""
 
-    kind: Literal["dedup_query"] = "dedup_query"
     chunk: ChunkSize
     size: Size
     algo: Literal["xxh3_128", "sha256"] = "xxh3_128"
-    hashes: Annotated[list[ChunkHash], Field(max_length=1 << 20)]
+    hashes: Annotated[list[ChunkHash], Meta(max_length=1 << 20)]
 
 
-class DedupTensor(_Req):
+class DedupTensor(_Req, tag="dedup_tensor", kw_only=True):
     """Make tensor ``handle`` (PyTorch face) from chunks: pinned ones (frame -1) and sent ones."""
 
-    kind: Literal["dedup_tensor"] = "dedup_tensor"
+    queued = True
     handle: Handle
     dtype: Name
-    shape: Annotated[list[Annotated[int, Field(ge=0, le=1 << 48)]], Field(max_length=64)]
+    shape: Annotated[list[Annotated[int, Meta(ge=0, le=1 << 48)]], Meta(max_length=64)]
     size: Size
     chunk: ChunkSize
     algo: Literal["xxh3_128", "sha256"] = "xxh3_128"
-    hashes: Annotated[list[ChunkHash], Field(max_length=1 << 20)]
-    frames: Annotated[list[Annotated[int, Field(ge=-1, lt=4096)]], Field(max_length=1 << 20)]
+    hashes: Annotated[list[ChunkHash], Meta(max_length=1 << 20)]
+    frames: Annotated[list[Annotated[int, Meta(ge=-1, lt=4096)]], Meta(max_length=1 << 20)]
 
 
-# ---------------------------------------------------------------- replies
+# ---------------------------------------------------------------- replies (gpud -> client; ``Reply``)
 
 
-class Result(_Req):
-    kind: Literal["result"] = "result"
+class Result(_Req, tag="result", kw_only=True):
+    reply = True
     value: Any = None
     output: str = ""  # device printf text produced since the last reply
+    ckpt: dict[str, Any] | None = None  # NOTE [checkpoints]: the checkpoint the standby holds now (the log's trim)
 
 
-class Error(_Req):
-    kind: Literal["error"] = "error"
+class Error(_Req, tag="error", kw_only=True):
+    reply = True
     code: int
     name: Name
-    message: Annotated[str, Field(max_length=65536)]
+    message: Annotated[str, Meta(max_length=65536)]
     output: str = ""
 
 
-QueuedCall = Annotated[
-    MemFree
-    | MemcpyHtoD
-    | MemcpyDtoD
-    | Memset
-    | BlasGemm
-    | StreamCreate
-    | StreamDestroy
-    | StreamWaitEvent
-    | EventCreate
-    | EventRecord
-    | EventDestroy
-    | ModuleUnload
-    | Launch
-    | ShmHtoD
-    | ShmDtoH
-    | AtenBatch
-    | DedupPublish
-    | DedupTensor
-    | HostUnmap,
-    Field(discriminator="kind"),
-]
+class Moved(_Req, tag="moved", kw_only=True):
+    """NOTE [resume] (shim/client.py): the session lives at ``endpoint`` now; say hello there with ``resume`` and
+    re-send the messages after the first ``executed``."""
+
+    reply = True
+    endpoint: Name
+    server_key: Name = ""
+    resume: Name
+    executed: Annotated[int, Meta(ge=0)]
+    node: Name = ""
 
 
-class Batch(_Req):
-    kind: Literal["batch"] = "batch"
-    calls: Annotated[list[QueuedCall], Field(max_length=65536)]
+class SyncDue(_Req, tag="sync_due", kw_only=True):
+    """gpud waits for the session's next call (a move or a checkpoint, NOTE [migration]): an idle client sends one."""
+
+    reply = True
 
 
-Message = Annotated[
-    Hello
-    | HelloReply
-    | ProveLocal
-    | Bye
-    | Ping
-    | Pong
-    | Sync
-    | Idle
-    | ListSessions
-    | MoveOut
-    | MoveIn
-    | MovePrep
-    | MoveChunk
-    | MoveHave
-    | MoveBlob
-    | MoveData
-    | MoveCommit
-    | MoveAbort
-    | CkptBegin
-    | CkptChunk
-    | CkptCommit
-    | CkptDrop
-    | Restore
-    | MemAlloc
-    | MemFree
-    | MemGetInfo
-    | MemcpyHtoD
-    | MemcpyDtoH
-    | MemcpyDtoD
-    | Memset
-    | BlasGemm
-    | StreamCreate
-    | StreamDestroy
-    | StreamSynchronize
-    | StreamQuery
-    | StreamWaitEvent
-    | EventCreate
-    | EventRecord
-    | EventQuery
-    | EventSynchronize
-    | EventElapsed
-    | EventDestroy
-    | CtxSynchronize
-    | ModuleLoad
-    | ModuleUnload
-    | ModuleGetFunction
-    | ModuleGetGlobal
-    | Launch
-    | AtenBatch
-    | AtenCall
-    | DedupUpload
-    | DedupPublish
-    | DedupQuery
-    | DedupTensor
-    | Batch
-    | ShmOpen
-    | ShmHtoD
-    | ShmDtoH
-    | HostMap
-    | HostUnmap
-    | IpcGet
-    | IpcOpen
-    | IpcClose
-    | Result
-    | Error,
-    Field(discriminator="kind"),
-]
+# (the unions are built from the classes: see the end of the module)
 
-MESSAGE_ADAPTER: TypeAdapter[Any] = TypeAdapter(Message)
+
+class Batch(_Req, tag="batch", kw_only=True):
+    passive = True
+    calls: Annotated[list[QueuedCall], Meta(max_length=65536)]
+
+
+def _subclasses(cls: type[_Req]) -> list[type[_Req]]:
+    out: list[type[_Req]] = []
+    for sub in cls.__subclasses__():
+        out.append(sub)
+        out.extend(_subclasses(sub))
+    return out
+
+
+for _cls in _subclasses(_Req):
+    _cls.kind = str(_cls.__struct_config__.tag)
+
+MESSAGES: dict[str, type[_Req]] = {c.kind: c for c in _subclasses(_Req)}  # every message, by kind
+# the unions, from the classes (type checkers see ``Any``)
+Message: Any = Union[tuple(c for c in MESSAGES.values() if not c.reply)]  # noqa: UP007 - requests, gpud decodes
+Reply: Any = Union[tuple(c for c in MESSAGES.values() if c.reply)]  # noqa: UP007 - what the client decodes
+QueuedCall: Any = Union[tuple(c for c in MESSAGES.values() if c.queued)]  # noqa: UP007 - members of a Batch

@@ -15,6 +15,7 @@ connection so gpud does not expire a client that is busy computing on its own.
 from __future__ import annotations
 
 import atexit
+import copy
 import os
 import sys
 import threading
@@ -23,11 +24,13 @@ import weakref
 from collections.abc import Sequence
 from typing import Any
 
+import msgspec
 import zmq
 
 from proto import constants as C
 from proto import curve
-from proto.codec import ProtocolError, encode_body, unpack_body
+from proto import messages as m
+from proto.codec import ProtocolError, decode_reply, encode
 from proto.errors import DEVICE_UNAVAILABLE, NO_DEVICE, NOT_INITIALIZED, CudaError
 from shim import __version__
 from woolyhv.hostinfo import host_id
@@ -35,6 +38,19 @@ from woolyhv.hostinfo import host_id
 _CONNECTIONS: weakref.WeakSet[Connection] = weakref.WeakSet()
 # NOTE [local synchronisation] in shim/shm.py: posts whose completion the client sees without asking gpud, and calls
 # that queue no device work
+Body = Any  # a proto.messages Struct, or a plain map (``_Raw``)
+
+
+class _Raw(dict):
+    """A message given as a plain map, as it goes on the wire: tests of gpud's own checks send what no Struct of
+    proto/messages.py would (NOTE [wire schema]). Read and written by attribute like a Struct."""
+
+    __getattr__ = dict.get  # type: ignore[assignment]
+
+    def __setattr__(self, key: str, value: Any) -> None:
+        self[key] = value
+
+
 _STAGED = frozenset({"shm_htod", "shm_dtoh"})
 _NO_WORK = frozenset({"ctx_synchronize", "sync", "idle", "ping", "mem_alloc", "mem_get_info", "shm_open"})
 _ABANDONED: list[Connection] = []
@@ -94,8 +110,8 @@ class Connection:
         self._sock.setsockopt(zmq.RCVTIMEO, int(C.HEARTBEAT_INTERVAL_S * 1000))
         self._rid = 0
         self._pending: set[int] = set()  # rids whose caller is waiting (a nested call may read their replies)
-        self._stash: dict[int, tuple[dict[str, Any], list[Any]]] = {}
-        self._queue: list[dict[str, Any]] = []
+        self._stash: dict[int, tuple[Any, list[Any]]] = {}
+        self._queue: list[Body] = []
         self._qbulk: list[Any] = []
         self._qbytes = 0
         self._dead: CudaError | None = None
@@ -106,7 +122,7 @@ class Connection:
         # NOTE [resume]: messages sent (pings and hellos aside), and those sent since the outermost call in flight
         # was, which a move re-sends to the new node
         self._seq = 0
-        self._record: list[tuple[int, dict[str, Any], Sequence[Any]]] = []
+        self._record: list[tuple[int, Body, Sequence[Any]]] = []
         self._moved_to = ""  # the resume token of the last move followed
         # NOTE [replay log]: a checkpointed session keeps every message since its last checkpoint
         self._replay = False
@@ -121,30 +137,32 @@ class Connection:
         self.server_key = server_key
         self.round_trips = 0
         self.batches = 0
-        hello = {
-            "kind": "hello",
-            "rid": 0,
-            "protocol": C.PROTOCOL_VERSION,
-            "client_version": __version__,
-            "tenant": tenant,
-            "token": token,
-            "pid": os.getpid(),
-            "host_id": host_id(),
-            "program": program or " ".join(sys.argv)[:200],
-            "capabilities": list(capabilities),
-            "reservation": reservation,
-        }
-        reply, _ = self.call(hello, timeout_s=connect_timeout_s)
-        self.session: str = reply["session"]
-        self.devices: list[dict[str, Any]] = reply["devices"]
-        self.server_version: str = reply["server_version"]
-        self.server_capabilities: list[str] = reply.get("capabilities", [])
-        self.same_host = reply["host_id"] == host_id() and self._prove_local(reply.get("local_proof", ""))
-        self.heartbeat_s = float(reply["heartbeat_s"])
-        self._replay = float(reply.get("checkpoint_s") or 0) > 0
+        reply, _ = self.call(self._hello(), timeout_s=connect_timeout_s)
+        self.session: str = reply.session
+        self.devices: list[dict[str, Any]] = [msgspec.structs.asdict(d) for d in reply.devices]
+        self.server_version: str = reply.server_version
+        self.server_capabilities: list[str] = reply.capabilities
+        self.same_host = reply.host_id == host_id() and self._prove_local(reply.local_proof)
+        self.heartbeat_s = float(reply.heartbeat_s)
+        self._replay = reply.checkpoint_s > 0
         _CONNECTIONS.add(self)
         self._hb = threading.Thread(target=self._heartbeat, name="wooly-heartbeat", daemon=True)
         self._hb.start()
+
+    def _hello(self, resume: str = "") -> m.Hello:
+        tenant, token, reservation, caps, program = self._creds
+        return m.Hello(
+            protocol=C.PROTOCOL_VERSION,
+            client_version=__version__,
+            tenant=tenant,
+            token=token,
+            pid=os.getpid(),
+            host_id=host_id(),
+            program=program,
+            capabilities=caps,
+            reservation=reservation,
+            resume=resume,
+        )
 
     def _probe(self, endpoint: str, probe_s: float) -> None:
         """Fail fast when nothing accepts a connection at ``endpoint`` within ``probe_s`` (WOOLY_PROBE_S): a
@@ -197,17 +215,19 @@ class Connection:
             )
 
     # ------------------------------------------------------------------ queue
-    def post(self, body: dict[str, Any], bulk: Sequence[Any] = ()) -> None:
-        """Queue a call that returns nothing. ``body['frame']`` indexes ``bulk`` (0 = first)."""
+    def post(self, body: Body, bulk: Sequence[Any] = ()) -> None:
+        """Queue a call that returns nothing (a ``queued`` message). ``body.frame`` indexes ``bulk`` (0 = first)."""
+        if isinstance(body, dict):
+            body = _Raw(body)
         with self._lock:
             if self._dead is not None:
                 raise self._dead
             if bulk:
-                body["frame"] = len(self._qbulk) + body.get("frame", 0)
+                body.frame = len(self._qbulk) + (getattr(body, "frame", 0) or 0)
                 self._qbulk.extend(bulk)
                 self._qbytes += sum(len(b) if isinstance(b, bytes | bytearray) else memoryview(b).nbytes for b in bulk)
             self._queue.append(body)
-            if body["kind"] not in _STAGED:
+            if body.kind not in _STAGED:
                 self.unsynced += 1
             if (
                 len(self._queue) >= C.FLUSH_MAX_CALLS
@@ -225,12 +245,12 @@ class Connection:
             return
         calls, bulk = self._queue, self._qbulk
         self._queue, self._qbulk, self._qbytes = [], [], 0
-        self._send({"kind": "batch", "rid": 0, "calls": calls}, bulk)
+        self._send(m.Batch(calls=calls), bulk)
         self.batches += 1
 
     # ------------------------------------------------------------------ request/reply
-    def _send(self, body: dict[str, Any], bulk: Sequence[Any] = ()) -> None:
-        kind = body.get("kind")
+    def _send(self, body: Body, bulk: Sequence[Any] = ()) -> None:
+        kind = body.kind
         if kind != "ping" and kind != "hello":
             self._seq += 1
             if self._replay:
@@ -238,7 +258,7 @@ class Connection:
             elif self._pending:  # NOTE [resume]: a move can only happen under a call in flight
                 self._record.append((self._seq, body, bulk))
         try:
-            self._sock.send_multipart(encode_body(body, bulk), copy=not bulk)
+            self._sock.send_multipart(encode(body, bulk), copy=not bulk)
         except zmq.ZMQError as exc:
             hint = (
                 " (no connection came up: is the daemon running, and is WOOLY_SERVER_KEY its key?)"
@@ -249,18 +269,18 @@ class Connection:
             raise self._dead from None
         self._last_sent = time.monotonic()
 
-    def call(
-        self, body: dict[str, Any], bulk: Sequence[Any] = (), *, timeout_s: float | None = None
-    ) -> tuple[Any, list[Any]]:
+    def call(self, body: Body, bulk: Sequence[Any] = (), *, timeout_s: float | None = None) -> tuple[Any, list[Any]]:
         """Send a request and wait for its reply: returns (value, bulk frames) or raises CudaError."""
+        if isinstance(body, dict):
+            body = _Raw(body)
         with self._lock:
             if self._dead is not None:
                 raise self._dead
             self._flush_locked()
             self._rid += 1
-            rid = body["rid"] = self._rid
+            rid = body.rid = self._rid
             self._pending.add(rid)
-            kind = body["kind"]
+            kind = body.kind
             before = self.unsynced
             if kind not in _NO_WORK:
                 self.unsynced += 1
@@ -308,15 +328,12 @@ class Connection:
                     last_heard = time.monotonic()
                     heard = self._ever_heard = True
                     try:
-                        body, bulk = unpack_body(frames)
+                        body, bulk = decode_reply(frames)
                     except ProtocolError as exc:
                         self._dead = CudaError(exc.code, f"gpud sent an undecodable reply: {exc.message}")
                         raise self._dead from None
-                    if body.get("output"):
-                        write_device_output(body["output"])
-                    if body.get("ckpt"):
-                        self._checkpointed(body["ckpt"])
-                    other = body.get("rid")
+                    self._aside(body)
+                    other = body.rid
                     if other != rid:
                         if other in self._pending:
                             self._stash[other] = (body, bulk)
@@ -324,17 +341,19 @@ class Connection:
                     got = (body, bulk)
             if got is not None:
                 body, bulk = got
-                kind = body.get("kind")
+                kind = body.kind
                 if kind == "moved":
                     self._standby = None  # the session's checkpoints start again where it goes
                     self._follow(body)  # NOTE [resume]: the session is on another node now; ask it there
                     last_heard = time.monotonic()
                     continue
                 if kind == "error":
-                    raise CudaError(int(body.get("code", 999)), str(body.get("message", "")))
+                    raise CudaError(body.code, body.message)
                 if kind == "hello_reply":
                     return body, bulk
-                return body.get("value"), bulk
+                if kind != "result":
+                    continue  # a pong or a nudge that reused the rid: not an answer
+                return body.value, bulk
             now = time.monotonic()
             if now - last_heard > timeout_s or (deadline is not None and now > deadline):
                 if self._ever_heard:  # it answered before: it died, hung or the network went
@@ -343,7 +362,7 @@ class Connection:
                         why = self._failover()
                         if not why:
                             last_heard = time.monotonic()
-                            if any(b.get("rid") == rid for _, b, _ in self._record):
+                            if any(getattr(b, "rid", 0) == rid for _, b, _ in self._record):
                                 continue  # re-sent: its reply comes from the restored session
                             # it ran before the checkpoint and its reply went down with the node: the session
                             # goes on, this call reports it (re-running it could do twice what it did)
@@ -358,7 +377,16 @@ class Connection:
                     detail = f"did not answer (no reply in {timeout_s:.1f} s); is the daemon running{hint}?"
                 self._dead = CudaError(DEVICE_UNAVAILABLE, f"gpud at {self.endpoint} {detail}")
                 raise self._dead
-            self._send({"kind": "ping", "rid": 0})
+            self._send(m.Ping())
+
+    def _aside(self, body: Any) -> None:
+        """What any reply may carry besides its answer: device output, and the checkpoint the standby holds."""
+        out = getattr(body, "output", "")
+        if out:
+            write_device_output(out)
+        ck = getattr(body, "ckpt", None)
+        if ck:
+            self._checkpointed(ck)
 
     # NOTE [resume]
     # A session moves to another node (NOTE [migration] in gpud/migrate.py) at a synchronisation point: the node
@@ -369,12 +397,12 @@ class Connection:
     # call in flight and whatever a nested call sent after it, kept in ``_record`` while a call is in flight), and
     # the call goes on waiting for its reply. The program sees a pause. Later ``moved`` answers of the old node to
     # messages that were re-sent are ignored (same token).
-    def _follow(self, body: dict[str, Any]) -> None:
-        resume = str(body.get("resume", ""))
+    def _follow(self, body: m.Moved) -> None:
+        resume = body.resume
         if not resume or resume == self._moved_to:
             return
-        endpoint, key = str(body.get("endpoint", "")), str(body.get("server_key", ""))
-        executed = int(body.get("executed", 0))
+        endpoint, key = body.endpoint, body.server_key
+        executed = body.executed
         resend = [e for e in self._record if e[0] > executed]
         sock = self._ctx.socket(zmq.DEALER)
         for opt in (zmq.LINGER, zmq.SNDHWM, zmq.RCVHWM, zmq.SNDTIMEO, zmq.RCVTIMEO):
@@ -392,43 +420,29 @@ class Connection:
         old.close(0)
         self._moved_to = resume
         self.endpoint, self.server_key = endpoint, key
-        tenant, token, reservation, caps, program = self._creds
         self._rid += 1
         rid = self._rid
         self._pending.add(rid)
         try:
-            self._send(
-                {
-                    "kind": "hello",
-                    "rid": rid,
-                    "protocol": C.PROTOCOL_VERSION,
-                    "client_version": __version__,
-                    "tenant": tenant,
-                    "token": token,
-                    "pid": os.getpid(),
-                    "host_id": host_id(),
-                    "program": program,
-                    "capabilities": caps,
-                    "reservation": reservation,
-                    "resume": resume,
-                }
-            )
+            hello = self._hello(resume)
+            hello.rid = rid
+            self._send(hello)
             reply, _ = self._wait(rid, self.timeout_s)
         finally:
             self._pending.discard(rid)
-        if reply.get("session") != self.session:
+        if reply.session != self.session:
             self._dead = CudaError(
-                DEVICE_UNAVAILABLE, f"the session moved to {endpoint}, which took it as {reply.get('session')!r}"
+                DEVICE_UNAVAILABLE, f"the session moved to {endpoint}, which took it as {reply.session!r}"
             )
             raise self._dead
-        self.server_capabilities = reply.get("capabilities", [])
-        self.devices = reply.get("devices", self.devices)
+        self.server_capabilities = reply.capabilities
+        self.devices = [msgspec.structs.asdict(d) for d in reply.devices] or self.devices
         self.moves += 1
         self._seq = executed
         self._record = []
         for _, b, bulk in resend:
             self._send(b, bulk)
-        self.same_host = reply.get("host_id") == host_id() and self._prove_local(reply.get("local_proof", ""))
+        self.same_host = reply.host_id == host_id() and self._prove_local(reply.local_proof)
         for cb in list(self.on_move):
             cb(self)
 
@@ -442,9 +456,9 @@ class Connection:
     # in flight goes on waiting for its reply. The log is bounded (WOOLY_REPLAY_LOG_MB): when full it drops its
     # oldest messages, and until a checkpoint covers them the session cannot be restored (the call fails with
     # CUDA_ERROR_DEVICE_UNAVAILABLE saying so).
-    def _log(self, body: dict[str, Any], bulk: Sequence[Any]) -> None:
+    def _log(self, body: Body, bulk: Sequence[Any]) -> None:
         kept = [b if isinstance(b, bytes) else bytes(b) for b in bulk]  # the program may reuse its buffers
-        self._record.append((self._seq, dict(body), kept))
+        self._record.append((self._seq, copy.copy(body), kept))
         self._replay_bytes += sum(len(b) for b in kept)
         while self._replay_bytes > self._replay_max and len(self._record) > 1:
             seq, _, old = self._record.pop(0)
@@ -482,23 +496,15 @@ class Connection:
             curve.secure_client(sock, endpoint, key)
             sock.connect(endpoint)
             sock.send_multipart(
-                encode_body(
-                    {
-                        "kind": "restore",
-                        "rid": 1,
-                        "session": self.session,
-                        "tenant": tenant,
-                        "token": str(ck.get("token", "")),
-                    }
-                )
+                encode(m.Restore(rid=1, session=self.session, tenant=tenant, token=str(ck.get("token", ""))))
             )
             deadline = time.monotonic() + max(RESTORE_TIMEOUT_S, self.timeout_s)
-            reply: dict[str, Any] | None = None
+            reply: Any = None
             while reply is None and time.monotonic() < deadline:
                 if not sock.poll(200):
                     continue
-                body, _ = unpack_body(sock.recv_multipart())
-                if body.get("rid") == 1:
+                body, _ = decode_reply(sock.recv_multipart())
+                if body.rid == 1:
                     reply = body
         except (zmq.ZMQError, ValueError, ProtocolError) as exc:
             return f"its standby {node} at {endpoint} could not be asked to restore it: {exc}"
@@ -506,18 +512,18 @@ class Connection:
             sock.close(0)
         if reply is None:
             return f"its standby {node} at {endpoint} did not restore it within {RESTORE_TIMEOUT_S:.0f} s"
-        if reply.get("kind") == "error":
-            return f"its standby {node} could not restore it: {reply.get('message', '')}"
-        value = reply.get("value") or {}
+        if reply.kind == "error":
+            return f"its standby {node} could not restore it: {reply.message}"
+        value = reply.value if reply.kind == "result" and isinstance(reply.value, dict) else {}
         self._standby = None
         try:
             self._follow(
-                {
-                    "resume": value.get("resume", ""),
-                    "endpoint": endpoint,
-                    "server_key": key,
-                    "executed": int(value.get("executed", 0)),
-                }
+                m.Moved(
+                    resume=str(value.get("resume", "")),
+                    endpoint=endpoint,
+                    server_key=key,
+                    executed=int(value.get("executed", 0)),
+                )
             )
         except CudaError as exc:
             return f"the restored session on {node} did not take it back: {exc.message}"
@@ -539,7 +545,7 @@ class Connection:
         except OSError:
             return False
         try:
-            self.call({"kind": "prove_local"})
+            self.call(m.ProveLocal())
             return True
         except CudaError:
             return False
@@ -560,9 +566,9 @@ class Connection:
                     if self._closed or self._dead is not None:
                         continue
                     if self._sync_due():
-                        self.call({"kind": "idle"})  # NOTE [migration]: a move or checkpoint waits for a call
+                        self.call(m.Idle())  # NOTE [migration]: a move or checkpoint waits for a call
                     elif time.monotonic() - self._last_sent >= self.heartbeat_s:
-                        self._send({"kind": "ping", "rid": 0})
+                        self._send(m.Ping())
                 except CudaError:
                     return
                 finally:
@@ -578,14 +584,11 @@ class Connection:
             except zmq.Again:
                 return due
             try:
-                body, _ = unpack_body(frames)
+                body, _ = decode_reply(frames)
             except ProtocolError:
                 continue
-            if body.get("output"):
-                write_device_output(body["output"])
-            if body.get("ckpt"):
-                self._checkpointed(body["ckpt"])
-            due = due or body.get("kind") == "sync_due"
+            self._aside(body)
+            due = due or body.kind == "sync_due"
 
     def quiet(self) -> bool:
         """True when nothing but staged copies was sent since the last completed ctx_synchronize and gpud asks for
@@ -613,7 +616,7 @@ class Connection:
             try:
                 if self._dead is None:
                     self._flush_locked()
-                    self.call({"kind": "bye", "rid": 0}, timeout_s=2.0)
+                    self.call(m.Bye(), timeout_s=2.0)
             except CudaError:
                 pass
             self._closed = True

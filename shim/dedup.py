@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import xxhash
 
+from proto import messages as m
 from proto.errors import CudaError
 
 if TYPE_CHECKING:
@@ -67,15 +68,7 @@ class DedupUploader:
         c = self.chunk
         hashes = [digest(self.algo, view[o : o + c]) for o in range(0, n, c)]
         missing, _ = driver.conn.call(
-            {
-                "kind": "dedup_upload",
-                "dst": int(dst),
-                "size": n,
-                "chunk": c,
-                "algo": self.algo,
-                "hashes": hashes,
-                "stream": int(stream),
-            }
+            m.DedupUpload(dst=int(dst), size=n, chunk=c, algo=self.algo, hashes=hashes, stream=int(stream))
         )
         if not isinstance(missing, list) or any(not isinstance(i, int) or not 0 <= i < len(hashes) for i in missing):
             raise CudaError(999, "gpud answered a dedup upload with something that is not a list of chunk indexes")
@@ -101,16 +94,15 @@ class DedupUploader:
             if i is not None:
                 run_start = prev = i
         driver.conn.post(
-            {
-                "kind": "dedup_publish",
-                "dst": int(dst),
-                "size": n,
-                "chunk": c,
-                "algo": self.algo,
-                "indexes": list(missing),
-                "hashes": [hashes[i] for i in missing],
-                "stream": int(stream),
-            }
+            m.DedupPublish(
+                dst=int(dst),
+                size=n,
+                chunk=c,
+                algo=self.algo,
+                indexes=list(missing),
+                hashes=[hashes[i] for i in missing],
+                stream=int(stream),
+            )
         )
 
 
@@ -139,7 +131,7 @@ def upload_tensor(conn: Any, up: DedupUploader, handle: int, data: Any, dtype: s
     view = memoryview(data).cast("B")
     n, c = view.nbytes, up.chunk
     hashes = [digest(up.algo, view[o : o + c]) for o in range(0, n, c)]
-    missing, _ = conn.call({"kind": "dedup_query", "chunk": c, "size": n, "algo": up.algo, "hashes": hashes})
+    missing, _ = conn.call(m.DedupQuery(chunk=c, size=n, algo=up.algo, hashes=hashes))
     if not isinstance(missing, list) or any(not isinstance(i, int) or not 0 <= i < len(hashes) for i in missing):
         raise CudaError(999, "gpud answered a dedup query with something that is not a list of chunk indexes")
     frames = [-1] * len(hashes)
@@ -153,15 +145,14 @@ def upload_tensor(conn: Any, up: DedupUploader, handle: int, data: Any, dtype: s
     st.bytes_sent += sum(b.nbytes for b in bulk)
     st.chunks_hit += len(hashes) - len(missing)
     st.chunks_missed += len(missing)
-    body = {
-        "kind": "dedup_tensor",
-        "handle": int(handle),
-        "dtype": dtype,
-        "shape": [int(x) for x in shape],
-        "size": n,
-        "chunk": c,
-        "algo": up.algo,
-        "hashes": hashes,
-        "frames": frames,
-    }
+    body = m.DedupTensor(
+        handle=int(handle),
+        dtype=dtype,
+        shape=[int(x) for x in shape],
+        size=n,
+        chunk=c,
+        algo=up.algo,
+        hashes=hashes,
+        frames=frames,
+    )
     conn.call(body, bulk)  # answered at once: the tensor is built in stream order on gpud

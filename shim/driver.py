@@ -20,6 +20,7 @@ import numpy as np
 
 from proto import errors as codes
 from proto import launch as rules
+from proto import messages as m
 from proto.errors import CudaError
 from shim import progress
 from shim.client import Connection
@@ -110,7 +111,7 @@ class Driver:
     def mem_alloc(self, size: int) -> int:
         if size <= 0:
             raise CudaError(codes.INVALID_VALUE, "cuMemAlloc: size must be > 0")
-        addr, _ = self.conn.call({"kind": "mem_alloc", "size": int(size)})
+        addr, _ = self.conn.call(m.MemAlloc(size=int(size)))
         with self._lock:
             bisect.insort(self._alloc_starts, addr)
             self._alloc_size[addr] = int(size)
@@ -129,7 +130,7 @@ class Driver:
             self._alloc_starts.pop(bisect.bisect_left(self._alloc_starts, addr))
             if self._dedup_done:  # the addresses may come back in a new allocation
                 self._dedup_done = {a for a in self._dedup_done if not addr <= a < addr + size}
-        self.conn.post({"kind": "mem_free", "addr": int(addr)})
+        self.conn.post(m.MemFree(addr=int(addr)))
 
     # ------------------------------------------------------------------ IPC (NOTE [ipc] in proto/messages.py)
     def ipc_get_mem_handle(self, addr: int) -> bytes:
@@ -138,11 +139,11 @@ class Driver:
                 raise CudaError(
                     codes.INVALID_VALUE, f"cuIpcGetMemHandle: 0x{addr:x} is not an allocation of this context"
                 )
-        handle, _ = self.conn.call({"kind": "ipc_get", "addr": int(addr)})
+        handle, _ = self.conn.call(m.IpcGet(addr=int(addr)))
         return bytes(handle)
 
     def ipc_open_mem_handle(self, handle: bytes) -> int:
-        (addr, size), _ = self.conn.call({"kind": "ipc_open", "handle": bytes(handle)})
+        (addr, size), _ = self.conn.call(m.IpcOpen(handle=bytes(handle)))
         with self._lock:
             if addr not in self._alloc_size:
                 bisect.insort(self._alloc_starts, addr)
@@ -163,10 +164,10 @@ class Driver:
                 del self._imported[addr]
                 del self._alloc_size[addr]
                 self._alloc_starts.pop(bisect.bisect_left(self._alloc_starts, addr))
-        self.conn.call({"kind": "ipc_close", "addr": int(addr)})
+        self.conn.call(m.IpcClose(addr=int(addr)))
 
     def mem_get_info(self) -> tuple[int, int]:
-        free, total = self.conn.call({"kind": "mem_get_info"})[0]
+        free, total = self.conn.call(m.MemGetInfo())[0]
         return int(free), int(total)
 
     def mem_get_address_range(self, ptr: int) -> tuple[int, int]:
@@ -254,9 +255,7 @@ class Driver:
                 return
             except RingGone:  # the session moved (NOTE [resume]): this copy goes inline, later ones a new ring
                 self._ring = None
-        self.conn.post(
-            {"kind": "memcpy_htod", "dst": int(dst), "frame": 0, "stream": self._stream(stream)}, [bytes(view)]
-        )
+        self.conn.post(m.MemcpyHtoD(dst=int(dst), frame=0, stream=self._stream(stream)), [bytes(view)])
         progress.advance(n)
 
     def memcpy_dtoh(self, src: int, size: int, stream: int = 0, out: Any = None) -> Any:
@@ -275,9 +274,7 @@ class Driver:
                 return target
             except RingGone:  # the session moved (NOTE [resume]): this copy comes inline, later ones by a new ring
                 self._ring = None
-        _, bulk = self.conn.call(
-            {"kind": "memcpy_dtoh", "src": int(src), "size": int(size), "stream": self._stream(stream)}
-        )
+        _, bulk = self.conn.call(m.MemcpyDtoH(src=int(src), size=int(size), stream=self._stream(stream)))
         data = bulk[0]
         if out is None:
             return bytes(data)
@@ -298,33 +295,24 @@ class Driver:
 
     def memcpy_dtod(self, dst: int, src: int, size: int, stream: int = 0) -> None:
         if size:
-            self.conn.post(
-                {
-                    "kind": "memcpy_dtod",
-                    "dst": int(dst),
-                    "src": int(src),
-                    "size": int(size),
-                    "stream": self._stream(stream),
-                }
-            )
+            self.conn.post(m.MemcpyDtoD(dst=int(dst), src=int(src), size=int(size), stream=self._stream(stream)))
 
     def memset(self, dst: int, value: int, elem_size: int, count: int, stream: int = 0) -> None:
         mask = (1 << (8 * elem_size)) - 1
         self.conn.post(
-            {
-                "kind": "memset",
-                "dst": int(dst),
-                "value": int(value) & mask,
-                "elem_size": elem_size,
-                "count": int(count),
-                "stream": self._stream(stream),
-            }
+            m.Memset(
+                dst=int(dst),
+                value=int(value) & mask,
+                elem_size=elem_size,
+                count=int(count),
+                stream=self._stream(stream),
+            )
         )
 
     # ------------------------------------------------------------------ streams and events
     def stream_create(self, flags: int = 0, priority: int = 0) -> int:
         h = self._new_id()
-        self.conn.post({"kind": "stream_create", "stream": h, "flags": int(flags), "priority": int(priority)})
+        self.conn.post(m.StreamCreate(stream=h, flags=int(flags), priority=int(priority)))
         self.streams.add(h)
         return h
 
@@ -337,14 +325,14 @@ class Driver:
         if h not in self.streams:
             raise CudaError(codes.INVALID_HANDLE, f"invalid stream handle {h}")
         self.streams.discard(h)
-        self.conn.post({"kind": "stream_destroy", "stream": h})
+        self.conn.post(m.StreamDestroy(stream=h))
 
     def stream_synchronize(self, h: int = 0) -> None:
-        self.conn.call({"kind": "stream_synchronize", "stream": self._stream(h)}, timeout_s=None)
+        self.conn.call(m.StreamSynchronize(stream=self._stream(h)), timeout_s=None)
 
     def stream_query(self, h: int = 0) -> bool:
         try:
-            self.conn.call({"kind": "stream_query", "stream": self._stream(h)})
+            self.conn.call(m.StreamQuery(stream=self._stream(h)))
         except CudaError as exc:
             if exc.code == codes.NOT_READY:
                 return False
@@ -354,11 +342,11 @@ class Driver:
     def stream_wait_event(self, stream: int, event: int) -> None:
         if event not in self.events:
             raise CudaError(codes.INVALID_HANDLE, f"invalid event handle {event}")
-        self.conn.post({"kind": "stream_wait_event", "stream": self._stream(stream), "event": event})
+        self.conn.post(m.StreamWaitEvent(stream=self._stream(stream), event=event))
 
     def event_create(self, flags: int = 0) -> int:
         h = self._new_id()
-        self.conn.post({"kind": "event_create", "event": h, "flags": int(flags)})
+        self.conn.post(m.EventCreate(event=h, flags=int(flags)))
         self.events.add(h)
         return h
 
@@ -368,11 +356,11 @@ class Driver:
         return h
 
     def event_record(self, event: int, stream: int = 0) -> None:
-        self.conn.post({"kind": "event_record", "event": self._event(event), "stream": self._stream(stream)})
+        self.conn.post(m.EventRecord(event=self._event(event), stream=self._stream(stream)))
 
     def event_query(self, event: int) -> bool:
         try:
-            self.conn.call({"kind": "event_query", "event": self._event(event)})
+            self.conn.call(m.EventQuery(event=self._event(event)))
         except CudaError as exc:
             if exc.code == codes.NOT_READY:
                 return False
@@ -380,32 +368,32 @@ class Driver:
         return True
 
     def event_synchronize(self, event: int) -> None:
-        self.conn.call({"kind": "event_synchronize", "event": self._event(event)})
+        self.conn.call(m.EventSynchronize(event=self._event(event)))
 
     def event_elapsed_time(self, start: int, end: int) -> float:
-        value, _ = self.conn.call({"kind": "event_elapsed", "start": self._event(start), "end": self._event(end)})
+        value, _ = self.conn.call(m.EventElapsed(start=self._event(start), end=self._event(end)))
         return float(value)
 
     def event_destroy(self, event: int) -> None:
         self.events.discard(self._event(event))
-        self.conn.post({"kind": "event_destroy", "event": event})
+        self.conn.post(m.EventDestroy(event=event))
 
     def ctx_synchronize(self) -> None:
         ring = self._ring
         if ring and ring.synchronize():  # NOTE [local synchronisation] in shim/shm.py
             return
-        self.conn.call({"kind": "ctx_synchronize"})
+        self.conn.call(m.CtxSynchronize())
 
     def synchronize_errors(self) -> None:
         """Report errors of queued calls without waiting for device work."""
-        self.conn.call({"kind": "sync"})
+        self.conn.call(m.Sync())
 
     # ------------------------------------------------------------------ modules and launches
     def module_load_data(self, image: bytes | str, fmt: str = "ptx") -> int:
         data = image.encode() if isinstance(image, str) else bytes(image)
         h = self._new_id()
         with progress.waiting(f"compiling a {len(data) >> 10} KiB {fmt.upper()} module on gpud"):
-            value, _ = self.conn.call({"kind": "module_load", "module": h, "frame": 0, "format": fmt}, [data])
+            value, _ = self.conn.call(m.ModuleLoad(module=h, frame=0, format=fmt), [data])
         self.modules[h] = value
         return h
 
@@ -415,13 +403,13 @@ class Driver:
         del self.modules[module]
         for f in [f for f, info in self.functions.items() if info.module == module]:
             del self.functions[f]
-        self.conn.post({"kind": "module_unload", "module": module})
+        self.conn.post(m.ModuleUnload(module=module))
 
     def module_get_function(self, module: int, name: str) -> FunctionInfo:
         if module not in self.modules:
             raise CudaError(codes.INVALID_HANDLE, f"invalid module handle {module}")
         h = self._new_id()
-        value, _ = self.conn.call({"kind": "module_get_function", "module": module, "name": name, "function": h})
+        value, _ = self.conn.call(m.ModuleGetFunction(module=module, name=name, function=h))
         info = FunctionInfo(
             handle=h,
             module=module,
@@ -435,7 +423,7 @@ class Driver:
     def module_get_global(self, module: int, name: str) -> tuple[int, int]:
         if module not in self.modules:
             raise CudaError(codes.INVALID_HANDLE, f"invalid module handle {module}")
-        addr, size = self.conn.call({"kind": "module_get_global", "module": module, "name": name})[0]
+        addr, size = self.conn.call(m.ModuleGetGlobal(module=module, name=name))[0]
         return int(addr), int(size)
 
     def launch_kernel(
@@ -470,16 +458,15 @@ class Driver:
                 cooperative=cooperative,
             )
         self.conn.post(
-            {
-                "kind": "launch",
-                "function": info.handle,
-                "grid": g,
-                "block": b,
-                "shared_mem": int(shared_mem),
-                "stream": self._stream(stream),
-                "params": bytes(params),
-                **({"cooperative": True} if cooperative else {}),
-            }
+            m.Launch(
+                function=info.handle,
+                grid=g,
+                block=b,
+                shared_mem=int(shared_mem),
+                stream=self._stream(stream),
+                params=bytes(params),
+                cooperative=bool(cooperative),
+            )
         )
 
 

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from proto import errors as codes
+from proto import messages as m
 from proto.errors import CudaError
 from shim import progress
 
@@ -34,7 +35,7 @@ class StagingRing:
     def __init__(self, conn: Any) -> None:
         self.conn = conn
         self.epoch = getattr(conn, "moves", 0)
-        info, _ = conn.call({"kind": "shm_open"})
+        info, _ = conn.call(m.ShmOpen())
         self.slots = int(info["slots"])
         self.slot_size = int(info["slot_size"])
         header = int(info["header"])
@@ -71,7 +72,7 @@ class StagingRing:
             if v & ~ERROR_BIT == want:
                 if v & ERROR_BIT:
                     self._issued[slot] = 0
-                    self.conn.call({"kind": "sync"})  # raises the pending error
+                    self.conn.call(m.Sync())  # raises the pending error
                     raise CudaError(codes.UNKNOWN, "staged copy failed")
                 return
             spins += 1
@@ -82,7 +83,7 @@ class StagingRing:
                 time.sleep(0)
             if now > next_check:
                 next_check = now + 1.0
-                self.conn.call({"kind": "ping"})  # proves gpud alive (errors show in the flag word)
+                self.conn.call(m.Ping())  # proves gpud alive (errors show in the flag word)
 
     def _take(self) -> tuple[int, int]:
         slot = self._next
@@ -134,9 +135,7 @@ class StagingRing:
             n = min(self.slot_size, size - off)
             slot, seq = self._take()
             ctypes.memmove(self._addr(slot), src_addr + off, n)
-            self.conn.post(
-                {"kind": "shm_htod", "dst": dst + off, "slot": slot, "size": n, "seq": seq, "stream": stream}
-            )
+            self.conn.post(m.ShmHtoD(dst=dst + off, slot=slot, size=n, seq=seq, stream=stream))
             self.conn.flush()
             off += n
             progress.advance(n)
@@ -149,9 +148,7 @@ class StagingRing:
             while i < len(chunks) and len(inflight) < self.slots:
                 off, n = chunks[i]
                 slot, seq = self._take()
-                self.conn.post(
-                    {"kind": "shm_dtoh", "src": src + off, "slot": slot, "size": n, "seq": seq, "stream": stream}
-                )
+                self.conn.post(m.ShmDtoH(src=src + off, slot=slot, size=n, seq=seq, stream=stream))
                 inflight.append((slot, seq, off, n))
                 i += 1
             self.conn.flush()

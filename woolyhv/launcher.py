@@ -57,7 +57,8 @@ def start_gpud(
 def wait_ready(endpoint: str, proc: subprocess.Popen[bytes] | None, wait_s: float, insecure: bool = False) -> None:
     import zmq
 
-    from proto.codec import encode_body, unpack_body
+    from proto import messages as m
+    from proto.codec import decode_reply, encode
 
     deadline = time.monotonic() + wait_s
     ctx = zmq.Context.instance()
@@ -76,9 +77,9 @@ def wait_ready(endpoint: str, proc: subprocess.Popen[bytes] | None, wait_s: floa
             curve.secure_client(sock, endpoint)
         sock.connect(endpoint)
         while True:
-            sock.send_multipart(encode_body({"kind": "ping", "rid": 0}))
+            sock.send_multipart(encode(m.Ping()))
             if sock.poll(200, zmq.POLLIN):
-                unpack_body(sock.recv_multipart())
+                decode_reply(sock.recv_multipart())
                 return
             if proc is not None and proc.poll() is not None:
                 raise RuntimeError(f"gpud exited with status {proc.returncode} before it was ready")

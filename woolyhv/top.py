@@ -31,7 +31,8 @@ def admin_call(server: str, token: str = "", timeout_s: float = 5.0) -> dict[str
     import zmq
 
     from proto import curve
-    from proto.codec import encode_body, unpack_body
+    from proto import messages as m
+    from proto.codec import ProtocolError, decode_reply, encode
 
     sock = zmq.Context.instance().socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
@@ -42,15 +43,20 @@ def admin_call(server: str, token: str = "", timeout_s: float = 5.0) -> dict[str
         raise AdminError(str(exc)) from None
     try:
         sock.connect(server)
-        sock.send_multipart(encode_body({"kind": "list_sessions", "rid": 1, "token": token}))
+        sock.send_multipart(encode(m.ListSessions(rid=1, token=token)))
         if not sock.poll(int(timeout_s * 1000), zmq.POLLIN):
             raise AdminError(f"gpud at {server} did not answer")
-        body, _ = unpack_body(sock.recv_multipart())
+        try:
+            body, _ = decode_reply(sock.recv_multipart())
+        except ProtocolError as exc:
+            raise AdminError(f"gpud at {server} answered something else: {exc.message}") from None
     finally:
         sock.close(0)
-    if body.get("kind") == "error":
-        raise AdminError(f"gpud refused: {body.get('message', '')}")
-    return body["value"]
+    if body.kind == "error":
+        raise AdminError(f"gpud refused: {body.message}")
+    if body.kind != "result" or not isinstance(body.value, dict):
+        raise AdminError(f"gpud at {server} answered {body.kind!r}, not its description")
+    return body.value
 
 
 def embedded_gpuds() -> list[tuple[int, str]]:

@@ -23,11 +23,9 @@ if TYPE_CHECKING:
     from gpud.server import Server
     from gpud.session import Session
 
+
 # Message kinds that touch nothing of the tenant's device state: they neither wake it nor count
 # as activity (a heartbeat must not keep a tenant awake).
-_PASSIVE = frozenset({"ping", "bye", "list_sessions", "hello", "batch", "sync", "mem_get_info"})
-
-
 class Hypervisor:
     def __init__(self, server: Server, config: HypervisorConfig) -> None:
         from gpud.hypervisor.dedup import DedupEngine
@@ -250,8 +248,7 @@ class Hypervisor:
             raise CudaError(codes.UNKNOWN, f"hypervisor: {type(exc).__name__}: {exc}") from None
 
     def before_message(self, session: Session, msg: Any, bulk: list[Any]) -> None:
-        kind = msg.kind
-        if kind in _PASSIVE:
+        if msg.passive:  # NOTE [wire schema]
             return
         t: Tenant | None = session.ext.get("hv.tenant")
         if t is None:

@@ -26,7 +26,6 @@ from __future__ import annotations
 import bisect
 import ctypes
 import hashlib
-import struct
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -35,10 +34,10 @@ import xxhash
 from gpud import log, vmem
 from gpud.errors import CudaError, codes
 from gpud.session import Session, extension
+from proto import messages as m
 
 if TYPE_CHECKING:
     from gpud.hypervisor.core import Hypervisor
-    from proto import messages as m
 
 
 def digest(algo: str, data: Any) -> bytes:
@@ -209,40 +208,25 @@ class DedupEngine:
         sh: _SessionShares | None = session.ext.get("hv.shares")
         if sh is None or not sh.starts:
             return
-        kind = msg.kind
-        if kind == "memcpy_htod":
-            if msg.frame < len(bulk):
-                data = bulk[msg.frame]
-                self.break_range(session, msg.dst, data.nbytes if isinstance(data, memoryview) else len(data))
-        elif kind in ("shm_htod", "dedup_upload"):
-            self.break_range(session, msg.dst, msg.size)
-        elif kind == "memcpy_dtod":
-            self.break_range(session, msg.dst, msg.size)
-        elif kind == "memset":
-            self.break_range(session, msg.dst, msg.count * msg.elem_size)
-        elif kind == "mem_free":
+        if isinstance(msg, m.MemFree):  # not a write: the range stops being shared
             r = session.regions.get(msg.addr)
             if r is not None and r.allocation is not None:
                 self.break_range(session, r.start, r.size, write=False)
-        elif kind == "launch":
-            self._break_kernel_args(session, msg.params)
-        elif kind == "blas_gemm":  # writes C (NOTE [vendor libraries])
-            from proto.blas import extents
+            return
+        for addr, size in msg.writes(bulk):  # NOTE [wire schema]: what the message writes, declared by it
+            if size == m.POINTERS:
+                self._break_pointer(session, addr)
+            else:
+                self.break_range(session, addr, size)
 
-            for operand, addr, size in extents(msg):
-                if operand == "C":
-                    self.break_range(session, addr, size)
-
-    def _break_kernel_args(self, session: Session, params: bytes) -> None:
-        """A kernel may write through any pointer it is given: unshare every allocation it can reach."""
-        n = len(params) // 8
-        for (ptr,) in struct.iter_unpack("<Q", params[: n * 8]):
-            i = bisect.bisect_right(session._starts, ptr) - 1  # noqa: SLF001 - the session's own index
-            if i < 0:
-                continue
-            r = session.regions[session._starts[i]]  # noqa: SLF001
-            if r.allocation is not None and ptr < r.start + r.size:
-                self.break_range(session, r.start, r.size)
+    def _break_pointer(self, session: Session, ptr: int) -> None:
+        """A kernel may write through any pointer it is given: unshare the allocation ``ptr`` falls in."""
+        i = bisect.bisect_right(session._starts, ptr) - 1  # noqa: SLF001 - the session's own index
+        if i < 0:
+            return
+        r = session.regions[session._starts[i]]  # noqa: SLF001
+        if r.allocation is not None and ptr < r.start + r.size:
+            self.break_range(session, r.start, r.size)
 
     # ------------------------------------------------------------------ upload and publish
     def _check(self, session: Session, dst: int, size: int, chunk: int, algo: str, n_hashes: int) -> None:

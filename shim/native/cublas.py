@@ -17,10 +17,9 @@ import struct
 from ctypes import c_int, c_int64, c_size_t, c_void_p
 from dataclasses import dataclass
 
-from pydantic import ValidationError
-
 from proto import errors as codes
 from proto.blas import extents
+from proto.codec import ProtocolError, check
 from proto.errors import CudaError
 from proto.messages import BlasGemm
 from shim.native.registry import api, put_i32, put_u64
@@ -187,38 +186,37 @@ def gemm(
         return
     at, bt, ct, compute = types
     scale = compute if compute in _SCALAR else "f32"
-    msg = {
-        "kind": "blas_gemm",
-        "trans_a": _trans(ta),
-        "trans_b": _trans(tb),
-        "m": m,
-        "n": n,
-        "k": k,
-        "a_type": at,
-        "b_type": bt,
-        "c_type": ct,
-        "compute_type": compute,
-        "a": int(a or 0),
-        "lda": lda,
-        "stride_a": strides[0],
-        "b": int(b or 0),
-        "ldb": ldb,
-        "stride_b": strides[1],
-        "c": int(c or 0),
-        "ldc": ldc,
-        "stride_c": strides[2],
-        "batch": batch,
-    }
+    msg = BlasGemm(
+        trans_a=_trans(ta),
+        trans_b=_trans(tb),
+        m=m,
+        n=n,
+        k=k,
+        a_type=at,
+        b_type=bt,
+        c_type=ct,
+        compute_type=compute,
+        a=int(a or 0),
+        lda=lda,
+        stride_a=strides[0],
+        b=int(b or 0),
+        ldb=ldb,
+        stride_b=strides[1],
+        c=int(c or 0),
+        ldc=ldc,
+        stride_c=strides[2],
+        batch=batch,
+    )
     if handle.pointer_mode == 1:
-        msg.update(scalars_on_device=True, alpha_ptr=int(alpha or 0), beta_ptr=int(beta or 0))
+        msg.scalars_on_device, msg.alpha_ptr, msg.beta_ptr = True, int(alpha or 0), int(beta or 0)
     else:
-        msg.update(alpha=_scalar(handle, alpha, scale, "alpha"), beta=_scalar(handle, beta, scale, "beta"))
+        msg.alpha, msg.beta = _scalar(handle, alpha, scale, "alpha"), _scalar(handle, beta, scale, "beta")
     drv = STATE.driver()
-    msg["stream"] = drv._stream(handle.stream)
+    msg.stream = drv._stream(handle.stream)
     try:  # the wire schema and the shape rules, here as in gpud: bad arguments fail now, not at the next sync
-        extents(BlasGemm(**msg))
-    except ValidationError as exc:
-        raise CudaError(codes.INVALID_VALUE, f"gemm: {exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}") from None
+        extents(check(msg))
+    except ProtocolError as exc:
+        raise CudaError(codes.INVALID_VALUE, f"gemm: {exc.message}") from None
     drv.conn.post(msg)
 
 

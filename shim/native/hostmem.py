@@ -15,6 +15,7 @@ import secrets
 from dataclasses import dataclass
 
 from proto import errors as codes
+from proto import messages as m
 from proto.errors import CudaError
 from shim.native.state import STATE
 
@@ -82,7 +83,7 @@ def allocate(size: int, flags: int, managed: bool = False) -> HostBlock:
             raise CudaError(codes.OUT_OF_MEMORY, f"cannot map {size} bytes of host memory")
         conn = STATE.driver().conn
         try:
-            dev = conn.call({"kind": "host_map", "path": path, "size": length, "hint": host, "exact": False})[0]
+            dev = conn.call(m.HostMap(path=path, size=length, hint=host, exact=False))[0]
         except CudaError as exc:
             _libc.munmap(host, length)
             if exc.code == codes.NOT_SUPPORTED and not managed:
@@ -95,7 +96,7 @@ def allocate(size: int, flags: int, managed: bool = False) -> HostBlock:
             moved = _mmap(length, fd, at=int(dev))
             _libc.munmap(host, length)
             if moved is None:
-                conn.post({"kind": "host_unmap", "addr": int(dev)})
+                conn.post(m.HostUnmap(addr=int(dev)))
                 raise CudaError(codes.OUT_OF_MEMORY, "cuMemAllocManaged: no address free in both processes")
             host = moved
         return HostBlock(host, size, length, flags, int(dev), managed)
@@ -106,6 +107,6 @@ def allocate(size: int, flags: int, managed: bool = False) -> HostBlock:
 
 def release(block: HostBlock) -> None:
     if block.device is not None:
-        STATE.driver().conn.post({"kind": "host_unmap", "addr": block.device})
+        STATE.driver().conn.post(m.HostUnmap(addr=block.device))
         STATE.driver().ctx_synchronize()  # gpud unmaps after earlier work; the pages stay until then
     _libc.munmap(block.host, block.length)

@@ -19,6 +19,7 @@ from typing import Any
 
 from proto import aten as W
 from proto import errors as codes
+from proto import messages as m
 from proto.errors import CudaError
 
 FLUSH_OPS = int(os.environ.get("WOOLY_TORCH_FLUSH_OPS", "24"))
@@ -118,7 +119,7 @@ class OpStream:
         self._ops, self._bulk, self._bulk_bytes = [], [], 0
         self.ops_sent += len(ops)
         try:
-            self.conn.post({"kind": "aten_batch", "rid": 0, "ops": ops, "frame": 0}, bulk)
+            self.conn.post(m.AtenBatch(ops=ops, frame=0), bulk)
             self.conn.flush()
         except CudaError as exc:
             raise as_torch_error(exc) from None
@@ -161,7 +162,7 @@ class OpStream:
             self._flush_locked()
             self.calls += 1
             try:
-                return self.conn.call({"kind": "aten_call", "rid": 0, "op": op, "frame": 0})
+                return self.conn.call(m.AtenCall(op=op, frame=0))
             except CudaError as exc:
                 raise as_torch_error(exc, op_name) from None
 

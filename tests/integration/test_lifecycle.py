@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from proto import messages as m
 from proto.errors import CudaError
 from tests.conftest import ROOT, connect, start
 
@@ -207,7 +208,7 @@ def test_nested_call_keeps_the_outer_calls_reply(gpud_tcp):
         c._rid += 1
         outer = c._rid
         c._pending.add(outer)
-        c._send({"kind": "mem_get_info", "rid": outer})  # the outer call, sent; its reply arrives first
+        c._send(m.MemGetInfo(rid=outer))  # the outer call, sent; its reply arrives first
         inner = d.mem_get_info()
         value, _ = c._wait(outer, 5.0)
         c._pending.discard(outer)

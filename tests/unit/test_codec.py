@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proto import messages as m
-from proto.codec import ProtocolError, decode, encode, encode_body
+from proto.codec import ProtocolError, decode, decode_reply, encode, encode_body
 from proto.constants import VERSION_FRAME
 from proto.errors import CURESULT, CudaError, error_name, error_string
 
@@ -52,8 +52,8 @@ messages = st.one_of(
 @given(messages, st.lists(st.binary(max_size=64), max_size=4))
 @settings(max_examples=300, deadline=None)
 def test_roundtrip(msg, bulk):
-    decoded, got_bulk = decode(encode(msg, bulk))
-    assert decoded == msg
+    decoded, got_bulk = (decode_reply if msg.reply else decode)(encode(msg, bulk))
+    assert decoded == msg and type(decoded) is type(msg)
     assert [bytes(b) for b in got_bulk] == bulk
 
 
@@ -102,7 +102,7 @@ def test_random_maps_raise_protocol_error_only(body):
 
 
 @given(
-    st.sampled_from(sorted(m.MESSAGE_ADAPTER.json_schema()["discriminator"]["mapping"])),
+    st.sampled_from(sorted(m.MESSAGES)),
     st.dictionaries(st.text(max_size=10), st.integers(-(1 << 63), (1 << 64) - 1), max_size=4),
 )
 @settings(max_examples=300, deadline=None)
@@ -112,6 +112,24 @@ def test_every_kind_with_random_fields_is_safe(kind, fields):
         decode(frames)
     except ProtocolError:
         pass
+
+
+def test_requests_and_replies_are_apart_and_a_batch_holds_only_queued_calls():
+    """NOTE [wire schema]: the unions are built from the classes; gpud decodes no reply, the client no request."""
+    assert {"result", "error", "hello_reply", "moved", "sync_due", "pong"} == {
+        k for k, c in m.MESSAGES.items() if c.reply
+    }
+    with pytest.raises(ProtocolError, match="invalid 'result' message"):
+        decode(encode(m.Result(rid=1, value=2)))
+    with pytest.raises(ProtocolError):
+        decode_reply(encode(m.MemAlloc(size=1)))
+    with pytest.raises(ProtocolError, match=r"calls\[0\]"):
+        decode(encode(m.Batch(calls=[m.MemAlloc(size=1)])))  # a call with a reply cannot be queued
+    decode(encode(m.Batch(calls=[m.MemFree(addr=1)])))
+    with pytest.raises(ProtocolError, match="invalid 'mem_alloc' message"):
+        decode(encode(m.MemAlloc(size=-1)))  # a Struct is built unchecked: the decoder checks its limits
+    with pytest.raises(ProtocolError, match="invalid 'launch' message"):
+        decode(encode_body({"kind": "launch", "function": True, "grid": [1, 1, 1], "block": [1, 1, 1]}))  # strict
 
 
 def test_version_mismatch_is_not_supported():

@@ -8,11 +8,14 @@ import sys
 from typing import Any
 
 import msgpack
+import msgspec
 import pytest
+from msgspec.msgpack import Ext
 
 torch = pytest.importorskip("torch")
 
 from proto import aten as W  # noqa: E402
+from proto.codec import _ext  # noqa: E402
 from proto.errors import INVALID_VALUE, CudaError  # noqa: E402
 
 ENC = W.encoder()
@@ -39,8 +42,8 @@ class _Sess:
 
 
 def wire(v: Any) -> Any:
-    """What the other end sees: through real msgpack bytes."""
-    return msgpack.unpackb(msgpack.packb(v), strict_map_key=False)
+    """What the other end sees: written by the client's msgspec encoder, read as gpud's codec reads it."""
+    return msgspec.msgpack.decode(msgspec.msgpack.encode(v), ext_hook=_ext)
 
 
 def roundtrip(ext: Any, sess: _Sess | None = None) -> Any:
@@ -57,7 +60,7 @@ def test_importing_proto_aten_does_not_import_torch() -> None:
 @pytest.mark.parametrize("dt", [getattr(torch, n) for n in W.DTYPES if hasattr(torch, n)])
 def test_dtype(dt: Any) -> None:
     name = str(dt).removeprefix("torch.")
-    assert ENC.dtype[dt] == ENC.encode(dt) == msgpack.ExtType(W.EXT_DTYPE, name.encode())
+    assert ENC.dtype[dt] == ENC.encode(dt) == Ext(W.EXT_DTYPE, name.encode())
     assert roundtrip(ENC.dtype[dt]) is dt
     assert ENC.name_dtype[ENC.dtype_name[dt]] is dt
 
@@ -65,28 +68,28 @@ def test_dtype(dt: Any) -> None:
 @pytest.mark.parametrize("name", W.MEMORY_FORMATS)
 def test_memory_format(name: str) -> None:
     mf = getattr(torch, name)
-    assert ENC.memory_format[mf] == ENC.encode(mf) == msgpack.ExtType(W.EXT_MEMFMT, name.encode())
+    assert ENC.memory_format[mf] == ENC.encode(mf) == Ext(W.EXT_MEMFMT, name.encode())
     assert roundtrip(ENC.memory_format[mf]) is mf
 
 
 @pytest.mark.parametrize("name", W.LAYOUTS)
 def test_layout(name: str) -> None:
     lay = getattr(torch, name)
-    assert ENC.layout[lay] == ENC.encode(lay) == msgpack.ExtType(W.EXT_LAYOUT, name.encode())
+    assert ENC.layout[lay] == ENC.encode(lay) == Ext(W.EXT_LAYOUT, name.encode())
     assert roundtrip(ENC.layout[lay]) is lay
 
 
 @pytest.mark.parametrize(("dev", "data"), [("cpu", b"cpu"), ("cuda", b"cuda"), ("cuda:1", b"cuda"), ("meta", b"cuda")])
 def test_device(dev: str, data: bytes) -> None:
     d = torch.device(dev)
-    assert ENC.device(d) == ENC.encode(d) == msgpack.ExtType(W.EXT_DEVICE, data)
+    assert ENC.device(d) == ENC.encode(d) == Ext(W.EXT_DEVICE, data)
     sess = _Sess()
     assert roundtrip(ENC.device(d), sess) is sess.device  # every device is the session's
 
 
 def test_generator() -> None:
     g = torch.Generator()
-    assert ENC.encode(g) == ENC.generator == msgpack.ExtType(W.EXT_GENERATOR, b"")
+    assert ENC.encode(g) == ENC.generator == Ext(W.EXT_GENERATOR, b"")
     sess = _Sess()
     assert roundtrip(ENC.generator, sess) is sess.gen
 
@@ -94,7 +97,7 @@ def test_generator() -> None:
 @pytest.mark.parametrize("z", [1.5 - 2j, complex(0, 0), complex(-1e300, 3.25)])
 def test_complex(z: complex) -> None:
     ext = ENC.encode(z)
-    assert ext == ENC.complex(z) == msgpack.ExtType(W.EXT_COMPLEX, msgpack.packb([z.real, z.imag]))
+    assert ext == ENC.complex(z) == Ext(W.EXT_COMPLEX, msgpack.packb([z.real, z.imag]))
     got = roundtrip(ext)
     assert type(got) is complex and got == z
 
@@ -113,7 +116,7 @@ def test_scalar_tensor(t: Any) -> None:
     ext = ENC.scalar_tensor(t)
     value = t.item()
     value = [value.real, value.imag] if isinstance(value, complex) else value
-    assert ext == msgpack.ExtType(W.EXT_SCALAR_TENSOR, msgpack.packb([ENC.dtype_name[t.dtype], value]))
+    assert ext == Ext(W.EXT_SCALAR_TENSOR, msgpack.packb([ENC.dtype_name[t.dtype], value]))
     got = roundtrip(ext)
     assert got.dim() == 0 and got.dtype == t.dtype and bool(got == t)
 
@@ -121,7 +124,7 @@ def test_scalar_tensor(t: Any) -> None:
 def test_host_tensor() -> None:
     t = torch.arange(6, dtype=torch.int32).reshape(2, 3)
     ext = ENC.host_tensor(1, t.dtype, t.shape)
-    assert ext == msgpack.ExtType(W.EXT_HOST_TENSOR, msgpack.packb([1, "int32", [2, 3]]))
+    assert ext == Ext(W.EXT_HOST_TENSOR, msgpack.packb([1, "int32", [2, 3]]))
     got = roundtrip(ext, _Sess([b"junk", t.numpy().tobytes()]))
     assert got.dtype == torch.int32 and torch.equal(got, t)
 
@@ -129,8 +132,8 @@ def test_host_tensor() -> None:
 @pytest.mark.parametrize("h", [7, (1 << 40) + 5])
 def test_tensor_handle(h: int) -> None:
     ext = W.tensor_ref(h)
-    assert ext == ENC.tensor(h) == msgpack.ExtType(W.EXT_TENSOR, h.to_bytes(8, "little"))
-    assert msgpack.packb(ext) == msgpack.packb(msgpack.ExtType(W.EXT_TENSOR, h.to_bytes(8, "little")))
+    assert ext == ENC.tensor(h) == Ext(W.EXT_TENSOR, h.to_bytes(8, "little"))
+    assert msgspec.msgpack.encode(ext) == msgpack.packb(msgpack.ExtType(W.EXT_TENSOR, h.to_bytes(8, "little")))
     sess = _Sess()
     assert roundtrip(ext, sess) is sess.tensors[h]
 
@@ -192,4 +195,4 @@ def test_client_hot_path_uses_proto_encoding() -> None:
     got = [enc.enc(v) for v in leaves]
     want = [ENC.encode(v) for v in leaves[:-1]] + [ENC.scalar_tensor(leaves[-1])]
     assert got == want
-    assert [msgpack.packb(g) for g in got] == [msgpack.packb(w) for w in want]
+    assert [msgspec.msgpack.encode(g) for g in got] == [msgspec.msgpack.encode(w) for w in want]
