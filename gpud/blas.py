@@ -2,10 +2,11 @@
 
 NOTE [vendor libraries]: cuBLAS, cuFFT and the other vendor libraries ship machine code only, so their
 kernels cannot be translated; the client gets stand-in libraries whose calls travel to gpud as
-operations (proto ``BlasGemm``) in stream order, where the node's own implementation runs them on the
-tenant's device memory: NumPy's BLAS on the CPU backend (this module), the real cuBLAS or hipBLAS
-on GPU nodes. Every operand's extent is checked against the session's allocations before the
-operation is queued (``extents``), as a copy's is: a gemm cannot read or write another tenant's memory.
+operations (proto ``BlasGemm``, ``BlasGeam``, ``FftExec``) in stream order, where the node's own implementation
+runs them on the tenant's device memory: NumPy's BLAS (this module) and pocketfft (gpud/fft.py) on the CPU backend,
+the real cuBLAS/cuFFT or hipBLAS/rocFFT on GPU nodes (not yet). Every operand's extent is checked against the
+session's allocations before the operation is queued (``extents``), as a copy's is: a gemm or an FFT cannot read
+or write another tenant's memory.
 """
 
 from __future__ import annotations
@@ -99,3 +100,20 @@ def check_types(g: Any) -> None:
     key = (g.a_type, g.b_type, g.c_type, g.compute_type)
     if key not in ok:
         raise CudaError(codes.NOT_SUPPORTED, f"gemm with A/B/C/compute types {'/'.join(key)} is not supported")
+
+
+def geam_numpy(g: Any) -> None:
+    """Run a checked ``BlasGeam``: C = alpha op(A) + beta op(B). Operands are read in full before C is written (in
+    place is allowed)."""
+    if g.m == 0 or g.n == 0:
+        return
+    typ = NUMPY[g.type]
+    cplx = g.type in ("c64", "c128")
+    total = np.zeros((g.m, g.n), typ)
+    for trans, ld, addr, (re, im) in ((g.trans_a, g.lda, g.a, g.alpha), (g.trans_b, g.ldb, g.b, g.beta)):
+        if re == 0 and im == 0:
+            continue  # not read (it may be NULL, or hold NaNs)
+        rows, cols = (g.m, g.n) if trans == 0 else (g.n, g.m)
+        scale = complex(re, im) if cplx else re
+        total += scale * _op(_load(addr, rows, cols, ld, g.type), trans)
+    _store(g.c, g.m, g.n, g.ldc, g.type, total)

@@ -349,6 +349,20 @@ class Session:
                 self.find(addr, ITEM[msg.compute_type], f"cublas gemm ({name})")
         self.engine.enqueue(msg.stream, lambda: self.backend.gemm(msg))
 
+    def on_blas_geam(self, msg: m.BlasGeam, bulk: list[Any]) -> None:
+        from proto.blas import geam_extents
+
+        for operand, addr, size in geam_extents(msg):
+            self.find(addr, size, f"cublas geam ({operand})")
+        self.engine.enqueue(msg.stream, lambda: self.backend.geam(msg))
+
+    def on_fft_exec(self, msg: m.FftExec, bulk: list[Any]) -> None:
+        from proto.fft import extents
+
+        for side, addr, size in extents(msg):
+            self.find(addr, size, f"cufft exec ({side})")
+        self.engine.enqueue(msg.stream, lambda: self.backend.fft(msg))
+
     # ------------------------------------------------------------------ streams
     def on_stream_create(self, msg: m.StreamCreate, bulk: list[Any]) -> None:
         if msg.stream < 16:

@@ -40,3 +40,23 @@ def extents(g: Any) -> list[tuple[str, int, int]]:
             raise CudaError(codes.INVALID_VALUE, "gemm: a batch writing one C (stride 0) is not defined")
         out.append((which.upper(), addr, (g.batch - 1) * stride * ITEM[typ] + one))
     return out
+
+
+def geam_extents(g: Any) -> list[tuple[str, int, int]]:
+    """(operand, address, bytes) of a ``BlasGeam``'s operands that it reads or writes; INVALID_VALUE for leading
+    dimensions cuBLAS refuses, and for an in-place C that is not laid out as the operand it overwrites."""
+    item = ITEM[g.type]
+    out = []
+    for which, trans, ld, addr, scalar in (("A", g.trans_a, g.lda, g.a, g.alpha), ("B", g.trans_b, g.ldb, g.b, g.beta)):
+        rows, cols = (g.m, g.n) if trans == 0 else (g.n, g.m)
+        if ld < max(1, rows):
+            raise CudaError(codes.INVALID_VALUE, f"geam: ld{which.lower()} = {ld} is below the {rows} rows of {which}")
+        if scalar != [0.0, 0.0] and rows and cols:
+            if addr == g.c and (trans != 0 or ld != g.ldc):
+                raise CudaError(codes.INVALID_VALUE, f"geam: C overwrites {which} in place with another layout")
+            out.append((which, addr, ((cols - 1) * ld + rows) * item))
+    if g.ldc < max(1, g.m):
+        raise CudaError(codes.INVALID_VALUE, f"geam: ldc = {g.ldc} is below the {g.m} rows of C")
+    if g.m and g.n:
+        out.append(("C", g.c, ((g.n - 1) * g.ldc + g.m) * item))
+    return out

@@ -400,6 +400,62 @@ class BlasGemm(_Req, tag="blas_gemm", kw_only=True):
         return [(addr, size) for operand, addr, size in extents(self) if operand == "C"]
 
 
+class FftExec(_Req, tag="fft_exec", kw_only=True):
+    """One cuFFT execution (cufftExec*), in stream order: the plan's geometry (proto/fft.py) travels with it, so
+    gpud keeps no plan state; unnormalised in both directions, as cuFFT is."""
+
+    queued = True
+    type: Annotated[int, Meta(ge=0, le=0xFF)]  # cufftType
+    rank: Annotated[int, Meta(ge=1, le=3)]
+    n: Annotated[list[Annotated[int, Meta(ge=1, le=1 << 40)]], Meta(min_length=1, max_length=3)]
+    batch: Annotated[int, Meta(ge=1, le=1 << 40)] = 1
+    inembed: Annotated[list[Annotated[int, Meta(ge=1, le=1 << 40)]], Meta(max_length=3)] = msgspec.field(
+        default_factory=list
+    )
+    istride: Annotated[int, Meta(ge=0, le=1 << 40)] = 1
+    idist: Annotated[int, Meta(ge=0, le=1 << 48)] = 0
+    onembed: Annotated[list[Annotated[int, Meta(ge=1, le=1 << 40)]], Meta(max_length=3)] = msgspec.field(
+        default_factory=list
+    )
+    ostride: Annotated[int, Meta(ge=0, le=1 << 40)] = 1
+    odist: Annotated[int, Meta(ge=0, le=1 << 48)] = 0
+    idata: U64
+    odata: U64
+    direction: Literal[-1, 1] = -1
+    stream: Handle = DEFAULT_STREAM
+
+    def writes(self, bulk: list[Any]) -> list[tuple[int, int]]:
+        from proto.fft import extents
+
+        return [(addr, size) for side, addr, size in extents(self) if side == "output"]
+
+
+class BlasGeam(_Req, tag="blas_geam", kw_only=True):
+    """C = alpha * op(A) + beta * op(B), all m x n once transposed, column-major, in stream order (cublas<t>geam:
+    CuPy's transposes and copies between layouts). A is not read when alpha is 0, B not when beta is 0."""
+
+    queued = True
+    trans_a: Literal[0, 1, 2]
+    trans_b: Literal[0, 1, 2]
+    m: Size
+    n: Size
+    type: Literal["f32", "f64", "c64", "c128"]
+    alpha: Annotated[list[float], Meta(min_length=2, max_length=2)] = msgspec.field(default_factory=lambda: [1.0, 0.0])
+    beta: Annotated[list[float], Meta(min_length=2, max_length=2)] = msgspec.field(default_factory=lambda: [0.0, 0.0])
+    a: U64
+    lda: Size
+    b: U64
+    ldb: Size
+    c: U64
+    ldc: Size
+    stream: Handle = DEFAULT_STREAM
+
+    def writes(self, bulk: list[Any]) -> list[tuple[int, int]]:
+        from proto.blas import geam_extents
+
+        return [(addr, size) for operand, addr, size in geam_extents(self) if operand == "C"]
+
+
 # ---------------------------------------------------------------- streams and events
 
 

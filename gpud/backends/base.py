@@ -164,6 +164,22 @@ class Backend(ABC):
     def _gemm(self, g: Any) -> None:
         raise CudaError(codes.NOT_SUPPORTED, f"cuBLAS calls are not supported by the {self.kind} backend yet")
 
+    @wrap_errors(codes.ILLEGAL_ADDRESS)
+    def geam(self, g: Any) -> None:
+        """A checked proto BlasGeam (gpud/blas.py), in stream order."""
+        self._geam(g)
+
+    def _geam(self, g: Any) -> None:
+        raise CudaError(codes.NOT_SUPPORTED, f"cuBLAS calls are not supported by the {self.kind} backend yet")
+
+    @wrap_errors(codes.ILLEGAL_ADDRESS)
+    def fft(self, f: Any) -> None:
+        """A checked proto FftExec (NOTE [vendor libraries], gpud/fft.py), in stream order."""
+        self._fft(f)
+
+    def _fft(self, f: Any) -> None:
+        raise CudaError(codes.NOT_SUPPORTED, f"cuFFT calls are not supported by the {self.kind} backend yet")
+
     @wrap_errors(codes.INVALID_IMAGE)
     def load_module(self, image: bytes, fmt: str) -> Module:
         return self._load_module(image, fmt)

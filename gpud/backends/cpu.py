@@ -329,6 +329,16 @@ class CpuBackend(Backend):
 
         gemm_numpy(g)
 
+    def _geam(self, g: Any) -> None:
+        from gpud.blas import geam_numpy
+
+        geam_numpy(g)
+
+    def _fft(self, f: Any) -> None:
+        from gpud.fft import fft_numpy
+
+        fft_numpy(f)
+
     # -------------------------------------------------------------- modules and launches
     def _jit(self):  # imported lazily: the JIT pulls in llvmlite
         try:

@@ -33,6 +33,10 @@ SONAMES = (
     "libcublasLt.so.12",
     "libcublasLt.so.13",
     "libcublasLt.so",
+    # and for cuFFT (shim/native/cufft.py): 11 ships with CUDA 12, 12 with CUDA 13
+    "libcufft.so.11",
+    "libcufft.so.12",
+    "libcufft.so",
 )
 
 

@@ -18,10 +18,10 @@ from ctypes import c_int, c_int64, c_size_t, c_void_p
 from dataclasses import dataclass
 
 from proto import errors as codes
-from proto.blas import extents
+from proto.blas import extents, geam_extents
 from proto.codec import ProtocolError, check
 from proto.errors import CudaError
-from proto.messages import BlasGemm
+from proto.messages import BlasGeam, BlasGemm
 from shim.native.registry import api, put_i32, put_u64
 from shim.native.state import STATE
 
@@ -539,3 +539,59 @@ def cublasSetVectorAsync(n, elem, x, incx, y, incy, stream) -> None:  # noqa: AN
 def cublasGetVectorAsync(n, elem, x, incx, y, incy, stream) -> None:  # noqa: ANN001
     rows, cols, lda, ldb = _vector_as_matrix(n, elem, incx, incy)
     _get_matrix(rows, cols, elem, x, lda, y, ldb, STATE.driver()._stream(int(stream or 0)))
+
+
+# ---------------------------------------------------------------------------- geam
+def geam(h, ta, tb, m, n, alpha, a, lda, beta, b, ldb, c, ldc, typ: str) -> None:  # noqa: ANN001
+    """C = alpha op(A) + beta op(B) (cublas<t>geam), queued on the handle's stream as ``blas_geam``."""
+    handle = _h(h)
+    if min(m, n, lda, ldb, ldc) < 0:
+        raise CudaError(codes.INVALID_VALUE, f"geam: negative size (m={m} n={n})")
+    drv = STATE.driver()
+    if handle.pointer_mode == 1:  # scalars in device memory: read them now (the call returns after that on a GPU too)
+        size, fmt = _SCALAR[typ]
+        vals = []
+        for ptr in (alpha, beta):
+            v = struct.unpack(fmt, bytes(drv.memcpy_dtoh(int(ptr or 0), size)))
+            vals.append([float(v[0]), float(v[1]) if len(v) > 1 else 0.0])
+        sa, sb = vals
+    else:
+        sa, sb = _scalar(handle, alpha, typ, "alpha"), _scalar(handle, beta, typ, "beta")
+    if m == 0 or n == 0:
+        return
+    msg = BlasGeam(
+        trans_a=_trans(ta),
+        trans_b=_trans(tb),
+        m=m,
+        n=n,
+        type=typ,
+        alpha=sa,
+        beta=sb,
+        a=int(a or 0),
+        lda=lda,
+        b=int(b or 0),
+        ldb=ldb,
+        c=int(c or 0),
+        ldc=ldc,
+        stream=drv._stream(handle.stream),
+    )
+    try:
+        for operand, addr, size in geam_extents(check(msg)):
+            drv._check_range(addr, size, f"geam ({operand})")
+    except ProtocolError as exc:
+        raise CudaError(codes.INVALID_VALUE, f"geam: {exc.message}") from None
+    drv.conn.post(msg)
+
+
+def _geam(name: str, typ: str) -> None:
+    @api(name, 0, P, c_int, c_int, c_int, c_int, P, P, c_int, P, P, c_int, P, c_int, cublas=True)
+    def impl(h, ta, tb, m, n, alpha, a, lda, beta, b, ldb, c, ldc) -> None:  # noqa: ANN001
+        geam(h, ta, tb, m, n, alpha, a, lda, beta, b, ldb, c, ldc, typ)
+
+    @api(name + "_64", 0, P, c_int, c_int, c_int64, c_int64, P, P, c_int64, P, P, c_int64, P, c_int64, cublas=True)
+    def impl64(h, ta, tb, m, n, alpha, a, lda, beta, b, ldb, c, ldc) -> None:  # noqa: ANN001
+        geam(h, ta, tb, m, n, alpha, a, lda, beta, b, ldb, c, ldc, typ)
+
+
+for _name, _typ in (("cublasSgeam", "f32"), ("cublasDgeam", "f64"), ("cublasCgeam", "c64"), ("cublasZgeam", "c128")):
+    _geam(_name, _typ)

@@ -29,6 +29,7 @@ API_MODULES = (
     "shim.native.cu_launch",
     "shim.native.nvml",
     "shim.native.cublas",
+    "shim.native.cufft",
 )
 
 

@@ -52,12 +52,13 @@ class Entry:
     func: Callable[..., Any]
     nvml: bool = False
     cublas: bool = False
+    cufft: bool = False
     cfunc: Any = field(default=None, repr=False)
 
     def pointer(self) -> int:
         if self.cfunc is None:
             proto = ctypes.CFUNCTYPE(ctypes.c_int, *self.argtypes)
-            self.cfunc = proto(_guard(self.name, self.func, self.nvml, self.cublas))
+            self.cfunc = proto(_guard(self.name, self.func, self.nvml, self.cublas, self.cufft))
         return ctypes.cast(self.cfunc, ctypes.c_void_p).value or 0
 
 
@@ -69,17 +70,23 @@ _reported: set[str] = set()
 
 
 def api(
-    name: str, versions: int | tuple[int, ...], *argtypes: Any, nvml: bool = False, cublas: bool = False
+    name: str,
+    versions: int | tuple[int, ...],
+    *argtypes: Any,
+    nvml: bool = False,
+    cublas: bool = False,
+    cufft: bool = False,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register ``func`` as the implementation of ``name`` for the given signature version(s).
 
-    For NVML and cuBLAS, ``name`` is the exact exported symbol (``nvmlDeviceGetCount_v2``, ``cublasSgemm_v2``)
-    and ``versions`` 0; their failures return their own status codes (``cublas_status``).
+    For NVML, cuBLAS and cuFFT, ``name`` is the exact exported symbol (``nvmlDeviceGetCount_v2``,
+    ``cublasSgemm_v2``, ``cufftExecC2C``) and ``versions`` 0; their failures return their own status codes
+    (``cublas_status``, ``cufft_status``).
     """
     vs = (versions,) if isinstance(versions, int) else tuple(versions)
 
     def deco(func: Callable[..., Any]) -> Callable[..., Any]:
-        _ENTRIES.setdefault(name, []).append(Entry(name, vs, tuple(argtypes), func, nvml, cublas))
+        _ENTRIES.setdefault(name, []).append(Entry(name, vs, tuple(argtypes), func, nvml, cublas, cufft))
         return func
 
     return deco
@@ -99,7 +106,23 @@ def cublas_status(code: int) -> int:
     return _CUBLAS_STATUS.get(code, 13)  # CUBLAS_STATUS_EXECUTION_FAILED
 
 
-def _guard(name: str, func: Callable[..., Any], nvml: bool, cublas: bool = False) -> Callable[..., int]:
+# CUresult -> cufftResult for failures inside a cuFFT call
+_CUFFT_STATUS = {
+    codes.INVALID_VALUE: 4,  # CUFFT_INVALID_VALUE
+    codes.NOT_SUPPORTED: 16,  # CUFFT_NOT_SUPPORTED
+    codes.OUT_OF_MEMORY: 2,  # CUFFT_ALLOC_FAILED
+    codes.INVALID_HANDLE: 1,  # CUFFT_INVALID_PLAN
+    codes.NOT_INITIALIZED: 7,  # CUFFT_SETUP_FAILED
+}
+
+
+def cufft_status(code: int) -> int:
+    return _CUFFT_STATUS.get(code, 6)  # CUFFT_EXEC_FAILED
+
+
+def _guard(
+    name: str, func: Callable[..., Any], nvml: bool, cublas: bool = False, cufft: bool = False
+) -> Callable[..., int]:
     """Turn a Python implementation into a C callback: exceptions become result codes."""
 
     trace = os.environ.get("WOOLY_TRACE_CALLS") == "1"
@@ -117,7 +140,7 @@ def _guard(name: str, func: Callable[..., Any], nvml: bool, cublas: bool = False
             if nvml:
                 return 2  # NVML_ERROR_INVALID_ARGUMENT
             set_last_error(exc.code, exc.message if exc.message.startswith(name) else f"{name}: {exc.message}")
-            return cublas_status(exc.code) if cublas else exc.code
+            return cublas_status(exc.code) if cublas else cufft_status(exc.code) if cufft else exc.code
         except NvmlError as exc:
             return exc.code
         except BaseException as exc:  # noqa: BLE001 - nothing may unwind into C
@@ -125,9 +148,8 @@ def _guard(name: str, func: Callable[..., Any], nvml: bool, cublas: bool = False
             if os.environ.get("WOOLY_DEBUG"):
                 print(f"wooly: {name} raised {type(exc).__name__}: {exc}", file=sys.stderr)
             set_last_error(codes.UNKNOWN, f"{name}: {type(exc).__name__}: {exc}")
-            return (
-                14 if cublas else 999
-            )  # CUBLAS_STATUS_INTERNAL_ERROR; CUDA_ERROR_UNKNOWN and NVML_ERROR_UNKNOWN alike
+            # CUBLAS_STATUS_INTERNAL_ERROR, CUFFT_INTERNAL_ERROR; CUDA_ERROR_UNKNOWN and NVML_ERROR_UNKNOWN alike
+            return 14 if cublas else 5 if cufft else 999
 
     return call
 
@@ -193,7 +215,7 @@ def _parse_symbol(symbol: str) -> tuple[str, int | None]:
 def lookup(symbol: str, version: int) -> tuple[int, Entry | None]:
     """(known?, implementation) for a request: 1/0/-1 as the C resolver returns."""
     _load_versions()
-    if symbol.startswith(("nvml", "cublas")):  # exact exported names, no signature versions
+    if symbol.startswith(("nvml", "cublas", "cufft")):  # exact exported names, no signature versions
         entries = _ENTRIES.get(symbol)
         return (1, entries[0]) if entries else (0, None)
     if version < 0:
@@ -237,6 +259,8 @@ def _report(name: bytes) -> None:
             if symbol.startswith("nvml")
             else "CUBLAS_STATUS_NOT_SUPPORTED"
             if symbol.startswith("cublas")
+            else "CUFFT_NOT_SUPPORTED"
+            if symbol.startswith("cufft")
             else "CUDA_ERROR_NOT_SUPPORTED"
         )
         print(f"wooly: {kind}: {symbol}", file=sys.stderr)

@@ -43,20 +43,31 @@ typedef void (*report_fn)(const char *);
 #define NVML_ERROR_LIBRARY_NOT_FOUND 12
 #define CUBLAS_STATUS_NOT_INITIALIZED 1
 #define CUBLAS_STATUS_NOT_SUPPORTED 15
+#define CUFFT_SETUP_FAILED 7
+#define CUFFT_NOT_SUPPORTED 16
 
-/* Which library an exported name belongs to: 1 NVML, 2 cuBLAS (and cuBLASLt), 0 the driver. */
+/* Which library an exported name belongs to: 1 NVML, 2 cuBLAS (and cuBLASLt), 3 cuFFT, 0 the driver. */
 static int library_of(const char *name) {
     if (strncmp(name, "nvml", 4) == 0) return 1;
     if (strncmp(name, "cublas", 6) == 0) return 2;
+    if (strncmp(name, "cufft", 5) == 0) return 3;
     return 0;
 }
+
+/* Each library's status for: the face is gone (0), not supported (1), not bound (2). */
+static const CUresult STATUS[4][3] = {
+    {CUDA_ERROR_DEINITIALIZED, CUDA_ERROR_NOT_SUPPORTED, CUDA_ERROR_NOT_INITIALIZED},
+    {NVML_ERROR_UNINITIALIZED, NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_LIBRARY_NOT_FOUND},
+    {CUBLAS_STATUS_NOT_INITIALIZED, CUBLAS_STATUS_NOT_SUPPORTED, CUBLAS_STATUS_NOT_INITIALIZED},
+    {CUFFT_SETUP_FAILED, CUFFT_NOT_SUPPORTED, CUFFT_SETUP_FAILED},
+};
 
 struct slot {
     char name[112];
     int version;
     uint64_t flags;
     impl_fn impl;
-    int nvml;  /* the library the name belongs to: 0 the driver, 1 NVML, 2 cuBLAS (their status codes differ) */
+    int nvml;  /* the library the name belongs to (library_of): their status codes differ */
     int cleanup; /* frees, destroys, unloads: answered with success once the face has shut down */
     int warned;
 };
@@ -188,7 +199,7 @@ static CUresult body(int i, ARGS) {
     struct slot *s = &slots[i];
     if (finalizing()) {
         if (s->cleanup) return 0;
-        return s->nvml == 1 ? NVML_ERROR_UNINITIALIZED : s->nvml == 2 ? CUBLAS_STATUS_NOT_INITIALIZED : CUDA_ERROR_DEINITIALIZED;
+        return STATUS[s->nvml][0];
     }
     if (s->impl) return s->impl(PASS);
     if (!s->warned) {
@@ -196,7 +207,7 @@ static CUresult body(int i, ARGS) {
         if (report && !finalizing()) report(s->name);
         else fprintf(stderr, "wooly: %s is not supported\n", s->name);
     }
-    return s->nvml == 1 ? NVML_ERROR_NOT_SUPPORTED : s->nvml == 2 ? CUBLAS_STATUS_NOT_SUPPORTED : CUDA_ERROR_NOT_SUPPORTED;
+    return STATUS[s->nvml][1];
 }
 
 /* The trampoline pool: t000 ... tfff, each bound to the slot of its own number. */
@@ -308,12 +319,12 @@ CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, uint64_t 
     CUresult sym(ARGS) {                                                \
         static int s = -1;                                              \
         if (s < 0) s = bind_slot(#sym, -1, 0);                          \
-        if (s < 0) return library_of(#sym) == 1 ? NVML_ERROR_LIBRARY_NOT_FOUND                       \
-                        : library_of(#sym) == 2 ? CUBLAS_STATUS_NOT_INITIALIZED : CUDA_ERROR_NOT_INITIALIZED; \
+        if (s < 0) return STATUS[library_of(#sym)][2];                  \
         return body(s, PASS);                                           \
     }
 #include "exports.h"
 #include "exports_cublas.h"
+#include "exports_cufft.h"
 #undef X
 
 /* cuBLAS functions that return strings or sizes, not a status: answered here. */

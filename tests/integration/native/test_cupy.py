@@ -17,3 +17,11 @@ def test_cupy_program(wooly_gpud: str) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == "OK"
     assert "Error in sys.excepthook" not in proc.stderr  # nothing raises at exit
+
+
+def test_cupy_fft_on_the_cufft_stand_in(wooly_gpud: str) -> None:
+    """cupy.fft / cupyx.scipy.fft through cuFFT's API (NOTE [vendor libraries]): equal to numpy.fft; bad plans and
+    executions get cuFFT's own status codes."""
+    proc = wooly_run([os.path.join(PROGS, "cupy_fft.py")], server=wooly_gpud, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "OK"

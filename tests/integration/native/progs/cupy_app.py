@@ -39,4 +39,10 @@ assert np.allclose(cp.asnumpy(cp.asarray(p) @ cp.asarray(q)), p @ q)
 r = np.random.default_rng(3).standard_normal((4, 5, 6)).astype(np.float32)
 t = np.random.default_rng(4).standard_normal((4, 6, 3)).astype(np.float32)
 assert np.allclose(cp.asnumpy(cp.matmul(cp.asarray(r), cp.asarray(t))), r @ t, atol=1e-5)
+# cublas<t>geam (CuPy's layout changes go through it), every type, with a transpose
+for dt in (np.float32, np.float64, np.complex64, np.complex128):
+    m0 = (np.arange(12).reshape(3, 4) * (1 - 2j if dt in (np.complex64, np.complex128) else 1)).astype(dt)
+    fm = cp.asfortranarray(cp.asarray(m0))
+    assert fm.flags.f_contiguous and (cp.asnumpy(fm) == m0).all()
+    assert (cp.asnumpy(cp.ascontiguousarray(fm.T)) == m0.T).all()
 print("OK")
