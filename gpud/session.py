@@ -356,6 +356,14 @@ class Session:
             self.find(addr, size, f"cublas geam ({operand})")
         self.engine.enqueue(msg.stream, lambda: self.backend.geam(msg))
 
+    def on_rand_generate(self, msg: m.RandGenerate, bulk: list[Any]) -> None:
+        from gpud.rand import check
+
+        check(msg)
+        if msg.n:
+            self.find(msg.out, msg.writes(bulk)[0][1], f"curandGenerate ({msg.dist})")
+            self.engine.enqueue(msg.stream, lambda: self.backend.rand(msg))
+
     def on_fft_exec(self, msg: m.FftExec, bulk: list[Any]) -> None:
         from proto.fft import extents
 

@@ -456,6 +456,27 @@ class BlasGeam(_Req, tag="blas_geam", kw_only=True):
         return [(addr, size) for operand, addr, size in geam_extents(self) if operand == "C"]
 
 
+class RandGenerate(_Req, tag="rand_generate", kw_only=True):
+    """Fill ``n`` values at ``out`` from a cuRAND generator's stream (curandGenerate*), in stream order. Stateless on
+    gpud: the generator's ``seed`` and the position ``offset`` its earlier calls reached name the numbers
+    (NOTE [random numbers], gpud/rand.py)."""
+
+    queued = True
+    dist: Literal["bits", "uniform", "normal", "lognormal", "poisson"]
+    dtype: Literal["u32", "f32", "f64"]
+    out: U64
+    n: Annotated[int, Meta(ge=0, le=1 << 40)]
+    seed: U64 = 0
+    offset: U64 = 0
+    mean: float = 0.0  # normal, lognormal
+    stddev: float = 1.0
+    lam: float = 1.0  # poisson
+    stream: Handle = DEFAULT_STREAM
+
+    def writes(self, bulk: list[Any]) -> list[tuple[int, int]]:
+        return [(self.out, self.n * (8 if self.dtype == "f64" else 4))]
+
+
 # ---------------------------------------------------------------- streams and events
 
 

@@ -173,6 +173,14 @@ class Backend(ABC):
         raise CudaError(codes.NOT_SUPPORTED, f"cuBLAS calls are not supported by the {self.kind} backend yet")
 
     @wrap_errors(codes.ILLEGAL_ADDRESS)
+    def rand(self, r: Any) -> None:
+        """A checked proto RandGenerate (gpud/rand.py), in stream order."""
+        self._rand(r)
+
+    def _rand(self, r: Any) -> None:
+        raise CudaError(codes.NOT_SUPPORTED, f"cuRAND calls are not supported by the {self.kind} backend yet")
+
+    @wrap_errors(codes.ILLEGAL_ADDRESS)
     def fft(self, f: Any) -> None:
         """A checked proto FftExec (NOTE [vendor libraries], gpud/fft.py), in stream order."""
         self._fft(f)

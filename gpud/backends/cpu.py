@@ -334,6 +334,11 @@ class CpuBackend(Backend):
 
         geam_numpy(g)
 
+    def _rand(self, r: Any) -> None:
+        from gpud.rand import generate_numpy
+
+        generate_numpy(r)
+
     def _fft(self, f: Any) -> None:
         from gpud.fft import fft_numpy
 

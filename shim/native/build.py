@@ -37,6 +37,9 @@ SONAMES = (
     "libcufft.so.11",
     "libcufft.so.12",
     "libcufft.so",
+    # and for cuRAND (shim/native/curand.py): 10 ships with CUDA 12 and 13
+    "libcurand.so.10",
+    "libcurand.so",
 )
 
 

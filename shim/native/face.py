@@ -30,6 +30,7 @@ API_MODULES = (
     "shim.native.nvml",
     "shim.native.cublas",
     "shim.native.cufft",
+    "shim.native.curand",
 )
 
 

@@ -36,7 +36,15 @@ RESOLVER = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.
 REPORT = ctypes.CFUNCTYPE(None, ctypes.c_char_p)
 
 
-class NvmlError(Exception):
+class StatusError(Exception):
+    """A failure with the library's own status code (``code``), returned as it is."""
+
+    def __init__(self, code: int, message: str = "") -> None:
+        self.code = code
+        super().__init__(message or f"status {code}")
+
+
+class NvmlError(StatusError):
     """An NVML failure: ``code`` is the nvmlReturn_t."""
 
     def __init__(self, code: int, message: str = "") -> None:
@@ -53,12 +61,13 @@ class Entry:
     nvml: bool = False
     cublas: bool = False
     cufft: bool = False
+    curand: bool = False
     cfunc: Any = field(default=None, repr=False)
 
     def pointer(self) -> int:
         if self.cfunc is None:
             proto = ctypes.CFUNCTYPE(ctypes.c_int, *self.argtypes)
-            self.cfunc = proto(_guard(self.name, self.func, self.nvml, self.cublas, self.cufft))
+            self.cfunc = proto(_guard(self.name, self.func, self.nvml, self.cublas, self.cufft, self.curand))
         return ctypes.cast(self.cfunc, ctypes.c_void_p).value or 0
 
 
@@ -76,6 +85,7 @@ def api(
     nvml: bool = False,
     cublas: bool = False,
     cufft: bool = False,
+    curand: bool = False,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register ``func`` as the implementation of ``name`` for the given signature version(s).
 
@@ -86,7 +96,7 @@ def api(
     vs = (versions,) if isinstance(versions, int) else tuple(versions)
 
     def deco(func: Callable[..., Any]) -> Callable[..., Any]:
-        _ENTRIES.setdefault(name, []).append(Entry(name, vs, tuple(argtypes), func, nvml, cublas, cufft))
+        _ENTRIES.setdefault(name, []).append(Entry(name, vs, tuple(argtypes), func, nvml, cublas, cufft, curand))
         return func
 
     return deco
@@ -120,8 +130,22 @@ def cufft_status(code: int) -> int:
     return _CUFFT_STATUS.get(code, 6)  # CUFFT_EXEC_FAILED
 
 
+# CUresult -> curandStatus_t for failures inside a cuRAND call
+_CURAND_STATUS = {
+    codes.INVALID_VALUE: 104,  # CURAND_STATUS_OUT_OF_RANGE
+    codes.NOT_SUPPORTED: 103,  # CURAND_STATUS_TYPE_ERROR
+    codes.OUT_OF_MEMORY: 102,  # CURAND_STATUS_ALLOCATION_FAILED
+    codes.INVALID_HANDLE: 101,  # CURAND_STATUS_NOT_INITIALIZED
+    codes.NOT_INITIALIZED: 203,  # CURAND_STATUS_INITIALIZATION_FAILED
+}
+
+
+def curand_status(code: int) -> int:
+    return _CURAND_STATUS.get(code, 201)  # CURAND_STATUS_LAUNCH_FAILURE
+
+
 def _guard(
-    name: str, func: Callable[..., Any], nvml: bool, cublas: bool = False, cufft: bool = False
+    name: str, func: Callable[..., Any], nvml: bool, cublas: bool = False, cufft: bool = False, curand: bool = False
 ) -> Callable[..., int]:
     """Turn a Python implementation into a C callback: exceptions become result codes."""
 
@@ -140,8 +164,10 @@ def _guard(
             if nvml:
                 return 2  # NVML_ERROR_INVALID_ARGUMENT
             set_last_error(exc.code, exc.message if exc.message.startswith(name) else f"{name}: {exc.message}")
-            return cublas_status(exc.code) if cublas else cufft_status(exc.code) if cufft else exc.code
-        except NvmlError as exc:
+            if cublas:
+                return cublas_status(exc.code)
+            return cufft_status(exc.code) if cufft else curand_status(exc.code) if curand else exc.code
+        except StatusError as exc:
             return exc.code
         except BaseException as exc:  # noqa: BLE001 - nothing may unwind into C
             log.exception("wooly: %s raised", name)
@@ -149,7 +175,7 @@ def _guard(
                 print(f"wooly: {name} raised {type(exc).__name__}: {exc}", file=sys.stderr)
             set_last_error(codes.UNKNOWN, f"{name}: {type(exc).__name__}: {exc}")
             # CUBLAS_STATUS_INTERNAL_ERROR, CUFFT_INTERNAL_ERROR; CUDA_ERROR_UNKNOWN and NVML_ERROR_UNKNOWN alike
-            return 14 if cublas else 5 if cufft else 999
+            return 14 if cublas else 5 if cufft else 999  # CURAND_STATUS_INTERNAL_ERROR is 999 too
 
     return call
 
@@ -215,7 +241,7 @@ def _parse_symbol(symbol: str) -> tuple[str, int | None]:
 def lookup(symbol: str, version: int) -> tuple[int, Entry | None]:
     """(known?, implementation) for a request: 1/0/-1 as the C resolver returns."""
     _load_versions()
-    if symbol.startswith(("nvml", "cublas", "cufft")):  # exact exported names, no signature versions
+    if symbol.startswith(("nvml", "cublas", "cufft", "curand")):  # exact exported names, no signature versions
         entries = _ENTRIES.get(symbol)
         return (1, entries[0]) if entries else (0, None)
     if version < 0:
@@ -261,6 +287,8 @@ def _report(name: bytes) -> None:
             if symbol.startswith("cublas")
             else "CUFFT_NOT_SUPPORTED"
             if symbol.startswith("cufft")
+            else "CURAND_STATUS_INTERNAL_ERROR (not supported)"
+            if symbol.startswith("curand")
             else "CUDA_ERROR_NOT_SUPPORTED"
         )
         print(f"wooly: {kind}: {symbol}", file=sys.stderr)

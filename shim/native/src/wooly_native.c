@@ -45,21 +45,25 @@ typedef void (*report_fn)(const char *);
 #define CUBLAS_STATUS_NOT_SUPPORTED 15
 #define CUFFT_SETUP_FAILED 7
 #define CUFFT_NOT_SUPPORTED 16
+#define CURAND_STATUS_NOT_INITIALIZED 101
+#define CURAND_STATUS_INTERNAL_ERROR 999
 
-/* Which library an exported name belongs to: 1 NVML, 2 cuBLAS (and cuBLASLt), 3 cuFFT, 0 the driver. */
+/* Which library an exported name belongs to: 1 NVML, 2 cuBLAS (and cuBLASLt), 3 cuFFT, 4 cuRAND, 0 the driver. */
 static int library_of(const char *name) {
     if (strncmp(name, "nvml", 4) == 0) return 1;
     if (strncmp(name, "cublas", 6) == 0) return 2;
     if (strncmp(name, "cufft", 5) == 0) return 3;
+    if (strncmp(name, "curand", 6) == 0) return 4;
     return 0;
 }
 
 /* Each library's status for: the face is gone (0), not supported (1), not bound (2). */
-static const CUresult STATUS[4][3] = {
+static const CUresult STATUS[5][3] = {
     {CUDA_ERROR_DEINITIALIZED, CUDA_ERROR_NOT_SUPPORTED, CUDA_ERROR_NOT_INITIALIZED},
     {NVML_ERROR_UNINITIALIZED, NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_LIBRARY_NOT_FOUND},
     {CUBLAS_STATUS_NOT_INITIALIZED, CUBLAS_STATUS_NOT_SUPPORTED, CUBLAS_STATUS_NOT_INITIALIZED},
     {CUFFT_SETUP_FAILED, CUFFT_NOT_SUPPORTED, CUFFT_SETUP_FAILED},
+    {CURAND_STATUS_NOT_INITIALIZED, CURAND_STATUS_INTERNAL_ERROR, CURAND_STATUS_NOT_INITIALIZED},
 };
 
 struct slot {
@@ -325,7 +329,48 @@ CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, uint64_t 
 #include "exports.h"
 #include "exports_cublas.h"
 #include "exports_cufft.h"
+#include "exports_curand.h"
 #undef X
+
+/* cuRAND entry points that take floating-point arguments by value: those travel in SSE registers, which the
+ * integer-only trampolines never see, so they are written out here and hand their values on as IEEE-754 double
+ * bit patterns (shim/native/curand.py unpacks them). */
+static uint64_t bits(double v) {
+    uint64_t u;
+    memcpy(&u, &v, sizeof u);
+    return u;
+}
+
+#define BOUND(sym) static int s = -1; if (s < 0) s = bind_slot(#sym, -1, 0); if (s < 0) return STATUS[4][2]
+CUresult curandGenerateNormal(A g, A out, A n, float mean, float sd) {
+    BOUND(curandGenerateNormal);
+    return body(s, g, out, n, bits(mean), bits(sd), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+}
+CUresult curandGenerateNormalDouble(A g, A out, A n, double mean, double sd) {
+    BOUND(curandGenerateNormalDouble);
+    return body(s, g, out, n, bits(mean), bits(sd), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+}
+CUresult curandGenerateLogNormal(A g, A out, A n, float mean, float sd) {
+    BOUND(curandGenerateLogNormal);
+    return body(s, g, out, n, bits(mean), bits(sd), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+}
+CUresult curandGenerateLogNormalDouble(A g, A out, A n, double mean, double sd) {
+    BOUND(curandGenerateLogNormalDouble);
+    return body(s, g, out, n, bits(mean), bits(sd), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+}
+CUresult curandGeneratePoisson(A g, A out, A n, double lambda) {
+    BOUND(curandGeneratePoisson);
+    return body(s, g, out, n, bits(lambda), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+}
+CUresult curandGeneratePoissonMethod(A g, A out, A n, double lambda, A method) {
+    BOUND(curandGeneratePoissonMethod);
+    return body(s, g, out, n, bits(lambda), method, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+}
+CUresult curandCreatePoissonDistribution(double lambda, A out) {
+    BOUND(curandCreatePoissonDistribution);
+    return body(s, bits(lambda), out, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+}
+#undef BOUND
 
 /* cuBLAS functions that return strings or sizes, not a status: answered here. */
 const char *cublasGetStatusName(int status) {

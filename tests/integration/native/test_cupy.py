@@ -25,3 +25,11 @@ def test_cupy_fft_on_the_cufft_stand_in(wooly_gpud: str) -> None:
     proc = wooly_run([os.path.join(PROGS, "cupy_fft.py")], server=wooly_gpud, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == "OK"
+
+
+def test_cupy_random_on_the_curand_stand_in(wooly_gpud: str) -> None:
+    """cupy.random through cuRAND's host API (NOTE [random numbers]): distributions, seeds, and cuRAND's own
+    status codes for what it refuses, float arguments passed by value included."""
+    proc = wooly_run([os.path.join(PROGS, "cupy_rand.py")], server=wooly_gpud, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "OK"

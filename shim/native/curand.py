@@ -1,0 +1,181 @@
+"""cuRAND's host API, remoted: the client half of NOTE [random numbers] (gpud/rand.py).
+
+The native library exports every cuRAND symbol (src/exports_curand.h; the entry points with floating-point
+arguments are written out in wooly_native.c, which hands them on as double bit patterns) and is found as
+libcurand.so.10 under ``wooly run``. A generator is kept here: its seed, its position in its stream and its stream.
+Each ``curandGenerate*`` queues one ``rand_generate`` on that stream, as a kernel launch is, and moves the position
+on. Pseudo-random generators of every type are accepted and all draw from one counter-based stream (the numbers
+differ from a GPU's, the distributions and their reproducibility do not); quasi-random generators (Sobol),
+host generators and 64-bit integers return CURAND_STATUS_TYPE_ERROR.
+"""
+
+from __future__ import annotations
+
+import itertools
+import struct
+from ctypes import c_int, c_size_t, c_uint64, c_void_p
+from dataclasses import dataclass
+
+from proto import errors as codes
+from proto.codec import ProtocolError, check
+from proto.errors import CudaError
+from proto.messages import RandGenerate
+from shim.native.registry import StatusError, api, put_i32, put_u64
+from shim.native.state import STATE
+
+P = c_void_p
+VERSION = 10310  # the cuRAND these signatures follow (CUDA 12.9's cuRAND 10.3.10)
+PSEUDO = {100, 101, 121, 141, 142, 161}  # DEFAULT, XORWOW, MRG32K3A, MTGP32, MT19937, PHILOX4_32_10
+LENGTH_NOT_MULTIPLE = 105
+
+
+@dataclass
+class Generator:
+    type: int
+    seed: int = 0
+    offset: int = 0
+    stream: int = 0
+
+
+_gens: dict[int, Generator] = {}
+_ids = itertools.count(0x0BAD5EED)
+
+
+def _g(h: int | None) -> Generator:
+    g = _gens.get(int(h or 0))
+    if g is None:
+        raise CudaError(codes.INVALID_HANDLE, f"invalid cuRAND generator 0x{int(h or 0):x}")
+    return g
+
+
+def _f64(bits: int) -> float:
+    return struct.unpack("<d", int(bits & ((1 << 64) - 1)).to_bytes(8, "little"))[0]
+
+
+@api("curandCreateGenerator", 0, P, c_int, curand=True)
+def curandCreateGenerator(out: int, typ: int) -> None:
+    if typ not in PSEUDO:
+        raise CudaError(codes.NOT_SUPPORTED, f"generator type {typ} (quasi-random generators are not supported)")
+    if not STATE.initialized:  # cuRAND initialises CUDA itself
+        STATE.init()
+    h = next(_ids)
+    _gens[h] = Generator(typ)
+    put_u64(out, h)
+
+
+@api("curandCreateGeneratorHost", 0, P, c_int, curand=True)
+def curandCreateGeneratorHost(out: int, typ: int) -> None:
+    raise CudaError(codes.NOT_SUPPORTED, "host generators are not supported (use curandCreateGenerator)")
+
+
+@api("curandDestroyGenerator", 0, P, curand=True)
+def curandDestroyGenerator(h: int | None) -> None:
+    _g(h)
+    del _gens[int(h or 0)]
+
+
+@api("curandSetPseudoRandomGeneratorSeed", 0, P, c_uint64, curand=True)
+def curandSetPseudoRandomGeneratorSeed(h: int | None, seed: int) -> None:
+    g = _g(h)
+    g.seed, g.offset = int(seed), 0  # cuRAND: a new seed restarts the stream
+
+
+@api("curandSetGeneratorOffset", 0, P, c_uint64, curand=True)
+def curandSetGeneratorOffset(h: int | None, offset: int) -> None:
+    _g(h).offset = int(offset)
+
+
+@api("curandSetGeneratorOrdering", 0, P, c_int, curand=True)
+def curandSetGeneratorOrdering(h: int | None, order: int) -> None:
+    _g(h)  # one ordering here: the counter's
+
+
+@api("curandSetStream", 0, P, P, curand=True)
+def curandSetStream(h: int | None, stream: int | None) -> None:
+    _g(h).stream = int(stream or 0)
+
+
+@api("curandGetVersion", 0, P, curand=True)
+def curandGetVersion(out: int) -> None:
+    put_i32(out, VERSION)
+
+
+@api("curandGetProperty", 0, c_int, P, curand=True)
+def curandGetProperty(which: int, out: int) -> None:
+    put_i32(out, (VERSION // 1000, VERSION // 100 % 10, VERSION % 100)[which] if 0 <= which <= 2 else 0)
+
+
+@api("curandGenerateSeeds", 0, P, curand=True)
+def curandGenerateSeeds(h: int | None) -> None:
+    _g(h)  # a counter-based stream needs no seeding kernel
+
+
+def _generate(h: int | None, out: int | None, n: int, dist: str, dtype: str, **params: float) -> None:
+    g = _g(h)
+    if dist in ("normal", "lognormal") and n % 2:
+        raise StatusError(LENGTH_NOT_MULTIPLE, f"curand: {dist} values come in pairs, {n} asked")
+    if n == 0:
+        return
+    drv = STATE.driver()
+    msg = RandGenerate(
+        dist=dist,
+        dtype=dtype,
+        out=int(out or 0),
+        n=n,
+        seed=g.seed,
+        offset=g.offset,
+        stream=drv._stream(g.stream),
+        **params,
+    )
+    try:
+        check(msg)
+    except ProtocolError as exc:
+        raise CudaError(codes.INVALID_VALUE, f"curandGenerate: {exc.message}") from None
+    drv._check_range(msg.out, msg.writes([])[0][1], f"curandGenerate ({dist})")
+    drv.conn.post(msg)
+    g.offset += n  # NOTE [random numbers]: n counter blocks, at least a value's worth each
+
+
+@api("curandGenerate", 0, P, P, c_size_t, curand=True)
+def curandGenerate(h: int | None, out: int, n: int) -> None:
+    _generate(h, out, n, "bits", "u32")
+
+
+@api("curandGenerateUniform", 0, P, P, c_size_t, curand=True)
+def curandGenerateUniform(h: int | None, out: int, n: int) -> None:
+    _generate(h, out, n, "uniform", "f32")
+
+
+@api("curandGenerateUniformDouble", 0, P, P, c_size_t, curand=True)
+def curandGenerateUniformDouble(h: int | None, out: int, n: int) -> None:
+    _generate(h, out, n, "uniform", "f64")
+
+
+@api("curandGenerateNormal", 0, P, P, c_size_t, c_uint64, c_uint64, curand=True)
+def curandGenerateNormal(h: int | None, out: int, n: int, mean: int, sd: int) -> None:
+    _generate(h, out, n, "normal", "f32", mean=_f64(mean), stddev=_f64(sd))
+
+
+@api("curandGenerateNormalDouble", 0, P, P, c_size_t, c_uint64, c_uint64, curand=True)
+def curandGenerateNormalDouble(h: int | None, out: int, n: int, mean: int, sd: int) -> None:
+    _generate(h, out, n, "normal", "f64", mean=_f64(mean), stddev=_f64(sd))
+
+
+@api("curandGenerateLogNormal", 0, P, P, c_size_t, c_uint64, c_uint64, curand=True)
+def curandGenerateLogNormal(h: int | None, out: int, n: int, mean: int, sd: int) -> None:
+    _generate(h, out, n, "lognormal", "f32", mean=_f64(mean), stddev=_f64(sd))
+
+
+@api("curandGenerateLogNormalDouble", 0, P, P, c_size_t, c_uint64, c_uint64, curand=True)
+def curandGenerateLogNormalDouble(h: int | None, out: int, n: int, mean: int, sd: int) -> None:
+    _generate(h, out, n, "lognormal", "f64", mean=_f64(mean), stddev=_f64(sd))
+
+
+@api("curandGeneratePoisson", 0, P, P, c_size_t, c_uint64, curand=True)
+def curandGeneratePoisson(h: int | None, out: int, n: int, lam: int) -> None:
+    _generate(h, out, n, "poisson", "u32", lam=_f64(lam))
+
+
+@api("curandGeneratePoissonMethod", 0, P, P, c_size_t, c_uint64, c_int, curand=True)
+def curandGeneratePoissonMethod(h: int | None, out: int, n: int, lam: int, method: int) -> None:
+    _generate(h, out, n, "poisson", "u32", lam=_f64(lam))
