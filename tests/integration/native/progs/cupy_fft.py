@@ -28,10 +28,12 @@ z = (rng.standard_normal((8, 12)) + 1j * rng.standard_normal((8, 12))).astype(np
 np.testing.assert_allclose(cp.asnumpy(sfft.ifft2(cp.asarray(z), norm="ortho")), np.fft.ifft2(z, norm="ortho"))
 # a plan made once, used on a stream, in place
 g = cp.asarray(z)
-with cp.cuda.Stream(non_blocking=True):
+s = cp.cuda.Stream(non_blocking=True)
+with s:
     plan = sfft.get_fft_plan(g, axes=(1,))
     with plan:
         out = sfft.fft(g, axis=1, overwrite_x=True)
+s.synchronize()  # a non-blocking stream: the default stream's copy below does not wait for it
 np.testing.assert_allclose(cp.asnumpy(out), np.fft.fft(z, axis=1))
 
 # cuFFT's C API: what a real cuFFT refuses is refused, with cuFFT's status codes
