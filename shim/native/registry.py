@@ -48,8 +48,7 @@ class NvmlError(StatusError):
     """An NVML failure: ``code`` is the nvmlReturn_t."""
 
     def __init__(self, code: int, message: str = "") -> None:
-        self.code = code
-        super().__init__(message or f"NVML error {code}")
+        super().__init__(code, message or f"NVML error {code}")
 
 
 @dataclass
