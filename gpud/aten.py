@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 from gpud import chan
@@ -74,8 +75,8 @@ class _Holder:
         return self.channel
 
     def request(
-        self, msg: list[Any], bulk: list[Any] = (), fds: list[int] | None = None
-    ) -> tuple[list[Any], list[int]]:  # type: ignore[assignment]
+        self, msg: list[Any], bulk: Sequence[Any] = (), fds: list[int] | None = None
+    ) -> tuple[list[Any], list[int]]:
         """One request to the executor process, ``bulk`` appended as descriptors (gpud/chan.py) where given; its
         error reply becomes this call's CudaError. ``fds`` (closed here) travel with it."""
         fds = fds if fds is not None else []

@@ -11,7 +11,7 @@ import mmap
 import re
 import threading
 import time
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -110,7 +110,7 @@ def _handle(v: Any) -> int:
 _shape = W.check_shape
 
 
-class Host:
+class Host(Protocol):
     """What an executor asks of the process it runs for: memory charged to the tenant, and errors reported at
     the session's next sync. In gpud itself this is the session (``SessionHost``); in an executor process it is
     the channel to the broker (gpud/zygote.py)."""
@@ -401,13 +401,13 @@ class Executor:
             self.gen.manual_seed(seed & ((1 << 64) - 1))
             return None
         if name == W.OP_FETCH:
-            t = self.decode(args[0]) if args else None
-            if not isinstance(t, torch.Tensor):
+            got = self.decode(args[0]) if args else None
+            if not isinstance(got, torch.Tensor):
                 raise CudaError(codes.INVALID_VALUE, "wooly.fetch takes a tensor")
-            c = t.detach().resolve_conj().resolve_neg().cpu()
+            c = got.detach().resolve_conj().resolve_neg().cpu()
             flat = c.clone(memory_format=torch.contiguous_format).reshape(-1)  # also size-1 dims with any stride
             raw = flat.view(torch.uint8) if c.numel() else torch.empty(0, dtype=torch.uint8)
-            return [_DTYPE_NAMES.get(c.dtype, str(c.dtype)), list(c.shape)], [memoryview(raw.numpy())]
+            return [_DTYPE_NAMES.get(c.dtype, str(c.dtype)), list(c.shape)], [raw.numpy().data]
         if name == W.OP_STATS:
             return {
                 "allocated": self.allocated,
@@ -463,7 +463,7 @@ class Executor:
                 i = index[key] = len(frames)
                 st = t.untyped_storage()
                 raw = torch.empty(0, dtype=torch.uint8, device=st.device).set_(st)
-                frames.append(memoryview(raw.cpu().numpy()) if raw.numel() else b"")
+                frames.append(raw.cpu().numpy().data if raw.numel() else b"")
             tensors.append(
                 [h, i, _DTYPE_NAMES.get(t.dtype, str(t.dtype)), list(t.shape), list(t.stride()), t.storage_offset()]
             )

@@ -123,7 +123,7 @@ class Graphs:
             )
 
     def drop(self, args: list[Any]) -> None:
-        g = self.graphs.pop(args[0] if args else None, None)
+        g = self.graphs.pop(args[0], None) if args else None
         if g is None:
             return  # dropping twice (reset() then garbage collection) is harmless
         self.ops -= len(g.ops)
@@ -147,7 +147,7 @@ class Graphs:
         self.ops = 0
 
     def replay(self, args: list[Any]) -> None:
-        g = self.graphs.get(args[0] if args else None)
+        g = self.graphs.get(args[0]) if args else None
         if g is None:
             raise CudaError(codes.INVALID_VALUE, f"CUDA graph {str(args[:1])[:40]} is not defined in this session")
         ex = self.ex

@@ -20,7 +20,13 @@ from proto import errors as codes
 from proto.blas import ITEM, shape
 from proto.errors import CudaError
 
-NUMPY = {"f16": np.float16, "f32": np.float32, "f64": np.float64, "c64": np.complex64, "c128": np.complex128}
+NUMPY: dict[str, Any] = {
+    "f16": np.float16,
+    "f32": np.float32,
+    "f64": np.float64,
+    "c64": np.complex64,
+    "c128": np.complex128,
+}
 
 
 def _load(addr: int, rows: int, cols: int, ld: int, typ: str) -> np.ndarray:
@@ -29,9 +35,9 @@ def _load(addr: int, rows: int, cols: int, ld: int, typ: str) -> np.ndarray:
     nbytes = ((cols - 1) * ld + rows) * item
     raw = (ctypes.c_char * nbytes).from_address(addr)
     if typ == "bf16":
-        bits = np.ndarray((rows, cols), np.uint16, raw, strides=(item, ld * item))
+        bits = np.ndarray((rows, cols), np.uint16, memoryview(raw), strides=(item, ld * item))
         return (bits.astype(np.uint32) << 16).view(np.float32)
-    return np.ndarray((rows, cols), NUMPY[typ], raw, strides=(item, ld * item))
+    return np.ndarray((rows, cols), NUMPY[typ], memoryview(raw), strides=(item, ld * item))
 
 
 def _store(view_addr: int, rows: int, cols: int, ld: int, typ: str, value: np.ndarray) -> None:
@@ -42,7 +48,7 @@ def _store(view_addr: int, rows: int, cols: int, ld: int, typ: str, value: np.nd
         rounded[nan] = 0x7FC0
         item = 2
         raw = (ctypes.c_char * (((cols - 1) * ld + rows) * item)).from_address(view_addr)
-        np.ndarray((rows, cols), np.uint16, raw, strides=(item, ld * item))[...] = rounded
+        np.ndarray((rows, cols), np.uint16, memoryview(raw), strides=(item, ld * item))[...] = rounded
         return
     _load(view_addr, rows, cols, ld, typ)[...] = value
 
@@ -57,7 +63,7 @@ def _scalar(g: Any, which: str, compute: type) -> complex:
         return complex(re, im) if np.issubdtype(compute, np.complexfloating) else re
     addr = g.alpha_ptr if which == "alpha" else g.beta_ptr
     stored = NUMPY[g.compute_type]  # as cuBLAS stores it (a half for f16 compute): the bytes gpud checked
-    return compute(np.ndarray((1,), stored, (ctypes.c_char * ITEM[g.compute_type]).from_address(addr))[0])
+    return compute(np.ndarray((1,), stored, memoryview((ctypes.c_char * ITEM[g.compute_type]).from_address(addr)))[0])
 
 
 def gemm_numpy(g: Any) -> None:

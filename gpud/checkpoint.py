@@ -305,7 +305,7 @@ class Checkpointer:
         order, source = t.order, getattr(self.server.pool_agent, "name", "")
 
         def send() -> None:
-            sock = zmq.Context.instance().socket(zmq.DEALER)
+            sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.DEALER)
             sock.setsockopt(zmq.LINGER, 2000)
             try:
                 curve.secure_client(sock, str(order.get("endpoint", "")), str(order.get("server_key", "")))

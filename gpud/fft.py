@@ -16,7 +16,7 @@ import numpy as np
 
 from proto.fft import INVERSE, ITEM, TYPES, extent, plan
 
-NUMPY = {"f32": np.float32, "f64": np.float64, "c64": np.complex64, "c128": np.complex128}
+NUMPY: dict[str, Any] = {"f32": np.float32, "f64": np.float64, "c64": np.complex64, "c128": np.complex128}
 
 
 def _view(addr: int, side: tuple[list[int], list[int], int], batch: int, typ: str) -> np.ndarray:
@@ -24,7 +24,7 @@ def _view(addr: int, side: tuple[list[int], list[int], int], batch: int, typ: st
     sizes, strides, dist = side
     item = ITEM[typ]
     raw = (ctypes.c_char * extent(side, batch, typ)).from_address(addr)
-    base = np.frombuffer(raw, dtype=NUMPY[typ])
+    base = np.frombuffer(memoryview(raw), dtype=NUMPY[typ])
     return np.lib.stride_tricks.as_strided(
         base, (batch, *sizes), (dist * item, *(s * item for s in strides)), writeable=True
     )
@@ -35,6 +35,7 @@ def fft_numpy(f: Any) -> None:
     tin, tout = TYPES[f.type]
     x = _view(f.idata, side_in, f.batch, tin)
     axes = tuple(range(1, 1 + f.rank))
+    y: np.ndarray
     if tin == tout:  # C2C, Z2Z
         y = np.fft.ifftn(x, axes=axes, norm="forward") if f.direction == INVERSE else np.fft.fftn(x, axes=axes)
     elif tin in ("f32", "f64"):  # R2C, D2Z (always forward)

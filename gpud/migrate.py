@@ -449,7 +449,7 @@ class _AtenOp:
         return []  # it reads the tensors out
 
 
-def export(s: Session) -> tuple[dict[str, Any], list[bytes]]:
+def export(s: Session) -> tuple[m.MoveIn, list[bytes]]:
     """The state of a quiesced session, as a ``move_in`` body and its bulk frames (module images, globals)."""
     images: list[bytes] = []
     modules, globals_, handle_of = [], [], {}
@@ -524,7 +524,7 @@ def authorise_peer(
 
 def peer_socket(endpoint: str, server_key: str) -> zmq.Socket:
     """A connection to another gpud, as a client's (CURVE with its key), failing after PEER_TIMEOUT_S of silence."""
-    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.RCVTIMEO, int(PEER_TIMEOUT_S * 1000))
     sock.setsockopt(zmq.SNDTIMEO, int(PEER_TIMEOUT_S * 1000))

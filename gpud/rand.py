@@ -22,7 +22,7 @@ import numpy as np
 from proto import errors as codes
 from proto.errors import CudaError
 
-NUMPY = {"u32": np.uint32, "f32": np.float32, "f64": np.float64}
+NUMPY: dict[str, Any] = {"u32": np.uint32, "f32": np.float32, "f64": np.float64}
 _PAIRS = {
     ("bits", "u32"),
     ("uniform", "f32"),
@@ -58,4 +58,4 @@ def generate_numpy(r: Any) -> None:
     else:
         v = gen.poisson(r.lam, n).astype(np.uint32)
     raw = (ctypes.c_char * (n * np.dtype(typ).itemsize)).from_address(r.out)
-    np.frombuffer(raw, dtype=typ)[...] = v.astype(typ, copy=False)
+    np.frombuffer(memoryview(raw), dtype=typ)[...] = v.astype(typ, copy=False)

@@ -78,7 +78,7 @@ class Server:
         self.session_expiry_s = session_expiry_s
         self.local_expiry_s = local_expiry_s
         self.host_id = host_id()
-        self.ctx = zmq.Context.instance()
+        self.ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
         self.sock, self.bound, self.zap = open_listener(self.ctx, endpoints, insecure, hypervisor)
         self.insecure = insecure
         self.pool = ThreadPoolExecutor(
@@ -103,7 +103,7 @@ class Server:
         # Small messages are cheaper to receive as bytes; big bulk frames arrive over shared memory
         # from same-host clients, so the remaining copy=True cost is confined to remote uploads.
         self._copy_small = self.zap is None  # with client keys, a hello's frames carry its connection's User-Id
-        self.stats = {"requests": 0, "errors": 0, "sessions_opened": 0, "sessions_expired": 0}
+        self.stats: dict[str, float] = {"requests": 0, "errors": 0, "sessions_opened": 0, "sessions_expired": 0}
         # Tenants, quotas, dedup, scheduling, sleep (gpud/hypervisor); ``hypervisor`` is its config.
         from gpud.hypervisor import Hypervisor, load
 
@@ -472,7 +472,7 @@ class Server:
         try:
             while not self._stop.is_set():
                 try:
-                    frames = self.sock.recv_multipart(copy=self._copy_small)
+                    frames = self.sock.recv_multipart(copy=self._copy_small)  # type: ignore[call-overload]  # a bool: pyzmq's stubs want a literal
                 except zmq.Again:
                     frames = None
                 if frames is not None:

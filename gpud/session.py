@@ -10,6 +10,7 @@ by the next synchronous call as CUDA reports asynchronous errors.
 from __future__ import annotations
 
 import bisect
+import functools
 import threading
 import time
 from collections.abc import Callable
@@ -268,7 +269,7 @@ class Session:
         self.memory_used -= r.size
         self.server.release_memory(self, r.size)
         alloc = r.allocation
-        if not any(keep(self, alloc) for keep in KEEP_HOOKS):
+        if alloc is not None and not any(keep(self, alloc) for keep in KEEP_HOOKS):
             when_all(self.engine.tails(), lambda: self.backend.free(alloc))
 
     def free_all(self) -> None:
@@ -278,7 +279,7 @@ class Session:
             if r.allocation is not None:
                 self._release_allocation(r)
         for mod in self.modules.values():
-            when_all(self.engine.tails(), lambda mm=mod: self.backend.unload_module(mm))
+            when_all(self.engine.tails(), functools.partial(self.backend.unload_module, mod))
         self.modules.clear()
         self.functions.clear()
         self.events.clear()
@@ -532,7 +533,7 @@ class Session:
                 with self._lock:
                     self.loads_in_flight -= 1
                 if acct:  # charged on the I/O loop, where every other charge is made
-                    self.server.call_on_loop(lambda: [self.charge(k, v) for k, v in acct.items()])
+                    self.server.call_on_loop(functools.partial(self._charge_all, acct))
 
         return self.server.run_async(run), box
 
@@ -556,7 +557,8 @@ class Session:
                 codes.INVALID_VALUE,
                 f"cuLaunchKernel({fn.name}): parameter buffer of {len(msg.params)} bytes, the kernel takes {expected}",
             )
-        grid, block, params = tuple(msg.grid), tuple(msg.block), msg.params
+        (gx, gy, gz), (bx, by, bz), params = msg.grid, msg.block, msg.params  # three each (the schema)
+        grid, block = (gx, gy, gz), (bx, by, bz)
         allowed = self.allowed_ranges()  # this session's regions at launch time
         limit = self.server.hv.config.policy(self.info.tenant).max_kernel_s or None  # NOTE [watchdog]
 
@@ -569,7 +571,7 @@ class Session:
                 block,
                 msg.shared_mem,
                 params,
-                allowed,  # type: ignore[arg-type]
+                allowed,
                 cooperative=msg.cooperative,
                 deadline_s=limit,
                 cancel=self.stop_launches,
@@ -588,6 +590,10 @@ class Session:
         t = self.ext.get("hv.tenant")
         if t is not None:
             t.acct[key] = t.acct.get(key, 0) + value
+
+    def _charge_all(self, acct: dict[str, float]) -> None:
+        for k, v in acct.items():
+            self.charge(k, v)
 
     def describe(self) -> dict[str, Any]:
         return {

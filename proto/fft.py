@@ -11,7 +11,7 @@ holds ``n[-1] // 2 + 1`` elements along the last axis.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from proto import errors as codes
 from proto.errors import CudaError
@@ -27,7 +27,8 @@ TYPES = {
 }
 ITEM = {"f32": 4, "f64": 8, "c64": 8, "c128": 16}
 NAMES = {0x2A: "R2C", 0x2C: "C2R", 0x29: "C2C", 0x6A: "D2Z", 0x6C: "Z2D", 0x69: "Z2Z"}
-FORWARD, INVERSE = -1, 1
+FORWARD: Literal[-1] = -1
+INVERSE: Literal[1] = 1
 MAX_ELEMENTS = 1 << 40
 
 
@@ -51,12 +52,14 @@ def layout(
     """(sizes, element strides per axis, distance) of one side: the basic layout when ``embed`` is empty (the real
     side of an in-place real transform is padded to ``2 * (n[-1] // 2 + 1)`` along its last axis, as in cuFFT)."""
     if not embed:
-        strides, acc = [], 1
+        strides: list[int] = []
+        acc = 1
         for d in reversed([*n[:-1], 2 * (n[-1] // 2 + 1)] if padded else n):
             strides.insert(0, acc)
             acc *= d
         return n, strides, acc
-    strides, acc = [], stride
+    strides = []
+    acc = stride
     for d in reversed(embed):
         strides.insert(0, acc)
         acc *= d

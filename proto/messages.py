@@ -344,11 +344,14 @@ class MemcpyDtoD(_Req, tag="memcpy_dtod", kw_only=True):
         return [(self.dst, self.size)]
 
 
+ElemSize = Literal[1, 2, 4]
+
+
 class Memset(_Req, tag="memset", kw_only=True):
     queued = True
     dst: U64
     value: Annotated[int, Meta(ge=0, le=0xFFFFFFFF)]
-    elem_size: Literal[1, 2, 4]
+    elem_size: ElemSize
     count: Size
     stream: Handle = DEFAULT_STREAM
 
@@ -359,6 +362,8 @@ class Memset(_Req, tag="memset", kw_only=True):
 # ---------------------------------------------------------------- vendor libraries (NOTE [vendor libraries])
 
 BlasType = Literal["f16", "bf16", "f32", "f64", "c64", "c128"]
+Trans = Literal[0, 1, 2]  # N, T, C
+GeamType = Literal["f32", "f64", "c64", "c128"]
 Stride = Annotated[int, Meta(ge=0, le=1 << 48)]
 
 
@@ -368,8 +373,8 @@ class BlasGemm(_Req, tag="blas_gemm", kw_only=True):
     they are read at run time from device addresses ``alpha_ptr``/``beta_ptr`` (CUBLAS_POINTER_MODE_DEVICE)."""
 
     queued = True
-    trans_a: Literal[0, 1, 2]  # N, T, C
-    trans_b: Literal[0, 1, 2]
+    trans_a: Trans
+    trans_b: Trans
     m: Size
     n: Size
     k: Size
@@ -400,6 +405,9 @@ class BlasGemm(_Req, tag="blas_gemm", kw_only=True):
         return [(addr, size) for operand, addr, size in extents(self) if operand == "C"]
 
 
+Direction = Literal[-1, 1]  # CUFFT_FORWARD, CUFFT_INVERSE
+
+
 class FftExec(_Req, tag="fft_exec", kw_only=True):
     """One cuFFT execution (cufftExec*), in stream order: the plan's geometry (proto/fft.py) travels with it, so
     gpud keeps no plan state; unnormalised in both directions, as cuFFT is."""
@@ -421,7 +429,7 @@ class FftExec(_Req, tag="fft_exec", kw_only=True):
     odist: Annotated[int, Meta(ge=0, le=1 << 48)] = 0
     idata: U64
     odata: U64
-    direction: Literal[-1, 1] = -1
+    direction: Direction = -1
     stream: Handle = DEFAULT_STREAM
 
     def writes(self, bulk: list[Any]) -> list[tuple[int, int]]:
@@ -435,11 +443,11 @@ class BlasGeam(_Req, tag="blas_geam", kw_only=True):
     CuPy's transposes and copies between layouts). A is not read when alpha is 0, B not when beta is 0."""
 
     queued = True
-    trans_a: Literal[0, 1, 2]
-    trans_b: Literal[0, 1, 2]
+    trans_a: Trans
+    trans_b: Trans
     m: Size
     n: Size
-    type: Literal["f32", "f64", "c64", "c128"]
+    type: GeamType
     alpha: Annotated[list[float], Meta(min_length=2, max_length=2)] = msgspec.field(default_factory=lambda: [1.0, 0.0])
     beta: Annotated[list[float], Meta(min_length=2, max_length=2)] = msgspec.field(default_factory=lambda: [0.0, 0.0])
     a: U64
@@ -456,14 +464,18 @@ class BlasGeam(_Req, tag="blas_geam", kw_only=True):
         return [(addr, size) for operand, addr, size in geam_extents(self) if operand == "C"]
 
 
+RandDist = Literal["bits", "uniform", "normal", "lognormal", "poisson"]
+RandType = Literal["u32", "f32", "f64"]
+
+
 class RandGenerate(_Req, tag="rand_generate", kw_only=True):
     """Fill ``n`` values at ``out`` from a cuRAND generator's stream (curandGenerate*), in stream order. Stateless on
     gpud: the generator's ``seed`` and the position ``offset`` its earlier calls reached name the numbers
     (NOTE [random numbers], gpud/rand.py)."""
 
     queued = True
-    dist: Literal["bits", "uniform", "normal", "lognormal", "poisson"]
-    dtype: Literal["u32", "f32", "f64"]
+    dist: RandDist
+    dtype: RandType
     out: U64
     n: Annotated[int, Meta(ge=0, le=1 << 40)]
     seed: U64 = 0
@@ -543,10 +555,13 @@ class CtxSynchronize(_Req, tag="ctx_synchronize", kw_only=True):
 # ---------------------------------------------------------------- modules and launches
 
 
+ModuleFormat = Literal["ptx", "cubin", "fatbin"]
+
+
 class ModuleLoad(_Req, tag="module_load", kw_only=True):
     module: Handle
     frame: FrameIndex
-    format: Literal["ptx", "cubin", "fatbin"] = "ptx"
+    format: ModuleFormat = "ptx"
 
 
 class ModuleUnload(_Req, tag="module_unload", kw_only=True):
@@ -687,6 +702,7 @@ class AtenCall(_Req, tag="aten_call", kw_only=True):
 # holds and answers the indexes it lacks; the client copies those the ordinary way and queues
 # DedupPublish so that gpud, after hashing the bytes itself, stores them for the next tenant.
 ChunkHash = Annotated[bytes, Meta(min_length=16, max_length=32)]
+HashAlgo = Literal["xxh3_128", "sha256"]
 ChunkSize = Annotated[int, Meta(ge=4096, le=1 << 28)]
 
 
@@ -694,7 +710,7 @@ class DedupUpload(_Req, tag="dedup_upload", kw_only=True):
     dst: U64
     size: Size
     chunk: ChunkSize
-    algo: Literal["xxh3_128", "sha256"] = "xxh3_128"
+    algo: HashAlgo = "xxh3_128"
     hashes: Annotated[list[ChunkHash], Meta(max_length=1 << 20)]
     stream: Handle = DEFAULT_STREAM
 
@@ -707,7 +723,7 @@ class DedupPublish(_Req, tag="dedup_publish", kw_only=True):
     dst: U64
     size: Size
     chunk: ChunkSize
-    algo: Literal["xxh3_128", "sha256"] = "xxh3_128"
+    algo: HashAlgo = "xxh3_128"
     indexes: Annotated[list[Annotated[int, Meta(ge=0, lt=1 << 20)]], Meta(max_length=1 << 20)]
     hashes: Annotated[list[ChunkHash], Meta(max_length=1 << 20)]
     stream: Handle = DEFAULT_STREAM
@@ -719,7 +735,7 @@ class DedupQuery(_Req, tag="dedup_query", kw_only=True):
 
     chunk: ChunkSize
     size: Size
-    algo: Literal["xxh3_128", "sha256"] = "xxh3_128"
+    algo: HashAlgo = "xxh3_128"
     hashes: Annotated[list[ChunkHash], Meta(max_length=1 << 20)]
 
 
@@ -732,7 +748,7 @@ class DedupTensor(_Req, tag="dedup_tensor", kw_only=True):
     shape: Annotated[list[Annotated[int, Meta(ge=0, le=1 << 48)]], Meta(max_length=64)]
     size: Size
     chunk: ChunkSize
-    algo: Literal["xxh3_128", "sha256"] = "xxh3_128"
+    algo: HashAlgo = "xxh3_128"
     hashes: Annotated[list[ChunkHash], Meta(max_length=1 << 20)]
     frames: Annotated[list[Annotated[int, Meta(ge=-1, lt=4096)]], Meta(max_length=1 << 20)]
 

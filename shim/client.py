@@ -45,7 +45,7 @@ class _Raw(dict):
     """A message given as a plain map, as it goes on the wire: tests of gpud's own checks send what no Struct of
     proto/messages.py would (NOTE [wire schema]). Read and written by attribute like a Struct."""
 
-    __getattr__ = dict.get  # type: ignore[assignment]
+    __getattr__ = dict.get
 
     def __setattr__(self, key: str, value: Any) -> None:
         self[key] = value
@@ -89,7 +89,7 @@ class Connection:
         # NOTE [local synchronisation]: calls and posts that may have queued device work since the last completed
         # ctx_synchronize (staged copies excepted: their completion shows in the ring's flag words)
         self.unsynced = 0
-        self._ctx = zmq.Context.instance()
+        self._ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
         self._sock = self._ctx.socket(zmq.DEALER)
         self._sock.setsockopt(zmq.LINGER, 1000)
         self._sock.setsockopt(zmq.SNDHWM, 0)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import weakref
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import xxhash
 
@@ -47,7 +47,7 @@ class DedupStats:
 
 class DedupUploader:
     def __init__(self, algo: str, chunk: int) -> None:
-        self.algo = algo
+        self.algo = cast(m.HashAlgo, algo)  # gpud named it (its capabilities); it checks what it is sent
         self.chunk = chunk
         self.stats = DedupStats()
 

@@ -14,7 +14,7 @@ import struct
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -200,7 +200,7 @@ class Driver:
                 self._ring = StagingRing(self.conn) if use else False
             except (CudaError, OSError):
                 self._ring = False
-        return self._ring or None
+        return self._ring if isinstance(self._ring, StagingRing) else None
 
     @property
     def dedup_stats(self) -> Any:
@@ -298,12 +298,14 @@ class Driver:
             self.conn.post(m.MemcpyDtoD(dst=int(dst), src=int(src), size=int(size), stream=self._stream(stream)))
 
     def memset(self, dst: int, value: int, elem_size: int, count: int, stream: int = 0) -> None:
+        if elem_size not in (1, 2, 4):
+            raise CudaError(codes.INVALID_VALUE, f"cuMemsetD: element size {elem_size} (1, 2 or 4)")
         mask = (1 << (8 * elem_size)) - 1
         self.conn.post(
             m.Memset(
                 dst=int(dst),
                 value=int(value) & mask,
-                elem_size=elem_size,
+                elem_size=cast(m.ElemSize, elem_size),
                 count=int(count),
                 stream=self._stream(stream),
             )
@@ -380,7 +382,7 @@ class Driver:
 
     def ctx_synchronize(self) -> None:
         ring = self._ring
-        if ring and ring.synchronize():  # NOTE [local synchronisation] in shim/shm.py
+        if isinstance(ring, StagingRing) and ring.synchronize():  # NOTE [local synchronisation] in shim/shm.py
             return
         self.conn.call(m.CtxSynchronize())
 
@@ -393,7 +395,7 @@ class Driver:
         data = image.encode() if isinstance(image, str) else bytes(image)
         h = self._new_id()
         with progress.waiting(f"compiling a {len(data) >> 10} KiB {fmt.upper()} module on gpud"):
-            value, _ = self.conn.call(m.ModuleLoad(module=h, frame=0, format=fmt), [data])
+            value, _ = self.conn.call(m.ModuleLoad(module=h, frame=0, format=cast(m.ModuleFormat, fmt)), [data])
         self.modules[h] = value
         return h
 
@@ -414,7 +416,7 @@ class Driver:
             handle=h,
             module=module,
             name=value["name"],
-            params=tuple(tuple(p) for p in value["params"]),  # type: ignore[misc]
+            params=tuple(tuple(p) for p in value["params"]),
             attributes=dict(value["attributes"]),
         )
         self.functions[h] = info

@@ -61,6 +61,7 @@ class Function:
     params: list[ParamInfo]
     attributes: dict[str, int] = field(default_factory=dict)
     native: Any = None
+    module: Any = None  # the Module it came from, where a session keeps it (NOTE [migration])
 
 
 @dataclass

@@ -322,7 +322,7 @@ class CpuBackend(Backend):
             return
         dtype = np.uint16 if elem_size == 2 else np.uint32
         raw = (ctypes.c_char * (count * elem_size)).from_address(addr)
-        np.frombuffer(raw, dtype=dtype, count=count).fill(value & ((1 << (8 * elem_size)) - 1))
+        np.frombuffer(memoryview(raw), dtype=dtype, count=count).fill(value & ((1 << (8 * elem_size)) - 1))
 
     def _gemm(self, g: Any) -> None:
         from gpud.blas import gemm_numpy

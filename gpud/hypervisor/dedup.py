@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import bisect
 import ctypes
+import functools
 import hashlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -261,7 +262,7 @@ class DedupEngine:
                     share = Share(start, length, c, ordinal)
                     sh.add(share)
                     self._account_shared(session, share, +1)
-                    session.engine.enqueue(msg.stream, lambda s=share, c=c: self._map(s, c))
+                    session.engine.enqueue(msg.stream, functools.partial(self._map, share, c))
                 else:
 
                     def copy(c: Chunk = c, start: int = start, length: int = length) -> None:
@@ -304,7 +305,7 @@ class DedupEngine:
                 share = Share(start, length, None, ordinal)
                 sh.add(share)
                 key = (msg.algo, bytes(h), length)
-                session.engine.enqueue(msg.stream, lambda s=share, k=key: self._publish_one(session, s, k))
+                session.engine.enqueue(msg.stream, functools.partial(self._publish_one, session, share, key))
 
     def _publish_one(self, session: Session, share: Share, key: tuple[str, bytes, int]) -> None:
         """Runs on a stream worker, after the tenant's own copy of the bytes has landed."""

@@ -55,7 +55,7 @@ class _Collector(Collector):
             ),
         }
         awake = GaugeMetricFamily("wooly_tenant_awake", "1 when awake, 0 when asleep", labels=tl)
-        c = {
+        c: dict[str, CounterMetricFamily] = {
             "device_time_s": CounterMetricFamily("wooly_tenant_device_seconds", "Device time used", labels=tl),
             "contended_time_s": CounterMetricFamily(
                 "wooly_tenant_contended_device_seconds", "Device time used while another tenant waited", labels=tl
@@ -89,17 +89,17 @@ class _Collector(Collector):
         for t in info["tenants"]:
             for key, fam in g.items():
                 fam.add_metric([t["tenant"]], float(t[key]))
-            for key, fam in c.items():
-                fam.add_metric([t["tenant"]], float(t[key]))
-            for key, fam in acct.items():
-                fam.add_metric([t["tenant"]], float(t["accounting"].get(key, 0)))
+            for key, counter in c.items():
+                counter.add_metric([t["tenant"]], float(t[key]))
+            for key, total in acct.items():
+                total.add_metric([t["tenant"]], float(t["accounting"].get(key, 0)))
             awake.add_metric([t["tenant"]], 1.0 if t["state"] == "awake" else 0.0)
         yield from g.values()
         yield awake
         yield from c.values()
         yield from acct.values()
         phys = GaugeMetricFamily("wooly_device_memory_used_bytes", "Physical device memory in use", labels=["device"])
-        total = GaugeMetricFamily("wooly_device_memory_total_bytes", "Device memory", labels=["device"])
+        total = GaugeMetricFamily("wooly_device_memory_total_bytes", "Device memory", labels=["device"])  # type: ignore[assignment]
         for dev, v in info["physical"].items():
             phys.add_metric([dev], float(v))
             total.add_metric([dev], float(hv.total[int(dev)]))

@@ -122,7 +122,9 @@ def cuDeviceGetProperties(out: int, dev: int) -> None:
     # CUdevprop: maxThreadsPerBlock, maxThreadsDim[3], maxGridSize[3], sharedMemPerBlock,
     # totalConstantMemory, SIMDWidth, memPitch, regsPerBlock, clockRate, textureAlign
     vals = [g(1), g(2), g(3), g(4), g(5), g(6), g(7), g(8), g(9), g(10), g(11), g(12), g(13), g(14)]
-    (ctypes.c_int * 14).from_address(out)[:] = vals
+    props = (ctypes.c_int * 14).from_address(out)
+    for i, v in enumerate(vals):
+        props[i] = v
 
 
 def _bus_id(dev: int) -> str:

@@ -36,7 +36,7 @@ def marshal(info: FunctionInfo, kernel_params: int | None, extra: int | None) ->
         for i, (size, _align, offset) in enumerate(info.params):
             if not ptrs[i]:
                 raise CudaError(codes.INVALID_VALUE, f"{info.name}: kernelParams[{i}] (offset {offset}) is NULL")
-            args.append(ctypes.string_at(ptrs[i], size))
+            args.append(ctypes.string_at(int(ptrs[i] or 0), size))
         return info.pack_params(args)
     if extra:
         buf_ptr, buf_size = None, None

@@ -303,7 +303,7 @@ def cuMemcpyPeerAsync(dst: int, dc: int | None, src: int, sc: int | None, size: 
 # ---------------------------------------------------------------------------- memset
 def _host_visible(dst: int, what: str) -> None:
     """Synchronous calls that write page-locked host memory return once the host sees the bytes."""
-    if not what.endswith("Async") and any(b.device <= dst < b.device + b.size for b in _mapped.values()):
+    if not what.endswith("Async") and any(d <= dst < d + b.size for d, b in _mapped.items()):
         STATE.driver().stream_synchronize(0)
 
 

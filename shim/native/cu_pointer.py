@@ -49,8 +49,10 @@ def attribute(attr: int, ptr: int) -> int | None:
     if attr not in _SIZES:
         raise CudaError(codes.INVALID_VALUE, f"unknown pointer attribute {attr}")
     ctx = STATE.current() or STATE.primary(0)
-    block = next((b for b in cu_memory._mapped.values() if b.device <= ptr < b.device + b.size), None)
-    if block is not None:  # mapped pinned memory seen by its device address, or managed memory
+    block = next((b for d, b in cu_memory._mapped.items() if d <= ptr < d + b.size), None)
+    if (
+        block is not None and block.device is not None
+    ):  # mapped pinned memory seen by its device address, or managed memory
         off = ptr - block.device
         return {
             CONTEXT: ctx.handle,
@@ -143,7 +145,7 @@ def cuPointerGetAttributes(n: int, attrs: int, data: int, ptr: int) -> None:
             continue
         value = attribute(ids[i], ptr)
         # Unknown memory answers with zeros (memory type 0, context NULL), as the driver does.
-        _write(outs[i], ids[i], 0 if value is None else value)
+        _write(int(outs[i] or 0), ids[i], 0 if value is None else value)
 
 
 @api("cuPointerSetAttribute", 6000, P, c_int, c_uint64)

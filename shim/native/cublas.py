@@ -21,7 +21,7 @@ from proto import errors as codes
 from proto.blas import extents, geam_extents
 from proto.codec import ProtocolError, check
 from proto.errors import CudaError
-from proto.messages import BlasGeam, BlasGemm
+from proto.messages import BlasGeam, BlasGemm, BlasType, GeamType, Trans
 from shim.native.registry import api, put_i32, put_u64
 from shim.native.state import STATE
 
@@ -29,8 +29,8 @@ P = c_void_p
 VERSION = 120903  # the cuBLAS API these signatures follow (12.9)
 
 # cudaDataType_t -> wire type; cublasComputeType_t (and the legacy cudaDataType compute types) -> wire type
-DATA = {0: "f32", 1: "f64", 2: "f16", 4: "c64", 5: "c128", 14: "bf16"}
-COMPUTE = {
+DATA: dict[int, BlasType] = {0: "f32", 1: "f64", 2: "f16", 4: "c64", 5: "c128", 14: "bf16"}
+COMPUTE: dict[int, BlasType] = {
     64: "f16",
     65: "f16",
     68: "f32",
@@ -141,10 +141,20 @@ def cublasSetWorkspace_v2(h: int | None, ptr: int | None, size: int) -> None:
 
 
 # ---------------------------------------------------------------------------- gemm
-_TRANS = {0: 0, 1: 1, 2: 2, ord("N"): 0, ord("n"): 0, ord("T"): 1, ord("t"): 1, ord("C"): 2, ord("c"): 2}
+_TRANS: dict[int, Trans] = {
+    0: 0,
+    1: 1,
+    2: 2,
+    ord("N"): 0,
+    ord("n"): 0,
+    ord("T"): 1,
+    ord("t"): 1,
+    ord("C"): 2,
+    ord("c"): 2,
+}
 
 
-def _trans(op: int) -> int:
+def _trans(op: int) -> Trans:
     t = _TRANS.get(int(op))
     if t is None:
         raise CudaError(codes.INVALID_VALUE, f"transpose operation {op} (0 N, 1 T, 2 C)")
@@ -175,7 +185,7 @@ def gemm(
     c: int | None,
     ldc: int,
     *,
-    types: tuple[str, str, str, str],
+    types: tuple[BlasType, BlasType, BlasType, BlasType],
     strides: tuple[int, int, int] = (0, 0, 0),
     batch: int = 1,
 ) -> None:
@@ -220,7 +230,7 @@ def gemm(
     drv.conn.post(msg)
 
 
-def _typed(name: str, typ: str) -> None:
+def _typed(name: str, typ: BlasType) -> None:
     args = (P, c_int, c_int, c_int, c_int, c_int, P, P, c_int, P, c_int, P, P, c_int)
 
     @api(name, 0, *args, cublas=True)
@@ -271,7 +281,7 @@ def _typed(name: str, typ: str) -> None:
         )
 
 
-def _pointer_batched(name: str, typ: str) -> None:
+def _pointer_batched(name: str, typ: BlasType) -> None:
     """gemm over arrays of device pointers: the arrays are read (in stream order) and each product queued."""
     args = (P, c_int, c_int, c_int, c_int, c_int, P, P, c_int, P, c_int, P, P, c_int, c_int)
 
@@ -291,33 +301,35 @@ def _pointer_batched(name: str, typ: str) -> None:
             gemm(h, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, types=(typ, typ, typ, typ))
 
 
-for _name, _typ in (
+_BATCHED: tuple[tuple[str, BlasType], ...] = (
     ("cublasSgemmBatched", "f32"),
     ("cublasDgemmBatched", "f64"),
     ("cublasCgemmBatched", "c64"),
     ("cublasZgemmBatched", "c128"),
     ("cublasHgemmBatched", "f16"),
-):
+)
+for _name, _typ in _BATCHED:
     _pointer_batched(_name, _typ)
 
-for _name, _typ in (
+_PLAIN: tuple[tuple[str, BlasType], ...] = (
     ("cublasSgemm_v2", "f32"),
     ("cublasDgemm_v2", "f64"),
     ("cublasCgemm_v2", "c64"),
     ("cublasZgemm_v2", "c128"),
     ("cublasHgemm", "f16"),
-):
+)
+for _name, _typ in _PLAIN:
     _typed(_name, _typ)
 
 
-def _types(at: int, bt: int, ct: int, compute: int) -> tuple[str, str, str, str]:
+def _types(at: int, bt: int, ct: int, compute: int) -> tuple[BlasType, BlasType, BlasType, BlasType]:
     try:
         a, b, c = DATA[at], DATA[bt], DATA[ct]
         comp = COMPUTE[compute]
     except KeyError as exc:
         raise CudaError(codes.NOT_SUPPORTED, f"gemm: data or compute type {exc.args[0]} is not supported") from None
     if a in ("c64", "c128"):
-        comp = {"f32": "c64", "f64": "c128"}.get(comp, comp)
+        comp = "c64" if comp == "f32" else "c128" if comp == "f64" else comp
     return a, b, c, comp
 
 
@@ -542,7 +554,7 @@ def cublasGetVectorAsync(n, elem, x, incx, y, incy, stream) -> None:  # noqa: AN
 
 
 # ---------------------------------------------------------------------------- geam
-def geam(h, ta, tb, m, n, alpha, a, lda, beta, b, ldb, c, ldc, typ: str) -> None:  # noqa: ANN001
+def geam(h, ta, tb, m, n, alpha, a, lda, beta, b, ldb, c, ldc, typ: GeamType) -> None:  # noqa: ANN001
     """C = alpha op(A) + beta op(B) (cublas<t>geam), queued on the handle's stream as ``blas_geam``."""
     handle = _h(h)
     if min(m, n, lda, ldb, ldc) < 0:
@@ -583,7 +595,7 @@ def geam(h, ta, tb, m, n, alpha, a, lda, beta, b, ldb, c, ldc, typ: str) -> None
     drv.conn.post(msg)
 
 
-def _geam(name: str, typ: str) -> None:
+def _geam(name: str, typ: GeamType) -> None:
     @api(name, 0, P, c_int, c_int, c_int, c_int, P, P, c_int, P, P, c_int, P, c_int, cublas=True)
     def impl(h, ta, tb, m, n, alpha, a, lda, beta, b, ldb, c, ldc) -> None:  # noqa: ANN001
         geam(h, ta, tb, m, n, alpha, a, lda, beta, b, ldb, c, ldc, typ)
@@ -593,5 +605,11 @@ def _geam(name: str, typ: str) -> None:
         geam(h, ta, tb, m, n, alpha, a, lda, beta, b, ldb, c, ldc, typ)
 
 
-for _name, _typ in (("cublasSgeam", "f32"), ("cublasDgeam", "f64"), ("cublasCgeam", "c64"), ("cublasZgeam", "c128")):
-    _geam(_name, _typ)
+_GEAMS: tuple[tuple[str, GeamType], ...] = (
+    ("cublasSgeam", "f32"),
+    ("cublasDgeam", "f64"),
+    ("cublasCgeam", "c64"),
+    ("cublasZgeam", "c128"),
+)
+for _gname, _gtyp in _GEAMS:
+    _geam(_gname, _gtyp)

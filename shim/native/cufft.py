@@ -19,7 +19,7 @@ from proto.codec import ProtocolError, check
 from proto.errors import CudaError
 from proto.fft import FORWARD, INVERSE, NAMES, TYPES, extents
 from proto.fft import plan as check_plan
-from proto.messages import FftExec
+from proto.messages import Direction, FftExec
 from shim.native.registry import api, put_i32, put_u64
 from shim.native.state import STATE
 
@@ -265,7 +265,15 @@ def cufftGetProperty(which: int, out: int) -> None:
 
 
 # ---------------------------------------------------------------------------- execution
-def _exec(h: int, idata: int | None, odata: int | None, direction: int, want: int) -> None:
+def _direction(d: int) -> Direction:
+    if d == FORWARD:
+        return FORWARD
+    if d == INVERSE:
+        return INVERSE
+    raise CudaError(codes.INVALID_VALUE, f"direction {d} (CUFFT_FORWARD -1 or CUFFT_INVERSE 1)")
+
+
+def _exec(h: int, idata: int | None, odata: int | None, direction: Direction, want: int) -> None:
     p = _plan(h)
     if not p.made:
         raise CudaError(codes.INVALID_HANDLE, f"cuFFT plan {int(h)} was created but never made (cufftMakePlan*)")
@@ -301,12 +309,12 @@ def _exec(h: int, idata: int | None, odata: int | None, direction: int, want: in
 
 @api("cufftExecC2C", 0, c_int, P, P, c_int, cufft=True)
 def cufftExecC2C(h: int, idata: int, odata: int, direction: int) -> None:
-    _exec(h, idata, odata, direction, 0x29)
+    _exec(h, idata, odata, _direction(direction), 0x29)
 
 
 @api("cufftExecZ2Z", 0, c_int, P, P, c_int, cufft=True)
 def cufftExecZ2Z(h: int, idata: int, odata: int, direction: int) -> None:
-    _exec(h, idata, odata, direction, 0x69)
+    _exec(h, idata, odata, _direction(direction), 0x69)
 
 
 @api("cufftExecR2C", 0, c_int, P, P, cufft=True)
@@ -334,4 +342,4 @@ def cufftXtExec(h: int, idata: int, odata: int, direction: int) -> None:
     p = _plan(h)
     real_in = p.type in (0x2A, 0x6A)
     real_out = p.type in (0x2C, 0x6C)
-    _exec(h, idata, odata, FORWARD if real_in else INVERSE if real_out else direction, p.type)
+    _exec(h, idata, odata, FORWARD if real_in else INVERSE if real_out else _direction(direction), p.type)

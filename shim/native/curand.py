@@ -15,11 +15,12 @@ import itertools
 import struct
 from ctypes import c_int, c_size_t, c_uint64, c_void_p
 from dataclasses import dataclass
+from typing import Any
 
 from proto import errors as codes
 from proto.codec import ProtocolError, check
 from proto.errors import CudaError
-from proto.messages import RandGenerate
+from proto.messages import RandDist, RandGenerate, RandType
 from shim.native.registry import StatusError, api, put_i32, put_u64
 from shim.native.state import STATE
 
@@ -110,7 +111,7 @@ def curandGenerateSeeds(h: int | None) -> None:
     _g(h)  # a counter-based stream needs no seeding kernel
 
 
-def _generate(h: int | None, out: int | None, n: int, dist: str, dtype: str, **params: float) -> None:
+def _generate(h: int | None, out: int | None, n: int, dist: RandDist, dtype: RandType, **params: Any) -> None:
     g = _g(h)
     if dist in ("normal", "lognormal") and n % 2:
         raise StatusError(LENGTH_NOT_MULTIPLE, f"curand: {dist} values come in pairs, {n} asked")

@@ -243,6 +243,11 @@ def nvmlDeviceGetUtilizationRates(handle: int | None, out: int) -> None:
     (ctypes.c_uint32 * 2).from_address(_out(out))[:] = [0, (100 * used // total) if total else 0]
 
 
+def _no_processes(handle: int | None, count: int | None, infos: int | None) -> None:
+    _device(handle)
+    put_u32(_out(count), 0)
+
+
 for _name in (
     "nvmlDeviceGetComputeRunningProcesses",
     "nvmlDeviceGetComputeRunningProcesses_v2",
@@ -252,7 +257,7 @@ for _name in (
     "nvmlDeviceGetGraphicsRunningProcesses_v3",
 ):
     # Other tenants' processes are not visible to a client; report none.
-    api(_name, 0, P, P, P, nvml=True)(lambda handle, count, infos: (_device(handle), put_u32(_out(count), 0))[-1])
+    api(_name, 0, P, P, P, nvml=True)(_no_processes)
 
 
 def _mode(value: int):  # noqa: ANN202

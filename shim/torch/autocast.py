@@ -161,8 +161,8 @@ def patch() -> None:
             _active[0] -= 1
             if _active[0] <= 0:
                 _active[0] = 0
-                RemoteTensor.__torch_function__ = _DISABLED  # type: ignore[assignment]
+                RemoteTensor.__torch_function__ = _DISABLED
         return r
 
-    cls.__enter__ = __enter__
-    cls.__exit__ = __exit__
+    cls.__enter__ = __enter__  # type: ignore[method-assign]
+    cls.__exit__ = __exit__  # type: ignore[method-assign]

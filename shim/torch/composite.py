@@ -22,7 +22,7 @@ _aten = torch.ops.aten
 
 class _FlashAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, q: Any, k: Any, v: Any, dropout_p: float, is_causal: bool, mask: Any, scale: Any) -> Any:  # type: ignore[override]
+    def forward(ctx: Any, q: Any, k: Any, v: Any, dropout_p: float, is_causal: bool, mask: Any, scale: Any) -> Any:
         out, lse = _aten._scaled_dot_product_flash_attention_for_cpu(
             q, k, v, dropout_p, is_causal, attn_mask=mask, scale=scale
         )
@@ -31,7 +31,7 @@ class _FlashAttention(torch.autograd.Function):
         return out
 
     @staticmethod
-    def backward(ctx: Any, grad: Any) -> Any:  # type: ignore[override]
+    def backward(ctx: Any, grad: Any) -> Any:
         q, k, v, out, lse, mask = ctx.saved_tensors
         dropout_p, is_causal, scale = ctx.args
         dq, dk, dv = _aten._scaled_dot_product_flash_attention_for_cpu_backward(

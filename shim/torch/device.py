@@ -145,7 +145,7 @@ def register_fallback() -> None:
 
     from shim.torch.dispatch import dispatch
 
-    def cuda_fallback(op, *args, **kwargs):  # type: ignore[no-untyped-def]
+    def cuda_fallback(op, *args, **kwargs):
         return dispatch(op, args, kwargs)
 
     global _fallback_lib

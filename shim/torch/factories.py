@@ -162,11 +162,11 @@ def _patch_device_context() -> None:
             return remote_factory(name, orig, args, kwargs)
         return orig_tf(self, func, types, args, kwargs)
 
-    D.DeviceContext.__torch_function__ = __torch_function__
+    D.DeviceContext.__torch_function__ = __torch_function__  # type: ignore[method-assign]
 
 
 # ---------------------------------------------------------------------- Tensor methods
-_Uninit = torch.nn.parameter.UninitializedTensorMixin
+_Uninit = torch.nn.parameter.UninitializedTensorMixin  # type: ignore[attr-defined]
 
 
 def _lazy_to_cuda(t: Any) -> Any:
@@ -218,11 +218,11 @@ def _patch_tensor_methods() -> None:
         device, dtype, non_blocking, memory_format = parse_to(*args, **kw)
         if remote:
             if device is not None and device.type == "cpu":
-                out = to_host(self)
+                out = to_host(self)  # type: ignore[arg-type]
                 return orig_to(out, dtype=dtype) if dtype is not None else out
             if (dtype is None or dtype == self.dtype) and not copy and memory_format in (None, torch.preserve_format):
                 return self
-            kw: dict[str, Any] = {"copy": copy}
+            kw: dict[str, Any] = {"copy": copy}  # type: ignore[no-redef]
             if dtype is not None:
                 kw["dtype"] = dtype
             if memory_format is not None:
@@ -262,10 +262,10 @@ def _patch_tensor_methods() -> None:
     torch.Tensor.__getitem__ = __getitem__  # type: ignore[method-assign,assignment]
 
     del orig_cuda
-    torch.Tensor.to = to  # type: ignore[method-assign]
-    torch.Tensor.cuda = cuda  # type: ignore[method-assign]
-    torch.Tensor.cpu = cpu  # type: ignore[method-assign]
-    torch.Tensor.pin_memory = pin_memory  # type: ignore[method-assign]
+    torch.Tensor.to = to  # type: ignore[assignment, method-assign]
+    torch.Tensor.cuda = cuda  # type: ignore[assignment, method-assign]
+    torch.Tensor.cpu = cpu  # type: ignore[assignment, method-assign]
+    torch.Tensor.pin_memory = pin_memory  # type: ignore[assignment, method-assign]
     torch.Tensor.is_pinned = lambda self, device=None: True  # type: ignore[method-assign]
 
 

@@ -137,8 +137,8 @@ def patch() -> None:
     import torch.cuda.graphs as G
 
     for mod in (torch.cuda, G):
-        mod.CUDAGraph = CUDAGraph  # type: ignore[attr-defined,misc]
+        mod.CUDAGraph = CUDAGraph  # type: ignore[attr-defined]
         mod.graph_pool_handle = graph_pool_handle  # type: ignore[attr-defined]
         mod.is_current_stream_capturing = is_current_stream_capturing  # type: ignore[attr-defined]
     if not hasattr(torch._C, "_host_emptyCache"):  # torch.cuda.graph's __enter__ calls it (pinned host cache)
-        torch._C._host_emptyCache = lambda: None  # type: ignore[attr-defined]
+        torch._C._host_emptyCache = lambda: None

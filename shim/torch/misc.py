@@ -80,7 +80,7 @@ def _patch_generator() -> None:
         pass
 
     Generator.__doc__ = orig.__doc__
-    torch.Generator = Generator  # type: ignore[misc]
+    torch.Generator = Generator  # type: ignore[assignment, misc]
 
 
 def _patch_foreach() -> None:
@@ -127,7 +127,7 @@ def _patch_surface() -> None:
         deviceRangeStart=lambda *a: None,
         deviceRangeEnd=lambda *a: None,
     )
-    torch.cuda.nvtx._nvtx = nvtx  # torch.cuda.nvtx's functions (and its range() context) call these
+    torch.cuda.nvtx._nvtx = nvtx  # type: ignore[assignment]  # torch.cuda.nvtx's functions (and its range() context) call these
     orig_dlpack = torch.Tensor.__dlpack__
 
     def __dlpack__(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
@@ -143,8 +143,8 @@ def _patch_surface() -> None:
             _refuse_dlpack()
         return orig_to(t)
 
-    torch.utils.dlpack.to_dlpack = to_dlpack
-    torch.to_dlpack = to_dlpack  # type: ignore[attr-defined]
+    torch.utils.dlpack.to_dlpack = to_dlpack  # type: ignore[assignment]
+    torch.to_dlpack = to_dlpack  # type: ignore[assignment]
 
 
 def _patch_module_moves() -> None:

@@ -129,7 +129,7 @@ def _patch_load() -> None:
     @functools.wraps(orig)
     def load(f: Any, map_location: Any = None, *args: Any, **kwargs: Any) -> Any:
         if _wants_cuda(map_location):
-            return to_cuda(orig(f, *args, map_location="cpu", **kwargs))
+            return to_cuda(orig(f, *args, map_location="cpu", **kwargs))  # type: ignore[misc]
         if map_location is not None:
             return orig(f, map_location, *args, **kwargs)
         tagged: set[int] = set()
@@ -139,7 +139,7 @@ def _patch_load() -> None:
                 tagged.add(storage.data_ptr())
             return storage
 
-        obj = orig(f, *args, map_location=locate, **kwargs)
+        obj = orig(f, *args, map_location=locate, **kwargs)  # type: ignore[misc]
         return _Uploader(tagged)(obj) if tagged else obj
 
     torch.load = load

@@ -22,7 +22,7 @@ CUDA0 = torch.device("cuda", 0)
 
 
 class RemoteTensor(torch.Tensor):
-    __torch_function__ = torch._C._disabled_torch_function_impl  # autocast swaps this in (see autocast.py)
+    __torch_function__ = torch._C._disabled_torch_function_impl  # type: ignore[assignment]  # autocast swaps this in (see autocast.py)
     _h: int
     _x: Any
     _k: tuple[Any, ...]
@@ -32,7 +32,7 @@ class RemoteTensor(torch.Tensor):
         raise TypeError("RemoteTensor is created by wooly, not directly: use tensor.cuda() or device='cuda'")
 
     @classmethod
-    def __torch_dispatch__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+    def __torch_dispatch__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:  # type: ignore[override]
         return _dispatch(func, args, kwargs or {})
 
     # -------------------------------------------------------------- what the script sees
@@ -52,11 +52,11 @@ class RemoteTensor(torch.Tensor):
     def is_cpu(self) -> bool:  # type: ignore[override]
         return False
 
-    def get_device(self) -> int:  # type: ignore[override]
+    def get_device(self) -> int:
         return 0
 
-    def data_ptr(self) -> int:  # type: ignore[override]
-        return (self._h << 20) + self.storage_offset() * self.element_size()
+    def data_ptr(self) -> int:
+        return (self._h << 20) + self.storage_offset() * self.element_size()  # type: ignore[return-value]
 
     def __del__(self, _streams: Any = S) -> None:
         # The stream module is bound at definition: at interpreter exit this module's globals are already None.
@@ -88,8 +88,8 @@ class RemoteTensor(torch.Tensor):
         return object.__format__(self, spec) if spec else repr(self)
 
     @property
-    def data(self) -> Any:  # type: ignore[override]
-        return _DATA.__get__(self)
+    def data(self) -> Any:
+        return _DATA.__get__(self)  # type: ignore[attr-defined]
 
     @data.setter
     def data(self, new: Any) -> None:
@@ -99,7 +99,7 @@ class RemoteTensor(torch.Tensor):
         if not isinstance(new, RemoteTensor):
             new = upload(new)
         alias = torch.ops.aten.alias.default(new)  # a handle of our own for the same data
-        _DATA.__set__(self, new)
+        _DATA.__set__(self, new)  # type: ignore[attr-defined]
         d, a = self.__dict__, alias.__dict__
         old = d.get("_h")
         d["_h"], d["_x"], d["_k"] = a["_h"], a["_x"], a["_k"]
@@ -114,7 +114,7 @@ class RemoteTensor(torch.Tensor):
             value = torch.tensor(value, dtype=self.dtype)
         torch.Tensor.__setitem__(self, _host_index(index), value)
 
-    def numpy(self, *, force: bool = False) -> Any:  # type: ignore[override]
+    def numpy(self, *, force: bool = False) -> Any:
         if force:
             return self.detach().cpu().numpy()
         raise TypeError(
@@ -124,7 +124,7 @@ class RemoteTensor(torch.Tensor):
     def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
         return self.numpy()
 
-    def tolist(self) -> Any:  # type: ignore[override]
+    def tolist(self) -> Any:
         from shim.torch.transfer import download
 
         return download(self).tolist()
@@ -153,7 +153,7 @@ class RemoteTensor(torch.Tensor):
         memo[id(self)] = new
         return new
 
-    def pin_memory(self, device: Any = None) -> Any:  # type: ignore[override]
+    def pin_memory(self, device: Any = None) -> Any:
         return self
 
     # -------------------------------------------------------------- traceable-subclass protocol

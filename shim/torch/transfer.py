@@ -41,10 +41,10 @@ def upload_handle(t: torch.Tensor) -> int:
     buf = raw.numpy()  # a view; the stream takes its bytes before upload returns
     n = buf.nbytes
     if n < progress.THRESHOLD:  # the hot path; a module move's bar (misc.py) is advanced here too
-        S.stream().upload(h, memoryview(buf), _dtype_name(c.dtype), list(c.shape))
+        S.stream().upload(h, memoryview(buf), _dtype_name(c.dtype), list(c.shape))  # type: ignore[arg-type]
     else:
         with progress.transfer(n, f"uploading a {n >> 20} MiB tensor"):
-            S.stream().upload(h, memoryview(buf), _dtype_name(c.dtype), list(c.shape))
+            S.stream().upload(h, memoryview(buf), _dtype_name(c.dtype), list(c.shape))  # type: ignore[arg-type]
     progress.advance(n)
     return h
 
@@ -83,21 +83,21 @@ class ToRemote(torch.autograd.Function):
     """Upload that autograd sees: the gradient flows back to the host tensor."""
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor) -> Any:  # type: ignore[override]
+    def forward(ctx: Any, x: torch.Tensor) -> Any:
         return upload(x)
 
     @staticmethod
-    def backward(ctx: Any, g: Any) -> Any:  # type: ignore[override]
+    def backward(ctx: Any, g: Any) -> Any:
         return download(g) if isinstance(g, RemoteTensor) else g
 
 
 class ToHost(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, x: RemoteTensor) -> Any:  # type: ignore[override]
+    def forward(ctx: Any, x: RemoteTensor) -> Any:
         return download(x)
 
     @staticmethod
-    def backward(ctx: Any, g: Any) -> Any:  # type: ignore[override]
+    def backward(ctx: Any, g: Any) -> Any:
         return upload(g)
 
 
