@@ -133,14 +133,18 @@ def _invalid(body: memoryview, exc: Exception) -> ProtocolError:
     return ProtocolError(f"invalid {kind!r} message: {exc}")
 
 
-def decode(frames: Sequence[Any]) -> tuple[Any, list[Any]]:
-    """A request as its Struct and its bulk frames; ProtocolError (CUDA_ERROR_INVALID_VALUE) names what is wrong."""
+def _typed(decoder: msgspec.msgpack.Decoder[Any], frames: Sequence[Any]) -> tuple[Any, list[Any]]:
     body = _body(frames)
     try:
-        msg = _DECODER.decode(body)
+        msg = decoder.decode(body)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         raise _invalid(body, exc) from None
     return msg, [_as_bytes(f) for f in frames[1:]]
+
+
+def decode(frames: Sequence[Any]) -> tuple[Any, list[Any]]:
+    """A request as its Struct and its bulk frames; ProtocolError (CUDA_ERROR_INVALID_VALUE) names what is wrong."""
+    return _typed(_DECODER, frames)
 
 
 def check(msg: msgspec.Struct) -> Any:
@@ -153,12 +157,7 @@ def check(msg: msgspec.Struct) -> Any:
 
 def decode_reply(frames: Sequence[Any]) -> tuple[Any, list[Any]]:
     """A reply (``proto.messages.Reply``) as its Struct and its bulk frames."""
-    body = _body(frames)
-    try:
-        msg = _REPLY_DECODER.decode(body)
-    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-        raise _invalid(body, exc) from None
-    return msg, [_as_bytes(f) for f in frames[1:]]
+    return _typed(_REPLY_DECODER, frames)
 
 
 def request_id(frames: Sequence[Any]) -> int:
