@@ -190,3 +190,36 @@ def test_staged_copies_reject_bad_slots_and_ranges(driver):
     driver.memcpy_htod(big, data)
     assert bytes(driver.memcpy_dtoh(big, len(data))) == data
     _expect(lambda: driver.memcpy_dtoh(big + 1, len(data)), "CUDA_ERROR_INVALID_VALUE")
+
+
+def test_vendor_library_operations_stay_inside_the_session(gpud):
+    """fft_exec, blas_geam and rand_generate sent straight to gpud (past the client's own checks): an extent outside
+    the session's allocations, or one inside another session's, is CUDA_ERROR_INVALID_VALUE and nothing is written."""
+    from proto import messages as m
+
+    a, b = connect(gpud.endpoint), connect(gpud.endpoint)
+    try:
+        mine = a.mem_alloc(4096)
+        theirs = b.mem_alloc(4096)
+        b.memset(theirs, 0x5A, 1, 4096)
+        b.ctx_synchronize()
+        bad = [
+            m.FftExec(type=0x29, rank=1, n=[1024], idata=mine, odata=theirs),  # another session's memory
+            m.FftExec(type=0x29, rank=1, n=[1024], idata=mine, odata=mine),  # 8 KiB over a 4 KiB allocation
+            m.FftExec(type=0x29, rank=3, n=[1 << 20, 1 << 20, 1 << 10], idata=mine, odata=mine),  # 2**50 elements
+            m.BlasGeam(trans_a=0, trans_b=0, m=16, n=16, type="f32", a=mine, lda=16, b=mine, ldb=16, c=theirs, ldc=16),
+            m.BlasGeam(trans_a=0, trans_b=0, m=64, n=64, type="f32", a=mine, lda=64, b=mine, ldb=64, c=mine, ldc=64),
+            m.RandGenerate(dist="uniform", dtype="f32", out=theirs, n=16),
+            m.RandGenerate(dist="uniform", dtype="f32", out=mine, n=2048),
+            m.RandGenerate(dist="normal", dtype="u32", out=mine, n=2),  # no such pairing
+        ]
+        for msg in bad:
+            a.conn.post(msg)
+            unsupported = msg.kind == "rand_generate" and msg.dtype == "u32"
+            _expect(a.synchronize_errors, "CUDA_ERROR_NOT_SUPPORTED" if unsupported else "CUDA_ERROR_INVALID_VALUE")
+        assert bytes(b.memcpy_dtoh(theirs, 4096)) == b"\x5a" * 4096  # the other session's memory is untouched
+        a.conn.post(m.RandGenerate(dist="uniform", dtype="f32", out=mine, n=1024))  # and gpud still serves
+        a.ctx_synchronize()
+    finally:
+        a.conn.close()
+        b.conn.close()
