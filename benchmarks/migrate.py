@@ -299,7 +299,7 @@ def bench_checkpoints(interval: float, run_s: float) -> dict[str, Any]:
 
 
 def _size(text: str) -> int:
-    from woolyhv.sizes import parse_bytes
+    from proto.sizes import parse_bytes
 
     return int(parse_bytes(text.strip()))
 

@@ -16,7 +16,7 @@ from gpud.errors import CudaError, codes
 from gpud.session import CLOSE_HOOKS, Region, Session, extension
 from gpud.streams import when_all
 from proto import messages as m
-from woolyhv.hostinfo import shm_dir
+from proto.host import shm_dir
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mmap.restype = ctypes.c_void_p

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import sys
 import time
 from typing import Any
+
+from proto import settings
 
 _logger = logging.getLogger("gpud")
 
@@ -28,7 +29,7 @@ class _Formatter(logging.Formatter):
 
 def setup(level: str = "info") -> None:
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_Formatter(os.environ.get("WOOLY_LOG_JSON") == "1"))
+    handler.setFormatter(_Formatter(settings.gpud().log_json))
     _logger.handlers[:] = [handler]
     _logger.setLevel(level.upper())
     _logger.propagate = False

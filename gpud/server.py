@@ -33,7 +33,7 @@ from gpud.streams import Marker, when_all
 from proto import constants as C
 from proto import messages as m
 from proto.codec import ProtocolError, decode, encode, request_id
-from woolyhv.hostinfo import PROOF_PREFIX, host_id, pid_alive, shm_dir
+from proto.host import PROOF_PREFIX, host_id, pid_alive, shm_dir
 
 # gpud modules that register message handlers with ``gpud.session.extension`` (imported at start;
 # each imports its heavy dependencies, such as torch, lazily).

@@ -13,7 +13,7 @@ import numpy as np
 from gpud.errors import CudaError, codes
 from gpud.session import CLOSE_HOOKS, INLINE_BYTES, Session, extension
 from proto import messages as m
-from woolyhv.hostinfo import shm_dir
+from proto.host import shm_dir
 
 SLOTS = 16
 SLOT_SIZE = 2 << 20

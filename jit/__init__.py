@@ -29,18 +29,11 @@ BOUNDS_CHECK = True  # compile_module(..., bounds_check=True) + launch(..., allo
 TARGETS = ("cpu", "gfx90a", "gfx942", "gfx1100")
 
 
-LAZY_BYTES_DEFAULT = 1 << 20
-
-
 def lazy_bytes() -> int:
     """Modules larger than this many bytes of PTX are translated kernel by kernel (WOOLY_JIT_LAZY_BYTES; 0: never)."""
-    import os
+    from proto import settings
 
-    raw = os.environ.get("WOOLY_JIT_LAZY_BYTES", "")
-    try:
-        return int(raw) if raw else LAZY_BYTES_DEFAULT
-    except ValueError:
-        return LAZY_BYTES_DEFAULT
+    return settings.jit().jit_lazy_bytes
 
 
 def compile_module(ptx: str | bytes, target: str = "cpu", bounds_check: bool = False, tier: str = "auto"):

@@ -8,13 +8,13 @@ import array
 import bisect
 import ctypes
 import mmap
-import os
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
 from jit.errors import CUDA_ERROR_INVALID_VALUE, JitError
+from proto import settings
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ class DeviceHeap:
                 self._free.insert(i, [p, n])
 
 
-HEAP_SIZE = int(os.environ.get("WOOLY_JIT_MALLOC_HEAP", str(8 << 20)))
+HEAP_SIZE = settings.jit().jit_malloc_heap
 HEAPS: dict[int, DeviceHeap] = {}
 _HEAP_ALLOC_T = ctypes.CFUNCTYPE(ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64)
 _HEAP_FREE_T = ctypes.CFUNCTYPE(None, ctypes.c_uint64, ctypes.c_uint64)

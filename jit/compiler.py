@@ -17,6 +17,7 @@ from typing import Any
 from jit import disk_cache
 from jit.errors import CUDA_ERROR_INVALID_PTX, CUDA_ERROR_INVALID_VALUE, JitError
 from jit.worker import read_frame, write_frame
+from proto import settings
 
 TRANSLATOR_VERSION = "wooly-jit-2"
 
@@ -76,10 +77,16 @@ class Worker:
         root = str(Path(__file__).resolve().parent.parent)
         env = dict(os.environ)
         env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-        env["WOOLY_JIT_WORKER_NICE"] = str(self.nice)  # the worker lowers its own priority (no preexec_fn: threads)
-        env["WOOLY_JIT_PARENT"] = str(os.getpid())  # NOTE [bounded compiler] (jit/worker.py): it dies with us
+        s = settings.jit()
+        # NOTE [bounded compiler] (jit/worker.py): the worker bounds itself, lowers its own priority (no
+        # preexec_fn: threads) and dies with us
+        limits = {"memory": s.jit_worker_memory, "cpu_s": s.jit_compile_cpu_s, "nice": self.nice, "parent": os.getpid()}
         return subprocess.Popen(
-            [sys.executable, "-m", "jit.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd=root
+            [sys.executable, "-m", "jit.worker", json.dumps(limits)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+            cwd=root,
         )
 
     def ensure(self) -> subprocess.Popen[bytes]:
@@ -98,7 +105,7 @@ class Worker:
                 late.set()
                 p.kill()
 
-            timer = threading.Timer(float(os.environ.get("WOOLY_JIT_COMPILE_WALL_S", "300") or 300), overdue)
+            timer = threading.Timer(settings.jit().jit_compile_wall_s, overdue)
             timer.daemon = True
             timer.start()
             try:
@@ -136,12 +143,12 @@ def _death(rc: int, late: bool) -> str:
 
     if late:
         return (
-            f"compiling this module took longer than {os.environ.get('WOOLY_JIT_COMPILE_WALL_S', '300')} s "
+            f"compiling this module took longer than {settings.jit().jit_compile_wall_s:g} s "
             "(WOOLY_JIT_COMPILE_WALL_S); the compile was stopped"
         )
     if rc == -signal.SIGXCPU:
         return (
-            f"compiling this module needs more than {os.environ.get('WOOLY_JIT_COMPILE_CPU_S', '60')} s of CPU "
+            f"compiling this module needs more than {settings.jit().jit_compile_cpu_s:g} s of CPU "
             "time (WOOLY_JIT_COMPILE_CPU_S); the compile was stopped"
         )
     if rc in (-signal.SIGABRT, -signal.SIGSEGV, -signal.SIGKILL):
@@ -160,7 +167,7 @@ _NEXT = [0]
 def _worker() -> Worker:
     with _POOL_LOCK:
         if not _POOL:
-            n = max(1, int(os.environ.get("WOOLY_JIT_WORKERS", "1")))
+            n = settings.jit().jit_workers
             _POOL.extend(Worker() for _ in range(n))
         for w in _POOL:  # prefer an idle worker
             if not w.lock.locked():
@@ -180,7 +187,7 @@ def warm_up() -> None:
             _BACKGROUND.worker.ensure()
     if cache_enabled():
         cache_key(b"", "cpu")  # computes the host id (translator source digest) once
-        disk_cache.max_bytes()  # a malformed WOOLY_JIT_CACHE_MAX warns at start, not at the first store
+        disk_cache.max_bytes()
     warm_load_path()
 
 
@@ -276,7 +283,7 @@ def compile_object(ptx: bytes, target: str = "cpu", bounds_check: bool = False) 
 
 
 def tiers_enabled() -> bool:
-    return os.environ.get("WOOLY_JIT_TIERS", "1") not in ("0", "false", "no", "off")
+    return settings.jit().jit_tiers
 
 
 class Pending:
@@ -317,7 +324,7 @@ class _Background:
         self.queue: list[tuple[bytes, str, bool, Pending]] = []
         self.wake = threading.Condition(self.lock)
         self.thread: threading.Thread | None = None
-        self.worker = Worker(nice=int(os.environ.get("WOOLY_JIT_BACKGROUND_NICE", "10")))
+        self.worker = Worker(nice=settings.jit().jit_background_nice)
 
     def submit(self, ptx: bytes, target: str, bounds_check: bool, pending: Pending) -> None:
         with self.lock:

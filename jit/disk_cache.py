@@ -22,39 +22,27 @@ import json
 import os
 import threading
 import time
-import warnings
 from pathlib import Path
 
+from proto import settings
+
 SHARDS = 256
-DEFAULT_MAX = "1GiB"
 _KEEP = 0.8  # a trimmed shard keeps this fraction of its share
 _STALE_TMP_S = 3600.0  # a writer's temporary file older than this was left by a process that died
 
 
 def enabled() -> bool:
-    return os.environ.get("WOOLY_JIT_CACHE", "1") not in ("0", "false", "no", "off")
+    return settings.jit().jit_cache
 
 
 def directory() -> Path:
-    d = os.environ.get("WOOLY_JIT_CACHE_DIR")
+    d = settings.jit().jit_cache_dir
     return Path(d) if d else Path.home() / ".cache" / "wooly" / "jit"
 
 
 def max_bytes() -> int:
-    """The bound in bytes (0: none). A value that is not a size warns once and leaves the default in force."""
-    from woolyhv.sizes import parse_bytes
-
-    raw = os.environ.get("WOOLY_JIT_CACHE_MAX", DEFAULT_MAX)
-    try:
-        return parse_bytes(raw)
-    except ValueError as e:
-        if raw not in _WARNED:
-            _WARNED.add(raw)
-            warnings.warn(f"WOOLY_JIT_CACHE_MAX: {e}; using {DEFAULT_MAX}", RuntimeWarning, stacklevel=2)
-        return parse_bytes(DEFAULT_MAX)
-
-
-_WARNED: set[str] = set()
+    """The bound in bytes (0: none); a value that is not a size is a ConfigError naming WOOLY_JIT_CACHE_MAX."""
+    return settings.jit().jit_cache_max
 
 
 def _paths(key: str) -> tuple[Path, Path]:

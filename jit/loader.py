@@ -8,7 +8,6 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import hashlib
-import os
 import re
 import struct
 import threading
@@ -17,6 +16,7 @@ from typing import Any
 import llvmlite.binding as llvm
 
 from jit.passes.optimize import host_target_machine
+from proto import settings
 
 RUN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)  # a kernel's entry: (launch context, worker context)
 
@@ -202,7 +202,7 @@ _SHARED_SYMS: set[str] = set()
 _SHARED_OBJS: dict[bytes, dict[str, int]] = {}  # sha256 of an object already in the shared engine -> symbol addrs
 _SHARED_LOCK = threading.Lock()
 # quick and optimised code of a PTX are two objects (NOTE [compile tiers]); objects are 3-30 KB
-_SHARED_MAX = int(os.environ.get("WOOLY_JIT_SHARED_OBJECTS", "1024"))
+_SHARED_MAX = settings.jit().jit_shared_objects
 
 
 def _shared_addrs(obj: bytes, syms: list[str]) -> dict[str, int] | None:
@@ -268,7 +268,7 @@ class Loaded:
 
 _ENGINES: dict[str, Loaded] = {}
 _ENGINES_LOCK = threading.Lock()
-_MAX_ENGINES = int(os.environ.get("WOOLY_JIT_MAX_ENGINES", "512"))
+_MAX_ENGINES = settings.jit().jit_max_engines
 
 
 def loaded(obj: bytes, meta: dict, key: str | None) -> Loaded:

@@ -149,10 +149,10 @@ def _bound_process() -> None:
     import threading
     import time
 
-    mem = int(os.environ.get("WOOLY_JIT_WORKER_MEMORY", str(4 << 30)) or 0)
+    mem = _ARGS["memory"]
     if mem > 0:
         resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
-    parent = int(os.environ.get("WOOLY_JIT_PARENT", "0") or 0) or os.getppid()
+    parent = _ARGS["parent"] or os.getppid()
 
     def watch() -> None:
         while True:
@@ -165,10 +165,9 @@ def _bound_process() -> None:
 
 def _cpu_budget() -> None:
     """Allow this compile WOOLY_JIT_COMPILE_CPU_S more seconds of CPU (see NOTE [bounded compiler])."""
-    import os
     import resource
 
-    limit = float(os.environ.get("WOOLY_JIT_COMPILE_CPU_S", "60") or 0)
+    limit = _ARGS["cpu_s"]
     if limit <= 0:
         return
     ru = resource.getrusage(resource.RUSAGE_SELF)
@@ -181,7 +180,7 @@ def main() -> None:
     import os
 
     _bound_process()
-    nice = int(os.environ.get("WOOLY_JIT_WORKER_NICE", "0") or 0)
+    nice = int(_ARGS["nice"])
     if nice and hasattr(os, "nice"):
         os.nice(nice)  # the background tier-up worker (NOTE [compile tiers])
     # import the translator and initialise LLVM before the first request: a worker is started ahead of need
@@ -230,5 +229,11 @@ def warm_compile(opt: int) -> None:
         pass
 
 
+# The limits the parent gives this worker (jit/compiler.py ``Worker._start``, from its JitSettings): address
+# space in bytes (0: none), CPU seconds per compile (0: none), niceness, the parent's pid (0: our parent).
+_ARGS: dict[str, Any] = {"memory": 0, "cpu_s": 0.0, "nice": 0, "parent": 0}
+
 if __name__ == "__main__":
+    if len(sys.argv) > 1:
+        _ARGS.update(json.loads(sys.argv[1]))
     main()

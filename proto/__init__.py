@@ -1,4 +1,6 @@
-"""The wire format: message models (``proto.messages``) and the codec (``proto.codec``). Nothing else."""
+"""What both ends agree on: the wire format (``proto.messages``, ``proto.codec``), error codes, CURVE keys, and the
+settings of each side (``proto.settings``, NOTE [settings]) with host identity and sizes. A leaf: it imports no other
+package of the project."""
 
 from proto.codec import ProtocolError, decode, encode
 from proto.constants import PROTOCOL_VERSION

@@ -16,13 +16,13 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from proto import settings
+
 SERVER_KEY = "server.key"  # "public <z85>\nsecret <z85>\n"; a copy holding only the public line may be handed out
 
 
 def key_dir() -> str:
-    return os.environ.get("WOOLY_KEY_DIR") or os.path.join(
-        os.environ.get("XDG_CONFIG_HOME") or os.path.expanduser("~/.config"), "wooly", "keys"
-    )
+    return settings.load(settings.KeySettings).keys_folder()
 
 
 def is_tcp(endpoint: str) -> bool:
@@ -71,7 +71,7 @@ def client_keys() -> tuple[bytes, bytes]:
     a fresh pair for this connection."""
     import zmq
 
-    path = os.environ.get("WOOLY_CLIENT_KEY", "").strip()
+    path = settings.quiet_client().client_key.strip()
     if not path:
         return zmq.curve_keypair()
     try:
@@ -104,7 +104,7 @@ def make_client_keys(name: str) -> tuple[str, bytes]:
 
 def server_public_key() -> bytes | None:
     """The public key a client should expect: WOOLY_SERVER_KEY (Z85 text or a key file), else this user's own."""
-    given = os.environ.get("WOOLY_SERVER_KEY", "").strip()
+    given = settings.quiet_client().server_key.strip()
     if given:
         if len(given) == 40 and not os.path.exists(given):
             return given.encode()
@@ -137,7 +137,7 @@ def plain(sock: Any) -> None:
 def secure_client(sock: Any, endpoint: str, server_key: str = "") -> None:
     """Before ``connect``: a CURVE client for a tcp endpoint (a no-op for ipc), or ValueError saying what is missing.
     ``server_key`` (Z85) overrides WOOLY_SERVER_KEY: a pool placement hands out the node's own key."""
-    if not is_tcp(endpoint) or os.environ.get("WOOLY_INSECURE", "") == "1":
+    if not is_tcp(endpoint) or settings.quiet_client().insecure:
         return
     import zmq
 

@@ -30,10 +30,11 @@ import zmq
 from proto import constants as C
 from proto import curve
 from proto import messages as m
+from proto import settings as config
 from proto.codec import ProtocolError, decode_reply, encode
 from proto.errors import DEVICE_UNAVAILABLE, NO_DEVICE, NOT_INITIALIZED, CudaError
+from proto.host import host_id
 from shim import __version__
-from woolyhv.hostinfo import host_id
 
 _CONNECTIONS: weakref.WeakSet[Connection] = weakref.WeakSet()
 # NOTE [local synchronisation] in shim/shm.py: posts whose completion the client sees without asking gpud, and calls
@@ -195,7 +196,7 @@ class Connection:
             monitor.close(0)
         if handshake_failed:
             self._sock.close(0)
-            if os.environ.get("WOOLY_INSECURE", "") == "1":
+            if config.client().insecure:
                 why = (
                     "this client speaks in clear (WOOLY_INSECURE=1) and gpud does not: unset it and set "
                     "WOOLY_SERVER_KEY (`wooly keys` on gpud's host prints it)"
@@ -535,7 +536,7 @@ class Connection:
         host. Only a fresh file of the expected name in this host's shared-memory directory is ever created."""
         import os
 
-        from woolyhv.hostinfo import PROOF_PREFIX, shm_dir
+        from proto.host import PROOF_PREFIX, shm_dir
 
         name = os.path.basename(path)
         if os.path.dirname(path) != shm_dir() or not name.startswith(PROOF_PREFIX) or "/" in name or len(name) > 64:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, cast
 import xxhash
 
 from proto import messages as m
+from proto import settings as config
 from proto.errors import CudaError
 
 if TYPE_CHECKING:
@@ -115,10 +116,9 @@ def uploader_for(conn: Any) -> DedupUploader | None:
         return _UPLOADERS[conn]
     except KeyError:
         pass
-    import os
 
     up = None
-    if os.environ.get("WOOLY_DEDUP", "1") != "0":
+    if config.client().dedup:
         up = DedupUploader.from_capabilities(list(getattr(conn, "server_capabilities", [])))
     _UPLOADERS[conn] = up
     return up

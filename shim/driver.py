@@ -21,11 +21,11 @@ import numpy as np
 from proto import errors as codes
 from proto import launch as rules
 from proto import messages as m
+from proto import settings as config
 from proto.errors import CudaError
 from shim import progress
 from shim.client import Connection
 from shim.shm import MIN_SHM_BYTES, RingGone, StagingRing
-from woolyhv.config import settings
 
 DRIVER_VERSION = 13000  # the CUDA version the API surface corresponds to (13.0: CUDA 13 runtimes require it)
 
@@ -195,7 +195,7 @@ class Driver:
         if self._ring is False:
             return None
         if self._ring is None:
-            use = self.conn.same_host and "shm" in self.conn.server_capabilities and settings().shm
+            use = self.conn.same_host and "shm" in self.conn.server_capabilities and config.client().shm
             try:
                 self._ring = StagingRing(self.conn) if use else False
             except (CudaError, OSError):

@@ -6,8 +6,9 @@ A face module exposes ``activate()``; faces whose libraries are not installed ar
 from __future__ import annotations
 
 import importlib
-import os
 import sys
+
+from proto import settings as config
 
 FACES = ("shim.native.face", "shim.torch")
 
@@ -26,7 +27,7 @@ def activate_all() -> list[str]:
             if activate() is not False:
                 active.append(name)
         except Exception as exc:  # noqa: BLE001 - one broken face must not stop the program
-            if os.environ.get("WOOLY_DEBUG"):
+            if config.quiet_client().debug:
                 raise
             print(f"wooly: face {name} failed to activate: {type(exc).__name__}: {exc}", file=sys.stderr)
     return active

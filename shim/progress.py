@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 import threading
 from collections.abc import Iterator
@@ -23,10 +22,16 @@ AFTER_S = 1.0
 _tls = threading.local()
 
 
+def _setting() -> bool | None:
+    from proto.settings import quiet_client
+
+    return quiet_client().progress
+
+
 def enabled() -> bool:
-    v = os.environ.get("WOOLY_PROGRESS", "")
-    if v in ("0", "1"):
-        return v == "1"
+    v = _setting()
+    if v is not None:
+        return v
     try:
         return sys.stderr.isatty()
     except (AttributeError, ValueError):
@@ -36,7 +41,7 @@ def enabled() -> bool:
 def _console() -> Any:
     from rich.console import Console
 
-    return Console(stderr=True, force_terminal=True if os.environ.get("WOOLY_PROGRESS") == "1" else None)
+    return Console(stderr=True, force_terminal=True if _setting() else None)
 
 
 @contextlib.contextmanager

@@ -51,7 +51,8 @@ def driver() -> Driver:
             raise CudaError(codes.DEVICE_UNAVAILABLE, "the connection to gpud was lost")
         if _absent is not None:
             raise _absent
-        from woolyhv.config import ConfigError, settings
+        from proto.settings import ConfigError
+        from proto.settings import client as settings
 
         try:
             s = settings()

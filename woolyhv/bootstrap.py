@@ -13,7 +13,10 @@ LOST_EXIT = 75
 
 
 def _lost_session_line(exc: BaseException) -> str | None:
-    if isinstance(exc, (SystemExit, KeyboardInterrupt)) or os.environ.get("WOOLY_TRACEBACK") == "1":
+    from proto.settings import quiet_client
+
+    s = quiet_client()
+    if isinstance(exc, (SystemExit, KeyboardInterrupt)) or s.traceback:
         return None
     try:
         from proto.errors import error_name
@@ -23,7 +26,7 @@ def _lost_session_line(exc: BaseException) -> str | None:
     dead = lost()
     if dead is None:
         return None
-    tenant = os.environ.get("WOOLY_TENANT", "") or "default"
+    tenant = s.tenant
     why = "" if "checkpoint" in dead.message else f" (tenant {tenant!r} has no checkpoint policy to restore it from)"
     return (
         f"wooly: {error_name(dead.code)}: {dead.message}; the session's device state is lost{why}. "

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from woolyhv.sizes import human as _human
+from proto.sizes import human as _human
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, help="woolyhv: run CUDA programs on a remote (or embedded) gpud."
@@ -18,7 +18,7 @@ app = typer.Typer(
 
 def _make_backends(kind: str, cpu_memory: int, bounds_check: bool = True):
     from gpud.backends.cpu import CpuBackend
-    from woolyhv.config import ConfigError
+    from proto.settings import ConfigError
 
     if kind in ("auto", "cpu"):
         if kind == "auto":
@@ -127,22 +127,18 @@ def gpud(
     """Run the gpud daemon."""
     import faulthandler
 
-    torch_path = os.environ.get("WOOLY_TORCH_PATH", "")
-    if torch_path:  # NOTE [one image, one torch] (containers/build.py): the vendor's torch build, mounted
-        if not os.path.isdir(os.path.join(torch_path, "torch")):
-            from woolyhv.config import ConfigError
+    from proto import settings
 
-            raise ConfigError(
-                f"WOOLY_TORCH_PATH={torch_path!r}: expected a directory holding a torch package "
-                "(pip install --target DIR torch)"
-            )
+    settings.jit()  # NOTE [settings]: every variable gpud reads is checked before it starts
+    torch_path = settings.gpud().torch_path
+    if torch_path:  # NOTE [one image, one torch] (containers/build.py): the vendor's torch build, mounted
         sys.path.insert(0, torch_path)
 
     faulthandler.enable()  # a fault in native code (a kernel, a vendor library) leaves its Python stack on stderr
     from gpud import log
     from gpud.hypervisor.policy import load as load_policy
     from gpud.server import ListenError, Server
-    from woolyhv.config import ConfigError, check_endpoint
+    from proto.settings import ConfigError, check_endpoint
 
     for ep in listen:
         check_endpoint(ep, "--listen", listen=True)
@@ -208,7 +204,7 @@ def devices(
 ) -> None:
     """List the devices of a gpud (or of this machine)."""
     if server:
-        from woolyhv.config import check_endpoint
+        from proto.settings import check_endpoint
 
         check_endpoint(server, "--server (WOOLY_SERVER)")
         from shim.client import Connection
@@ -258,7 +254,7 @@ def keys(
     from proto import curve
 
     if client:
-        from woolyhv.config import ConfigError
+        from proto.settings import ConfigError
 
         try:
             path, public = curve.make_client_keys(client)
@@ -297,7 +293,7 @@ def ps(
         return
     import time
 
-    from woolyhv.config import check_endpoint
+    from proto.settings import check_endpoint
     from woolyhv.pool.cli import _checkpoint
     from woolyhv.top import AdminError, admin_call
 
@@ -343,7 +339,7 @@ def run(
     program: Annotated[str, typer.Argument(help="script.py, -m module, or any executable (an nvcc-built binary)")],
 ) -> None:
     """Run a program (a Python script or module, or a native executable) with the shim loaded (embedded gpud unless WOOLY_SERVER is set)."""
-    from woolyhv.config import settings
+    from proto.settings import client as settings
     from woolyhv.launcher import run as launch
 
     launch([program, *ctx.args], settings())
@@ -389,7 +385,7 @@ def top(
 ) -> None:
     """A live view of a gpud (tenants: memory, quota, shared, device share, ops/s, state, waits; devices; sessions)
     or of a pool's nodes."""
-    from woolyhv.config import ConfigError, check_endpoint
+    from proto.settings import ConfigError, check_endpoint
     from woolyhv.top import AdminError, embedded_gpuds, run
 
     if not interval > 0:
@@ -457,7 +453,7 @@ _register_pool()
 def main(argv: list[str] | None = None) -> None:
     """The ``wooly`` entry point: a bad setting (flag, environment variable, config file) is one line naming it
     on stderr and exit status 2, never a traceback."""
-    from woolyhv.config import ConfigError
+    from proto.settings import ConfigError
 
     try:
         app(argv)

@@ -111,7 +111,8 @@ class Doctor:
         return self.checks
 
     def settings(self) -> bool:
-        from woolyhv.config import ConfigError, settings
+        from proto.settings import ConfigError
+        from proto.settings import client as settings
 
         try:
             self.s = settings()

@@ -20,7 +20,7 @@ import time
 import uuid
 
 from proto import curve
-from woolyhv.config import Settings
+from proto.settings import ClientSettings as Settings
 
 
 def _runtime_dir() -> str:
@@ -158,7 +158,8 @@ def run(argv: list[str], settings: Settings) -> None:
         endpoint, _proc = start_gpud(
             owner_pid=os.getpid(),
             backend=settings.backend if settings.backend != "auto" else "cpu",
-            log_level=os.environ.get("WOOLY_LOG_LEVEL", "warning"),
+            log_level=settings.log_level,
+            extra_args=["--cpu-memory", str(settings.cpu_memory)] if settings.cpu_memory else None,
         )
         env["WOOLY_SERVER"] = endpoint
         env["WOOLY_EMBEDDED"] = "1"

@@ -19,7 +19,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from woolyhv.sizes import human
+from proto.sizes import human
 
 
 class AdminError(RuntimeError):
@@ -61,7 +61,7 @@ def admin_call(server: str, token: str = "", timeout_s: float = 5.0) -> dict[str
 
 def embedded_gpuds() -> list[tuple[int, str]]:
     """(owner pid, endpoint) of every embedded gpud of this user whose ``wooly run`` is alive."""
-    from woolyhv.hostinfo import pid_alive
+    from proto.host import pid_alive
     from woolyhv.launcher import _runtime_dir
 
     out = []

@@ -54,7 +54,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from woolyhv.sizes import parse_bytes, split_size
+from proto import settings
+from proto.sizes import parse_bytes, split_size
 
 
 def parse_size(value: Any) -> int | float:
@@ -294,7 +295,7 @@ def load(
     for k, v in (overrides or {}).items():
         data[k] = v
     if "spill_dir" not in data or not data["spill_dir"]:
-        data["spill_dir"] = os.environ.get("WOOLY_SPILL_DIR") or os.path.join(
+        data["spill_dir"] = settings.gpud().spill_dir or os.path.join(
             os.environ.get("TMPDIR", "/tmp"), f"wooly-spill-{os.getuid()}"
         )
     return HypervisorConfig.model_validate(data)

@@ -34,6 +34,7 @@ from jit.lower.core import FuncLowering, Storage
 from jit.lower.module import KernelMeta, ModuleCodegen, ParamLayout, align_up, var_align, var_size
 from jit.lower.types import I1, I8, I16, I32, I64, PTR, VOID
 from jit.ptx import ast as A
+from proto import settings
 
 LDS_BYTES = 65536  # per work-group on gfx90a, gfx942 and gfx1100
 
@@ -278,9 +279,7 @@ def compile_amdgpu(mod: A.Module, arch: str, opt: int = 2) -> tuple[bytes, dict]
     )
     m = run(text, tm, opt)
     obj = tm.emit_object(m)
-    lld = next(
-        (p for p in (os.environ.get("WOOLY_LD_LLD"), "ld.lld", "ld.lld-14", "ld.lld-18") if p and _which(p)), None
-    )
+    lld = next((p for p in (settings.jit().ld_lld, "ld.lld", "ld.lld-14", "ld.lld-18") if p and _which(p)), None)
     if lld is None:
         raise not_supported("AMDGPU code objects need ld.lld (Debian package 'lld')")
     with tempfile.TemporaryDirectory(prefix="wooly-amdgpu-") as d:

@@ -16,6 +16,8 @@ import shutil
 import subprocess
 import tempfile
 
+from proto import settings as config
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.join(HERE, "src")
 SOURCES = [os.path.join(SRC, name) for name in ("wooly_native.c", "export_tables.c")]
@@ -58,7 +60,7 @@ def _source_hash() -> str:
 
 def cache_base() -> str:
     """The root of wooly's per-user build cache (``WOOLY_CACHE_DIR``, else ``$XDG_CACHE_HOME/wooly``)."""
-    return os.environ.get("WOOLY_CACHE_DIR") or os.path.join(
+    return config.client().cache_dir or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "wooly"
     )
 

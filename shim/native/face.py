@@ -16,6 +16,8 @@ import os
 import sys
 import threading
 
+from proto import settings
+
 _lock = threading.Lock()
 _lib: ctypes.CDLL | None = None
 
@@ -65,7 +67,7 @@ def activate() -> bool:
         from shim.native import build, numba_ptx, registry
 
         try:
-            folder = os.environ.get("WOOLY_NATIVE_LIBDIR") or build.ensure_built()
+            folder = settings.internal("WOOLY_NATIVE_LIBDIR") or build.ensure_built()
         except build.NativeBuildError as exc:
             print(f"wooly: the CUDA driver face is unavailable: {exc}", file=sys.stderr)
             return False
@@ -96,7 +98,7 @@ def activate_embedded() -> bool:
             sys.argv = [a.decode(errors="replace") for a in f.read().split(b"\0") if a] or ["native"]
     except OSError:
         sys.argv = ["native"]
-    for folder in os.environ.get("WOOLY_PYTHONPATH", "").split(os.pathsep):
+    for folder in settings.internal("WOOLY_PYTHONPATH").split(os.pathsep):
         if folder.endswith(("site-packages", "dist-packages")):
             site.addsitedir(folder)
     from shim import client

@@ -51,7 +51,7 @@ def _mmap(length: int, fd: int = -1, at: int = 0) -> int | None:
 
 
 def _shm_path() -> str:
-    from woolyhv.hostinfo import shm_dir
+    from proto.host import shm_dir
 
     base = shm_dir()
     return os.path.join(base, f"wooly-host-{os.getpid()}-{next(_seq)}-{secrets.token_hex(8)}")

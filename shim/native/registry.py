@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proto import errors as codes
+from proto import settings as config
 from proto.errors import CudaError
 
 log = logging.getLogger("wooly.native")
@@ -148,7 +149,7 @@ def _guard(
 ) -> Callable[..., int]:
     """Turn a Python implementation into a C callback: exceptions become result codes."""
 
-    trace = os.environ.get("WOOLY_TRACE_CALLS") == "1"
+    trace = config.quiet_client().trace_calls
 
     @functools.wraps(func)
     def call(*args: Any) -> int:
@@ -170,7 +171,7 @@ def _guard(
             return exc.code
         except BaseException as exc:  # noqa: BLE001 - nothing may unwind into C
             log.exception("wooly: %s raised", name)
-            if os.environ.get("WOOLY_DEBUG"):
+            if config.quiet_client().debug:
                 print(f"wooly: {name} raised {type(exc).__name__}: {exc}", file=sys.stderr)
             set_last_error(codes.UNKNOWN, f"{name}: {type(exc).__name__}: {exc}")
             # CUBLAS_STATUS_INTERNAL_ERROR, CUFFT_INTERNAL_ERROR; CUDA_ERROR_UNKNOWN and NVML_ERROR_UNKNOWN alike
@@ -186,7 +187,7 @@ _said: set[str] = set()
 def set_last_error(code: int, message: str) -> None:
     """Remember the detail of the calling thread's last failure (cuGetErrorString shows it)."""
     _last[threading.get_ident()] = (code, message)
-    if os.environ.get("WOOLY_DEBUG") or (code in _ALWAYS_SAID and message not in _said):
+    if config.quiet_client().debug or (code in _ALWAYS_SAID and message not in _said):
         _said.add(message)
         print(f"wooly: {codes.error_name(code)}: {message}", file=sys.stderr)
 
@@ -278,7 +279,7 @@ def _report(name: bytes) -> None:
     _reported.add(symbol)
     set_last_error(codes.NOT_SUPPORTED, f"{symbol} is not supported by wooly")
     # cuGetExportTable hands out NVIDIA's private tables; its own libraries probe it and cope.
-    if os.environ.get("WOOLY_QUIET_UNSUPPORTED") != "1" and symbol != "cuGetExportTable":
+    if not config.quiet_client().quiet_unsupported and symbol != "cuGetExportTable":
         kind = (
             "NVML_ERROR_NOT_SUPPORTED"
             if symbol.startswith("nvml")
@@ -291,7 +292,7 @@ def _report(name: bytes) -> None:
             else "CUDA_ERROR_NOT_SUPPORTED"
         )
         print(f"wooly: {kind}: {symbol}", file=sys.stderr)
-    if os.environ.get("WOOLY_TRACE_UNSUPPORTED") == "1":
+    if config.quiet_client().trace_unsupported:
         import traceback
 
         traceback.print_stack(file=sys.stderr)

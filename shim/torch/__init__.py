@@ -35,10 +35,15 @@ def apply() -> None:
 
 def _prewarm() -> None:
     """Open the session now, in the background: gpud loads its torch while the script sets up."""
-    import os
     import threading
 
-    if not os.environ.get("WOOLY_SERVER") or os.environ.get("WOOLY_TORCH_PREWARM", "1") == "0":
+    from proto.settings import ConfigError, client
+
+    try:
+        s = client()
+    except ConfigError:
+        return  # the first CUDA call reports it
+    if not s.server or not s.torch_prewarm:
         return
 
     def warm() -> None:

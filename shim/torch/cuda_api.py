@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from proto import aten as W
+from proto import settings as config
 from shim.torch import cuda_memory as M
 from shim.torch import graphs as G
 from shim.torch import stream as S
@@ -70,7 +71,7 @@ _absent: str | None = None  # why gpud is not there (said once), as CUDA without
 def is_available() -> bool:
     """True when gpud answers (the process's session opens now, at most WOOLY_PROBE_S when nothing listens)."""
     global _absent
-    if not os.environ.get("WOOLY_SERVER") or os.environ.get("CUDA_VISIBLE_DEVICES", "0").strip() == "":
+    if not config.quiet_client().server or os.environ.get("CUDA_VISIBLE_DEVICES", "0").strip() == "":
         return False
     if _absent is not None:
         return False

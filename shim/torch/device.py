@@ -21,6 +21,7 @@ import importlib.util
 import os
 import sys
 
+from proto import settings as config
 from shim.native.build import NativeBuildError, cache_base, compile_atomically, find_compiler
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -102,7 +103,7 @@ def load() -> bool:
     global ACTIVE, _lib, _why_not
     if _lib is not None or _why_not:
         return ACTIVE
-    if os.environ.get("WOOLY_TORCH_CUDA_DEVICE", "1") == "0":
+    if not config.client().torch_cuda_device:
         _why_not = "WOOLY_TORCH_CUDA_DEVICE=0"
         return False
     if hasattr(sys.modules.get("torch"), "Tensor"):  # (during the import hook the module exists, empty)

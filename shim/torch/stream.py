@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import atexit
 import itertools
-import os
 import threading
 import time
 from typing import Any
@@ -20,10 +19,11 @@ from typing import Any
 from proto import aten as W
 from proto import errors as codes
 from proto import messages as m
+from proto import settings as config
 from proto.errors import CudaError
 
-FLUSH_OPS = int(os.environ.get("WOOLY_TORCH_FLUSH_OPS", "24"))
-FLUSH_AGE_S = float(os.environ.get("WOOLY_TORCH_FLUSH_AGE_S", "0.002"))
+FLUSH_OPS = config.quiet_client().torch_flush_ops
+FLUSH_AGE_S = config.quiet_client().torch_flush_age_s
 FLUSH_BYTES = 8 << 20
 
 _handles = itertools.count(1)

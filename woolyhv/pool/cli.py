@@ -9,8 +9,8 @@ from typing import Annotated, Any
 
 import typer
 
-from woolyhv.config import ConfigError
-from woolyhv.sizes import human as _human
+from proto.settings import ConfigError
+from proto.sizes import human as _human
 
 pool_app = typer.Typer(
     add_completion=False,
@@ -200,7 +200,7 @@ def quota(
     token: TokenOpt = "",
 ) -> None:
     """Set a tenant's memory quota across the whole pool."""
-    from woolyhv.sizes import parse_bytes
+    from proto.sizes import parse_bytes
 
     if size == "none":
         value = None
@@ -262,7 +262,7 @@ def controller(
     import logging
     import sys
 
-    from woolyhv.config import check_endpoint
+    from proto.settings import check_endpoint
     from woolyhv.pool.controller import Controller
     from woolyhv.pool.join import advertised
     from woolyhv.pool.store import Store, StoreError, wait_for

@@ -12,7 +12,6 @@ starts over. Nothing else changes for the program: it then talks to its node as 
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -24,8 +23,8 @@ import zmq
 from proto import curve
 from proto import errors as E
 from proto.codec import ProtocolError, encode_body, unpack_body
-from woolyhv.config import ConfigError
-from woolyhv.config import pool_controllers as controllers
+from proto.settings import ConfigError
+from proto.settings import pool_controllers as controllers
 from woolyhv.pool.model import PlaceRequest
 
 DEFAULT_MEMORY = 1 << 30
@@ -236,14 +235,14 @@ def place_for_settings(s: Any) -> Placement:
     client = PoolClient(s.server, timeout_s=min(s.connect_timeout_s, 10.0))
 
     def said(decision: str, reason: str) -> None:
-        if os.environ.get("WOOLY_QUIET", "") != "1":
+        if not s.quiet:
             print(f"wooly: waiting for room in the pool: {reason} (wooly pool explain {decision})", file=sys.stderr)
 
     try:
         return client.place(req, on_wait=said)
     except PoolError as exc:
         # said here too: some libraries (numba) keep only the error code of the failing first call
-        if os.environ.get("WOOLY_QUIET", "") != "1":
+        if not s.quiet:
             print(f"wooly: {exc.name}: {exc}", file=sys.stderr)
         raise
     finally:

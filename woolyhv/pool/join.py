@@ -6,7 +6,7 @@ import re
 import socket
 from typing import Any
 
-from woolyhv.config import ConfigError
+from proto.settings import ConfigError
 from woolyhv.pool.agent import NodeAgent
 from woolyhv.pool.store import Store, StoreError
 
@@ -24,7 +24,7 @@ def _host_address() -> str:
 
 
 def advertised(bound: list[str], advertise: str | None) -> str:
-    from woolyhv.config import check_endpoint
+    from proto.settings import check_endpoint
 
     if advertise:
         return check_endpoint(advertise, "--advertise (WOOLY_ADVERTISE)")

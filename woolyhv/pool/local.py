@@ -12,6 +12,7 @@ import subprocess
 import tempfile
 import time
 
+from proto import settings
 from woolyhv.pool.store import Store, wait_for
 
 
@@ -22,7 +23,7 @@ def free_port() -> int:
 
 
 def etcd_binary() -> str | None:
-    return os.environ.get("WOOLY_ETCD_BIN") or shutil.which("etcd")
+    return settings.gpud().etcd_bin or shutil.which("etcd")
 
 
 class LocalEtcd:

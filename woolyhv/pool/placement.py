@@ -35,8 +35,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from proto.sizes import human as _human
 from woolyhv.pool.model import Cordon, Device, Inventory, Ledger, PlaceRequest
-from woolyhv.sizes import human as _human
 
 WEIGHTS = {"fit": 40.0, "load": 20.0, "affinity": 40.0}
 TOP = 10

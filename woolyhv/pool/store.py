@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import socket
 import threading
 import time
@@ -30,7 +29,8 @@ from urllib.parse import urlparse
 
 import requests
 
-from woolyhv.config import ConfigError
+from proto import settings
+from proto.settings import ConfigError
 
 DEFAULT_PREFIX = "/wooly/pool/"
 
@@ -94,7 +94,8 @@ def parse_url(url: str, what: str = "--etcd") -> tuple[str, int, str]:
 
 
 def _tls(session: requests.Session) -> None:
-    ca, cert, key = (os.environ.get(f"WOOLY_ETCD_{n}", "") for n in ("CA", "CERT", "KEY"))
+    s = settings.gpud()
+    ca, cert, key = s.etcd_ca, s.etcd_cert, s.etcd_key
     if ca:
         session.verify = ca
     if cert and key:

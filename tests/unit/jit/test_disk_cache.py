@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from jit import compile_module, disk_cache
+from proto.settings import ConfigError
 from tests.unit.jit.helpers import HEADER
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -72,7 +73,9 @@ def test_shards_are_bounded_separately_and_the_new_entry_stays(cache: Path, monk
     assert disk_cache.read(key("b2", 1)) is not None
 
 
-def test_zero_means_no_bound_and_a_bad_bound_warns(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_zero_means_no_bound_and_a_bad_bound_is_refused(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import jit.compiler as c
+
     monkeypatch.setenv("WOOLY_JIT_CACHE_MAX", "0")
     for i in range(5):
         disk_cache.store(key("00", i), bytes(4000), {})
@@ -80,12 +83,10 @@ def test_zero_means_no_bound_and_a_bad_bound_warns(cache: Path, monkeypatch: pyt
     monkeypatch.setenv("WOOLY_JIT_CACHE_MAX", "2GiB")
     assert disk_cache.max_bytes() == 2 << 30
     monkeypatch.setenv("WOOLY_JIT_CACHE_MAX", "lots")
-    with pytest.warns(RuntimeWarning, match="WOOLY_JIT_CACHE_MAX.*'lots'.*1GiB"):
-        assert disk_cache.max_bytes() == 1 << 30
+    with pytest.raises(ConfigError, match="^WOOLY_JIT_CACHE_MAX='lots': expected a size such as 4GiB"):
+        disk_cache.max_bytes()
     monkeypatch.setenv("WOOLY_JIT_CACHE_MAX", "12 parsecs")
-    import jit.compiler as c
-
-    with pytest.warns(RuntimeWarning, match="'12 parsecs'"):  # at daemon start (jit.warm_up), not at a store
+    with pytest.raises(ConfigError, match="'12 parsecs'"):  # at daemon start (jit.warm_up), not at a store
         c.warm_up()
 
 
