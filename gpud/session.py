@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import bisect
 import functools
+import logging
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from gpud import log
 from gpud.backends.base import Allocation, Backend, Function, Module
 from gpud.errors import CudaError, codes
 from gpud.streams import Marker, StreamEngine, when_all
@@ -139,8 +141,20 @@ class Session:
         with self._lock:
             if error.sticky and self.sticky_error is None:
                 self.sticky_error = error
-            elif self.pending_error is None:
-                self.pending_error = error
+                first = True
+            else:
+                first = False
+                if self.pending_error is None:
+                    self.pending_error = error
+        if first:  # the operator sees why a tenant's context died (the program may only see a code)
+            log.event(
+                "session.sticky_error",
+                logging.WARNING,
+                session=self.id,
+                tenant=self.info.tenant,
+                error=error.name,
+                message=error.message[:2000],
+            )
 
     def check_errors(self) -> None:
         with self._lock:

@@ -225,7 +225,7 @@ def guard(
             hi = b.add(lo, fl.env.shared_window(fl))
         else:
             lo, hi = fl.env.local_span(fl)
-        if not (isinstance(nbytes, int) and nbytes <= 64 and _confined(fl, o, space, lo, hi)):
+        if not (isinstance(nbytes, int) and nbytes <= 64 and _confined(fl, o, space, lo, hi, ptr, n)):
             _span_check(fl, b.ptrtoint(ptr, I64), n, lo, hi)
     elif space in ("const", "param"):
         emit_check(fl, ptr, n)
@@ -240,15 +240,22 @@ def guard(
 # own on either side, and an access `[%r + imm]` with |imm| within the guard is checked through its register:
 # `%r` must lie in [lo, hi]. The check is the same for every access through one register value, so LLVM keeps one
 # per register and block (two for that matmul instead of 32): ~1.7x unchecked, against ~1.15x before .shared was
-# checked at all (benchmarks/jit.py, matmul_bounds_checked_ms). A register outside the window fails the launch with
-# CUDA_ERROR_ILLEGAL_ADDRESS (in a kernel body the rooted check's path, reported after the block; in a .func a
-# trap); an access through a register inside it reaches at most the guard zones, which belong to the launch and
-# never hold another tenant's bytes (nor are they reported). Accesses with larger immediates take the exact check.
+# checked at all (benchmarks/jit.py, matmul_bounds_checked_ms). An access through a register outside the window
+# takes the exact check of its own address, off the fast path: legal code does that (CUB's radix sort keeps one
+# register `base + 46080`, past the end of its 48128-byte window, and reaches its staged keys at [%r-46080] ...
+# [%r-3072]; reporting the register made CuPy's sort of 10000 doubles an illegal address). An address outside the
+# window fails the launch with CUDA_ERROR_ILLEGAL_ADDRESS (in a kernel body the rooted check's path, reported after
+# the block; in a .func a trap); an access through a register inside it reaches at most the guard zones, which
+# belong to the launch and never hold another tenant's bytes (nor are they reported). Accesses with larger
+# immediates take the exact check.
 # Tried and dropped: masking every address into a power-of-two buffer (software fault isolation, no branch) was
 # slower still (2x): the mask hides that neighbouring threads touch neighbouring words, so nothing vectorises.
-def _confined(fl, o: A.Operand, space: str, lo: ir.Value, hi: ir.Value) -> bool:  # type: ignore[no-untyped-def]
-    """Check the register ``o`` goes through against [lo, hi] (see NOTE [confined windows]); False when the access
-    cannot be confined that way (its immediate reaches past the guard zones) and needs the exact check."""
+def _confined(  # type: ignore[no-untyped-def]
+    fl, o: A.Operand, space: str, lo: ir.Value, hi: ir.Value, ptr: ir.Value, n: ir.Value
+) -> bool:
+    """Check the register ``o`` goes through against [lo, hi], and the access at ``ptr`` of ``n`` bytes exactly where
+    the register lies outside (see NOTE [confined windows]); False when the access cannot be confined that way (its
+    immediate reaches past the guard zones) and needs the exact check."""
     b = fl.b
     base = o.base if isinstance(o, A.Addr) else o
     imm = o.offset if isinstance(o, A.Addr) else 0
@@ -258,10 +265,11 @@ def _confined(fl, o: A.Operand, space: str, lo: ir.Value, hi: ir.Value) -> bool:
     v = convert_bits(b, v, I64) if v.type != I64 else v
     rel = v if space == "shared" else b.sub(v, lo)  # the same value for every access through this register
     ok = b.icmp_unsigned("<=", rel, b.sub(hi, lo))  # so LLVM keeps one check per register value
-    bad_b, cont = fl.block("oob_window"), fl.block("inw")
-    b.cbranch(ok, cont, bad_b).set_weights([1000, 1])
-    b.position_at_end(bad_b)
-    fl.env.bad_access(fl, b.add(lo, rel))
+    outside, cont = fl.block("reg_outside_window"), fl.block("inw")
+    b.cbranch(ok, cont, outside).set_weights([1000, 1])
+    b.position_at_end(outside)
+    _span_check(fl, b.ptrtoint(ptr, I64), n, lo, hi)
+    b.branch(cont)
     b.position_at_end(cont)
     return True
 

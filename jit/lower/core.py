@@ -329,6 +329,8 @@ class FuncLowering:
             if a is None:
                 raise invalid_ptx(f"undeclared register {base.name}")
             iv = self.reg_value(a)
+            if space == "shared" and iv.type == I32 and off:  # a 32-bit shared address wraps in 32 bits, as on a GPU
+                iv, off = b.add(iv, ir.Constant(I32, off)), 0
             iv = convert_bits(b, iv, I64) if iv.type != I64 else iv
             if off:
                 iv = b.add(iv, ir.Constant(I64, off))

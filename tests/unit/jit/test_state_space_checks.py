@@ -215,3 +215,34 @@ def test_printf_reads_only_the_tenants_memory() -> None:
             k.launch(1, 1, 0, struct.pack("<QQ", f, s), allowed_ranges=ranges)
         assert ei.value.code == ILLEGAL_ADDRESS
         assert "secret" not in getattr(ei.value, "printf", "")
+
+
+def _shared_through(offset_of_register: int, imm: int) -> int:
+    """Store 42 at s[25] (byte 100), then load through a register ``offset_of_register`` bytes from the start of the
+    256-byte window and the immediate ``imm``; the loaded word, written to the output."""
+    out = np.zeros(4, dtype=np.uint32)
+    ptx = (
+        HEADER
+        + SIG
+        + "\n{ .reg .b64 %rd<4>; .reg .b32 %r<4>; .shared .align 4 .b32 s[64];\n"
+        + "mov.u32 %r1, 42; st.shared.u32 [s+100], %r1; bar.sync 0;\n"
+        + f"mov.u32 %r2, s; add.u32 %r2, %r2, {offset_of_register}; ld.shared.u32 %r3, [%r2+{imm}];\n"
+        + "ld.param.u64 %rd2, [o]; st.global.u32 [%rd2], %r3;\n ret; }\n"
+    )
+    k = compile_module(ptx, bounds_check=True).get_kernel("k")
+    k.launch(1, 1, 0, struct.pack("<QQ", 0, out.ctypes.data), allowed_ranges=[(out.ctypes.data, out.nbytes)])
+    return int(out[0])
+
+
+@pytest.mark.parametrize(("reg", "imm"), [(256 + 1000, -1156), (-1000, 1100), (256 + 3000, -3156)])
+def test_a_register_outside_the_window_with_an_offset_back_into_it_is_legal(reg: int, imm: int) -> None:
+    """CUB's radix sort addresses its staged keys as [%r-46080] ... [%r-3072] with %r past its shared window's end
+    (NOTE [confined windows]); such an access lies inside the window and must not be an illegal address."""
+    assert _shared_through(reg, imm) == 42
+
+
+@pytest.mark.parametrize(("reg", "imm"), [(256 + 5000, -100), (-6000, 8), (100, 9000), (256 + 4000, -5000)])
+def test_a_shared_access_far_outside_the_window_is_still_an_illegal_address(reg: int, imm: int) -> None:
+    with pytest.raises(JitError) as ei:
+        _shared_through(reg, imm)
+    assert ei.value.code == ILLEGAL_ADDRESS, ei.value.message
