@@ -10,6 +10,10 @@ assert float(a.mean()) == h.mean() and float(a.max()) == 11.0
 assert np.allclose(cp.asnumpy(cp.sin(a) * 2 + a**2), np.sin(h) * 2 + h**2)
 v = cp.asarray(np.random.default_rng(0).integers(0, 1000, 500))
 assert (cp.asnumpy(cp.sort(v)) == np.sort(cp.asnumpy(v))).all()  # thrust: a lazily translated module
+# more than one tile of CUB's onesweep radix sort: a register past its shared window (NOTE [confined windows])
+d = np.random.default_rng(5).random(10000) * 100
+assert (cp.asnumpy(cp.sort(cp.asarray(d))) == np.sort(d)).all()
+assert (cp.asnumpy(cp.unique(cp.asarray(np.round(d)))) == np.unique(np.round(d))).all()
 assert int(cp.argmax(v)) == int(np.argmax(cp.asnumpy(v)))
 mul = cp.ElementwiseKernel("float32 x, float32 y", "float32 z", "z = x * y + 1", "mul1")
 assert (cp.asnumpy(mul(cp.ones(4, cp.float32), cp.full(4, 3, cp.float32))) == 4).all()
