@@ -38,6 +38,20 @@ never gets its turn (a producer warp and a consumer warp synchronising through a
 barrier). With it the waiting thread parks each time round and the others run. Waiting on another block is only guaranteed to end for blocks
 that started earlier (blocks are claimed in order), as on a GPU, which does not promise that a later block ever
 runs while an earlier one spins.
+
+NOTE [implicit warp synchrony]
+Code written for warps that run in lockstep (before Volta, and still what NVCC's output does for converged warps)
+shares data between the lanes of a warp through memory with no barrier at all: CuPy's partition kernel has each
+warp bitonic-sort its slice of global memory, lane i swapping the pairs of lane i's steps, every step reading what
+the other lanes wrote in the step before; its only synchronisation is a `__any_sync`. Run thread after thread,
+lane 0 did all its steps before lane 1 began, and `cupy.partition` of 20000 floats returned a wrong element
+(CuPy's own tests found it). So a kernel with no block barrier that uses warp collectives or a warp-stride loop (a
+loop adding 32 to a register: `for (j = lane; j < n; j += 32)`; CuPy's merge kernel has no collective) gets a
+yield at the back edge of each loop that stores to global or shared memory, every time round: every lane runs one
+iteration per round of the scheduler, the lanes of a warp step through their loops together, and a step's reads
+see the previous step's writes of every lane, as on a GPU. (Lanes whose trip counts differ drift apart, as they
+may on a GPU since Volta; code that needs more must use `__syncwarp`, a collective, which is exact here.) The
+yields cost a register save per iteration, only in kernels of that shape.
 """
 
 from __future__ import annotations
@@ -176,6 +190,47 @@ def _spins(loop: list[A.Stmt], h: int, pos: dict[str, int]) -> bool:
     return False
 
 
+_STORES = ("st", "atom", "red")
+
+
+def _warp_stride(loop: list[A.Stmt]) -> bool:
+    """The loop adds the warp size to a register (`j += 32`, also as the chain of an unrolled loop): lanes sharing
+    a loop's work."""
+    return any(
+        isinstance(st, A.Instr)
+        and st.opcode == "add"
+        and len(st.operands) == 3
+        and isinstance(st.operands[2], A.Imm)
+        and st.operands[2].value == 32
+        for st in loop
+    )
+
+
+def _warp_synchronous(body: list[A.Stmt], loops: list[tuple[int, int]]) -> bool:
+    """NOTE [implicit warp synchrony]: no block barrier, and warp collectives or a warp-stride loop."""
+    kinds = {sync_kind(st) for st in body if isinstance(st, A.Instr)}
+    if "bar" in kinds:
+        return False
+    return "warp" in kinds or any(_warp_stride(body[h : j + 1]) for h, j in loops)
+
+
+def _back_edges(body: list[A.Stmt], pos: dict[str, int]) -> list[tuple[int, int]]:
+    """(header, back edge) of every loop, inner and outer: a branch to a label at or before it."""
+    out = []
+    for j, st in enumerate(body):
+        if isinstance(st, A.Instr) and st.opcode == "bra" and st.operands and isinstance(st.operands[0], A.Sym):
+            h = pos.get(st.operands[0].name)
+            if h is not None and h <= j:
+                out.append((h, j))
+    return out
+
+
+def _stores_shared_or_global(loop: list[A.Stmt]) -> bool:
+    return any(
+        isinstance(st, A.Instr) and st.opcode in _STORES and not st.has("param", "local", "const") for st in loop
+    )
+
+
 def run(module: A.Module) -> A.Module:
     for fn in module.functions:
         if fn.body is None or not fn.is_entry:
@@ -185,6 +240,9 @@ def run(module: A.Module) -> A.Module:
         inserts: list[tuple[int, int]] = []  # (position, K): after a loop's header label, every K-th time round;
         #                                       K = 0: at its back edge, every time round (a wait loop)
         pos = {st.name: i for i, st in enumerate(body) if isinstance(st, A.Label)}
+        loops = _back_edges(body, pos)
+        if _warp_synchronous(body, loops):  # NOTE [implicit warp synchrony]
+            inserts += [(j, 0) for h, j in loops if _stores_shared_or_global(body[h : j + 1])]
         for h, j in innermost_loops(body, pos):
             loop = body[h : j + 1]
             if any(isinstance(st, A.Instr) and sync_kind(st) for st in loop):
