@@ -47,6 +47,7 @@ from jit.emit import (
     RB_LO,
     W_SLOTS,
     WINDOW_GUARD,
+    shared_window_bytes,
 )
 from jit.errors import (
     CUDA_ERROR_ASSERT,
@@ -209,12 +210,13 @@ class CpuKernel:
         area = self.local_bytes_per_thread + self._func_stack  # .local, then .func frames (bounds checks)
         guard = WINDOW_GUARD if checked else 0  # NOTE [confined windows] (jit/emit/bounds.py): zones either side
         for _ in range(nw):
-            sb, sa = _buffer(self._dyn_offset + shared_mem + 2 * guard)
+            window = shared_window_bytes(self._dyn_offset + shared_mem)  # whole allocation units (SHARED_UNIT)
+            sb, sa = _buffer(window + 2 * guard)
             lb, la = _buffer(nt * area + 2 * guard)
             sa, la = sa + guard, la + guard
             rec_threads = code.rec_threads or (nt + 15) // 16 * 16  # NOTE [thread records] (jit/emit/cpu.py)
             rb, ra = _buffer(rec_threads * code.rec_bytes)
-            extra_ranges += [(sa, self._dyn_offset + shared_mem), (la, nt * area)]
+            extra_ranges += [(sa, window), (la, nt * area)]
             red = 0
             if code.red_bytes:  # NOTE [combined global reductions]: empty slots, lo = UINT64_MAX, hi = 0
                 rbuf = (ctypes.c_int64 * (code.red_bytes // 8))()

@@ -17,6 +17,17 @@ L_OS_YIELD, L_GRID_WS = (
     24,
 )  # cooperative launches: sched_yield's address; the grid-sync workspace (NOTE [grid sync])
 L_ALLOWED = 25  # workers of this launch that may run now (NOTE [spatial sharing], jit/cores.py)
+# A block's shared memory is allocated in units of this many bytes, as on NVIDIA GPUs (the occupancy calculator's
+# "shared memory allocation unit"): an access past the bytes a launch asked for but inside the unit is legal there.
+# numba's LLVM reads `dynsmem[0:7]` of a 28-byte window as two 16-byte vectors (the extern array is 16-aligned).
+SHARED_UNIT = 128
+
+
+def shared_window_bytes(n: int) -> int:
+    """The bytes of a block's shared window for ``n`` bytes of static plus dynamic shared memory."""
+    return (n + SHARED_UNIT - 1) // SHARED_UNIT * SHARED_UNIT
+
+
 WINDOW_GUARD = (
     4096  # bytes of a launch's own before and after each shared window and .local area (NOTE [confined windows])
 )

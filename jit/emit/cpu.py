@@ -55,6 +55,7 @@ from jit.emit import (  # noqa: F401 (re-exported: jit/emit/cpu_*.py use them fr
     R_XC,
     R_XMASK,
     R_XPRED,
+    SHARED_UNIT,
     T_CTAID,
     T_EXITED,
     T_LCTX,
@@ -263,7 +264,8 @@ class EntryEnv(ThreadRecords):
         if self._shared_window is None:
             ab = fl.ab
             dyn = ab.load(ab.gep(self.L, [_i64(L_DYN)], source_etype=I64), typ=I64)
-            self._shared_window = ab.add(dyn, _i64(self.cg.dyn_offset))
+            total = ab.add(dyn, _i64(self.cg.dyn_offset + SHARED_UNIT - 1))  # whole allocation units (SHARED_UNIT)
+            self._shared_window = ab.and_(total, _i64(-SHARED_UNIT))
         return self._shared_window
 
     def local_span(self, fl: FuncLowering) -> tuple[ir.Value, ir.Value]:

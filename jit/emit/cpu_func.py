@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
+from jit.emit import SHARED_UNIT
 from jit.emit.cpu import (
     L_DYN,
     L_ERROR,
@@ -169,7 +170,8 @@ class FuncEnv:
         if self._shared_window is None:
             ab = fl.ab
             L = ab.inttoptr(ld_slot(ab, self.tc, T_LCTX), PTR)
-            self._shared_window = ab.add(ld_slot(ab, L, L_DYN), _i64(self.cg.dyn_offset))
+            total = ab.add(ld_slot(ab, L, L_DYN), _i64(self.cg.dyn_offset + SHARED_UNIT - 1))  # (SHARED_UNIT)
+            self._shared_window = ab.and_(total, _i64(-SHARED_UNIT))
         return self._shared_window
 
     def local_span(self, fl: FuncLowering) -> tuple[ir.Value, ir.Value]:

@@ -106,8 +106,9 @@ def test_in_window_accesses_are_unchanged() -> None:
     last = 31  # every thread stored its tid at dyn+1020: the last one there wins, as on a GPU, after the barrier
     assert out[0] in range(0, 32 + last + 1)
     assert all(out[t] - t == out[0] for t in range(32))
-    with pytest.raises(JitError) as ei:  # the same kernel with 1020 + 4 bytes past a window of 1000
-        k.launch(1, 32, 1000, struct.pack("<Q", out.ctypes.data), allowed_ranges=[(out.ctypes.data, out.nbytes)])
+    # the same kernel with 1020 + 4 bytes of a window of 800 dynamic bytes (128 static + 800, 1024 in whole units)
+    with pytest.raises(JitError) as ei:
+        k.launch(1, 32, 800, struct.pack("<Q", out.ctypes.data), allowed_ranges=[(out.ctypes.data, out.nbytes)])
     assert ei.value.code == ILLEGAL_ADDRESS
 
 
@@ -246,3 +247,37 @@ def test_a_shared_access_far_outside_the_window_is_still_an_illegal_address(reg:
     with pytest.raises(JitError) as ei:
         _shared_through(reg, imm)
     assert ei.value.code == ILLEGAL_ADDRESS, ei.value.message
+
+
+def test_shared_memory_comes_in_allocation_units() -> None:
+    """A read past the dynamic bytes a launch asked for, inside the 128-byte unit a GPU allocates, is legal:
+    numba reads `dynsmem[0:7]` of a 28-byte window as two 16-byte vectors (test_sm.py::test_dynshared_slice_gaps)."""
+    ptx = (
+        HEADER
+        + """
+.extern .shared .align 16 .b8 dyn[];
+.visible .entry k(.param .u64 o)
+{
+  .reg .b64 %rd<4>; .reg .b32 %r<12>;
+  mov.u32 %r1, 7; st.shared.v4.u32 [dyn], {%r1, %r1, %r1, %r1}; st.shared.v2.u32 [dyn+16], {%r1, %r1};
+  st.shared.u32 [dyn+24], %r1;
+  ld.shared.v4.u32 {%r2, %r3, %r4, %r5}, [dyn+16];
+  ld.param.u64 %rd1, [o]; st.global.u32 [%rd1], %r4;
+  mov.u32 %r6, dyn; add.u32 %r6, %r6, 132; ld.shared.u32 %r7, [%r6];
+  st.global.u32 [%rd1+4], %r7;
+  ret;
+}
+"""
+    )
+    k = compile_module(ptx, bounds_check=True).get_kernel("k")
+    out = np.zeros(2, dtype=np.uint32)
+    params = struct.pack("<Q", out.ctypes.data)
+    with pytest.raises(JitError) as ei:  # byte 132: the next unit, not the block's
+        k.launch(1, 1, 28, params, allowed_ranges=[(out.ctypes.data, out.nbytes)])
+    assert ei.value.code == ILLEGAL_ADDRESS
+    k2 = compile_module(
+        ptx.replace("mov.u32 %r6, dyn; add.u32 %r6, %r6, 132; ld.shared.u32 %r7, [%r6];", "mov.u32 %r7, 0;"),
+        bounds_check=True,
+    )
+    k2.get_kernel("k").launch(1, 1, 28, params, allowed_ranges=[(out.ctypes.data, out.nbytes)])
+    assert out[0] == 7  # dyn[24..28) holds 7; dyn[28..32) is past the 28 bytes, inside the unit
