@@ -16,7 +16,8 @@ import shutil
 import subprocess
 import tempfile
 
-from proto import settings as config
+# setup.py runs this file in pip's isolated build environment, where only setuptools is installed:
+# nothing at module level may import the package's dependencies (proto imports msgpack and pydantic).
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.join(HERE, "src")
@@ -60,6 +61,8 @@ def _source_hash() -> str:
 
 def cache_base() -> str:
     """The root of wooly's per-user build cache (``WOOLY_CACHE_DIR``, else ``$XDG_CACHE_HOME/wooly``)."""
+    from proto import settings as config
+
     return config.client().cache_dir or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "wooly"
     )

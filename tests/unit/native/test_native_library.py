@@ -82,3 +82,22 @@ def test_native_library_resolves() -> None:
     proc = subprocess.run([sys.executable, "-c", SCRIPT % ROOT], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "native library OK" in proc.stdout
+
+
+def test_setup_py_loads_the_build_module_with_only_the_standard_library():
+    """setup.py runs shim/native/build.py inside pip's isolated build environment, which holds setuptools
+    and nothing the package depends on: importing msgpack or pydantic there broke every install (CI)."""
+    code = textwrap.dedent(
+        """
+        import importlib.util, os, sys
+        spec = importlib.util.spec_from_file_location("_b", os.path.join("shim", "native", "build.py"))
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        assert len(mod._source_hash()) == 16
+        for name in ("msgpack", "pydantic", "zmq"):
+            assert name not in sys.modules, name
+        """
+    )
+    # -S: no site-packages, as in the build environment; the source tree is the working directory
+    proc = subprocess.run([sys.executable, "-S", "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
