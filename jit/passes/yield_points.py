@@ -52,11 +52,20 @@ iteration per round of the scheduler, the lanes of a warp step through their loo
 see the previous step's writes of every lane, as on a GPU. (Lanes whose trip counts differ drift apart, as they
 may on a GPU since Volta; code that needs more must use `__syncwarp`, a collective, which is exact here.) The
 yields cost a register save per iteration, only in kernels of that shape.
+
+Loops are not the only place where lanes hand each other data: the read of a sort's result right after its last
+step (no back edge is taken on the way out), or a straight-line step (CuPy's argpartition merges the first k
+indices with the next 32 lane by lane, then bitonic-sorts them, with nothing between). So in the same kernels a
+load from global, shared or generic memory that a store or atomic may precede with no yield or collective in
+between (a forward may-analysis over the control flow graph) gets a yield of its own, before it: every lane
+finishes its writes before any lane reads. Inside a loop the back-edge yield already stands between an
+iteration's stores and the next iteration's loads, so these yields fall between loops and after straight-line
+steps, once per thread each time. Before them, `cupy.argpartition` of rows of 256 returned wrong indices.
 """
 
 from __future__ import annotations
 
-from jit.passes.liveness import defs_uses, innermost_loops
+from jit.passes.liveness import blocks, defs_uses, innermost_loops, successors
 from jit.passes.sync_points import YIELD, sync_kind
 from jit.ptx import ast as A
 
@@ -231,6 +240,52 @@ def _stores_shared_or_global(loop: list[A.Stmt]) -> bool:
     )
 
 
+_LOADS = ("ld", "ldu")
+
+
+def _private(ins: A.Instr) -> bool:
+    """An access no other lane can see, or a constant."""
+    return ins.has("param", "local", "const")
+
+
+def _yield_before_shared_reads(body: list[A.Stmt]) -> list[int]:
+    """NOTE [implicit warp synchrony]: the loads that a store or atomic to global, shared or generic memory may
+    precede with no yield or collective in between, on some path; a yield before each of them (returned in
+    increasing order) is the first on its paths, so it cleans them all."""
+    bl, label_block, _ = blocks(body)
+    succ = successors(bl, label_block, body)
+    dirty_in = [False] * len(bl)
+    inserts: set[int] = set()
+
+    def walk(b: int, dirty: bool, record: bool) -> bool:
+        for i in bl[b]:
+            st = body[i]
+            if not isinstance(st, A.Instr):
+                continue
+            if sync_kind(st):
+                dirty = False
+            elif st.opcode in _LOADS and not _private(st):
+                if dirty:
+                    if record:
+                        inserts.add(i)
+                    dirty = False
+            elif st.opcode in _STORES and not _private(st):
+                dirty = True
+        return dirty
+
+    work = list(range(len(bl)))
+    while work:
+        b = work.pop()
+        out = walk(b, dirty_in[b], False)
+        for s in succ[b]:
+            if out and not dirty_in[s]:
+                dirty_in[s] = True
+                work.append(s)
+    for b in range(len(bl)):
+        walk(b, dirty_in[b], True)
+    return sorted(inserts)
+
+
 def run(module: A.Module) -> A.Module:
     for fn in module.functions:
         if fn.body is None or not fn.is_entry:
@@ -241,7 +296,8 @@ def run(module: A.Module) -> A.Module:
         #                                       K = 0: at its back edge, every time round (a wait loop)
         pos = {st.name: i for i, st in enumerate(body) if isinstance(st, A.Label)}
         loops = _back_edges(body, pos)
-        if _warp_synchronous(body, loops):  # NOTE [implicit warp synchrony]
+        lockstep = _warp_synchronous(body, loops)
+        if lockstep:  # NOTE [implicit warp synchrony]
             inserts += [(j, 0) for h, j in loops if _stores_shared_or_global(body[h : j + 1])]
         for h, j in innermost_loops(body, pos):
             loop = body[h : j + 1]
@@ -257,7 +313,7 @@ def run(module: A.Module) -> A.Module:
                 grid = _grid_size_regs(fn)
             if _strided(loop, grid):
                 inserts.append((h + 1, max(1, LINES_PER_YIELD // m)))
-        if not inserts:
+        if not inserts and not lockstep:
             continue
         counted = any(k for _, k in inserts)
         if counted:
@@ -291,4 +347,7 @@ def run(module: A.Module) -> A.Module:
             ]
         if counted:  # a loop shorter than its K never yields (the first one entered; later ones take the residue)
             body.insert(0, A.Instr("mov", ["u32"], [c, A.Imm(min(k for _, k in inserts if k))]))
+        if lockstep:  # after the back-edge yields, which clean the loops' paths
+            for at in reversed(_yield_before_shared_reads(body)):
+                body.insert(at, A.Instr(YIELD, [], []))
     return module

@@ -14,6 +14,12 @@ assert (cp.asnumpy(cp.sort(v)) == np.sort(cp.asnumpy(v))).all()  # thrust: a laz
 d = np.random.default_rng(5).random(10000) * 100
 assert (cp.asnumpy(cp.sort(cp.asarray(d))) == np.sort(d)).all()
 assert (cp.asnumpy(cp.unique(cp.asarray(np.round(d)))) == np.unique(np.round(d))).all()
+# CuPy's warp-synchronous selection kernels, lanes sharing steps through memory (NOTE [implicit warp synchrony])
+r = np.random.default_rng(7).random((3, 3, 256))
+ap = np.take_along_axis(r, cp.asnumpy(cp.argpartition(cp.asarray(r), 20)), axis=-1)
+assert (ap[..., 20] == np.sort(r)[..., 20]).all() and (ap[..., :20] <= ap[..., 20:21]).all()
+assert (ap[..., 21:] >= ap[..., 20:21]).all()
+assert float(cp.partition(cp.asarray(d), 5000)[5000]) == np.sort(d)[5000]
 assert int(cp.argmax(v)) == int(np.argmax(cp.asnumpy(v)))
 mul = cp.ElementwiseKernel("float32 x, float32 y", "float32 z", "z = x * y + 1", "mul1")
 assert (cp.asnumpy(mul(cp.ones(4, cp.float32), cp.full(4, 3, cp.float32))) == 4).all()
