@@ -18,6 +18,9 @@ import torch
 
 from gpud.aten_graph import Graphs
 from gpud.aten_guards import guard_for
+from gpud.aten_sparse import SUBSTITUTES as SPARSE_SUBSTITUTES
+from gpud.aten_sparse import describe as sparse_describe
+from gpud.aten_sparse import storage_key as sparse_storage_key
 from gpud.errors import CudaError, codes
 from proto import aten as W
 
@@ -25,8 +28,9 @@ _NAME_RE = re.compile(r"^aten\.([A-Za-z0-9_]+)(?:\.([A-Za-z0-9_]+))?$")
 # NOTE [unsafe ops]: every tenant's tensors live in gpud's heap, so an op that reads or writes out of bounds
 # reads or writes another tenant's memory. Refused, by name: ops that read files or index memory without bounds
 # checks, and the sparse constructors that skip validating their indices; by argument: ``unsafe=True``
-# (segment_reduce, _index_put_impl_ skip their checks with it); by result: any tensor that is not strided
-# (a sparse tensor's indices can be rewritten in place through ``_indices()``, and every later op trusts them).
+# (segment_reduce, _index_put_impl_ skip their checks with it); by result: any tensor that is neither strided
+# nor sparse COO, and sparse COO tensors only under the rules of NOTE [sparse tensors] (gpud/aten_sparse.py:
+# the one constructor from parts validates them, no handle aliases their indices).
 _DENIED = frozenset(
     {
         "from_file",
@@ -36,7 +40,6 @@ _DENIED = frozenset(
         "_unsafe_masked_index_put_accumulate",
         "_unsafe_set_version_counter",
         "_sparse_coo_tensor_unsafe",
-        "_sparse_coo_tensor_with_dims_and_tensors",
         "_sparse_compressed_tensor_unsafe",
         "_sparse_csr_tensor_unsafe",
         "_sparse_csc_tensor_unsafe",
@@ -92,7 +95,8 @@ def resolve(name: str, permit_unsafe: bool = False) -> tuple[Any, bool, bool, in
                 op, has_gen = alt_op, True
     seeded = torch.Tag.nondeterministic_seeded in getattr(op, "tags", ())
     unsafe = next((i for i, a in enumerate(op._schema.arguments) if a.name == _UNSAFE_ARG), -1)
-    hit = (op, has_gen, not has_gen and (seeded or base in _DEFAULT_GEN_OPS), unsafe, guard_for(base, op._schema))
+    run: Any = SPARSE_SUBSTITUTES.get(base, op)  # NOTE [sparse tensors]
+    hit = (run, has_gen, not has_gen and (seeded or base in _DEFAULT_GEN_OPS), unsafe, guard_for(base, op._schema))
     _OPS[name] = hit
     return hit
 
@@ -148,8 +152,8 @@ class Executor:
         self.op_started = 0.0  # monotonic start of the op running now (0: none)
         self.device = torch.device(device)
         self.tensors: dict[int, torch.Tensor] = {}
-        self.owner: dict[int, int] = {}  # handle -> storage key
-        self.storages: dict[int, list[int]] = {}  # storage key -> [nbytes, references]
+        self.owner: dict[int, Any] = {}  # handle -> storage key (a pair of storages for sparse tensors)
+        self.storages: dict[Any, list[int]] = {}  # storage key -> [nbytes, references]
         self.allocated = 0
         self.peak = 0
         self.limit = 0  # bytes; 0 = the tenant's quota alone (set_per_process_memory_fraction)
@@ -184,14 +188,17 @@ class Executor:
         _handle(h)
         if h in self.tensors:
             raise CudaError(codes.INVALID_HANDLE, f"tensor handle {h} is already in use")
-        st = t.untyped_storage()
-        key = st.data_ptr()
-        nbytes = st.nbytes()
+        key: Any
+        if t.layout == torch.strided:
+            st = t.untyped_storage()
+            key, nbytes = st.data_ptr(), st.nbytes()
+        else:  # sparse COO (NOTE [sparse tensors]); produced() and describe() refuse other layouts
+            key, nbytes = sparse_storage_key(t)
         if key == 0 or nbytes == 0:
             key = -h  # empty storages: nothing to charge, a key of their own
         entry = self.storages.get(key)
         if entry is None:
-            if nbytes and key > 0:
+            if nbytes and key != -h:
                 if self.limit and self.allocated + nbytes > self.limit:
                     raise CudaError(
                         codes.OUT_OF_MEMORY,
@@ -201,7 +208,7 @@ class Executor:
                 self.host.charge(nbytes)  # raises OUT_OF_MEMORY
                 self.allocated += nbytes
                 self.peak = max(self.peak, self.allocated)
-            self.storages[key] = [nbytes if key > 0 else 0, 1]
+            self.storages[key] = [nbytes if key != -h else 0, 1]
         else:
             entry[1] += 1
         self.tensors[h] = t
@@ -363,10 +370,12 @@ class Executor:
     def describe(self, v: Any) -> Any:
         """A synchronous op's result: tensors are stored under new handles and described."""
         if isinstance(v, torch.Tensor):
-            _strided("a synchronous op", v)
+            sparse = sparse_describe(v)  # None for a strided tensor; refuses layouts gpud does not keep
             h = self.next_handle
             self.next_handle += 1
             self.store(h, v)
+            if sparse is not None:  # [h, shape, sparse_dim, dense_dim, nnz, coalesced, dtype]
+                return {"s": [h, *sparse, _DTYPE_NAMES.get(v.dtype, str(v.dtype))]}
             desc = [h, list(v.shape), list(v.stride()), v.storage_offset(), _DTYPE_NAMES.get(v.dtype, str(v.dtype))]
             bits = (1 if v.is_conj() else 0) | (2 if v.is_neg() else 0)  # a conjugate/negative view, as the client's
             return {"t": desc + [bits] if bits else desc}
@@ -453,6 +462,8 @@ class Executor:
         (views keep sharing theirs), and the generator, limit and handle counter: what a move re-creates."""
         if self.graphs.graphs:
             raise CudaError(codes.NOT_SUPPORTED, "a session with captured CUDA graphs cannot move yet")
+        if any(t.layout != torch.strided for t in self.tensors.values()):
+            raise CudaError(codes.NOT_SUPPORTED, "a session holding sparse tensors cannot move yet")
         index: dict[int, int] = {}
         frames: list[Any] = []
         tensors = []
@@ -531,11 +542,12 @@ def _flatten(v: Any, out: list[torch.Tensor]) -> None:
 
 
 def _strided(name: str, t: torch.Tensor) -> None:
-    if t.layout != torch.strided:
+    """Strided or sparse COO (NOTE [sparse tensors]); other layouts are refused, naming the op."""
+    if t.layout != torch.strided and t.layout != torch.sparse_coo:
         raise CudaError(
             codes.NOT_SUPPORTED,
-            f"{name}: {str(t.layout).removeprefix('torch.')} tensors are not kept on "
-            "gpud (their indices could be rewritten to point anywhere; NOTE [unsafe ops])",
+            f"{name}: {str(t.layout).removeprefix('torch.')} tensors are not kept on gpud (sparse COO tensors "
+            "are: NOTE [sparse tensors] in gpud/aten_sparse.py)",
         )
 
 

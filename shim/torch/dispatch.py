@@ -144,6 +144,9 @@ class _Enc:
 
         h = upload_handle(v)
         self.temps.append(h)
+        if v.layout != torch.strided:  # sparse COO: ops on it run synchronously (_to_meta)
+            self.key.append((T.SPARSE_COO, tuple(v.shape), v.dtype))
+            return S.tensor_ref(h)
         c = v.contiguous()
         self.key.append((tuple(c.shape), tuple(c.stride()), 0, c.dtype))
         return S.tensor_ref(h)
@@ -151,6 +154,8 @@ class _Enc:
 
 def _to_meta(v: Any) -> Any:
     if isinstance(v, RemoteTensor):
+        if v._k[0] is T.SPARSE_COO:
+            raise _DataDependent  # ops on sparse tensors run synchronously: their outputs' nnz depends on data
         shape, stride, off, dtype = v._k[:4]
         need = 1 + off + sum((s - 1) * st for s, st in zip(shape, stride, strict=True) if s > 0) if all(shape) else 0
         base = torch.empty(need, dtype=dtype, device="meta")
@@ -164,6 +169,8 @@ def _to_meta(v: Any) -> Any:
     if isinstance(v, torch.Tensor):
         if v.dim() == 0 and v.device.type == "cpu":
             return v
+        if v.layout != torch.strided:
+            raise _DataDependent
         return torch.empty_strided(v.shape, v.contiguous().stride(), dtype=v.dtype, device="meta")
     if isinstance(v, (list, tuple)):
         return type(v)(_to_meta(x) for x in v) if type(v) in (list, tuple) else [_to_meta(x) for x in v]
@@ -177,6 +184,8 @@ def _to_meta(v: Any) -> Any:
 def _spec(v: Any, leaves: list[Any]) -> Any:
     """Structure of a meta result: tensors become leaf indices into ``leaves``."""
     if isinstance(v, torch.Tensor):
+        if v.layout != torch.strided:
+            raise _DataDependent  # a sparse output: its nnz depends on the data, gpud describes it
         bits = (1 if v.is_conj() else 0) | (2 if v.is_neg() else 0)
         leaf = (tuple(v.shape), tuple(v.stride()), v.storage_offset(), v.dtype)
         leaves.append(leaf + (bits,) if bits else leaf)
@@ -274,6 +283,17 @@ def _run_sync(func: Any, info: OpInfo, args: Any, kwargs: Any, wargs: Any, wkw: 
                 pos, name = inplace[i]
                 return args[pos] if 0 <= pos < len(args) else kwargs[name]
             return wrap(h, shape, stride, off, NAME_DTYPE[dt], bits[0] if bits else 0)
+        if isinstance(v, dict) and "s" in v:  # sparse COO (NOTE [sparse tensors] in gpud/aten_sparse.py)
+            h, shape, sdim, ddim, nnz, coalesced, dt = v["s"]
+            i = counter[0]
+            counter[0] += 1
+            if i in inplace:  # the tensor changed in place (add_, zero_, sparse_resize_ ...): its new nnz
+                st.free(h)
+                pos, name = inplace[i]
+                obj = args[pos] if 0 <= pos < len(args) else kwargs[name]
+                obj.__dict__["_k"] = (T.SPARSE_COO, tuple(shape), sdim, ddim, nnz, coalesced, NAME_DTYPE[dt])
+                return obj
+            return T.wrap_sparse(h, shape, sdim, ddim, nnz, coalesced, NAME_DTYPE[dt])
         if isinstance(v, dict) and "c" in v:
             return complex(*v["c"])
         if isinstance(v, list):
@@ -344,6 +364,28 @@ def _local_scalar_dense(func: Any, info: OpInfo, args: Any, kwargs: Any) -> Any:
     return value
 
 
-_SPECIAL = {"_to_copy": _to_copy, "copy_": _copy_, "_local_scalar_dense": _local_scalar_dense}
+def _sparse_meta(pick: int) -> Any:
+    """``sparse_dim()``, ``_nnz()`` ... of a sparse wrapper, from the metadata gpud described (no round trip)."""
+
+    def answer(func: Any, info: OpInfo, args: Any, kwargs: Any) -> Any:
+        x = args[0] if args else None
+        if isinstance(x, RemoteTensor) and x._k[0] is T.SPARSE_COO:
+            return x._k[pick]
+        return NotImplemented
+
+    return answer
+
+
+_SPECIAL = {
+    "_to_copy": _to_copy,
+    "copy_": _copy_,
+    "_local_scalar_dense": _local_scalar_dense,
+    "sparse_dim": _sparse_meta(2),
+    "_dimI": _sparse_meta(2),
+    "dense_dim": _sparse_meta(3),
+    "_dimV": _sparse_meta(3),
+    "_nnz": _sparse_meta(4),
+    "is_coalesced": _sparse_meta(5),
+}
 
 T._dispatch = dispatch

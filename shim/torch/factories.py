@@ -51,7 +51,7 @@ _FACTORIES = (
     "blackman_window",
     "kaiser_window",
 )
-_HOST_BUILT = ("tensor", "as_tensor", "asarray")
+_HOST_BUILT = ("tensor", "as_tensor", "asarray", "sparse_coo_tensor")
 ORIGINAL: dict[str, Any] = {}
 
 
@@ -118,12 +118,21 @@ def remote_factory(name: str, orig: Any, args: Any, kwargs: dict[str, Any]) -> A
     return out
 
 
+def _is_original(orig: Any, name: str) -> bool:
+    return orig is ORIGINAL.get(name)
+
+
 def _host_built(orig: Any, args: Any, kwargs: dict[str, Any]) -> Any:
     kwargs = dict(kwargs)
     kwargs.pop("device", None)
     requires_grad = kwargs.pop("requires_grad", False)
     data = args[0] if args else kwargs.pop("data", None)
-    if isinstance(data, RemoteTensor):
+    out: torch.Tensor
+    if _is_original(orig, "sparse_coo_tensor"):  # built and checked on the host, then uploaded (and checked)
+        args = tuple(to_host(a) if isinstance(a, RemoteTensor) else a for a in args)
+        kwargs = {k: to_host(v) if isinstance(v, RemoteTensor) else v for k, v in kwargs.items()}
+        out = to_remote(orig(*args, **kwargs))
+    elif isinstance(data, RemoteTensor):
         dt = kwargs.get("dtype")
         out = data if dt is None or dt == data.dtype else data.to(dt)
         if orig is ORIGINAL.get("tensor"):

@@ -72,6 +72,8 @@ class RemoteTensor(torch.Tensor):
         from shim.torch.transfer import download
 
         cpu = download(self)
+        if cpu.layout != torch.strided:  # torch prints a sparse tensor's parts; the device goes before the layout
+            return repr(cpu).replace("layout=", "device='cuda:0', layout=", 1)
         with torch.no_grad():
             body = ts._tensor_str(cpu, len("tensor("))
         s = ts._str_intern(self, tensor_contents=body)
@@ -216,6 +218,23 @@ def wrap(h: int, shape: Any, stride: Any, offset: int, dtype: torch.dtype, bits:
     else:
         d["_k"] = (tuple(shape), tuple(stride), offset, dtype)
     return r
+
+
+def wrap_sparse(
+    h: int, shape: Any, sparse_dim: int, dense_dim: int, nnz: int, coalesced: bool, dtype: torch.dtype
+) -> RemoteTensor:
+    """The wrapper of a sparse COO tensor on gpud (NOTE [sparse tensors] in gpud/aten_sparse.py). Its metadata
+    (``sparse_dim()``, ``_nnz()`` ...) is answered here; every op on it is a synchronous call, which describes the
+    outputs (their nnz depends on the data)."""
+    r = _make(RemoteTensor, shape, dtype=dtype, layout=torch.sparse_coo, device=_WRAP_DEVICE)
+    d = r.__dict__
+    d["_h"] = h
+    d["_x"] = S.tensor_ref(h)
+    d["_k"] = (SPARSE_COO, tuple(shape), sparse_dim, dense_dim, nnz, bool(coalesced), dtype)
+    return r
+
+
+SPARSE_COO = "sparse_coo"  # the first item of a sparse wrapper's ``_k`` (a strided one starts with its shape)
 
 
 def _dispatch(func: Any, args: Any, kwargs: Any) -> Any:

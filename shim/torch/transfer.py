@@ -10,7 +10,7 @@ import torch
 from proto import aten as W
 from shim import progress
 from shim.torch import stream as S
-from shim.torch.tensor import RemoteTensor, wrap
+from shim.torch.tensor import CUDA0, RemoteTensor, wrap
 
 
 def _dtype_name(dt: torch.dtype) -> str:
@@ -25,10 +25,15 @@ def _dtype_name(dt: torch.dtype) -> str:
 def upload_handle(t: torch.Tensor) -> int:
     """Queue a host tensor's bytes for gpud; returns the new tensor's handle."""
     c = t.detach()
+    if c.layout == torch.sparse_coo:
+        r = upload_sparse(c)
+        h = r.__dict__["_h"]
+        r.__dict__["_h"] = 0  # the handle is the caller's now
+        return h
     if c.layout != torch.strided:
         raise NotImplementedError(
-            f"wooly: {c.layout} tensors on cuda are not supported yet (dense tensors only); keep it on the CPU "
-            "or convert it with .to_dense()"
+            f"wooly: {str(c.layout).removeprefix('torch.')} tensors on cuda are not supported (dense and sparse "
+            "COO tensors are); keep it on the CPU, or convert it with .to_dense() or .to_sparse_coo()"
         )
     if c.device.type != "cpu":
         c = c.cpu()
@@ -49,15 +54,39 @@ def upload_handle(t: torch.Tensor) -> int:
     return h
 
 
+def upload_sparse(t: torch.Tensor) -> RemoteTensor:
+    """A host sparse COO tensor on gpud: its indices and values travel as dense tensors and gpud builds the
+    tensor from them, validating the indices (NOTE [sparse tensors] in gpud/aten_sparse.py)."""
+    c = t.detach().cpu()
+    parts = upload(c._indices()), upload(c._values())
+    return torch.ops.aten._sparse_coo_tensor_with_dims_and_tensors.default(
+        c.sparse_dim(),
+        c.dense_dim(),
+        list(c.shape),
+        *parts,
+        dtype=c.dtype,
+        layout=torch.sparse_coo,
+        device=CUDA0,
+        is_coalesced=c.is_coalesced(),
+    )
+
+
 def upload(t: torch.Tensor) -> RemoteTensor:
+    if t.layout == torch.sparse_coo:
+        return upload_sparse(t)
     h = upload_handle(t)
     shape = tuple(t.shape)
     return wrap(h, shape, _contiguous_strides(shape), 0, t.dtype)
 
 
 def download(t: RemoteTensor) -> torch.Tensor:
-    """The tensor's value as a new host tensor (one round trip)."""
+    """The tensor's value as a new host tensor (one round trip; a sparse tensor's two parts, four)."""
     from shim.torch.dispatch import NAME_DTYPE
+
+    if t.layout == torch.sparse_coo:
+        _, shape, _, _, _, coalesced, _ = t._k
+        i, v = download(torch.ops.aten._indices.default(t)), download(torch.ops.aten._values.default(t))
+        return torch.sparse_coo_tensor(i, v, shape, is_coalesced=coalesced)
 
     value, bulk = S.stream().call([W.OP_FETCH, [t._x], {}, []], "copy to host")
     dt_name, shape = value

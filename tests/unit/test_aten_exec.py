@@ -105,10 +105,9 @@ I64 = msgpack.ExtType(W.EXT_DTYPE, b"int64")
         (["aten._sparse_coo_tensor_unsafe.default", [ref(2), ref(1), [4]], {}, [9]], 800, "not allowed"),
         (
             ["aten._sparse_coo_tensor_with_dims_and_tensors.default", [1, 0, [4], ref(2), ref(1)], {}, [9]],
-            800,
-            "not allowed",
+            1,
+            "indices must be an int64 tensor of shape (sparse_dim=1, nnz)",
         ),
-        (["aten._to_sparse.default", [ref(1)], {}, [9]], 801, "sparse_coo tensors are not kept on gpud"),
     ],
 )
 def test_unsafe_ops_are_refused(op: list[object], code: int, needle: str) -> None:
@@ -120,6 +119,51 @@ def test_unsafe_ops_are_refused(op: list[object], code: int, needle: str) -> Non
     ex.run_batch([op], [], 0)
     assert len(s.errors) == 1 and s.errors[0].code == code and needle in s.errors[0].message, s.errors
     assert 9 not in ex.tensors and ex.tensors[1].tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_sparse_tensors_keep_indices_nobody_else_holds() -> None:
+    """NOTE [sparse tensors] (gpud/aten_sparse.py): built from parts only after a check, on gpud's own copy of the
+    indices; _indices() hands out copies; the coalesced flag cannot lie; compressed layouts are refused."""
+    ex, s = make()
+    ex.run_batch(
+        [
+            ["aten.arange.default", [3], {}, [1]],  # 0 1 2 (int64)
+            ["aten.ones.default", [[3]], {}, [2]],
+            ["aten.view.default", [ref(1), [1, 3]], {}, [3]],  # indices (1, nnz=3)
+        ],
+        [],
+        0,
+    )
+    build = "aten._sparse_coo_tensor_with_dims_and_tensors.default"
+    ex.run_batch([[build, [1, 0, [2], ref(3), ref(2)], {}, [9]]], [], 0)  # index 2 in a dimension of 2
+    assert len(s.errors) == 1 and "size is inconsistent with indices" in s.errors[0].message and 9 not in ex.tensors
+    ex.run_batch([[build, [1, 0, [3], ref(3), ref(2)], {"is_coalesced": True}, [9]]], [], 0)
+    sp = ex.tensors[9]
+    assert sp.is_sparse and sp._indices().data_ptr() != ex.tensors[1].data_ptr()  # its own copy
+    ex.run_batch([["aten.fill_.Scalar", [ref(1), 7], {}, [0]]], [], 0)  # rewrite what the client named as indices
+    assert sp.to_dense().tolist() == [1.0, 1.0, 1.0]
+    ex.run_batch([["aten._indices.default", [ref(9)], {}, [10]]], [], 0)
+    assert ex.tensors[10].data_ptr() != sp._indices().data_ptr() and ex.tensors[10].tolist() == [[0, 1, 2]]
+    value, _ = ex.run_call(["aten.add.Tensor", [ref(9), ref(9)], {}, []], [], 0)
+    h, shape, sdim, ddim, nnz, coalesced, dt = value["s"]
+    assert (shape, sdim, ddim, nnz, dt) == ([3], 1, 0, 3, "float32") and ex.tensors[h].is_sparse
+    # the same index twice: not coalesced, and the flag may not say it is
+    ex.run_batch([["aten.zeros.default", [[1, 2]], {"dtype": I64}, [11]]], [], 0)
+    ex.run_batch([[build, [1, 0, [3], ref(11), ref(2)], {}, [12]]], [], 0)  # values of 3 for nnz 2: refused
+    assert "do not describe one tensor" in s.errors[-1].message and 12 not in ex.tensors
+    ex.run_batch([["aten.ones.default", [[2]], {}, [13]], [build, [1, 0, [3], ref(11), ref(13)], {}, [12]]], [], 0)
+    ex.run_batch([["aten._coalesced_.default", [ref(12), True], {}, [0]]], [], 0)
+    assert "not coalesced" in s.errors[-1].message and not ex.tensors[12].is_coalesced()
+    ex.run_batch(
+        [["aten.ones.default", [[2, 2]], {}, [14]], ["aten._to_sparse_csr.default", [ref(14)], {}, [15]]], [], 0
+    )
+    assert s.errors[-1].code == 801 and "sparse_csr tensors are not kept on gpud" in s.errors[-1].message
+    before = ex.allocated
+    for handle in (9, 12, h):
+        ex.free(handle)
+    assert ex.allocated < before and not any(
+        isinstance(k, tuple) for k in ex.storages
+    )  # a freed sparse tensor's charge is given back
 
 
 def test_quota_exceeded_is_out_of_memory() -> None:

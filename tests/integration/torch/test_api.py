@@ -74,3 +74,21 @@ def test_semantics_match_local(gpud: str) -> None:
     local = check(run_local(SCRIPTS / "semantics.py"))
     remote = check(run_wooly(gpud, SCRIPTS / "semantics.py"))
     assert remote.splitlines() == local.splitlines()
+
+
+def test_sparse_graph_code_matches_local(gpud: str) -> None:
+    """NOTE [sparse tensors] (gpud/aten_sparse.py): a GCN over sparse COO features and adjacency trains as on the
+    host, sparse ops and the way back agree, and an index out of range is refused however the tensor is built."""
+    from tests.integration.torch.conftest import run_local
+
+    remote = check(run_wooly(gpud, SCRIPTS / "sparse_gcn.py", "cuda")).splitlines()
+    local = check(run_local(SCRIPTS / "sparse_gcn.py", "cpu")).splitlines()
+    # on the host, writing into s._indices() changes s, and torch.sparse_coo_tensor does not check indices unless
+    # asked to (check_invariants): gpud keeps its own copy of the indices and checks them
+    own = ("layout", "out_of_range", "made", "indices_private")
+    shared = [ln for ln in remote if not ln.startswith(own)]
+    assert shared == [ln for ln in local if not ln.startswith(own)]
+    assert len(shared) == 13 and "indices_private True" in remote
+    assert "layout torch.sparse_coo torch.sparse_coo True 2 0 True" in remote
+    assert "made cuda [0.0, 0.0, 5.0]" in remote
+    assert [ln for ln in remote if ln.startswith("out_of_range")] == ["out_of_range refused True"] * 2

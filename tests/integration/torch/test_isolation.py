@@ -1,5 +1,5 @@
 """Issue 21's attack on one gpud, two tenants: ordinary ATen ops that read past their inputs (unsafe flags,
-out-of-range indices, sparse tensors with indices anywhere) see none of the other tenant's data, gpud keeps
+out-of-range indices, sparse tensors with indices anywhere, rewritten or claimed coalesced) see none of the other tenant's data, gpud keeps
 serving, and the victim's data is intact (NOTE [unsafe ops] in gpud/aten_exec.py)."""
 
 from __future__ import annotations
@@ -30,7 +30,10 @@ def test_another_tenants_tensors_stay_out_of_reach(gpud: str) -> None:
         for name in ("segment_reduce_unsafe", "raw_index_put_unsafe"):
             assert "unsafe=True is refused" in lines[name], lines[name]
         assert "not allowed on gpud" in lines["raw_sparse_unsafe"]
-        assert "not kept on gpud" in lines["raw_to_sparse"]
+        assert "sparse_csr tensors are not kept on gpud" in lines["raw_to_sparse"]
+        assert "size is inconsistent with indices" in lines["raw_sparse_parts"], lines["raw_sparse_parts"]
+        assert lines["sparse_indices_rewrite"] == "no leak"
+        assert "not coalesced" in lines["raw_coalesced_claim"], lines["raw_coalesced_claim"]
         for name in ("segment_reduce", "index_select", "gather", "embedding", "as_strided", "sparse_coo"):
             assert lines[name].startswith("refused"), (name, lines[name])
         stdout, stderr = victim.communicate("go\n", timeout=120)

@@ -41,7 +41,17 @@ def raw(op):  # a client that skips the shim's own checks and sends the op itsel
 
 idx, row, one = torch.tensor([[1 << 20]], device="cuda"), torch.tensor([1 << 20], device="cuda"), data[:1]
 attempt("raw_sparse_unsafe", lambda: raw(["aten._sparse_coo_tensor_unsafe.default", [idx._x, one._x, [4]], {}, []]))
-attempt("raw_to_sparse", lambda: raw(["aten._to_sparse.default", [data._x], {}, []]))
+square = data.reshape(2, 2)
+attempt("raw_to_sparse", lambda: raw(["aten._to_sparse_csr.default", [square._x], {}, []]))
+# NOTE [sparse tensors]: sparse COO tensors are kept, with indices nobody can point elsewhere
+attempt(
+    "raw_sparse_parts",
+    lambda: raw(["aten._sparse_coo_tensor_with_dims_and_tensors.default", [1, 0, [4], idx._x, one._x], {}, []]),
+)
+sp = torch.eye(4).to_sparse().to("cuda")
+attempt("sparse_indices_rewrite", lambda: (sp._indices().fill_(1 << 20), sp.to_dense())[1])
+twice = torch.sparse_coo_tensor(torch.tensor([[3, 0, 3]]), torch.ones(3), (4,)).to("cuda")
+attempt("raw_coalesced_claim", lambda: raw(["aten._coalesced_.default", [twice._x, True], {}, []]))
 attempt(
     "raw_index_put_unsafe",
     lambda: raw(["aten._index_put_impl_.default", [data._x, [row._x], one._x, False, True], {}, []]),

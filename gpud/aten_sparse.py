@@ -1,0 +1,115 @@
+"""Sparse COO tensors on gpud, kept only with indices that are known to be in bounds.
+
+NOTE [sparse tensors]
+A sparse COO tensor is a pair of dense tensors, indices (sparse_dim x nnz, int64) and values (nnz x dense
+sizes), and every sparse kernel trusts the indices: one out of bounds is a read or write outside the tensor
+(torch's invariant checks are off by default). So gpud keeps sparse tensors under three rules, which together
+mean that no index a tenant could choose is ever used unchecked:
+
+* they are built from parts only by ``_sparse_coo_tensor_with_dims_and_tensors`` (what ``torch.sparse_coo_tensor``
+  and the client's upload of a host sparse tensor send), and gpud first validates the parts as
+  ``torch.sparse_coo_tensor(check_invariants=True)`` does (every index within its dimension, shapes consistent,
+  a claim to be coalesced true) and then builds the tensor on its own copy of the indices, so the tensor the
+  client named as indices does not alias them. The other constructors that skip validation stay refused;
+* every other op that produces one (``to_sparse``, ``coalesce``, sparse ``add``, ``t`` ...) is one of torch's own
+  kernels, which keep the invariant for valid inputs;
+* no handle a client holds aliases a sparse tensor's indices: ``_indices()`` and ``indices()`` return copies here,
+  and ``_coalesced_(True)`` is refused unless the tensor is coalesced. Values are data, and aliasing them is
+  harmless (``_values()`` is a view, as on a GPU).
+
+The one difference a program can see: writing into ``s._indices()`` does not change ``s`` (it is the one unsafe
+thing to do with a sparse tensor). Compressed layouts (CSR, CSC, BSR, BSC) are not kept: describing them
+fails with CUDA_ERROR_NOT_SUPPORTED naming the layout.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from gpud.errors import CudaError, codes
+
+_BUILD = torch.ops.aten._sparse_coo_tensor_with_dims_and_tensors.default
+_INDICES = torch.ops.aten._indices.default
+
+
+def coo_from_parts(
+    sparse_dim: int, dense_dim: int, size: list[int], indices: torch.Tensor, values: torch.Tensor, **kw: Any
+) -> torch.Tensor:
+    """``_sparse_coo_tensor_with_dims_and_tensors``, validated, on a private copy of the indices."""
+    name = "aten._sparse_coo_tensor_with_dims_and_tensors"
+    if not isinstance(indices, torch.Tensor) or not isinstance(values, torch.Tensor):
+        raise CudaError(codes.INVALID_VALUE, f"{name}: indices and values must be tensors")
+    if indices.layout != torch.strided or values.layout != torch.strided:
+        raise CudaError(codes.INVALID_VALUE, f"{name}: indices and values must be dense tensors")
+    if indices.dtype != torch.int64 or indices.dim() != 2 or indices.shape[0] != sparse_dim:
+        raise CudaError(
+            codes.INVALID_VALUE,
+            f"{name}: indices must be an int64 tensor of shape (sparse_dim={sparse_dim}, nnz), "
+            f"not {indices.dtype} {tuple(indices.shape)}",
+        )
+    if len(size) != sparse_dim + dense_dim or values.dim() != 1 + dense_dim or values.shape[0] != indices.shape[1]:
+        raise CudaError(
+            codes.INVALID_VALUE,
+            f"{name}: size {list(size)}, indices {tuple(indices.shape)} and values {tuple(values.shape)} "
+            f"do not describe one tensor with {sparse_dim} sparse and {dense_dim} dense dimensions",
+        )
+    coalesced = kw.get("is_coalesced")
+    try:
+        torch._validate_sparse_coo_tensor_args(indices, values, size, coalesced)
+    except RuntimeError as exc:
+        raise CudaError(codes.INVALID_VALUE, f"{name}: {str(exc).splitlines()[0][:500]}") from None
+    kw["layout"] = torch.sparse_coo  # the op's only layout; without it the dispatcher looks for a dense kernel
+    if kw.get("device") is None:
+        kw["device"] = values.device
+    return _BUILD(sparse_dim, dense_dim, size, indices.clone(memory_format=torch.contiguous_format), values, **kw)
+
+
+def indices_copy(self: torch.Tensor) -> torch.Tensor:
+    """``_indices()`` / ``indices()``: a copy, so no handle aliases the indices that sparse kernels trust."""
+    return _INDICES(self).clone()
+
+
+def coalesced_(self: torch.Tensor, coalesced: bool) -> torch.Tensor:
+    """``_coalesced_``: the flag may be cleared, and set only where it is true (kernels trust it)."""
+    if coalesced and self.layout == torch.sparse_coo and not self.is_coalesced():
+        c = self.coalesce()
+        if c._nnz() != self._nnz() or not torch.equal(c._indices(), _INDICES(self)):
+            raise CudaError(
+                codes.INVALID_VALUE,
+                "aten._coalesced_: the tensor's indices are not coalesced (sorted and unique); gpud does not "
+                "let the flag claim they are",
+            )
+    return torch.ops.aten._coalesced_.default(self, coalesced)
+
+
+# aten base name -> what gpud runs instead (resolve() in gpud/aten_exec.py)
+SUBSTITUTES = {
+    "_sparse_coo_tensor_with_dims_and_tensors": coo_from_parts,
+    "_indices": indices_copy,
+    "indices": indices_copy,
+    "_coalesced_": coalesced_,
+}
+
+
+def describe(t: torch.Tensor) -> list[Any] | None:
+    """[shape, sparse_dim, dense_dim, nnz, coalesced] of a sparse COO tensor; None for a strided one; an error
+    naming the layout for the rest."""
+    if t.layout == torch.strided:
+        return None
+    if t.layout == torch.sparse_coo:
+        return [list(t.shape), t.sparse_dim(), t.dense_dim(), t._nnz(), t.is_coalesced()]
+    raise CudaError(
+        codes.NOT_SUPPORTED,
+        f"{str(t.layout).removeprefix('torch.')} tensors are not kept on gpud (sparse COO tensors are: "
+        "NOTE [sparse tensors] in gpud/aten_sparse.py)",
+    )
+
+
+def storage_key(t: torch.Tensor) -> tuple[tuple[str, int, int], int]:
+    """(storage key, bytes to charge) of a sparse tensor: the pair of its indices' and values' storages (tensors
+    that share both share the charge); a view of the values held as a handle of its own is charged again (an
+    overcount, never an undercount)."""
+    i, v = _INDICES(t).untyped_storage(), t._values().untyped_storage()
+    return ("coo", i.data_ptr(), v.data_ptr()), i.nbytes() + v.nbytes()
