@@ -379,6 +379,13 @@ class Session:
             self.find(msg.out, msg.writes(bulk)[0][1], f"curandGenerate ({msg.dist})")
             self.engine.enqueue(msg.stream, lambda: self.backend.rand(msg))
 
+    def on_solver(self, msg: m.SolverCall, bulk: list[Any]) -> None:
+        from proto.solver import extents
+
+        for operand, addr, size, _ in extents(msg):
+            self.find(addr, size, f"cusolver {msg.op} ({operand})")
+        self.engine.enqueue(msg.stream, lambda: self.backend.solve(msg))
+
     def on_fft_exec(self, msg: m.FftExec, bulk: list[Any]) -> None:
         from proto.fft import extents
 

@@ -489,6 +489,47 @@ class RandGenerate(_Req, tag="rand_generate", kw_only=True):
         return [(self.out, self.n * (8 if self.dtype == "f64" else 4))]
 
 
+SolverOp = Literal["getrf", "getrs", "getri", "potrf", "potrs", "geqrf", "orgqr", "gesvd", "syevd"]
+Fill = Literal[0, 1]  # CUBLAS_FILL_MODE_LOWER, UPPER
+SvdJob = Literal["A", "S", "O", "N"]  # all, the first min(m, n), those into A, none
+
+
+class SolverCall(_Req, tag="solver", kw_only=True):
+    """One dense LAPACK routine of cuSOLVER (cusolverDn<t><op>) or of cuBLAS's batched LU (one matrix of the
+    batch), column-major, in stream order: the operands are device addresses with their leading dimensions, and
+    ``info`` the device int the routine writes its LAPACK info to (proto/solver.py says which operand each routine
+    reads and writes; gpud/solver.py runs them)."""
+
+    queued = True
+    op: SolverOp
+    dtype: GeamType
+    m: Annotated[int, Meta(ge=0, le=1 << 24)] = 0
+    n: Annotated[int, Meta(ge=0, le=1 << 24)] = 0
+    k: Annotated[int, Meta(ge=0, le=1 << 24)] = 0  # right-hand sides (getrs, potrs), reflectors (orgqr)
+    uplo: Fill = 0
+    trans: Trans = 0
+    jobu: SvdJob = "N"
+    jobvt: SvdJob = "N"
+    vectors: bool = False  # syevd: CUSOLVER_EIG_MODE_VECTOR
+    a: U64
+    lda: Size
+    b: U64 = 0  # the right-hand sides (getrs, potrs), the inverse (getri)
+    ldb: Size = 0
+    ipiv: U64 = 0
+    w: U64 = 0  # tau (geqrf, orgqr), the singular values (gesvd), the eigenvalues (syevd)
+    u: U64 = 0
+    ldu: Size = 0
+    vt: U64 = 0
+    ldvt: Size = 0
+    info: U64 = 0
+    stream: Handle = DEFAULT_STREAM
+
+    def writes(self, bulk: list[Any]) -> list[tuple[int, int]]:
+        from proto.solver import extents
+
+        return [(addr, size) for _, addr, size, written in extents(self) if written]
+
+
 # ---------------------------------------------------------------- streams and events
 
 

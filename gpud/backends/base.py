@@ -189,6 +189,14 @@ class Backend(ABC):
     def _fft(self, f: Any) -> None:
         raise CudaError(codes.NOT_SUPPORTED, f"cuFFT calls are not supported by the {self.kind} backend yet")
 
+    @wrap_errors(codes.ILLEGAL_ADDRESS)
+    def solve(self, s: Any) -> None:
+        """A checked proto SolverCall (gpud/solver.py), in stream order."""
+        self._solve(s)
+
+    def _solve(self, s: Any) -> None:
+        raise CudaError(codes.NOT_SUPPORTED, f"cuSOLVER calls are not supported by the {self.kind} backend yet")
+
     @wrap_errors(codes.INVALID_IMAGE)
     def load_module(self, image: bytes, fmt: str) -> Module:
         return self._load_module(image, fmt)

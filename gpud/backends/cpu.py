@@ -344,6 +344,11 @@ class CpuBackend(Backend):
 
         fft_numpy(f)
 
+    def _solve(self, s: Any) -> None:
+        from gpud.solver import solve_numpy
+
+        solve_numpy(s)
+
     # -------------------------------------------------------------- modules and launches
     def _jit(self):  # imported lazily: the JIT pulls in llvmlite
         try:

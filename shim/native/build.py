@@ -43,6 +43,13 @@ SONAMES = (
     # and for cuRAND (shim/native/curand.py): 10 ships with CUDA 12 and 13
     "libcurand.so.10",
     "libcurand.so",
+    # and for cuSOLVER (shim/native/cusolver.py): 11 ships with CUDA 12, 12 with CUDA 13
+    "libcusolver.so.11",
+    "libcusolver.so.12",
+    "libcusolver.so",
+    # and for cuSPARSE, which cuSOLVER's users load with it (handles only: shim/native/cusolver.py)
+    "libcusparse.so.12",
+    "libcusparse.so",
 )
 
 

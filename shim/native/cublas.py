@@ -68,7 +68,7 @@ def _h(h: int | None) -> Handle:
     return handle
 
 
-@api("cublasCreate_v2", 0, P, cublas=True)
+@api("cublasCreate_v2", 0, P, library="cublas")
 def cublasCreate_v2(out: int) -> None:
     if not STATE.initialized:  # cuBLAS initialises CUDA itself: a missing gpud is CUBLAS_STATUS_NOT_INITIALIZED
         STATE.init()
@@ -77,65 +77,65 @@ def cublasCreate_v2(out: int) -> None:
     put_u64(out, h)
 
 
-@api("cublasDestroy_v2", 0, P, cublas=True)
+@api("cublasDestroy_v2", 0, P, library="cublas")
 def cublasDestroy_v2(h: int | None) -> None:
     _h(h)
     del _handles[int(h or 0)]
 
 
-@api("cublasGetVersion_v2", 0, P, P, cublas=True)
+@api("cublasGetVersion_v2", 0, P, P, library="cublas")
 def cublasGetVersion_v2(h: int | None, out: int) -> None:
     put_i32(out, VERSION)
 
 
-@api("cublasGetProperty", 0, c_int, P, cublas=True)
+@api("cublasGetProperty", 0, c_int, P, library="cublas")
 def cublasGetProperty(which: int, out: int) -> None:
     put_i32(out, (VERSION // 10000, VERSION // 100 % 100, VERSION % 100)[which] if 0 <= which <= 2 else 0)
 
 
-@api("cublasSetStream_v2", 0, P, P, cublas=True)
+@api("cublasSetStream_v2", 0, P, P, library="cublas")
 def cublasSetStream_v2(h: int | None, stream: int | None) -> None:
     _h(h).stream = int(stream or 0)
 
 
-@api("cublasGetStream_v2", 0, P, P, cublas=True)
+@api("cublasGetStream_v2", 0, P, P, library="cublas")
 def cublasGetStream_v2(h: int | None, out: int) -> None:
     put_u64(out, _h(h).stream)
 
 
-@api("cublasSetPointerMode_v2", 0, P, c_int, cublas=True)
+@api("cublasSetPointerMode_v2", 0, P, c_int, library="cublas")
 def cublasSetPointerMode_v2(h: int | None, mode: int) -> None:
     if mode not in (0, 1):
         raise CudaError(codes.INVALID_VALUE, f"pointer mode {mode} (0 host, 1 device)")
     _h(h).pointer_mode = mode
 
 
-@api("cublasGetPointerMode_v2", 0, P, P, cublas=True)
+@api("cublasGetPointerMode_v2", 0, P, P, library="cublas")
 def cublasGetPointerMode_v2(h: int | None, out: int) -> None:
     put_i32(out, _h(h).pointer_mode)
 
 
-@api("cublasSetMathMode", 0, P, c_int, cublas=True)
+@api("cublasSetMathMode", 0, P, c_int, library="cublas")
 def cublasSetMathMode(h: int | None, mode: int) -> None:
     _h(h).math_mode = mode
 
 
-@api("cublasGetMathMode", 0, P, P, cublas=True)
+@api("cublasGetMathMode", 0, P, P, library="cublas")
 def cublasGetMathMode(h: int | None, out: int) -> None:
     put_i32(out, _h(h).math_mode)
 
 
-@api("cublasSetAtomicsMode", 0, P, c_int, cublas=True)
+@api("cublasSetAtomicsMode", 0, P, c_int, library="cublas")
 def cublasSetAtomicsMode(h: int | None, mode: int) -> None:
     _h(h).atomics = mode
 
 
-@api("cublasGetAtomicsMode", 0, P, P, cublas=True)
+@api("cublasGetAtomicsMode", 0, P, P, library="cublas")
 def cublasGetAtomicsMode(h: int | None, out: int) -> None:
     put_i32(out, _h(h).atomics)
 
 
-@api("cublasSetWorkspace_v2", 0, P, P, c_size_t, cublas=True)
+@api("cublasSetWorkspace_v2", 0, P, P, c_size_t, library="cublas")
 def cublasSetWorkspace_v2(h: int | None, ptr: int | None, size: int) -> None:
     _h(h)  # the node's BLAS needs no workspace from the tenant
 
@@ -233,7 +233,7 @@ def gemm(
 def _typed(name: str, typ: BlasType) -> None:
     args = (P, c_int, c_int, c_int, c_int, c_int, P, P, c_int, P, c_int, P, P, c_int)
 
-    @api(name, 0, *args, cublas=True)
+    @api(name, 0, *args, library="cublas")
     def plain(h, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) -> None:  # noqa: ANN001
         gemm(h, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, types=(typ, typ, typ, typ))
 
@@ -258,7 +258,7 @@ def _typed(name: str, typ: BlasType) -> None:
         c_int,
     )
 
-    @api(name.replace("_v2", "") + "StridedBatched", 0, *strided, cublas=True)
+    @api(name.replace("_v2", "") + "StridedBatched", 0, *strided, library="cublas")
     def batched(h, ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c, ldc, sc, count) -> None:  # noqa: ANN001
         gemm(
             h,
@@ -285,7 +285,7 @@ def _pointer_batched(name: str, typ: BlasType) -> None:
     """gemm over arrays of device pointers: the arrays are read (in stream order) and each product queued."""
     args = (P, c_int, c_int, c_int, c_int, c_int, P, P, c_int, P, c_int, P, P, c_int, c_int)
 
-    @api(name, 0, *args, cublas=True)
+    @api(name, 0, *args, library="cublas")
     def batched(h, ta, tb, m, n, k, alpha, aa, lda, ba, ldb, beta, ca, ldc, count) -> None:  # noqa: ANN001
         if count < 0:
             raise CudaError(codes.INVALID_VALUE, f"batchCount {count}")
@@ -355,7 +355,7 @@ def _types(at: int, bt: int, ct: int, compute: int) -> tuple[BlasType, BlasType,
     c_int,
     c_int,
     c_int,
-    cublas=True,
+    library="cublas",
 )
 def cublasGemmEx(h, ta, tb, m, n, k, alpha, a, atype, lda, b, btype, ldb, beta, c, ctype, ldc, compute, algo) -> None:  # noqa: ANN001
     gemm(h, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, types=_types(atype, btype, ctype, compute))
@@ -387,7 +387,7 @@ def cublasGemmEx(h, ta, tb, m, n, k, alpha, a, atype, lda, b, btype, ldb, beta, 
     c_int,
     c_int,
     c_int,
-    cublas=True,
+    library="cublas",
 )
 def cublasGemmStridedBatchedEx(
     h,
@@ -455,7 +455,7 @@ def cublasGemmStridedBatchedEx(
     P,
     c_int,
     c_int,
-    cublas=True,
+    library="cublas",
 )
 def cublasSgemmEx(h, ta, tb, m, n, k, alpha, a, atype, lda, b, btype, ldb, beta, c, ctype, ldc) -> None:  # noqa: ANN001
     gemm(h, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, types=_types(atype, btype, ctype, 68))
@@ -509,45 +509,45 @@ def _vector_as_matrix(n: int, elem: int, incx: int, incy: int) -> tuple[int, int
     return 1, n, incx, incy
 
 
-@api("cublasSetMatrix", 0, c_int, c_int, c_int, P, c_int, P, c_int, cublas=True)
+@api("cublasSetMatrix", 0, c_int, c_int, c_int, P, c_int, P, c_int, library="cublas")
 def cublasSetMatrix(rows, cols, elem, a, lda, b, ldb) -> None:  # noqa: ANN001
     _set_matrix(rows, cols, elem, a, lda, b, ldb)
 
 
-@api("cublasGetMatrix", 0, c_int, c_int, c_int, P, c_int, P, c_int, cublas=True)
+@api("cublasGetMatrix", 0, c_int, c_int, c_int, P, c_int, P, c_int, library="cublas")
 def cublasGetMatrix(rows, cols, elem, a, lda, b, ldb) -> None:  # noqa: ANN001
     _get_matrix(rows, cols, elem, a, lda, b, ldb)
 
 
-@api("cublasSetMatrixAsync", 0, c_int, c_int, c_int, P, c_int, P, c_int, P, cublas=True)
+@api("cublasSetMatrixAsync", 0, c_int, c_int, c_int, P, c_int, P, c_int, P, library="cublas")
 def cublasSetMatrixAsync(rows, cols, elem, a, lda, b, ldb, stream) -> None:  # noqa: ANN001
     _set_matrix(rows, cols, elem, a, lda, b, ldb, STATE.driver()._stream(int(stream or 0)))
 
 
-@api("cublasGetMatrixAsync", 0, c_int, c_int, c_int, P, c_int, P, c_int, P, cublas=True)
+@api("cublasGetMatrixAsync", 0, c_int, c_int, c_int, P, c_int, P, c_int, P, library="cublas")
 def cublasGetMatrixAsync(rows, cols, elem, a, lda, b, ldb, stream) -> None:  # noqa: ANN001
     _get_matrix(rows, cols, elem, a, lda, b, ldb, STATE.driver()._stream(int(stream or 0)))
 
 
-@api("cublasSetVector", 0, c_int, c_int, P, c_int, P, c_int, cublas=True)
+@api("cublasSetVector", 0, c_int, c_int, P, c_int, P, c_int, library="cublas")
 def cublasSetVector(n, elem, x, incx, y, incy) -> None:  # noqa: ANN001
     rows, cols, lda, ldb = _vector_as_matrix(n, elem, incx, incy)
     _set_matrix(rows, cols, elem, x, lda, y, ldb)
 
 
-@api("cublasGetVector", 0, c_int, c_int, P, c_int, P, c_int, cublas=True)
+@api("cublasGetVector", 0, c_int, c_int, P, c_int, P, c_int, library="cublas")
 def cublasGetVector(n, elem, x, incx, y, incy) -> None:  # noqa: ANN001
     rows, cols, lda, ldb = _vector_as_matrix(n, elem, incx, incy)
     _get_matrix(rows, cols, elem, x, lda, y, ldb)
 
 
-@api("cublasSetVectorAsync", 0, c_int, c_int, P, c_int, P, c_int, P, cublas=True)
+@api("cublasSetVectorAsync", 0, c_int, c_int, P, c_int, P, c_int, P, library="cublas")
 def cublasSetVectorAsync(n, elem, x, incx, y, incy, stream) -> None:  # noqa: ANN001
     rows, cols, lda, ldb = _vector_as_matrix(n, elem, incx, incy)
     _set_matrix(rows, cols, elem, x, lda, y, ldb, STATE.driver()._stream(int(stream or 0)))
 
 
-@api("cublasGetVectorAsync", 0, c_int, c_int, P, c_int, P, c_int, P, cublas=True)
+@api("cublasGetVectorAsync", 0, c_int, c_int, P, c_int, P, c_int, P, library="cublas")
 def cublasGetVectorAsync(n, elem, x, incx, y, incy, stream) -> None:  # noqa: ANN001
     rows, cols, lda, ldb = _vector_as_matrix(n, elem, incx, incy)
     _get_matrix(rows, cols, elem, x, lda, y, ldb, STATE.driver()._stream(int(stream or 0)))
@@ -596,11 +596,11 @@ def geam(h, ta, tb, m, n, alpha, a, lda, beta, b, ldb, c, ldc, typ: GeamType) ->
 
 
 def _geam(name: str, typ: GeamType) -> None:
-    @api(name, 0, P, c_int, c_int, c_int, c_int, P, P, c_int, P, P, c_int, P, c_int, cublas=True)
+    @api(name, 0, P, c_int, c_int, c_int, c_int, P, P, c_int, P, P, c_int, P, c_int, library="cublas")
     def impl(h, ta, tb, m, n, alpha, a, lda, beta, b, ldb, c, ldc) -> None:  # noqa: ANN001
         geam(h, ta, tb, m, n, alpha, a, lda, beta, b, ldb, c, ldc, typ)
 
-    @api(name + "_64", 0, P, c_int, c_int, c_int64, c_int64, P, P, c_int64, P, P, c_int64, P, c_int64, cublas=True)
+    @api(name + "_64", 0, P, c_int, c_int, c_int64, c_int64, P, P, c_int64, P, P, c_int64, P, c_int64, library="cublas")
     def impl64(h, ta, tb, m, n, alpha, a, lda, beta, b, ldb, c, ldc) -> None:  # noqa: ANN001
         geam(h, ta, tb, m, n, alpha, a, lda, beta, b, ldb, c, ldc, typ)
 

@@ -91,33 +91,33 @@ def _new(out: int) -> int:
 
 
 # ---------------------------------------------------------------------------- plans
-@api("cufftCreate", 0, P, cufft=True)
+@api("cufftCreate", 0, P, library="cufft")
 def cufftCreate(out: int) -> None:
     _new(out)
 
 
-@api("cufftDestroy", 0, c_int, cufft=True)
+@api("cufftDestroy", 0, c_int, library="cufft")
 def cufftDestroy(h: int) -> None:
     _plan(h)
     del _plans[int(h)]
 
 
-@api("cufftPlan1d", 0, P, c_int, c_int, c_int, cufft=True)
+@api("cufftPlan1d", 0, P, c_int, c_int, c_int, library="cufft")
 def cufftPlan1d(out: int, nx: int, typ: int, batch: int) -> None:
     _make(_new(out), 1, [nx], [], 1, 0, [], 1, 0, typ, batch, None)
 
 
-@api("cufftPlan2d", 0, P, c_int, c_int, c_int, cufft=True)
+@api("cufftPlan2d", 0, P, c_int, c_int, c_int, library="cufft")
 def cufftPlan2d(out: int, nx: int, ny: int, typ: int) -> None:
     _make(_new(out), 2, [nx, ny], [], 1, 0, [], 1, 0, typ, 1, None)
 
 
-@api("cufftPlan3d", 0, P, c_int, c_int, c_int, c_int, cufft=True)
+@api("cufftPlan3d", 0, P, c_int, c_int, c_int, c_int, library="cufft")
 def cufftPlan3d(out: int, nx: int, ny: int, nz: int, typ: int) -> None:
     _make(_new(out), 3, [nx, ny, nz], [], 1, 0, [], 1, 0, typ, 1, None)
 
 
-@api("cufftPlanMany", 0, P, c_int, P, P, c_int, c_int, P, c_int, c_int, c_int, c_int, cufft=True)
+@api("cufftPlanMany", 0, P, c_int, P, P, c_int, c_int, P, c_int, c_int, c_int, c_int, library="cufft")
 def cufftPlanMany(out, rank, n, inembed, istride, idist, onembed, ostride, odist, typ, batch) -> None:  # noqa: ANN001
     _many(_new(out), rank, n, inembed, istride, idist, onembed, ostride, odist, typ, batch, None, False)
 
@@ -133,34 +133,50 @@ def _many(h, rank, n, inembed, istride, idist, onembed, ostride, odist, typ, bat
     )  # fmt: skip
 
 
-@api("cufftMakePlan1d", 0, c_int, c_int, c_int, c_int, P, cufft=True)
+@api("cufftMakePlan1d", 0, c_int, c_int, c_int, c_int, P, library="cufft")
 def cufftMakePlan1d(h: int, nx: int, typ: int, batch: int, work: int) -> None:
     _make(h, 1, [nx], [], 1, 0, [], 1, 0, typ, batch, work)
 
 
-@api("cufftMakePlan2d", 0, c_int, c_int, c_int, c_int, P, cufft=True)
+@api("cufftMakePlan2d", 0, c_int, c_int, c_int, c_int, P, library="cufft")
 def cufftMakePlan2d(h: int, nx: int, ny: int, typ: int, work: int) -> None:
     _make(h, 2, [nx, ny], [], 1, 0, [], 1, 0, typ, 1, work)
 
 
-@api("cufftMakePlan3d", 0, c_int, c_int, c_int, c_int, c_int, P, cufft=True)
+@api("cufftMakePlan3d", 0, c_int, c_int, c_int, c_int, c_int, P, library="cufft")
 def cufftMakePlan3d(h: int, nx: int, ny: int, nz: int, typ: int, work: int) -> None:
     _make(h, 3, [nx, ny, nz], [], 1, 0, [], 1, 0, typ, 1, work)
 
 
-@api("cufftMakePlanMany", 0, c_int, c_int, P, P, c_int, c_int, P, c_int, c_int, c_int, c_int, P, cufft=True)
+@api("cufftMakePlanMany", 0, c_int, c_int, P, P, c_int, c_int, P, c_int, c_int, c_int, c_int, P, library="cufft")
 def cufftMakePlanMany(h, rank, n, inembed, istride, idist, onembed, ostride, odist, typ, batch, work) -> None:  # noqa: ANN001
     _many(h, rank, n, inembed, istride, idist, onembed, ostride, odist, typ, batch, work, False)
 
 
-@api("cufftMakePlanMany64", 0, c_int, c_int, P, P, c_int64, c_int64, P, c_int64, c_int64, c_int, c_int64, P, cufft=True)
+@api(
+    "cufftMakePlanMany64",
+    0,
+    c_int,
+    c_int,
+    P,
+    P,
+    c_int64,
+    c_int64,
+    P,
+    c_int64,
+    c_int64,
+    c_int,
+    c_int64,
+    P,
+    library="cufft",
+)
 def cufftMakePlanMany64(h, rank, n, inembed, istride, idist, onembed, ostride, odist, typ, batch, work) -> None:  # noqa: ANN001
     _many(h, rank, n, inembed, istride, idist, onembed, ostride, odist, typ, batch, work, True)
 
 
 @api(
     "cufftXtMakePlanMany", 0, c_int, c_int, P, P, c_int64, c_int64, c_int, P, c_int64, c_int64, c_int, c_int64, P,
-    c_int, cufft=True,
+    c_int, library="cufft",
 )  # fmt: skip
 def cufftXtMakePlanMany(
     h, rank, n, inembed, istride, idist, itype, onembed, ostride, odist, otype, batch, work, xtype
@@ -178,88 +194,104 @@ def _zero(work: int) -> None:
     put_u64(work, 0)
 
 
-@api("cufftEstimate1d", 0, c_int, c_int, c_int, P, cufft=True)
+@api("cufftEstimate1d", 0, c_int, c_int, c_int, P, library="cufft")
 def cufftEstimate1d(nx: int, typ: int, batch: int, work: int) -> None:
     _zero(work)
 
 
-@api("cufftEstimate2d", 0, c_int, c_int, c_int, P, cufft=True)
+@api("cufftEstimate2d", 0, c_int, c_int, c_int, P, library="cufft")
 def cufftEstimate2d(nx: int, ny: int, typ: int, work: int) -> None:
     _zero(work)
 
 
-@api("cufftEstimate3d", 0, c_int, c_int, c_int, c_int, P, cufft=True)
+@api("cufftEstimate3d", 0, c_int, c_int, c_int, c_int, P, library="cufft")
 def cufftEstimate3d(nx: int, ny: int, nz: int, typ: int, work: int) -> None:
     _zero(work)
 
 
-@api("cufftEstimateMany", 0, c_int, P, P, c_int, c_int, P, c_int, c_int, c_int, c_int, P, cufft=True)
+@api("cufftEstimateMany", 0, c_int, P, P, c_int, c_int, P, c_int, c_int, c_int, c_int, P, library="cufft")
 def cufftEstimateMany(rank, n, inembed, istride, idist, onembed, ostride, odist, typ, batch, work) -> None:  # noqa: ANN001
     _zero(work)
 
 
-@api("cufftGetSize1d", 0, c_int, c_int, c_int, c_int, P, cufft=True)
+@api("cufftGetSize1d", 0, c_int, c_int, c_int, c_int, P, library="cufft")
 def cufftGetSize1d(h: int, nx: int, typ: int, batch: int, work: int) -> None:
     _plan(h)
     _zero(work)
 
 
-@api("cufftGetSize2d", 0, c_int, c_int, c_int, c_int, P, cufft=True)
+@api("cufftGetSize2d", 0, c_int, c_int, c_int, c_int, P, library="cufft")
 def cufftGetSize2d(h: int, nx: int, ny: int, typ: int, work: int) -> None:
     _plan(h)
     _zero(work)
 
 
-@api("cufftGetSize3d", 0, c_int, c_int, c_int, c_int, c_int, P, cufft=True)
+@api("cufftGetSize3d", 0, c_int, c_int, c_int, c_int, c_int, P, library="cufft")
 def cufftGetSize3d(h: int, nx: int, ny: int, nz: int, typ: int, work: int) -> None:
     _plan(h)
     _zero(work)
 
 
-@api("cufftGetSizeMany", 0, c_int, c_int, P, P, c_int, c_int, P, c_int, c_int, c_int, c_int, P, cufft=True)
+@api("cufftGetSizeMany", 0, c_int, c_int, P, P, c_int, c_int, P, c_int, c_int, c_int, c_int, P, library="cufft")
 def cufftGetSizeMany(h, rank, n, inembed, istride, idist, onembed, ostride, odist, typ, batch, work) -> None:  # noqa: ANN001
     _plan(h)
     _zero(work)
 
 
-@api("cufftGetSizeMany64", 0, c_int, c_int, P, P, c_int64, c_int64, P, c_int64, c_int64, c_int, c_int64, P, cufft=True)
+@api(
+    "cufftGetSizeMany64",
+    0,
+    c_int,
+    c_int,
+    P,
+    P,
+    c_int64,
+    c_int64,
+    P,
+    c_int64,
+    c_int64,
+    c_int,
+    c_int64,
+    P,
+    library="cufft",
+)
 def cufftGetSizeMany64(h, rank, n, inembed, istride, idist, onembed, ostride, odist, typ, batch, work) -> None:  # noqa: ANN001
     _plan(h)
     _zero(work)
 
 
-@api("cufftGetSize", 0, c_int, P, cufft=True)
+@api("cufftGetSize", 0, c_int, P, library="cufft")
 def cufftGetSize(h: int, work: int) -> None:
     _plan(h)
     _zero(work)
 
 
-@api("cufftSetWorkArea", 0, c_int, P, cufft=True)
+@api("cufftSetWorkArea", 0, c_int, P, library="cufft")
 def cufftSetWorkArea(h: int, area: int | None) -> None:
     _plan(h)  # accepted and unused
 
 
-@api("cufftXtSetWorkArea", 0, c_int, P, cufft=True)
+@api("cufftXtSetWorkArea", 0, c_int, P, library="cufft")
 def cufftXtSetWorkArea(h: int, areas: int | None) -> None:
     _plan(h)
 
 
-@api("cufftSetAutoAllocation", 0, c_int, c_int, cufft=True)
+@api("cufftSetAutoAllocation", 0, c_int, c_int, library="cufft")
 def cufftSetAutoAllocation(h: int, auto: int) -> None:
     _plan(h)
 
 
-@api("cufftSetStream", 0, c_int, P, cufft=True)
+@api("cufftSetStream", 0, c_int, P, library="cufft")
 def cufftSetStream(h: int, stream: int | None) -> None:
     _plan(h).stream = int(stream or 0)
 
 
-@api("cufftGetVersion", 0, P, cufft=True)
+@api("cufftGetVersion", 0, P, library="cufft")
 def cufftGetVersion(out: int) -> None:
     put_i32(out, VERSION)
 
 
-@api("cufftGetProperty", 0, c_int, P, cufft=True)
+@api("cufftGetProperty", 0, c_int, P, library="cufft")
 def cufftGetProperty(which: int, out: int) -> None:
     put_i32(out, (VERSION // 1000, VERSION // 100 % 10, VERSION % 100)[which] if 0 <= which <= 2 else 0)
 
@@ -307,37 +339,37 @@ def _exec(h: int, idata: int | None, odata: int | None, direction: Direction, wa
     drv.conn.post(msg)
 
 
-@api("cufftExecC2C", 0, c_int, P, P, c_int, cufft=True)
+@api("cufftExecC2C", 0, c_int, P, P, c_int, library="cufft")
 def cufftExecC2C(h: int, idata: int, odata: int, direction: int) -> None:
     _exec(h, idata, odata, _direction(direction), 0x29)
 
 
-@api("cufftExecZ2Z", 0, c_int, P, P, c_int, cufft=True)
+@api("cufftExecZ2Z", 0, c_int, P, P, c_int, library="cufft")
 def cufftExecZ2Z(h: int, idata: int, odata: int, direction: int) -> None:
     _exec(h, idata, odata, _direction(direction), 0x69)
 
 
-@api("cufftExecR2C", 0, c_int, P, P, cufft=True)
+@api("cufftExecR2C", 0, c_int, P, P, library="cufft")
 def cufftExecR2C(h: int, idata: int, odata: int) -> None:
     _exec(h, idata, odata, FORWARD, 0x2A)
 
 
-@api("cufftExecD2Z", 0, c_int, P, P, cufft=True)
+@api("cufftExecD2Z", 0, c_int, P, P, library="cufft")
 def cufftExecD2Z(h: int, idata: int, odata: int) -> None:
     _exec(h, idata, odata, FORWARD, 0x6A)
 
 
-@api("cufftExecC2R", 0, c_int, P, P, cufft=True)
+@api("cufftExecC2R", 0, c_int, P, P, library="cufft")
 def cufftExecC2R(h: int, idata: int, odata: int) -> None:
     _exec(h, idata, odata, INVERSE, 0x2C)
 
 
-@api("cufftExecZ2D", 0, c_int, P, P, cufft=True)
+@api("cufftExecZ2D", 0, c_int, P, P, library="cufft")
 def cufftExecZ2D(h: int, idata: int, odata: int) -> None:
     _exec(h, idata, odata, INVERSE, 0x6C)
 
 
-@api("cufftXtExec", 0, c_int, P, P, c_int, cufft=True)
+@api("cufftXtExec", 0, c_int, P, P, c_int, library="cufft")
 def cufftXtExec(h: int, idata: int, odata: int, direction: int) -> None:
     p = _plan(h)
     real_in = p.type in (0x2A, 0x6A)

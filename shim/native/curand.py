@@ -53,7 +53,7 @@ def _f64(bits: int) -> float:
     return struct.unpack("<d", int(bits & ((1 << 64) - 1)).to_bytes(8, "little"))[0]
 
 
-@api("curandCreateGenerator", 0, P, c_int, curand=True)
+@api("curandCreateGenerator", 0, P, c_int, library="curand")
 def curandCreateGenerator(out: int, typ: int) -> None:
     if typ not in PSEUDO:
         raise CudaError(codes.NOT_SUPPORTED, f"generator type {typ} (quasi-random generators are not supported)")
@@ -64,49 +64,49 @@ def curandCreateGenerator(out: int, typ: int) -> None:
     put_u64(out, h)
 
 
-@api("curandCreateGeneratorHost", 0, P, c_int, curand=True)
+@api("curandCreateGeneratorHost", 0, P, c_int, library="curand")
 def curandCreateGeneratorHost(out: int, typ: int) -> None:
     raise CudaError(codes.NOT_SUPPORTED, "host generators are not supported (use curandCreateGenerator)")
 
 
-@api("curandDestroyGenerator", 0, P, curand=True)
+@api("curandDestroyGenerator", 0, P, library="curand")
 def curandDestroyGenerator(h: int | None) -> None:
     _g(h)
     del _gens[int(h or 0)]
 
 
-@api("curandSetPseudoRandomGeneratorSeed", 0, P, c_uint64, curand=True)
+@api("curandSetPseudoRandomGeneratorSeed", 0, P, c_uint64, library="curand")
 def curandSetPseudoRandomGeneratorSeed(h: int | None, seed: int) -> None:
     g = _g(h)
     g.seed, g.offset = int(seed), 0  # cuRAND: a new seed restarts the stream
 
 
-@api("curandSetGeneratorOffset", 0, P, c_uint64, curand=True)
+@api("curandSetGeneratorOffset", 0, P, c_uint64, library="curand")
 def curandSetGeneratorOffset(h: int | None, offset: int) -> None:
     _g(h).offset = int(offset)
 
 
-@api("curandSetGeneratorOrdering", 0, P, c_int, curand=True)
+@api("curandSetGeneratorOrdering", 0, P, c_int, library="curand")
 def curandSetGeneratorOrdering(h: int | None, order: int) -> None:
     _g(h)  # one ordering here: the counter's
 
 
-@api("curandSetStream", 0, P, P, curand=True)
+@api("curandSetStream", 0, P, P, library="curand")
 def curandSetStream(h: int | None, stream: int | None) -> None:
     _g(h).stream = int(stream or 0)
 
 
-@api("curandGetVersion", 0, P, curand=True)
+@api("curandGetVersion", 0, P, library="curand")
 def curandGetVersion(out: int) -> None:
     put_i32(out, VERSION)
 
 
-@api("curandGetProperty", 0, c_int, P, curand=True)
+@api("curandGetProperty", 0, c_int, P, library="curand")
 def curandGetProperty(which: int, out: int) -> None:
     put_i32(out, (VERSION // 1000, VERSION // 100 % 10, VERSION % 100)[which] if 0 <= which <= 2 else 0)
 
 
-@api("curandGenerateSeeds", 0, P, curand=True)
+@api("curandGenerateSeeds", 0, P, library="curand")
 def curandGenerateSeeds(h: int | None) -> None:
     _g(h)  # a counter-based stream needs no seeding kernel
 
@@ -137,46 +137,46 @@ def _generate(h: int | None, out: int | None, n: int, dist: RandDist, dtype: Ran
     g.offset += n  # NOTE [random numbers]: n counter blocks, at least a value's worth each
 
 
-@api("curandGenerate", 0, P, P, c_size_t, curand=True)
+@api("curandGenerate", 0, P, P, c_size_t, library="curand")
 def curandGenerate(h: int | None, out: int, n: int) -> None:
     _generate(h, out, n, "bits", "u32")
 
 
-@api("curandGenerateUniform", 0, P, P, c_size_t, curand=True)
+@api("curandGenerateUniform", 0, P, P, c_size_t, library="curand")
 def curandGenerateUniform(h: int | None, out: int, n: int) -> None:
     _generate(h, out, n, "uniform", "f32")
 
 
-@api("curandGenerateUniformDouble", 0, P, P, c_size_t, curand=True)
+@api("curandGenerateUniformDouble", 0, P, P, c_size_t, library="curand")
 def curandGenerateUniformDouble(h: int | None, out: int, n: int) -> None:
     _generate(h, out, n, "uniform", "f64")
 
 
-@api("curandGenerateNormal", 0, P, P, c_size_t, c_uint64, c_uint64, curand=True)
+@api("curandGenerateNormal", 0, P, P, c_size_t, c_uint64, c_uint64, library="curand")
 def curandGenerateNormal(h: int | None, out: int, n: int, mean: int, sd: int) -> None:
     _generate(h, out, n, "normal", "f32", mean=_f64(mean), stddev=_f64(sd))
 
 
-@api("curandGenerateNormalDouble", 0, P, P, c_size_t, c_uint64, c_uint64, curand=True)
+@api("curandGenerateNormalDouble", 0, P, P, c_size_t, c_uint64, c_uint64, library="curand")
 def curandGenerateNormalDouble(h: int | None, out: int, n: int, mean: int, sd: int) -> None:
     _generate(h, out, n, "normal", "f64", mean=_f64(mean), stddev=_f64(sd))
 
 
-@api("curandGenerateLogNormal", 0, P, P, c_size_t, c_uint64, c_uint64, curand=True)
+@api("curandGenerateLogNormal", 0, P, P, c_size_t, c_uint64, c_uint64, library="curand")
 def curandGenerateLogNormal(h: int | None, out: int, n: int, mean: int, sd: int) -> None:
     _generate(h, out, n, "lognormal", "f32", mean=_f64(mean), stddev=_f64(sd))
 
 
-@api("curandGenerateLogNormalDouble", 0, P, P, c_size_t, c_uint64, c_uint64, curand=True)
+@api("curandGenerateLogNormalDouble", 0, P, P, c_size_t, c_uint64, c_uint64, library="curand")
 def curandGenerateLogNormalDouble(h: int | None, out: int, n: int, mean: int, sd: int) -> None:
     _generate(h, out, n, "lognormal", "f64", mean=_f64(mean), stddev=_f64(sd))
 
 
-@api("curandGeneratePoisson", 0, P, P, c_size_t, c_uint64, curand=True)
+@api("curandGeneratePoisson", 0, P, P, c_size_t, c_uint64, library="curand")
 def curandGeneratePoisson(h: int | None, out: int, n: int, lam: int) -> None:
     _generate(h, out, n, "poisson", "u32", lam=_f64(lam))
 
 
-@api("curandGeneratePoissonMethod", 0, P, P, c_size_t, c_uint64, c_int, curand=True)
+@api("curandGeneratePoissonMethod", 0, P, P, c_size_t, c_uint64, c_int, library="curand")
 def curandGeneratePoissonMethod(h: int | None, out: int, n: int, lam: int, method: int) -> None:
     _generate(h, out, n, "poisson", "u32", lam=_f64(lam))

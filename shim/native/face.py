@@ -33,6 +33,7 @@ API_MODULES = (
     "shim.native.cublas",
     "shim.native.cufft",
     "shim.native.curand",
+    "shim.native.cusolver",
 )
 
 

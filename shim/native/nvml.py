@@ -59,22 +59,22 @@ def _init() -> None:
 
 
 for _name in ("nvmlInit", "nvmlInit_v2"):
-    api(_name, 0, nvml=True)(_init)
+    api(_name, 0, library="nvml")(_init)
 
 
-@api("nvmlInitWithFlags", 0, c_uint, nvml=True)
+@api("nvmlInitWithFlags", 0, c_uint, library="nvml")
 def nvmlInitWithFlags(flags: int) -> None:
     _init()
 
 
-@api("nvmlShutdown", 0, nvml=True)
+@api("nvmlShutdown", 0, library="nvml")
 def nvmlShutdown() -> None:
     if _state["inits"] <= 0:
         raise NvmlError(UNINITIALIZED)
     _state["inits"] -= 1
 
 
-@api("nvmlSystemGetDriverVersion", 0, P, c_uint, nvml=True)
+@api("nvmlSystemGetDriverVersion", 0, P, c_uint, library="nvml")
 def nvmlSystemGetDriverVersion(buf: int, length: int) -> None:
     _driver()
     if length < len(DRIVER_VERSION_STRING) + 1:
@@ -82,16 +82,16 @@ def nvmlSystemGetDriverVersion(buf: int, length: int) -> None:
     put_str(_out(buf), length, DRIVER_VERSION_STRING)
 
 
-@api("nvmlSystemGetNVMLVersion", 0, P, c_uint, nvml=True)
+@api("nvmlSystemGetNVMLVersion", 0, P, c_uint, library="nvml")
 def nvmlSystemGetNVMLVersion(buf: int, length: int) -> None:
     put_str(_out(buf), length, f"{DRIVER_VERSION // 1000}.{DRIVER_VERSION % 1000 // 10}")
 
 
 for _name in ("nvmlSystemGetCudaDriverVersion", "nvmlSystemGetCudaDriverVersion_v2"):
-    api(_name, 0, P, nvml=True)(lambda out: put_i32(_out(out), DRIVER_VERSION))
+    api(_name, 0, P, library="nvml")(lambda out: put_i32(_out(out), DRIVER_VERSION))
 
 
-@api("nvmlSystemGetProcessName", 0, c_uint, P, c_uint, nvml=True)
+@api("nvmlSystemGetProcessName", 0, c_uint, P, c_uint, library="nvml")
 def nvmlSystemGetProcessName(pid: int, buf: int, length: int) -> None:
     try:
         with open(f"/proc/{pid}/comm") as f:
@@ -112,12 +112,12 @@ def _by_index(index: int, out: int) -> None:
 
 
 for _name in ("nvmlDeviceGetCount", "nvmlDeviceGetCount_v2"):
-    api(_name, 0, P, nvml=True)(_count)
+    api(_name, 0, P, library="nvml")(_count)
 for _name in ("nvmlDeviceGetHandleByIndex", "nvmlDeviceGetHandleByIndex_v2"):
-    api(_name, 0, c_uint, P, nvml=True)(_by_index)
+    api(_name, 0, c_uint, P, library="nvml")(_by_index)
 
 
-@api("nvmlDeviceGetHandleByUUID", 0, ctypes.c_char_p, P, nvml=True)
+@api("nvmlDeviceGetHandleByUUID", 0, ctypes.c_char_p, P, library="nvml")
 def nvmlDeviceGetHandleByUUID(uuid: bytes, out: int) -> None:
     want = (uuid or b"").decode().removeprefix("GPU-")
     for i, d in enumerate(_driver().devices):
@@ -141,35 +141,35 @@ def _by_pci(bus: bytes, out: int) -> None:
 
 
 for _name in ("nvmlDeviceGetHandleByPciBusId", "nvmlDeviceGetHandleByPciBusId_v2"):
-    api(_name, 0, ctypes.c_char_p, P, nvml=True)(_by_pci)
+    api(_name, 0, ctypes.c_char_p, P, library="nvml")(_by_pci)
 
 
-@api("nvmlDeviceGetName", 0, P, P, c_uint, nvml=True)
+@api("nvmlDeviceGetName", 0, P, P, c_uint, library="nvml")
 def nvmlDeviceGetName(handle: int | None, buf: int, length: int) -> None:
     put_str(_out(buf), length, _device(handle)[1]["name"])
 
 
-@api("nvmlDeviceGetUUID", 0, P, P, c_uint, nvml=True)
+@api("nvmlDeviceGetUUID", 0, P, P, c_uint, library="nvml")
 def nvmlDeviceGetUUID(handle: int | None, buf: int, length: int) -> None:
     put_str(_out(buf), length, "GPU-" + _device(handle)[1]["uuid"])
 
 
-@api("nvmlDeviceGetSerial", 0, P, P, c_uint, nvml=True)
+@api("nvmlDeviceGetSerial", 0, P, P, c_uint, library="nvml")
 def nvmlDeviceGetSerial(handle: int | None, buf: int, length: int) -> None:
     put_str(_out(buf), length, _device(handle)[1]["uuid"].replace("-", "")[:13])
 
 
-@api("nvmlDeviceGetIndex", 0, P, P, nvml=True)
+@api("nvmlDeviceGetIndex", 0, P, P, library="nvml")
 def nvmlDeviceGetIndex(handle: int | None, out: int) -> None:
     put_u32(_out(out), _device(handle)[0])
 
 
-@api("nvmlDeviceGetMinorNumber", 0, P, P, nvml=True)
+@api("nvmlDeviceGetMinorNumber", 0, P, P, library="nvml")
 def nvmlDeviceGetMinorNumber(handle: int | None, out: int) -> None:
     put_u32(_out(out), _device(handle)[0])
 
 
-@api("nvmlDeviceGetCudaComputeCapability", 0, P, P, P, nvml=True)
+@api("nvmlDeviceGetCudaComputeCapability", 0, P, P, P, library="nvml")
 def nvmlDeviceGetCudaComputeCapability(handle: int | None, major: int, minor: int) -> None:
     cc = _device(handle)[1]["compute_capability"]
     put_i32(_out(major), int(cc[0]))
@@ -192,16 +192,16 @@ def _pci(handle: int | None, out: int) -> None:
 
 
 for _name in ("nvmlDeviceGetPciInfo", "nvmlDeviceGetPciInfo_v2", "nvmlDeviceGetPciInfo_v3"):
-    api(_name, 0, P, P, nvml=True)(_pci)
+    api(_name, 0, P, P, library="nvml")(_pci)
 
 
-@api("nvmlDeviceGetBrand", 0, P, P, nvml=True)
+@api("nvmlDeviceGetBrand", 0, P, P, library="nvml")
 def nvmlDeviceGetBrand(handle: int | None, out: int) -> None:
     _device(handle)
     put_i32(_out(out), 0)  # NVML_BRAND_UNKNOWN
 
 
-@api("nvmlDeviceGetArchitecture", 0, P, P, nvml=True)
+@api("nvmlDeviceGetArchitecture", 0, P, P, library="nvml")
 def nvmlDeviceGetArchitecture(handle: int | None, out: int) -> None:
     major = int(_device(handle)[1]["compute_capability"][0])
     put_u32(_out(out), {7: 5, 8: 7, 9: 8, 10: 10}.get(major, 0xFFFFFFFF))  # Turing/Ampere/Hopper/Blackwell
@@ -213,13 +213,13 @@ def _memory() -> tuple[int, int, int]:
     return total, free, total - free
 
 
-@api("nvmlDeviceGetMemoryInfo", 0, P, P, nvml=True)
+@api("nvmlDeviceGetMemoryInfo", 0, P, P, library="nvml")
 def nvmlDeviceGetMemoryInfo(handle: int | None, out: int) -> None:
     _device(handle)
     (ctypes.c_uint64 * 3).from_address(_out(out))[:] = list(_memory())
 
 
-@api("nvmlDeviceGetMemoryInfo_v2", 0, P, P, nvml=True)
+@api("nvmlDeviceGetMemoryInfo_v2", 0, P, P, library="nvml")
 def nvmlDeviceGetMemoryInfo_v2(handle: int | None, out: int) -> None:
     _device(handle)
     version = ctypes.c_uint32.from_address(_out(out)).value
@@ -229,14 +229,14 @@ def nvmlDeviceGetMemoryInfo_v2(handle: int | None, out: int) -> None:
     (ctypes.c_uint64 * 4).from_address(out + 8)[:] = [total, 0, free, used]
 
 
-@api("nvmlDeviceGetBAR1MemoryInfo", 0, P, P, nvml=True)
+@api("nvmlDeviceGetBAR1MemoryInfo", 0, P, P, library="nvml")
 def nvmlDeviceGetBAR1MemoryInfo(handle: int | None, out: int) -> None:
     _device(handle)
     total, free, used = _memory()
     (ctypes.c_uint64 * 3).from_address(_out(out))[:] = [total, free, used]
 
 
-@api("nvmlDeviceGetUtilizationRates", 0, P, P, nvml=True)
+@api("nvmlDeviceGetUtilizationRates", 0, P, P, library="nvml")
 def nvmlDeviceGetUtilizationRates(handle: int | None, out: int) -> None:
     _device(handle)
     total, _free, used = _memory()
@@ -257,7 +257,7 @@ for _name in (
     "nvmlDeviceGetGraphicsRunningProcesses_v3",
 ):
     # Other tenants' processes are not visible to a client; report none.
-    api(_name, 0, P, P, P, nvml=True)(_no_processes)
+    api(_name, 0, P, P, P, library="nvml")(_no_processes)
 
 
 def _mode(value: int):  # noqa: ANN202
@@ -278,17 +278,17 @@ for _name, _value in (
     ("nvmlDeviceGetVirtualizationMode", 0),
     ("nvmlDeviceGetMultiGpuBoard", 0),
 ):
-    api(_name, 0, P, P, nvml=True)(_mode(_value))
+    api(_name, 0, P, P, library="nvml")(_mode(_value))
 
 
-@api("nvmlDeviceGetMigMode", 0, P, P, P, nvml=True)
+@api("nvmlDeviceGetMigMode", 0, P, P, P, library="nvml")
 def nvmlDeviceGetMigMode(handle: int | None, current: int, pending: int) -> None:
     _device(handle)
     put_u32(_out(current), 0)
     put_u32(_out(pending), 0)
 
 
-@api("nvmlDeviceGetNumGpuCores", 0, P, P, nvml=True)
+@api("nvmlDeviceGetNumGpuCores", 0, P, P, library="nvml")
 def nvmlDeviceGetNumGpuCores(handle: int | None, out: int) -> None:
     attrs = _device(handle)[1]["attributes"]
     put_u32(_out(out), int(attrs.get(16, attrs.get("16", 1))) * 64)

@@ -52,22 +52,109 @@ class NvmlError(StatusError):
         super().__init__(code, message or f"NVML error {code}")
 
 
+@dataclass(frozen=True)
+class Library:
+    """A vendor library the native library stands in for: its symbols' prefix and its own status codes (a failure
+    inside one of its calls returns these, not a CUresult)."""
+
+    prefix: str
+    status: dict[int, int]  # CUresult of a CudaError -> the library's status
+    failed: int  # the status of any other CudaError
+    internal: int  # the status of an unexpected exception
+    unsupported: str  # what an unsupported entry point is called in the one-line report
+
+
+# NVML's failures are NVML_ERROR_INVALID_ARGUMENT whatever the cause (nvml.py raises NvmlError for the rest)
+LIBRARIES = {
+    "nvml": Library("nvml", {}, 2, 999, "NVML_ERROR_NOT_SUPPORTED"),
+    "cublas": Library(
+        "cublas",
+        {
+            codes.INVALID_VALUE: 7,
+            codes.NOT_SUPPORTED: 15,
+            codes.OUT_OF_MEMORY: 3,
+            codes.INVALID_HANDLE: 1,
+            codes.NOT_INITIALIZED: 1,
+        },
+        13,  # CUBLAS_STATUS_EXECUTION_FAILED
+        14,  # CUBLAS_STATUS_INTERNAL_ERROR
+        "CUBLAS_STATUS_NOT_SUPPORTED",
+    ),
+    "cufft": Library(
+        "cufft",
+        {
+            codes.INVALID_VALUE: 4,  # CUFFT_INVALID_VALUE
+            codes.NOT_SUPPORTED: 16,  # CUFFT_NOT_SUPPORTED
+            codes.OUT_OF_MEMORY: 2,  # CUFFT_ALLOC_FAILED
+            codes.INVALID_HANDLE: 1,  # CUFFT_INVALID_PLAN
+            codes.NOT_INITIALIZED: 7,  # CUFFT_SETUP_FAILED
+        },
+        6,  # CUFFT_EXEC_FAILED
+        5,  # CUFFT_INTERNAL_ERROR
+        "CUFFT_NOT_SUPPORTED",
+    ),
+    "curand": Library(
+        "curand",
+        {
+            codes.INVALID_VALUE: 104,  # CURAND_STATUS_OUT_OF_RANGE
+            codes.NOT_SUPPORTED: 103,  # CURAND_STATUS_TYPE_ERROR
+            codes.OUT_OF_MEMORY: 102,  # CURAND_STATUS_ALLOCATION_FAILED
+            codes.INVALID_HANDLE: 101,  # CURAND_STATUS_NOT_INITIALIZED
+            codes.NOT_INITIALIZED: 203,  # CURAND_STATUS_INITIALIZATION_FAILED
+        },
+        201,  # CURAND_STATUS_LAUNCH_FAILURE
+        999,  # CURAND_STATUS_INTERNAL_ERROR
+        "CURAND_STATUS_INTERNAL_ERROR (not supported)",
+    ),
+    "cusolver": Library(
+        "cusolver",
+        {
+            codes.INVALID_VALUE: 3,  # CUSOLVER_STATUS_INVALID_VALUE
+            codes.NOT_SUPPORTED: 9,  # CUSOLVER_STATUS_NOT_SUPPORTED
+            codes.OUT_OF_MEMORY: 2,  # CUSOLVER_STATUS_ALLOC_FAILED
+            codes.INVALID_HANDLE: 1,  # CUSOLVER_STATUS_NOT_INITIALIZED
+            codes.NOT_INITIALIZED: 1,
+        },
+        6,  # CUSOLVER_STATUS_EXECUTION_FAILED
+        7,  # CUSOLVER_STATUS_INTERNAL_ERROR
+        "CUSOLVER_STATUS_NOT_SUPPORTED",
+    ),
+    "cusparse": Library(
+        "cusparse",
+        {
+            codes.INVALID_VALUE: 3,  # CUSPARSE_STATUS_INVALID_VALUE
+            codes.NOT_SUPPORTED: 10,  # CUSPARSE_STATUS_NOT_SUPPORTED
+            codes.OUT_OF_MEMORY: 2,  # CUSPARSE_STATUS_ALLOC_FAILED
+            codes.INVALID_HANDLE: 1,  # CUSPARSE_STATUS_NOT_INITIALIZED
+            codes.NOT_INITIALIZED: 1,
+        },
+        6,  # CUSPARSE_STATUS_EXECUTION_FAILED
+        7,  # CUSPARSE_STATUS_INTERNAL_ERROR
+        "CUSPARSE_STATUS_NOT_SUPPORTED",
+    ),
+}
+_PREFIXES = tuple(lib.prefix for lib in LIBRARIES.values())
+
+
+def library_status(library: str, code: int) -> int:
+    """The status a call of ``library`` returns for a CudaError with ``code``."""
+    lib = LIBRARIES[library]
+    return lib.status.get(code, lib.failed)
+
+
 @dataclass
 class Entry:
     name: str
     versions: tuple[int, ...]
     argtypes: tuple[Any, ...]
     func: Callable[..., Any]
-    nvml: bool = False
-    cublas: bool = False
-    cufft: bool = False
-    curand: bool = False
+    library: str = ""  # "" for the driver; else a key of LIBRARIES
     cfunc: Any = field(default=None, repr=False)
 
     def pointer(self) -> int:
         if self.cfunc is None:
             proto = ctypes.CFUNCTYPE(ctypes.c_int, *self.argtypes)
-            self.cfunc = proto(_guard(self.name, self.func, self.nvml, self.cublas, self.cufft, self.curand))
+            self.cfunc = proto(_guard(self.name, self.func, self.library))
         return ctypes.cast(self.cfunc, ctypes.c_void_p).value or 0
 
 
@@ -79,77 +166,30 @@ _reported: set[str] = set()
 
 
 def api(
-    name: str,
-    versions: int | tuple[int, ...],
-    *argtypes: Any,
-    nvml: bool = False,
-    cublas: bool = False,
-    cufft: bool = False,
-    curand: bool = False,
+    name: str, versions: int | tuple[int, ...], *argtypes: Any, library: str = ""
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register ``func`` as the implementation of ``name`` for the given signature version(s).
 
-    For NVML, cuBLAS and cuFFT, ``name`` is the exact exported symbol (``nvmlDeviceGetCount_v2``,
-    ``cublasSgemm_v2``, ``cufftExecC2C``) and ``versions`` 0; their failures return their own status codes
-    (``cublas_status``, ``cufft_status``).
+    For a vendor library (``library``: a key of ``LIBRARIES``), ``name`` is the exact exported symbol
+    (``nvmlDeviceGetCount_v2``, ``cublasSgemm_v2``, ``cufftExecC2C``) and ``versions`` 0; its failures return the
+    library's own status codes (``library_status``).
     """
     vs = (versions,) if isinstance(versions, int) else tuple(versions)
+    if library and library not in LIBRARIES:
+        raise ValueError(f"unknown library {library!r}")
 
     def deco(func: Callable[..., Any]) -> Callable[..., Any]:
-        _ENTRIES.setdefault(name, []).append(Entry(name, vs, tuple(argtypes), func, nvml, cublas, cufft, curand))
+        _ENTRIES.setdefault(name, []).append(Entry(name, vs, tuple(argtypes), func, library))
         return func
 
     return deco
 
 
-# CUresult -> cublasStatus_t for failures inside a cuBLAS call
-_CUBLAS_STATUS = {
-    codes.INVALID_VALUE: 7,
-    codes.NOT_SUPPORTED: 15,
-    codes.OUT_OF_MEMORY: 3,
-    codes.INVALID_HANDLE: 1,
-    codes.NOT_INITIALIZED: 1,
-}
-
-
-def cublas_status(code: int) -> int:
-    return _CUBLAS_STATUS.get(code, 13)  # CUBLAS_STATUS_EXECUTION_FAILED
-
-
-# CUresult -> cufftResult for failures inside a cuFFT call
-_CUFFT_STATUS = {
-    codes.INVALID_VALUE: 4,  # CUFFT_INVALID_VALUE
-    codes.NOT_SUPPORTED: 16,  # CUFFT_NOT_SUPPORTED
-    codes.OUT_OF_MEMORY: 2,  # CUFFT_ALLOC_FAILED
-    codes.INVALID_HANDLE: 1,  # CUFFT_INVALID_PLAN
-    codes.NOT_INITIALIZED: 7,  # CUFFT_SETUP_FAILED
-}
-
-
-def cufft_status(code: int) -> int:
-    return _CUFFT_STATUS.get(code, 6)  # CUFFT_EXEC_FAILED
-
-
-# CUresult -> curandStatus_t for failures inside a cuRAND call
-_CURAND_STATUS = {
-    codes.INVALID_VALUE: 104,  # CURAND_STATUS_OUT_OF_RANGE
-    codes.NOT_SUPPORTED: 103,  # CURAND_STATUS_TYPE_ERROR
-    codes.OUT_OF_MEMORY: 102,  # CURAND_STATUS_ALLOCATION_FAILED
-    codes.INVALID_HANDLE: 101,  # CURAND_STATUS_NOT_INITIALIZED
-    codes.NOT_INITIALIZED: 203,  # CURAND_STATUS_INITIALIZATION_FAILED
-}
-
-
-def curand_status(code: int) -> int:
-    return _CURAND_STATUS.get(code, 201)  # CURAND_STATUS_LAUNCH_FAILURE
-
-
-def _guard(
-    name: str, func: Callable[..., Any], nvml: bool, cublas: bool = False, cufft: bool = False, curand: bool = False
-) -> Callable[..., int]:
+def _guard(name: str, func: Callable[..., Any], library: str = "") -> Callable[..., int]:
     """Turn a Python implementation into a C callback: exceptions become result codes."""
 
     trace = config.quiet_client().trace_calls
+    lib = LIBRARIES.get(library)
 
     @functools.wraps(func)
     def call(*args: Any) -> int:
@@ -161,12 +201,10 @@ def _guard(
                 print(f"wooly:   -> {result}", file=sys.stderr)
             return 0 if result is None else int(result)
         except CudaError as exc:
-            if nvml:
+            if library == "nvml":
                 return 2  # NVML_ERROR_INVALID_ARGUMENT
             set_last_error(exc.code, exc.message if exc.message.startswith(name) else f"{name}: {exc.message}")
-            if cublas:
-                return cublas_status(exc.code)
-            return cufft_status(exc.code) if cufft else curand_status(exc.code) if curand else exc.code
+            return exc.code if lib is None else lib.status.get(exc.code, lib.failed)
         except StatusError as exc:
             return exc.code
         except BaseException as exc:  # noqa: BLE001 - nothing may unwind into C
@@ -174,8 +212,7 @@ def _guard(
             if config.quiet_client().debug:
                 print(f"wooly: {name} raised {type(exc).__name__}: {exc}", file=sys.stderr)
             set_last_error(codes.UNKNOWN, f"{name}: {type(exc).__name__}: {exc}")
-            # CUBLAS_STATUS_INTERNAL_ERROR, CUFFT_INTERNAL_ERROR; CUDA_ERROR_UNKNOWN and NVML_ERROR_UNKNOWN alike
-            return 14 if cublas else 5 if cufft else 999  # CURAND_STATUS_INTERNAL_ERROR is 999 too
+            return 999 if lib is None else lib.internal  # CUDA_ERROR_UNKNOWN, NVML_ERROR_UNKNOWN: 999 both
 
     return call
 
@@ -241,7 +278,7 @@ def _parse_symbol(symbol: str) -> tuple[str, int | None]:
 def lookup(symbol: str, version: int) -> tuple[int, Entry | None]:
     """(known?, implementation) for a request: 1/0/-1 as the C resolver returns."""
     _load_versions()
-    if symbol.startswith(("nvml", "cublas", "cufft", "curand")):  # exact exported names, no signature versions
+    if symbol.startswith(_PREFIXES):  # exact exported names, no signature versions
         entries = _ENTRIES.get(symbol)
         return (1, entries[0]) if entries else (0, None)
     if version < 0:
@@ -280,16 +317,8 @@ def _report(name: bytes) -> None:
     set_last_error(codes.NOT_SUPPORTED, f"{symbol} is not supported by wooly")
     # cuGetExportTable hands out NVIDIA's private tables; its own libraries probe it and cope.
     if not config.quiet_client().quiet_unsupported and symbol != "cuGetExportTable":
-        kind = (
-            "NVML_ERROR_NOT_SUPPORTED"
-            if symbol.startswith("nvml")
-            else "CUBLAS_STATUS_NOT_SUPPORTED"
-            if symbol.startswith("cublas")
-            else "CUFFT_NOT_SUPPORTED"
-            if symbol.startswith("cufft")
-            else "CURAND_STATUS_INTERNAL_ERROR (not supported)"
-            if symbol.startswith("curand")
-            else "CUDA_ERROR_NOT_SUPPORTED"
+        kind = next(
+            (lib.unsupported for lib in LIBRARIES.values() if symbol.startswith(lib.prefix)), "CUDA_ERROR_NOT_SUPPORTED"
         )
         print(f"wooly: {kind}: {symbol}", file=sys.stderr)
     if config.quiet_client().trace_unsupported:

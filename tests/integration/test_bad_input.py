@@ -193,7 +193,7 @@ def test_staged_copies_reject_bad_slots_and_ranges(driver):
 
 
 def test_vendor_library_operations_stay_inside_the_session(gpud):
-    """fft_exec, blas_geam and rand_generate sent straight to gpud (past the client's own checks): an extent outside
+    """fft_exec, blas_geam, rand_generate and solver sent straight to gpud (past the client's own checks): an extent outside
     the session's allocations, or one inside another session's, is CUDA_ERROR_INVALID_VALUE and nothing is written."""
     from proto import messages as m
 
@@ -212,6 +212,10 @@ def test_vendor_library_operations_stay_inside_the_session(gpud):
             m.RandGenerate(dist="uniform", dtype="f32", out=theirs, n=16),
             m.RandGenerate(dist="uniform", dtype="f32", out=mine, n=2048),
             m.RandGenerate(dist="normal", dtype="u32", out=mine, n=2),  # no such pairing
+            m.SolverCall(op="getrf", dtype="f64", m=4, n=4, a=mine, lda=4, ipiv=theirs, info=mine),  # pivots there
+            m.SolverCall(op="potrf", dtype="f64", m=32, n=32, a=mine, lda=32),  # 8 KiB over a 4 KiB allocation
+            m.SolverCall(op="getrs", dtype="f32", m=4, n=4, k=1, a=mine, lda=2, ipiv=mine, b=mine, ldb=4),  # lda < n
+            m.SolverCall(op="gesvd", dtype="f64", m=4, n=4, jobu="A", jobvt="N", a=mine, lda=4, w=mine, u=0, ldu=4),
         ]
         for msg in bad:
             a.conn.post(msg)

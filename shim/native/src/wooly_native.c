@@ -47,23 +47,32 @@ typedef void (*report_fn)(const char *);
 #define CUFFT_NOT_SUPPORTED 16
 #define CURAND_STATUS_NOT_INITIALIZED 101
 #define CURAND_STATUS_INTERNAL_ERROR 999
+#define CUSOLVER_STATUS_NOT_INITIALIZED 1
+#define CUSOLVER_STATUS_NOT_SUPPORTED 9
+#define CUSPARSE_STATUS_NOT_INITIALIZED 1
+#define CUSPARSE_STATUS_NOT_SUPPORTED 10
 
-/* Which library an exported name belongs to: 1 NVML, 2 cuBLAS (and cuBLASLt), 3 cuFFT, 4 cuRAND, 0 the driver. */
+/* Which library an exported name belongs to: 1 NVML, 2 cuBLAS (and cuBLASLt), 3 cuFFT, 4 cuRAND, 5 cuSOLVER,
+ * 6 cuSPARSE, 0 the driver. */
 static int library_of(const char *name) {
     if (strncmp(name, "nvml", 4) == 0) return 1;
     if (strncmp(name, "cublas", 6) == 0) return 2;
     if (strncmp(name, "cufft", 5) == 0) return 3;
     if (strncmp(name, "curand", 6) == 0) return 4;
+    if (strncmp(name, "cusolver", 8) == 0) return 5;
+    if (strncmp(name, "cusparse", 8) == 0) return 6;
     return 0;
 }
 
 /* Each library's status for: the face is gone (0), not supported (1), not bound (2). */
-static const CUresult STATUS[5][3] = {
+static const CUresult STATUS[7][3] = {
     {CUDA_ERROR_DEINITIALIZED, CUDA_ERROR_NOT_SUPPORTED, CUDA_ERROR_NOT_INITIALIZED},
     {NVML_ERROR_UNINITIALIZED, NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_LIBRARY_NOT_FOUND},
     {CUBLAS_STATUS_NOT_INITIALIZED, CUBLAS_STATUS_NOT_SUPPORTED, CUBLAS_STATUS_NOT_INITIALIZED},
     {CUFFT_SETUP_FAILED, CUFFT_NOT_SUPPORTED, CUFFT_SETUP_FAILED},
     {CURAND_STATUS_NOT_INITIALIZED, CURAND_STATUS_INTERNAL_ERROR, CURAND_STATUS_NOT_INITIALIZED},
+    {CUSOLVER_STATUS_NOT_INITIALIZED, CUSOLVER_STATUS_NOT_SUPPORTED, CUSOLVER_STATUS_NOT_INITIALIZED},
+    {CUSPARSE_STATUS_NOT_INITIALIZED, CUSPARSE_STATUS_NOT_SUPPORTED, CUSPARSE_STATUS_NOT_INITIALIZED},
 };
 
 struct slot {
@@ -330,6 +339,8 @@ CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, uint64_t 
 #include "exports_cublas.h"
 #include "exports_cufft.h"
 #include "exports_curand.h"
+#include "exports_cusolver.h"
+#include "exports_cusparse.h"
 #undef X
 
 /* cuRAND entry points that take floating-point arguments by value: those travel in SSE registers, which the
@@ -406,6 +417,26 @@ const char *cublasGetStatusString(int status) {
 
 const char *cublasLtGetStatusName(int status) { return cublasGetStatusName(status); }
 const char *cublasLtGetStatusString(int status) { return cublasGetStatusString(status); }
+/* cuSPARSE's status names (its handles only are implemented: shim/native/cusolver.py) */
+const char *cusparseGetErrorName(int status) {
+    switch (status) {
+    case 0: return "CUSPARSE_STATUS_SUCCESS";
+    case 1: return "CUSPARSE_STATUS_NOT_INITIALIZED";
+    case 2: return "CUSPARSE_STATUS_ALLOC_FAILED";
+    case 3: return "CUSPARSE_STATUS_INVALID_VALUE";
+    case 6: return "CUSPARSE_STATUS_EXECUTION_FAILED";
+    case 7: return "CUSPARSE_STATUS_INTERNAL_ERROR";
+    case 10: return "CUSPARSE_STATUS_NOT_SUPPORTED";
+    default: return "CUSPARSE_STATUS_UNKNOWN";
+    }
+}
+const char *cusparseGetErrorString(int status) {
+    switch (status) {
+    case 0: return "success";
+    case 10: return "operation not supported (wooly remotes cuSPARSE's handles only)";
+    default: return cusparseGetErrorName(status);
+    }
+}
 size_t cublasGetCudartVersion(void) { return 12090; }
 size_t cublasLtGetCudartVersion(void) { return 12090; }
 size_t cublasLtGetVersion(void) { return 120903; }

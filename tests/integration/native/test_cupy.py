@@ -33,3 +33,11 @@ def test_cupy_random_on_the_curand_stand_in(wooly_gpud: str) -> None:
     proc = wooly_run([os.path.join(PROGS, "cupy_rand.py")], server=wooly_gpud, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == "OK"
+
+
+def test_cupy_linalg_on_the_cusolver_stand_in(wooly_gpud: str) -> None:
+    """cupy.linalg through cuSOLVER's dense API and cuBLAS's batched LU (gpud/solver.py): solve, inv, det,
+    cholesky, qr, svd, eigh in four dtypes, batched stacks, lstsq/pinv/rank/norm, and a singular matrix's info."""
+    proc = wooly_run([os.path.join(PROGS, "cupy_linalg.py")], server=wooly_gpud, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "OK"

@@ -1,0 +1,548 @@
+"""cuSOLVER's dense API, remoted: the client half of the solver stand-in (gpud/solver.py).
+
+The native library exports every cuSOLVER symbol (src/exports_cusolver.h) and is found as libcusolver.so.11/.12
+under ``wooly run``. A handle keeps its stream. Each routine implemented here (getrf, getrs, potrf, potrs and
+their batched forms, geqrf, orgqr/ungqr, gesvd, syevd/heevd, for S/D/C/Z) becomes one ``solver`` operation
+queued on that stream, as a kernel launch is; LAPACK's ``info`` lands in the device int the call names. gpud needs
+no workspace, so the ``_bufferSize`` queries answer one element (programs allocate what they are told and pass
+it back unread). cuBLAS's batched LU (getrfBatched, getrsBatched, getriBatched), which CuPy's ``inv``, ``det`` and
+batched ``solve`` call, is here too: the pointer arrays are read from device memory and each matrix is one
+operation. Every other entry point returns CUSOLVER_STATUS_NOT_SUPPORTED and names itself once on stderr.
+"""
+
+from __future__ import annotations
+
+import itertools
+import struct
+from ctypes import c_byte, c_int, c_int64, c_size_t, c_void_p
+from dataclasses import dataclass
+from typing import Any
+
+from proto import errors as codes
+from proto.codec import ProtocolError, check
+from proto.errors import CudaError
+from proto.messages import GeamType, SolverCall
+from proto.solver import extents
+from shim.native.registry import api, put_i32, put_u64
+from shim.native.state import STATE
+
+P = c_void_p
+I = c_int  # noqa: E741 - the C signatures' int
+VERSION = 11705  # the cuSOLVER these signatures follow (CUDA 12.9's cuSOLVER 11.7.5)
+TYPES: dict[str, GeamType] = {"S": "f32", "D": "f64", "C": "c64", "Z": "c128"}
+_JOBS = {ord("A"): "A", ord("S"): "S", ord("O"): "O", ord("N"): "N"}
+
+
+@dataclass
+class Handle:
+    stream: int = 0
+
+
+_handles: dict[int, Handle] = {}
+_ids = itertools.count(0x501E000)
+_params = itertools.count(0x9A4A000)
+
+
+def _h(h: int | None) -> Handle:
+    handle = _handles.get(int(h or 0))
+    if handle is None:
+        raise CudaError(codes.NOT_INITIALIZED, f"invalid cuSOLVER handle 0x{int(h or 0):x}")
+    return handle
+
+
+@api("cusolverDnCreate", 0, P, library="cusolver")
+def cusolverDnCreate(out: int) -> None:
+    if not STATE.initialized:  # cuSOLVER initialises CUDA itself
+        STATE.init()
+    h = next(_ids)
+    _handles[h] = Handle()
+    put_u64(out, h)
+
+
+@api("cusolverDnDestroy", 0, P, library="cusolver")
+def cusolverDnDestroy(h: int | None) -> None:
+    _h(h)
+    del _handles[int(h or 0)]
+
+
+@api("cusolverDnSetStream", 0, P, P, library="cusolver")
+def cusolverDnSetStream(h: int | None, stream: int | None) -> None:
+    _h(h).stream = int(stream or 0)
+
+
+@api("cusolverDnGetStream", 0, P, P, library="cusolver")
+def cusolverDnGetStream(h: int | None, out: int) -> None:
+    put_u64(out, _h(h).stream)
+
+
+@api("cusolverGetVersion", 0, P, library="cusolver")
+def cusolverGetVersion(out: int) -> None:
+    put_i32(out, VERSION)
+
+
+@api("cusolverGetProperty", 0, I, P, library="cusolver")
+def cusolverGetProperty(which: int, out: int) -> None:
+    put_i32(out, (VERSION // 1000, VERSION // 100 % 10, VERSION % 100)[which] if 0 <= which <= 2 else 0)
+
+
+@api("cusolverDnCreateParams", 0, P, library="cusolver")
+def cusolverDnCreateParams(out: int) -> None:
+    put_u64(out, next(_params))  # the 64-bit API's options: accepted, nothing here reads them
+
+
+@api("cusolverDnDestroyParams", 0, P, library="cusolver")
+def cusolverDnDestroyParams(p: int | None) -> None:
+    return None
+
+
+# cuSPARSE: CuPy loads it with cuSOLVER. Its handles work; its routines are not remoted yet and answer
+# CUSPARSE_STATUS_NOT_SUPPORTED, naming themselves.
+_sparse_handles: dict[int, Handle] = {}
+_sparse_ids = itertools.count(0x5BA5000)
+SPARSE_VERSION = 12510  # cuSPARSE 12.5.10 (CUDA 12.9)
+
+
+def _sh(h: int | None) -> Handle:
+    handle = _sparse_handles.get(int(h or 0))
+    if handle is None:
+        raise CudaError(codes.NOT_INITIALIZED, f"invalid cuSPARSE handle 0x{int(h or 0):x}")
+    return handle
+
+
+@api("cusparseCreate", 0, P, library="cusparse")
+def cusparseCreate(out: int) -> None:
+    if not STATE.initialized:
+        STATE.init()
+    h = next(_sparse_ids)
+    _sparse_handles[h] = Handle()
+    put_u64(out, h)
+
+
+@api("cusparseDestroy", 0, P, library="cusparse")
+def cusparseDestroy(h: int | None) -> None:
+    _sh(h)
+    del _sparse_handles[int(h or 0)]
+
+
+@api("cusparseSetStream", 0, P, P, library="cusparse")
+def cusparseSetStream(h: int | None, stream: int | None) -> None:
+    _sh(h).stream = int(stream or 0)
+
+
+@api("cusparseGetStream", 0, P, P, library="cusparse")
+def cusparseGetStream(h: int | None, out: int) -> None:
+    put_u64(out, _sh(h).stream)
+
+
+@api("cusparseGetVersion", 0, P, P, library="cusparse")
+def cusparseGetVersion(h: int | None, out: int) -> None:
+    _sh(h)
+    put_i32(out, SPARSE_VERSION)
+
+
+@api("cusparseGetProperty", 0, I, P, library="cusparse")
+def cusparseGetProperty(which: int, out: int) -> None:
+    v = SPARSE_VERSION
+    put_i32(out, (v // 1000, v // 10 % 100, v % 10)[which] if 0 <= which <= 2 else 0)
+
+
+def _queue(h: int | None, **fields: Any) -> None:
+    """Check one routine and queue it on the handle's stream."""
+    _queue_on(_h(h).stream, **fields)
+
+
+def _queue_on(stream: int, **fields: Any) -> None:
+    drv = STATE.driver()
+    try:
+        msg = SolverCall(stream=drv._stream(stream), **fields)
+        check(msg)
+        spans = extents(msg)
+    except ProtocolError as exc:
+        raise CudaError(codes.INVALID_VALUE, f"cusolver {fields.get('op')}: {exc.message}") from None
+    for operand, addr, size, _ in spans:
+        drv._check_range(addr, size, f"cusolver {msg.op} ({operand})")
+    drv.conn.post(msg)
+
+
+def _fill(uplo: int) -> int:
+    if uplo not in (0, 1):
+        raise CudaError(codes.INVALID_VALUE, f"fill mode {uplo} (0 lower, 1 upper)")
+    return uplo
+
+
+def _trans(trans: int) -> int:
+    if trans not in (0, 1, 2):
+        raise CudaError(codes.INVALID_VALUE, f"operation {trans} (0 N, 1 T, 2 C)")
+    return trans
+
+
+def _dims(*values: int) -> None:
+    if any(v < 0 for v in values):
+        raise CudaError(codes.INVALID_VALUE, f"negative dimension in {values}")
+
+
+def _lwork(out: int) -> None:
+    put_i32(out, 1)  # gpud needs no workspace (module docstring)
+
+
+def _define(t: str, typ: GeamType) -> None:
+    orgqr = "orgqr" if t in "SD" else "ungqr"
+    syevd = "syevd" if t in "SD" else "heevd"
+
+    @api(f"cusolverDn{t}getrf_bufferSize", 0, P, I, I, P, I, P, library="cusolver")
+    def getrf_size(h: int | None, m: int, n: int, a: int | None, lda: int, lwork: int) -> None:
+        _h(h)
+        _dims(m, n)
+        _lwork(lwork)
+
+    @api(f"cusolverDn{t}getrf", 0, P, I, I, P, I, P, P, P, library="cusolver")
+    def getrf(h: int | None, m: int, n: int, a: int | None, lda: int, work: Any, ipiv: int | None, info: Any) -> None:
+        _dims(m, n)
+        if not ipiv and min(m, n):
+            raise CudaError(codes.NOT_SUPPORTED, "getrf without pivoting (devIpiv = NULL) is not supported")
+        _queue(h, op="getrf", dtype=typ, m=m, n=n, a=int(a or 0), lda=lda, ipiv=int(ipiv or 0), info=int(info or 0))
+
+    @api(f"cusolverDn{t}getrs", 0, P, I, I, I, P, I, P, P, I, P, library="cusolver")
+    def getrs(
+        h: int | None, trans: int, n: int, nrhs: int, a: Any, lda: int, ipiv: Any, b: Any, ldb: int, info: Any
+    ) -> None:
+        _dims(n, nrhs)
+        _queue(
+            h,
+            op="getrs",
+            dtype=typ,
+            m=n,
+            n=n,
+            k=nrhs,
+            trans=_trans(trans),
+            a=int(a or 0),
+            lda=lda,
+            ipiv=int(ipiv or 0),
+            b=int(b or 0),
+            ldb=ldb,
+            info=int(info or 0),
+        )
+
+    @api(f"cusolverDn{t}potrf_bufferSize", 0, P, I, I, P, I, P, library="cusolver")
+    def potrf_size(h: int | None, uplo: int, n: int, a: Any, lda: int, lwork: int) -> None:
+        _h(h)
+        _fill(uplo)
+        _dims(n)
+        _lwork(lwork)
+
+    @api(f"cusolverDn{t}potrf", 0, P, I, I, P, I, P, I, P, library="cusolver")
+    def potrf(h: int | None, uplo: int, n: int, a: Any, lda: int, work: Any, lwork: int, info: Any) -> None:
+        _dims(n)
+        _queue(h, op="potrf", dtype=typ, m=n, n=n, uplo=_fill(uplo), a=int(a or 0), lda=lda, info=int(info or 0))
+
+    @api(f"cusolverDn{t}potrs", 0, P, I, I, I, P, I, P, I, P, library="cusolver")
+    def potrs(h: int | None, uplo: int, n: int, nrhs: int, a: Any, lda: int, b: Any, ldb: int, info: Any) -> None:
+        _dims(n, nrhs)
+        _queue(
+            h,
+            op="potrs",
+            dtype=typ,
+            m=n,
+            n=n,
+            k=nrhs,
+            uplo=_fill(uplo),
+            a=int(a or 0),
+            lda=lda,
+            b=int(b or 0),
+            ldb=ldb,
+            info=int(info or 0),
+        )
+
+    @api(f"cusolverDn{t}potrfBatched", 0, P, I, I, P, I, P, I, library="cusolver")
+    def potrf_batched(h: int | None, uplo: int, n: int, arr: Any, lda: int, infos: Any, batch: int) -> None:
+        _dims(n, batch)
+        for i, a in enumerate(_pointers(h, arr, batch)):
+            _queue(h, op="potrf", dtype=typ, m=n, n=n, uplo=_fill(uplo), a=a, lda=lda, info=_at(infos, i))
+
+    @api(f"cusolverDn{t}potrsBatched", 0, P, I, I, I, P, I, P, I, P, I, library="cusolver")
+    def potrs_batched(
+        h: int | None, uplo: int, n: int, nrhs: int, aa: Any, lda: int, ba: Any, ldb: int, info: Any, batch: int
+    ) -> None:
+        _dims(n, nrhs, batch)
+        if nrhs != 1:
+            raise CudaError(codes.INVALID_VALUE, f"potrsBatched supports nrhs = 1 only (as cuSOLVER), got {nrhs}")
+        for a, b in zip(_pointers(h, aa, batch), _pointers(h, ba, batch), strict=True):
+            _queue(
+                h,
+                op="potrs",
+                dtype=typ,
+                m=n,
+                n=n,
+                k=nrhs,
+                uplo=_fill(uplo),
+                a=a,
+                lda=lda,
+                b=b,
+                ldb=ldb,
+                info=int(info or 0),
+            )
+
+    @api(f"cusolverDn{t}geqrf_bufferSize", 0, P, I, I, P, I, P, library="cusolver")
+    def geqrf_size(h: int | None, m: int, n: int, a: Any, lda: int, lwork: int) -> None:
+        _h(h)
+        _dims(m, n)
+        _lwork(lwork)
+
+    @api(f"cusolverDn{t}geqrf", 0, P, I, I, P, I, P, P, I, P, library="cusolver")
+    def geqrf(h: int | None, m: int, n: int, a: Any, lda: int, tau: Any, work: Any, lwork: int, info: Any) -> None:
+        _dims(m, n)
+        _queue(h, op="geqrf", dtype=typ, m=m, n=n, a=int(a or 0), lda=lda, w=int(tau or 0), info=int(info or 0))
+
+    @api(f"cusolverDn{t}{orgqr}_bufferSize", 0, P, I, I, I, P, I, P, P, library="cusolver")
+    def orgqr_size(h: int | None, m: int, n: int, k: int, a: Any, lda: int, tau: Any, lwork: int) -> None:
+        _h(h)
+        _dims(m, n, k)
+        _lwork(lwork)
+
+    @api(f"cusolverDn{t}{orgqr}", 0, P, I, I, I, P, I, P, P, I, P, library="cusolver")
+    def orgqr_(
+        h: int | None, m: int, n: int, k: int, a: Any, lda: int, tau: Any, work: Any, lwork: int, info: Any
+    ) -> None:
+        _dims(m, n, k)
+        _queue(h, op="orgqr", dtype=typ, m=m, n=n, k=k, a=int(a or 0), lda=lda, w=int(tau or 0), info=int(info or 0))
+
+    @api(f"cusolverDn{t}gesvd_bufferSize", 0, P, I, I, P, library="cusolver")
+    def gesvd_size(h: int | None, m: int, n: int, lwork: int) -> None:
+        _h(h)
+        _dims(m, n)
+        _lwork(lwork)
+
+    @api(f"cusolverDn{t}gesvd", 0, P, c_byte, c_byte, I, I, P, I, P, P, I, P, I, P, I, P, P, library="cusolver")
+    def gesvd(
+        h: int | None,
+        jobu: int,
+        jobvt: int,
+        m: int,
+        n: int,
+        a: Any,
+        lda: int,
+        s: Any,
+        u: Any,
+        ldu: int,
+        vt: Any,
+        ldvt: int,
+        work: Any,
+        lwork: int,
+        rwork: Any,
+        info: Any,
+    ) -> None:
+        _dims(m, n)
+        ju, jv = _JOBS.get(jobu & 0xFF), _JOBS.get(jobvt & 0xFF)
+        if ju is None or jv is None:
+            raise CudaError(codes.NOT_SUPPORTED, f"gesvd jobu={chr(jobu & 0xFF)!r} jobvt={chr(jobvt & 0xFF)!r}")
+        _queue(
+            h,
+            op="gesvd",
+            dtype=typ,
+            m=m,
+            n=n,
+            jobu=ju,
+            jobvt=jv,
+            a=int(a or 0),
+            lda=lda,
+            w=int(s or 0),
+            u=int(u or 0),
+            ldu=ldu,
+            vt=int(vt or 0),
+            ldvt=ldvt,
+            info=int(info or 0),
+        )
+
+    @api(f"cusolverDn{t}{syevd}_bufferSize", 0, P, I, I, I, P, I, P, P, library="cusolver")
+    def syevd_size(h: int | None, jobz: int, uplo: int, n: int, a: Any, lda: int, w: Any, lwork: int) -> None:
+        _h(h)
+        _fill(uplo)
+        _dims(n)
+        _lwork(lwork)
+
+    @api(f"cusolverDn{t}{syevd}", 0, P, I, I, I, P, I, P, P, I, P, library="cusolver")
+    def syevd_(
+        h: int | None, jobz: int, uplo: int, n: int, a: Any, lda: int, w: Any, work: Any, lwork: int, info: Any
+    ) -> None:
+        _dims(n)
+        if jobz not in (0, 1):
+            raise CudaError(codes.INVALID_VALUE, f"eig mode {jobz} (0 no vectors, 1 vectors)")
+        _queue(
+            h,
+            op="syevd",
+            dtype=typ,
+            m=n,
+            n=n,
+            uplo=_fill(uplo),
+            vectors=bool(jobz),
+            a=int(a or 0),
+            lda=lda,
+            w=int(w or 0),
+            info=int(info or 0),
+        )
+
+    # cuBLAS's batched LU (its handles are cuBLAS's: shim/native/cublas.py)
+    @api(f"cublas{t}getrfBatched", 0, P, I, P, I, P, P, I, library="cublas")
+    def getrf_batched(h: int | None, n: int, arr: Any, lda: int, piv: Any, infos: Any, batch: int) -> None:
+        _dims(n, batch)
+        if not piv and n:
+            raise CudaError(codes.NOT_SUPPORTED, "getrfBatched without pivoting (PivotArray = NULL) is not supported")
+        for i, a in enumerate(_blas_pointers(h, arr, batch)):
+            _blas_queue(
+                h, op="getrf", dtype=typ, m=n, n=n, a=a, lda=lda, ipiv=int(piv or 0) + 4 * n * i, info=_at(infos, i)
+            )
+
+    @api(f"cublas{t}getrsBatched", 0, P, I, I, I, P, I, P, P, I, P, I, library="cublas")
+    def getrs_batched(
+        h: int | None, trans: int, n: int, nrhs: int, aa: Any, lda: int, piv: Any, ba: Any, ldb: int, info: int, b: int
+    ) -> None:
+        _dims(n, nrhs, b)
+        put_i32(info, 0)  # a host int: argument errors only, reported by the status
+        for i, (a, bb) in enumerate(zip(_blas_pointers(h, aa, b), _blas_pointers(h, ba, b), strict=True)):
+            _blas_queue(
+                h,
+                op="getrs",
+                dtype=typ,
+                m=n,
+                n=n,
+                k=nrhs,
+                trans=_trans(trans),
+                a=a,
+                lda=lda,
+                ipiv=int(piv or 0) + 4 * n * i,
+                b=bb,
+                ldb=ldb,
+            )
+
+    @api(f"cublas{t}getriBatched", 0, P, I, P, I, P, P, I, P, I, library="cublas")
+    def getri_batched(
+        h: int | None, n: int, aa: Any, lda: int, piv: Any, ca: Any, ldc: int, infos: Any, batch: int
+    ) -> None:
+        _dims(n, batch)
+        for i, (a, c) in enumerate(zip(_blas_pointers(h, aa, batch), _blas_pointers(h, ca, batch), strict=True)):
+            _blas_queue(
+                h,
+                op="getri",
+                dtype=typ,
+                m=n,
+                n=n,
+                a=a,
+                lda=lda,
+                ipiv=int(piv or 0) + 4 * n * i,
+                b=c,
+                ldb=ldc,
+                info=_at(infos, i),
+            )
+
+
+# the 64-bit generic API (cusolverDnX*): the data types travel as cudaDataType
+_DATA: dict[int, GeamType] = {0: "f32", 1: "f64", 4: "c64", 5: "c128"}
+_REAL_OF = {"f32": "f32", "f64": "f64", "c64": "f32", "c128": "f64"}
+
+
+def _data(which: str, code: int) -> GeamType:
+    typ = _DATA.get(code)
+    if typ is None:
+        raise CudaError(codes.NOT_SUPPORTED, f"data type {code} for {which} (float, double and their complex only)")
+    return typ
+
+
+@api("cusolverDnXsyevd_bufferSize", 0, P, P, I, I, c_int64, I, P, c_int64, I, P, I, P, P, library="cusolver")
+def cusolverDnXsyevd_bufferSize(
+    h: int | None,
+    params: Any,
+    jobz: int,
+    uplo: int,
+    n: int,
+    ta: int,
+    a: Any,
+    lda: int,
+    tw: int,
+    w: Any,
+    tc: int,
+    device_bytes: int,
+    host_bytes: int,
+) -> None:
+    _h(h)
+    _fill(uplo)
+    _dims(n)
+    _data("A", ta)
+    put_u64(device_bytes, 1)
+    put_u64(host_bytes, 1)
+
+
+@api(
+    "cusolverDnXsyevd", 0, P, P, I, I, c_int64, I, P, c_int64, I, P, I, P, c_size_t, P, c_size_t, P, library="cusolver"
+)
+def cusolverDnXsyevd(
+    h: int | None,
+    params: Any,
+    jobz: int,
+    uplo: int,
+    n: int,
+    ta: int,
+    a: Any,
+    lda: int,
+    tw: int,
+    w: Any,
+    tc: int,
+    dev_buf: Any,
+    dev_bytes: int,
+    host_buf: Any,
+    host_bytes: int,
+    info: Any,
+) -> None:
+    _dims(n)
+    typ = _data("A", ta)
+    if _data("W", tw) != _REAL_OF[typ]:
+        raise CudaError(codes.INVALID_VALUE, f"syevd: W of type {tw} for A of {typ} (W holds A's real type)")
+    if jobz not in (0, 1):
+        raise CudaError(codes.INVALID_VALUE, f"eig mode {jobz} (0 no vectors, 1 vectors)")
+    _queue(
+        h,
+        op="syevd",
+        dtype=typ,
+        m=n,
+        n=n,
+        uplo=_fill(uplo),
+        vectors=bool(jobz),
+        a=int(a or 0),
+        lda=lda,
+        w=int(w or 0),
+        info=int(info or 0),
+    )
+
+
+def _at(infos: Any, i: int) -> int:
+    return int(infos) + 4 * i if infos else 0
+
+
+def _read_pointers(stream: int, arr: Any, count: int) -> list[int]:
+    """A device array of ``count`` device pointers, read in stream order (one round trip)."""
+    if not count:
+        return []
+    if not arr:
+        raise CudaError(codes.INVALID_VALUE, "the array of matrix pointers is NULL")
+    drv = STATE.driver()
+    raw = bytes(drv.memcpy_dtoh(int(arr), 8 * count, drv._stream(stream)))
+    return list(struct.unpack(f"<{count}Q", raw))
+
+
+def _pointers(h: int | None, arr: Any, count: int) -> list[int]:
+    return _read_pointers(_h(h).stream, arr, count)
+
+
+def _blas_pointers(h: int | None, arr: Any, count: int) -> list[int]:
+    from shim.native.cublas import _h as blas_handle
+
+    return _read_pointers(blas_handle(h).stream, arr, count)
+
+
+def _blas_queue(h: int | None, **fields: Any) -> None:
+    from shim.native.cublas import _h as blas_handle
+
+    _queue_on(blas_handle(h).stream, **fields)
+
+
+for _t, _typ in TYPES.items():
+    _define(_t, _typ)
