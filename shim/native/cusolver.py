@@ -38,41 +38,53 @@ class Handle:
     stream: int = 0
 
 
-_handles: dict[int, Handle] = {}
-_ids = itertools.count(0x501E000)
+class Handles:
+    """A library's handles (each keeps its stream), numbered from ``first``; a bad one is NOT_INITIALIZED, which
+    the library's table maps to its own status."""
+
+    def __init__(self, what: str, first: int) -> None:
+        self.what = what
+        self.table: dict[int, Handle] = {}
+        self.ids = itertools.count(first)
+
+    def __call__(self, h: int | None) -> Handle:
+        handle = self.table.get(int(h or 0))
+        if handle is None:
+            raise CudaError(codes.NOT_INITIALIZED, f"invalid {self.what} handle 0x{int(h or 0):x}")
+        return handle
+
+    def create(self, out: int) -> None:
+        if not STATE.initialized:  # the library initialises CUDA itself
+            STATE.init()
+        h = next(self.ids)
+        self.table[h] = Handle()
+        put_u64(out, h)
+
+    def destroy(self, h: int | None) -> None:
+        self(h)
+        del self.table[int(h or 0)]
+
+    def set_stream(self, h: int | None, stream: int | None) -> None:
+        self(h).stream = int(stream or 0)
+
+    def get_stream(self, h: int | None, out: int) -> None:
+        put_u64(out, self(h).stream)
+
+
+_h = Handles("cuSOLVER", 0x501E000)
+_sh = Handles("cuSPARSE", 0x5BA5000)
 _params = itertools.count(0x9A4A000)
-
-
-def _h(h: int | None) -> Handle:
-    handle = _handles.get(int(h or 0))
-    if handle is None:
-        raise CudaError(codes.NOT_INITIALIZED, f"invalid cuSOLVER handle 0x{int(h or 0):x}")
-    return handle
-
-
-@api("cusolverDnCreate", 0, P, library="cusolver")
-def cusolverDnCreate(out: int) -> None:
-    if not STATE.initialized:  # cuSOLVER initialises CUDA itself
-        STATE.init()
-    h = next(_ids)
-    _handles[h] = Handle()
-    put_u64(out, h)
-
-
-@api("cusolverDnDestroy", 0, P, library="cusolver")
-def cusolverDnDestroy(h: int | None) -> None:
-    _h(h)
-    del _handles[int(h or 0)]
-
-
-@api("cusolverDnSetStream", 0, P, P, library="cusolver")
-def cusolverDnSetStream(h: int | None, stream: int | None) -> None:
-    _h(h).stream = int(stream or 0)
-
-
-@api("cusolverDnGetStream", 0, P, P, library="cusolver")
-def cusolverDnGetStream(h: int | None, out: int) -> None:
-    put_u64(out, _h(h).stream)
+api("cusolverDnCreate", 0, P, library="cusolver")(_h.create)
+api("cusolverDnDestroy", 0, P, library="cusolver")(_h.destroy)
+api("cusolverDnSetStream", 0, P, P, library="cusolver")(_h.set_stream)
+api("cusolverDnGetStream", 0, P, P, library="cusolver")(_h.get_stream)
+# cuSPARSE: CuPy loads it with cuSOLVER. Its handles work; its routines are not remoted yet and answer
+# CUSPARSE_STATUS_NOT_SUPPORTED, naming themselves.
+api("cusparseCreate", 0, P, library="cusparse")(_sh.create)
+api("cusparseDestroy", 0, P, library="cusparse")(_sh.destroy)
+api("cusparseSetStream", 0, P, P, library="cusparse")(_sh.set_stream)
+api("cusparseGetStream", 0, P, P, library="cusparse")(_sh.get_stream)
+SPARSE_VERSION = 12510  # cuSPARSE 12.5.10 (CUDA 12.9)
 
 
 @api("cusolverGetVersion", 0, P, library="cusolver")
@@ -95,45 +107,6 @@ def cusolverDnDestroyParams(p: int | None) -> None:
     return None
 
 
-# cuSPARSE: CuPy loads it with cuSOLVER. Its handles work; its routines are not remoted yet and answer
-# CUSPARSE_STATUS_NOT_SUPPORTED, naming themselves.
-_sparse_handles: dict[int, Handle] = {}
-_sparse_ids = itertools.count(0x5BA5000)
-SPARSE_VERSION = 12510  # cuSPARSE 12.5.10 (CUDA 12.9)
-
-
-def _sh(h: int | None) -> Handle:
-    handle = _sparse_handles.get(int(h or 0))
-    if handle is None:
-        raise CudaError(codes.NOT_INITIALIZED, f"invalid cuSPARSE handle 0x{int(h or 0):x}")
-    return handle
-
-
-@api("cusparseCreate", 0, P, library="cusparse")
-def cusparseCreate(out: int) -> None:
-    if not STATE.initialized:
-        STATE.init()
-    h = next(_sparse_ids)
-    _sparse_handles[h] = Handle()
-    put_u64(out, h)
-
-
-@api("cusparseDestroy", 0, P, library="cusparse")
-def cusparseDestroy(h: int | None) -> None:
-    _sh(h)
-    del _sparse_handles[int(h or 0)]
-
-
-@api("cusparseSetStream", 0, P, P, library="cusparse")
-def cusparseSetStream(h: int | None, stream: int | None) -> None:
-    _sh(h).stream = int(stream or 0)
-
-
-@api("cusparseGetStream", 0, P, P, library="cusparse")
-def cusparseGetStream(h: int | None, out: int) -> None:
-    put_u64(out, _sh(h).stream)
-
-
 @api("cusparseGetVersion", 0, P, P, library="cusparse")
 def cusparseGetVersion(h: int | None, out: int) -> None:
     _sh(h)
@@ -151,7 +124,11 @@ def _queue(h: int | None, **fields: Any) -> None:
     _queue_on(_h(h).stream, **fields)
 
 
+_ADDRESSES = frozenset({"a", "b", "ipiv", "w", "u", "vt", "info"})  # NULL arrives as None
+
+
 def _queue_on(stream: int, **fields: Any) -> None:
+    fields = {k: int(v or 0) if k in _ADDRESSES else v for k, v in fields.items()}
     drv = STATE.driver()
     try:
         msg = SolverCall(stream=drv._stream(stream), **fields)
@@ -200,7 +177,7 @@ def _define(t: str, typ: GeamType) -> None:
         _dims(m, n)
         if not ipiv and min(m, n):
             raise CudaError(codes.NOT_SUPPORTED, "getrf without pivoting (devIpiv = NULL) is not supported")
-        _queue(h, op="getrf", dtype=typ, m=m, n=n, a=int(a or 0), lda=lda, ipiv=int(ipiv or 0), info=int(info or 0))
+        _queue(h, op="getrf", dtype=typ, m=m, n=n, a=a, lda=lda, ipiv=ipiv, info=info)
 
     @api(f"cusolverDn{t}getrs", 0, P, I, I, I, P, I, P, P, I, P, library="cusolver")
     def getrs(
@@ -215,12 +192,12 @@ def _define(t: str, typ: GeamType) -> None:
             n=n,
             k=nrhs,
             trans=_trans(trans),
-            a=int(a or 0),
+            a=a,
             lda=lda,
-            ipiv=int(ipiv or 0),
-            b=int(b or 0),
+            ipiv=ipiv,
+            b=b,
             ldb=ldb,
-            info=int(info or 0),
+            info=info,
         )
 
     @api(f"cusolverDn{t}potrf_bufferSize", 0, P, I, I, P, I, P, library="cusolver")
@@ -233,25 +210,12 @@ def _define(t: str, typ: GeamType) -> None:
     @api(f"cusolverDn{t}potrf", 0, P, I, I, P, I, P, I, P, library="cusolver")
     def potrf(h: int | None, uplo: int, n: int, a: Any, lda: int, work: Any, lwork: int, info: Any) -> None:
         _dims(n)
-        _queue(h, op="potrf", dtype=typ, m=n, n=n, uplo=_fill(uplo), a=int(a or 0), lda=lda, info=int(info or 0))
+        _queue(h, op="potrf", dtype=typ, m=n, n=n, uplo=_fill(uplo), a=a, lda=lda, info=info)
 
     @api(f"cusolverDn{t}potrs", 0, P, I, I, I, P, I, P, I, P, library="cusolver")
     def potrs(h: int | None, uplo: int, n: int, nrhs: int, a: Any, lda: int, b: Any, ldb: int, info: Any) -> None:
         _dims(n, nrhs)
-        _queue(
-            h,
-            op="potrs",
-            dtype=typ,
-            m=n,
-            n=n,
-            k=nrhs,
-            uplo=_fill(uplo),
-            a=int(a or 0),
-            lda=lda,
-            b=int(b or 0),
-            ldb=ldb,
-            info=int(info or 0),
-        )
+        _queue(h, **_potrs(typ, uplo, n, nrhs, a, lda, b, ldb, info))
 
     @api(f"cusolverDn{t}potrfBatched", 0, P, I, I, P, I, P, I, library="cusolver")
     def potrf_batched(h: int | None, uplo: int, n: int, arr: Any, lda: int, infos: Any, batch: int) -> None:
@@ -267,20 +231,7 @@ def _define(t: str, typ: GeamType) -> None:
         if nrhs != 1:
             raise CudaError(codes.INVALID_VALUE, f"potrsBatched supports nrhs = 1 only (as cuSOLVER), got {nrhs}")
         for a, b in zip(_pointers(h, aa, batch), _pointers(h, ba, batch), strict=True):
-            _queue(
-                h,
-                op="potrs",
-                dtype=typ,
-                m=n,
-                n=n,
-                k=nrhs,
-                uplo=_fill(uplo),
-                a=a,
-                lda=lda,
-                b=b,
-                ldb=ldb,
-                info=int(info or 0),
-            )
+            _queue(h, **_potrs(typ, uplo, n, nrhs, a, lda, b, ldb, info))
 
     @api(f"cusolverDn{t}geqrf_bufferSize", 0, P, I, I, P, I, P, library="cusolver")
     def geqrf_size(h: int | None, m: int, n: int, a: Any, lda: int, lwork: int) -> None:
@@ -291,7 +242,7 @@ def _define(t: str, typ: GeamType) -> None:
     @api(f"cusolverDn{t}geqrf", 0, P, I, I, P, I, P, P, I, P, library="cusolver")
     def geqrf(h: int | None, m: int, n: int, a: Any, lda: int, tau: Any, work: Any, lwork: int, info: Any) -> None:
         _dims(m, n)
-        _queue(h, op="geqrf", dtype=typ, m=m, n=n, a=int(a or 0), lda=lda, w=int(tau or 0), info=int(info or 0))
+        _queue(h, op="geqrf", dtype=typ, m=m, n=n, a=a, lda=lda, w=tau, info=info)
 
     @api(f"cusolverDn{t}{orgqr}_bufferSize", 0, P, I, I, I, P, I, P, P, library="cusolver")
     def orgqr_size(h: int | None, m: int, n: int, k: int, a: Any, lda: int, tau: Any, lwork: int) -> None:
@@ -304,7 +255,7 @@ def _define(t: str, typ: GeamType) -> None:
         h: int | None, m: int, n: int, k: int, a: Any, lda: int, tau: Any, work: Any, lwork: int, info: Any
     ) -> None:
         _dims(m, n, k)
-        _queue(h, op="orgqr", dtype=typ, m=m, n=n, k=k, a=int(a or 0), lda=lda, w=int(tau or 0), info=int(info or 0))
+        _queue(h, op="orgqr", dtype=typ, m=m, n=n, k=k, a=a, lda=lda, w=tau, info=info)
 
     @api(f"cusolverDn{t}gesvd_bufferSize", 0, P, I, I, P, library="cusolver")
     def gesvd_size(h: int | None, m: int, n: int, lwork: int) -> None:
@@ -343,14 +294,14 @@ def _define(t: str, typ: GeamType) -> None:
             n=n,
             jobu=ju,
             jobvt=jv,
-            a=int(a or 0),
+            a=a,
             lda=lda,
-            w=int(s or 0),
-            u=int(u or 0),
+            w=s,
+            u=u,
             ldu=ldu,
-            vt=int(vt or 0),
+            vt=vt,
             ldvt=ldvt,
-            info=int(info or 0),
+            info=info,
         )
 
     @api(f"cusolverDn{t}{syevd}_bufferSize", 0, P, I, I, I, P, I, P, P, library="cusolver")
@@ -364,22 +315,7 @@ def _define(t: str, typ: GeamType) -> None:
     def syevd_(
         h: int | None, jobz: int, uplo: int, n: int, a: Any, lda: int, w: Any, work: Any, lwork: int, info: Any
     ) -> None:
-        _dims(n)
-        if jobz not in (0, 1):
-            raise CudaError(codes.INVALID_VALUE, f"eig mode {jobz} (0 no vectors, 1 vectors)")
-        _queue(
-            h,
-            op="syevd",
-            dtype=typ,
-            m=n,
-            n=n,
-            uplo=_fill(uplo),
-            vectors=bool(jobz),
-            a=int(a or 0),
-            lda=lda,
-            w=int(w or 0),
-            info=int(info or 0),
-        )
+        _syevd(h, typ, jobz, uplo, n, a, lda, w, info)
 
     # cuBLAS's batched LU (its handles are cuBLAS's: shim/native/cublas.py)
     @api(f"cublas{t}getrfBatched", 0, P, I, P, I, P, P, I, library="cublas")
@@ -388,9 +324,7 @@ def _define(t: str, typ: GeamType) -> None:
         if not piv and n:
             raise CudaError(codes.NOT_SUPPORTED, "getrfBatched without pivoting (PivotArray = NULL) is not supported")
         for i, a in enumerate(_blas_pointers(h, arr, batch)):
-            _blas_queue(
-                h, op="getrf", dtype=typ, m=n, n=n, a=a, lda=lda, ipiv=int(piv or 0) + 4 * n * i, info=_at(infos, i)
-            )
+            _blas_queue(h, op="getrf", dtype=typ, m=n, n=n, a=a, lda=lda, ipiv=piv + 4 * n * i, info=_at(infos, i))
 
     @api(f"cublas{t}getrsBatched", 0, P, I, I, I, P, I, P, P, I, P, I, library="cublas")
     def getrs_batched(
@@ -409,7 +343,7 @@ def _define(t: str, typ: GeamType) -> None:
                 trans=_trans(trans),
                 a=a,
                 lda=lda,
-                ipiv=int(piv or 0) + 4 * n * i,
+                ipiv=piv + 4 * n * i,
                 b=bb,
                 ldb=ldb,
             )
@@ -428,7 +362,7 @@ def _define(t: str, typ: GeamType) -> None:
                 n=n,
                 a=a,
                 lda=lda,
-                ipiv=int(piv or 0) + 4 * n * i,
+                ipiv=piv + 4 * n * i,
                 b=c,
                 ldb=ldc,
                 info=_at(infos, i),
@@ -492,10 +426,14 @@ def cusolverDnXsyevd(
     host_bytes: int,
     info: Any,
 ) -> None:
-    _dims(n)
     typ = _data("A", ta)
     if _data("W", tw) != _REAL_OF[typ]:
         raise CudaError(codes.INVALID_VALUE, f"syevd: W of type {tw} for A of {typ} (W holds A's real type)")
+    _syevd(h, typ, jobz, uplo, n, a, lda, w, info)
+
+
+def _syevd(h: int | None, typ: GeamType, jobz: int, uplo: int, n: int, a: Any, lda: int, w: Any, info: Any) -> None:
+    _dims(n)
     if jobz not in (0, 1):
         raise CudaError(codes.INVALID_VALUE, f"eig mode {jobz} (0 no vectors, 1 vectors)")
     _queue(
@@ -506,11 +444,16 @@ def cusolverDnXsyevd(
         n=n,
         uplo=_fill(uplo),
         vectors=bool(jobz),
-        a=int(a or 0),
+        a=a,
         lda=lda,
-        w=int(w or 0),
-        info=int(info or 0),
+        w=w,
+        info=info,
     )
+
+
+def _potrs(typ: GeamType, uplo: int, n: int, k: int, a: Any, lda: int, b: Any, ldb: int, info: Any) -> dict[str, Any]:
+    """A potrs call's fields (the plain and the batched form)."""
+    return dict(op="potrs", dtype=typ, m=n, n=n, k=k, uplo=_fill(uplo), a=a, lda=lda, b=b, ldb=ldb, info=info)
 
 
 def _at(infos: Any, i: int) -> int:
