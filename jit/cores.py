@@ -2,7 +2,7 @@
 
 # NOTE [spatial sharing]
 # On the CPU backend "the device" is the host's cores: a launch runs its blocks on up to one worker per core, and
-# the workers claim blocks from the launch's counter (NOTE [CPU work-group execution], jit/emit/cpu.py). Tenants
+# the workers claim blocks from the launch's counter (NOTE [CPU work-group execution], jit/emit/cpu/__init__.py). Tenants
 # share the device spatially: the arbiter here gives each tenant with kernels running a number of cores, and each
 # launch may run only that many workers. A worker reads its launch's allowance L[L_ALLOWED] before it claims the
 # next chunk of blocks and leaves when its index W[W_INDEX] is not below it, so a re-division takes effect at the

@@ -4,7 +4,7 @@ numba-cuda's grid groups (`cuda.cg.this_grid().sync()`) call `cudaCGGetIntrinsic
 which on NVIDIA come from the machine-code library cudadevrt linked in after PTX compilation. A wooly device loads
 PTX only, so the client's link step leaves cudadevrt out (shim/native/numba_ptx.py) and the JIT appends these
 definitions to any module that declares them. They are `.weak`: a module that defines one itself keeps its own.
-NOTE [grid sync] (jit/emit/cpu_grid.py) describes the workspace and the cooperative launch they rely on.
+NOTE [grid sync] (jit/emit/cpu/grid.py) describes the workspace and the cooperative launch they rely on.
 """
 
 from __future__ import annotations

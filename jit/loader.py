@@ -45,7 +45,7 @@ class DeviceReader:
     """Reads of device memory on behalf of one launch (NOTE [checked host services])."""
 
     def __init__(self, lctx: int) -> None:
-        from jit.emit import L_NRANGES, L_RANGES, L_SLOTS
+        from jit.emit.abi import L_NRANGES, L_RANGES, L_SLOTS
 
         slots = (ctypes.c_int64 * L_SLOTS).from_address(lctx) if lctx else None
         self.table = int(slots[L_RANGES]) if slots is not None else 0
@@ -82,7 +82,7 @@ class DeviceReader:
 
 
 def _fail_launch(lctx: int, addr: int) -> None:
-    from jit.emit import L_BADADDR, L_ERROR, L_SLOTS
+    from jit.emit.abi import L_BADADDR, L_ERROR, L_SLOTS
     from jit.errors import CUDA_ERROR_ILLEGAL_ADDRESS
 
     slots = (ctypes.c_int64 * L_SLOTS).from_address(lctx)
@@ -193,7 +193,7 @@ def _bind_host_symbols() -> None:
 # Creating an MCJIT engine and finalising its first object costs ~1.5 ms (target machine, memory manager, process
 # symbol lookup); adding another object to a live engine costs ~0.1 ms. So every compiled object whose exported
 # symbols are unique (kernels are named wooly_run_<hash of PTX+target>_<i>; everything else in the object is
-# internal, see jit/passes/to_llvm.py) goes into one process-wide engine and stays there: a disk cache hit in a
+# internal, see jit/emit/to_llvm.py) goes into one process-wide engine and stays there: a disk cache hit in a
 # restarted daemon pays only the object load. An object whose symbols are already in the shared engine (the same PTX
 # compiled again with the cache off, or reloaded after eviction), an old-style object (wooly_run_<i>), or any object
 # once the shared engine holds _SHARED_MAX of them, gets a private engine as before (freed with its modules).

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from jit import devrt
+from jit.emit import to_llvm
 from jit.passes import (
     branch_tables,
     dynamic_stack,
@@ -16,7 +17,6 @@ from jit.passes import (
     reg_params,
     special_regs,
     sync_points,
-    to_llvm,
     warp_matrix,
     yield_points,
 )

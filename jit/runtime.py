@@ -21,7 +21,7 @@ from jit.checked import (  # noqa: F401 (GlobalRange: part of this module's API)
     GlobalRange,
     for_ranges,
 )
-from jit.emit import (
+from jit.emit.abi import (
     L_ALLOWED,
     L_ASSERT,
     L_BADADDR,
@@ -157,7 +157,7 @@ class CpuKernel:
         shared/local memory; an access outside them fails the launch with CUDA_ERROR_ILLEGAL_ADDRESS (700). Pass
         the same tuple to many launches and its sorted table is built once (jit.checked.for_ranges).
         ``cooperative``: every block resident at once, on an OS thread of its own, with a grid-sync workspace
-        (NOTE [grid sync], jit/emit/cpu_grid.py); at most COOPERATIVE_MAX_BLOCKS blocks.
+        (NOTE [grid sync], jit/emit/cpu/grid.py); at most COOPERATIVE_MAX_BLOCKS blocks.
         ``deadline_s``, ``cancel`` (bounds-checked modules): stop the launch when it runs longer, or when the token is
         cancelled, with CUDA_ERROR_LAUNCH_TIMEOUT (NOTE [watchdog], jit/watchdog.py).
         ``share`` (a jit.cores.Share): the launch runs on the cores the arbiter gives that tenant, re-divided between
@@ -214,7 +214,7 @@ class CpuKernel:
             sb, sa = _buffer(window + 2 * guard)
             lb, la = _buffer(nt * area + 2 * guard)
             sa, la = sa + guard, la + guard
-            rec_threads = code.rec_threads or (nt + 15) // 16 * 16  # NOTE [thread records] (jit/emit/cpu.py)
+            rec_threads = code.rec_threads or (nt + 15) // 16 * 16  # NOTE [thread records] (jit/emit/cpu/records.py)
             rb, ra = _buffer(rec_threads * code.rec_bytes)
             extra_ranges += [(sa, window), (la, nt * area)]
             red = 0
@@ -422,7 +422,7 @@ class CpuModule:
             v = (self._data_addr + target) & ((1 << (8 * size)) - 1)
             ctypes.memmove(self._data_addr + where, v.to_bytes(size, "little"), size)
         frelocs = meta.get("frelocs", [])
-        if frelocs:  # NOTE [function addresses in globals] (jit/passes/to_llvm.py)
+        if frelocs:  # NOTE [function addresses in globals] (jit/emit/to_llvm.py)
             table = (ctypes.c_uint64 * (1 + max(i for _, i, _ in frelocs)))()
             self._code.ftab(ctypes.addressof(table), None)
             for where, i, size in frelocs:

@@ -23,7 +23,7 @@ import threading
 import time
 from typing import Any
 
-from jit.emit import L_ERROR
+from jit.emit.abi import L_ERROR
 from jit.errors import CUDA_ERROR_LAUNCH_TIMEOUT
 
 _LOCK = threading.Lock()

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from jit.emit import L_BADADDR, L_HEAP, L_HEAP_ALLOC, L_HEAP_FREE, L_NRANGES, L_RANGES, WINDOW_GUARD
+from jit.emit.abi import L_BADADDR, L_HEAP, L_HEAP_ALLOC, L_HEAP_FREE, L_NRANGES, L_RANGES, WINDOW_GUARD
 from jit.errors import CUDA_ERROR_ILLEGAL_ADDRESS, invalid_ptx
 from jit.lower.types import I64, PTR, convert_bits
 from jit.ptx import ast as A
@@ -61,7 +61,7 @@ def define_bc(module: ir.Module) -> ir.Function:
     fn = ir.Function(module, ir.FunctionType(ir.IntType(1), [PTR, I64, I64, PTR]), BC_NAME)
     fn.linkage = "internal"
     fn.attributes.add("noinline")
-    fn.attributes.add("cold")  # only when an access misses its site's hint (NOTE [cold slow paths], cpu_red.py)
+    fn.attributes.add("cold")  # only when an access misses its site's hint (NOTE [cold slow paths], cpu/red.py)
     L, addr, n, hint = fn.args
     entry, head, body, done = (fn.append_basic_block(x) for x in ("entry", "head", "body", "done"))
     b = ir.IRBuilder(entry)

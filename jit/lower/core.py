@@ -2,7 +2,7 @@
 
 Instruction semantics live in the ops_*.py modules, which register handlers in ``HANDLERS``. What differs per
 target or per execution model (special registers, shared-memory base, thread exit, sync points) is asked of the
-``Env`` object (see jit/emit/cpu.py).
+``Env`` object (see jit/emit/cpu/env.py).
 """
 
 from __future__ import annotations

@@ -55,7 +55,7 @@ class KernelMeta:
     rec_threads: int = 0  # records laid out for this many threads; 0: for the launch's block (NOTE [thread records])
     func_stack: int = 0  # per-thread bytes for .func frames of a bounds-checked kernel (NOTE [checked .func stack])
     bc_roots: list[int] = field(default_factory=list)  # param-buffer offsets of rooted pointers (bounds checks)
-    red_bytes: int = 0  # per-worker reduction buffer (NOTE [combined global reductions], jit/emit/cpu_red.py)
+    red_bytes: int = 0  # per-worker reduction buffer (NOTE [combined global reductions], jit/emit/cpu/red.py)
     scheduler: bool = False
     max_threads: int = 1024
     num_regs: int = 32

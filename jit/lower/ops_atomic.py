@@ -1,5 +1,5 @@
 """Atomics and reductions: atom and red on global, shared and generic memory (NOTE [combined global reductions] in
-jit/emit/cpu_red.py combines relaxed global reductions per worker)."""
+jit/emit/cpu/red.py combines relaxed global reductions per worker)."""
 
 from __future__ import annotations
 

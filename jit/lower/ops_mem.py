@@ -42,11 +42,11 @@ def vector_count(ins: A.Instr) -> int:
 
 def _red_guard(fl: FuncLowering, ins: A.Instr, sp: str, p: ir.Value, size: int) -> None:
     """Keep a kernel's own buffered reductions coherent with its loads and stores (NOTE [combined global
-    reductions], jit/emit/cpu_red.py): a strong access flushes the buffer, an ordinary one flushes if it overlaps."""
+    reductions], jit/emit/cpu/red.py): a strong access flushes the buffer, an ordinary one flushes if it overlaps."""
     red = getattr(fl.env, "red", None)
     if red is None or sp not in ("global", "generic") or id(ins) in fl.env.red_unguarded:  # type: ignore[attr-defined]
         return
-    from jit.emit.cpu_red import is_strong
+    from jit.emit.cpu.red import is_strong
 
     if is_strong(ins):
         red.flush(fl.b)
@@ -140,7 +140,7 @@ def st(fl: FuncLowering, ins: A.Instr) -> None:
     "createpolicy",
 )
 def nop(fl: FuncLowering, ins: A.Instr) -> None:
-    if ins.opcode == "nanosleep" and hasattr(fl.env, "os_yield"):  # CPU: NOTE [grid sync] (jit/emit/cpu_grid.py)
+    if ins.opcode == "nanosleep" and hasattr(fl.env, "os_yield"):  # CPU: NOTE [grid sync] (jit/emit/cpu/grid.py)
         fl.env.os_yield(fl)
         return
     if ins.opcode in ("membar", "fence") and not ins.has("proxy"):

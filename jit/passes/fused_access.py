@@ -2,14 +2,14 @@
 
 NOTE [fused loop address forms]
 In `for (i ...) body(i)` of a fused grid-stride loop (NOTE [fused grid-stride loops]) most addresses have one of
-two shapes, and knowing which lets the emitter (jit/emit/cpu_fused.py) drop per-element work:
+two shapes, and knowing which lets the emitter (jit/emit/cpu/fused.py) drop per-element work:
 
 * affine, `B + coef*i + off`, with B a register the body reads but never writes (`x[i]`): every address such an
   access touches during a block's loop lies in one interval computed once before the loop, so the combining
   buffer's overlap test (NOTE [combined global reductions]) can be made once for the whole loop instead of once
   per element;
 * indexed, `B + off + scale*k` with 0 <= k < count (`bins[v & 255]`): a buffered reduction at such an address
-  can go to a private array of per-worker counters indexed by k (NOTE [dense reduction slots], jit/emit/cpu_red.py)
+  can go to a private array of per-worker counters indexed by k (NOTE [dense reduction slots], jit/emit/cpu/red.py)
   instead of the tag-checked buffer.
 
 This is a forward pass over the straight-line body, one abstract value per register:

@@ -19,7 +19,7 @@ body(i)`: one plain loop over consecutive elements with every thread's registers
 iterations still run in its program order (k increasing); between threads any order is one a GPU may produce, as
 nothing in P or L synchronises threads.
 
-This pass only recognises the shape and records it (``Function.fused``); the CPU emitter (jit/emit/cpu_fused.py)
+This pass only recognises the shape and records it (``Function.fused``); the CPU emitter (jit/emit/cpu/fused.py)
 decides per block, at run time, whether the block really is of that form, and runs it fused or the usual way:
 
 * the block is one-dimensional (ntid.y = ntid.z = 1);
@@ -118,7 +118,7 @@ _WIDTH = {
 
 @dataclass
 class FusedLoop:
-    """What jit/emit/cpu_fused.py needs. ``pre``: P without its exit branches; ``exits``: (predicate, negated) of
+    """What jit/emit/cpu/fused.py needs. ``pre``: P without its exit branches; ``exits``: (predicate, negated) of
     each branch from P to X (a thread enters L when none is taken); ``body``: L without its back edge."""
 
     pre: list[A.Instr]

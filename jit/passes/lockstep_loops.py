@@ -17,7 +17,7 @@ turns do not overlap: the reduction of benchmarks/jit.py ran at 2x numba's seque
 
 This pass finds such loops and brackets them with two yield points, F before and G after. A block whose threads
 all stand at F (every thread has run its prologue; the scheduler checks the records at the start of a round) runs
-the loop for all of them at once (jit/emit/cpu_lockstep.py):
+the loop for all of them at once (jit/emit/cpu/lockstep.py):
 
     for (lo = c; lo < n; lo += stride)                     // c = ctaid.x * ntid.x
         for (t = 0; t < min(ntid.x, n - lo); ++t)          // vectorised: acc[t] is a field of the thread records
@@ -71,7 +71,7 @@ MAX_UNROLL = 16
 
 @dataclass
 class LockstepLoop:
-    """What jit/emit/cpu_lockstep.py needs. ``setup`` is run after resuming at F (pure, no branch); ``body`` is
+    """What jit/emit/cpu/lockstep.py needs. ``setup`` is run after resuming at F (pure, no branch); ``body`` is
     one iteration C (including the step of ``iv``)."""
 
     enter: A.Instr  # the yield point F

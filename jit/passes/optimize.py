@@ -37,7 +37,7 @@ def fast_masked_memory() -> bool:
     """Whether vector loads and stores under a mask are cheap on this host: with AVX-512 they are (mask registers);
     with AVX2 only, LLVM still vectorises conditional accesses with `vmaskmov`, whose store form is microcoded on
     AMD Zen 1-3 (a guarded saxpy ran 4x slower vectorised than scalar on a Zen 3 core). Where this is False, NOTE
-    [masked vectors] (jit/emit/cpu_loops.py) keeps the one kind of loop whose conditionals are all predictable (a fast copy
+    [masked vectors] (jit/emit/cpu/loops.py) keeps the one kind of loop whose conditionals are all predictable (a fast copy
     with bounds checks left in it) scalar. The answer depends only on the host, which is part of every cache key
     (jit/compiler.py)."""
     global _FAST_MASKS

@@ -2,7 +2,7 @@
 code): `.func (.reg .u32 a, .reg .pred b) f(.reg .u32 x, .reg .v2 .u32 v)`.
 
 The rest of the translator knows `.param` parameters only (a caller-side buffer per parameter, NOTE [call ABI] in
-jit/emit/cpu_func.py). This pass rewrites each `.reg` parameter p into a `.param` one of the same type and shape,
+jit/emit/cpu/func.py). This pass rewrites each `.reg` parameter p into a `.param` one of the same type and shape,
 named `p$reg`, plus a register p that the function body uses as before: an input is loaded into the register on
 entry, a return value is stored from the register before every `ret` (under the `ret`'s own predicate) and at the
 end of a body that falls off its end. A `.pred` travels as a `.u32` 0/1. A call passes register and vector

@@ -1,6 +1,6 @@
 """Find barriers and warp collectives in each kernel, number them, and record what is live across them.
 
-See NOTE [CPU work-group execution] in jit/emit/cpu.py for how the numbered sync points are used.
+See NOTE [CPU work-group execution] in jit/emit/cpu/__init__.py for how the numbered sync points are used.
 
 NOTE [rematerialised registers]
 A register live across a sync point is saved to the thread's record when it parks and loaded back when it resumes.

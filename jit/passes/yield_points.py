@@ -3,7 +3,7 @@ loops get them: grid-stride loops, so that the threads of a block walk them toge
 loops]), and wait loops, so that a waiting thread lets the thread it waits for run (NOTE [waiting threads yield]).
 
 NOTE [interleaved strided loops]
-On the CPU the threads of a block run one after another (NOTE [CPU work-group execution] in jit/emit/cpu.py). For a
+On the CPU the threads of a block run one after another (NOTE [CPU work-group execution] in jit/emit/cpu/__init__.py). For a
 grid-stride loop (`for (i = ctaid*ntid + tid; i < n; i += ntid*nctaid)`) that order is the worst one for the
 caches: consecutive threads read neighbouring elements, so one cache line serves 16 threads, but each thread first
 walks the whole array with the grid as its stride (512 KiB for 131072 threads). That stride is a power of two as a
@@ -16,7 +16,7 @@ barrier) and the scheduler moves on to the next thread; the parked thread contin
 advances through the array a few lines at a time with all its threads, and each line is read by its 16 threads
 while it is still in L1 (the reduction: 57 -> 11 ms). A yield synchronises nothing: any interleaving of threads
 between barriers is one a GPU may produce, and the scheduler resolves barriers and warp collectives only once no
-thread is runnable (jit/emit/cpu_resolve.py), so what a program can observe is unchanged.
+thread is runnable (jit/emit/cpu/resolve.py), so what a program can observe is unchanged.
 
 A loop qualifies when it is innermost (no other back edge inside it), holds no barrier or warp collective (those
 already keep the block in lockstep), touches global memory, and carries a register that steps by a loop invariant
@@ -325,7 +325,7 @@ def run(module: A.Module) -> A.Module:
             if k == 0:  # before the back edge `[@p] bra head` of a wait loop: yield when it is taken
                 br = body[at]
                 assert isinstance(br, A.Instr)
-                # nanosleep: the OS thread yields too, in cooperative launches (NOTE [grid sync], jit/emit/cpu_grid.py)
+                # nanosleep: the OS thread yields too, in cooperative launches (NOTE [grid sync], jit/emit/cpu/grid.py)
                 wait = [A.Instr("nanosleep", ["u32"], [A.Imm(0)]), A.Instr(YIELD, [], [])]
                 if br.pred is None:
                     body[at:at] = wait

@@ -62,17 +62,6 @@ BASELINE_CIRCLES = [
         "jit.lower.ops_mem",
         "jit.lower.ops_video",
     },
-    {
-        "jit.emit.cpu",
-        "jit.emit.cpu_fused",
-        "jit.emit.cpu_kernel",
-        "jit.emit.cpu_lockstep",
-        "jit.emit.cpu_lockstep_run",
-        "jit.emit.cpu_records",
-        "jit.emit.cpu_resolve",
-        "jit.emit.cpu_sched",
-        "jit.emit.cpu_warp",
-    },
     {"jit.compiler", "jit.runtime"},
 ]
 

@@ -1,5 +1,5 @@
 """C++ device code whose PTX puts function addresses in .global initializers (NOTE [function addresses in globals],
-jit/passes/to_llvm.py): virtual calls through vtables, a table of device-function pointers, generic(var)
+jit/emit/to_llvm.py): virtual calls through vtables, a table of device-function pointers, generic(var)
 initializers; with recursion, a switch, device new/delete, malloc/free and printf in the same module."""
 
 from __future__ import annotations

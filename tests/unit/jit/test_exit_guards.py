@@ -10,7 +10,7 @@ import re
 import numpy as np
 import pytest
 
-from jit.emit.cpu_guard import find_exit_guards
+from jit.emit.cpu.guard import find_exit_guards
 from jit.errors import JitError
 from jit.pipeline import front_end, translate
 from tests.unit.jit.helpers import HEADER, pack

@@ -1,6 +1,6 @@
 """Address forms in fused grid-stride loops (NOTE [fused loop address forms], jit/passes/fused_access.py) and what
-the CPU emitter does with them: dense reduction slots (NOTE [dense reduction slots], jit/emit/cpu_red.py), one
-overlap test per block instead of one per access, and prefetching (jit/emit/cpu_fused.py)."""
+the CPU emitter does with them: dense reduction slots (NOTE [dense reduction slots], jit/emit/cpu/red.py), one
+overlap test per block instead of one per access, and prefetching (jit/emit/cpu/fused.py)."""
 
 from __future__ import annotations
 

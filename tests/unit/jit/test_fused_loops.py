@@ -1,4 +1,4 @@
-"""Block-fused grid-stride loops (NOTE [fused grid-stride loops], jit/passes/fused_loops.py, jit/emit/cpu_fused.py):
+"""Block-fused grid-stride loops (NOTE [fused grid-stride loops], jit/passes/fused_loops.py, jit/emit/cpu/fused.py):
 which kernels are recognised, and that every launch (fused or sent to the usual path by the run-time probe) gives
 what the sequential loops of the threads give."""
 

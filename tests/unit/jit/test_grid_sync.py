@@ -1,4 +1,4 @@
-"""Grid-wide sync in cooperative launches (NOTE [grid sync], jit/emit/cpu_grid.py): nvcc's inlined %envreg protocol
+"""Grid-wide sync in cooperative launches (NOTE [grid sync], jit/emit/cpu/grid.py): nvcc's inlined %envreg protocol
 and numba's cudadevrt calls (supplied by jit/devrt.py), each checked against numpy over several grid shapes, with
 and without bounds checks; an ordinary launch traps, as on a GPU; a grid too large to be resident is refused."""
 

@@ -1,5 +1,5 @@
 """Lockstep grid-stride loops (NOTE [lockstep grid-stride loops], jit/passes/lockstep_loops.py, and NOTE [lockstep
-block groups], jit/emit/cpu_lockstep_run.py): which loops are recognised, and that every launch, run in lockstep, from
+block groups], jit/emit/cpu/lockstep_run.py): which loops are recognised, and that every launch, run in lockstep, from
 a group's stash or sent back to the usual path by the probe, gives bit for bit what each thread's own sequential
 loop gives."""
 

@@ -1,4 +1,4 @@
-"""NOTE [range pre-check] (jit/emit/cpu_ranges.py): a block decides from value ranges, once, that no thread leaves
+"""NOTE [range pre-check] (jit/emit/cpu/ranges.py): a block decides from value ranges, once, that no thread leaves
 at an exit guard, and otherwise falls back to the exact per-thread check loop. Which copy a block runs must never
 change a result, so these tests run guards whose prefixes overflow, wrap, compare signed and unsigned, narrow and
 widen, against a Python model of PTX's integer semantics."""

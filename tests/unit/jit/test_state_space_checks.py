@@ -1,5 +1,5 @@
 """Every state space is bounds-checked in a checked module (NOTE [state space checks], jit/emit/bounds.py), and
-.func recursion is bounded (NOTE [bounded recursion], jit/emit/cpu_func.py): a register holding another tenant's
+.func recursion is bounded (NOTE [bounded recursion], jit/emit/cpu/func.py): a register holding another tenant's
 address reaches nothing through .shared, .local, .const or .param, and a wild address is
 CUDA_ERROR_ILLEGAL_ADDRESS for the launch, never a host fault. Each kernel runs in the test process; before these
 checks most of them read or wrote the "secret" buffer, and the wild .local store and the recursion killed the

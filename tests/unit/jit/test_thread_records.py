@@ -1,4 +1,4 @@
-"""Thread record layout (NOTE [thread records], jit/emit/cpu.py): fixed for the kernel's largest block when small
+"""Thread record layout (NOTE [thread records], jit/emit/cpu/records.py): fixed for the kernel's largest block when small
 enough, else sized per launch; both keep every thread's registers across a barrier."""
 
 from __future__ import annotations

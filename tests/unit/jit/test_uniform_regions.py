@@ -1,4 +1,4 @@
-"""Uniform regions (NOTE [uniform regions], jit/emit/cpu_sched.py): a round that starts with every thread at the same
+"""Uniform regions (NOTE [uniform regions], jit/emit/cpu/sched.py): a round that starts with every thread at the same
 barrier runs that barrier's straight-line region in a loop of its own; any other round takes the generic loop."""
 
 from __future__ import annotations

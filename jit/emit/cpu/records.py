@@ -1,5 +1,5 @@
 """Thread records: where a thread parked at a sync point keeps its state (NOTE [thread records]), and the code
-that parks and resumes it. EntryEnv (jit/emit/cpu.py) inherits these methods; they use its layout (``elem``,
+that parks and resumes it. EntryEnv (jit/emit/cpu/env.py) inherits these methods; they use its layout (``elem``,
 ``slots``, ``rec_bytes``), its scratch pointer and its per-block thread index (``rec_t``)."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ from typing import Any
 
 from llvmlite import ir
 
-from jit.emit import R_DONE, R_PARK, R_PC, R_RPRED, R_RVAL, R_XA, R_XB, R_XC, R_XMASK, R_XPRED
-from jit.errors import not_supported
+from jit.emit.abi import R_DONE, R_PARK, R_PC, R_RPRED, R_RVAL, R_XA, R_XB, R_XC, R_XMASK, R_XPRED
+from jit.errors import invalid_ptx, not_supported
 from jit.lower.core import HANDLERS, FuncLowering
 from jit.lower.module import align_up
-from jit.lower.types import I32, I64, reg_type
+from jit.lower.types import F64, I1, I32, I64, reg_type
 from jit.ptx import ast as A
 
 # NOTE [thread records]
@@ -123,8 +123,6 @@ class ThreadRecords:
     def park(self, fl: FuncLowering, sp: A.SyncPoint) -> None:
         """The running thread stops at ``sp``: its inputs and live registers go to its record, then on to the next
         thread."""
-        from jit.emit.cpu_warp import collect_inputs
-
         b = fl.b
         if sp.kind != "yield":
             collect_inputs(self, fl, sp)
@@ -142,8 +140,6 @@ class ThreadRecords:
     def restore(self, fl: FuncLowering, sp: A.SyncPoint) -> None:
         """Resume code of sync point ``sp``: reload the saved registers, recompute the rematerialised ones, take the
         collective's result."""
-        from jit.emit.cpu_warp import write_outputs
-
         b = fl.b
         for r in sp.live:
             ty = reg_type(self.fn.regs[r])
@@ -152,3 +148,111 @@ class ThreadRecords:
             HANDLERS[d.opcode](fl, d)
         if sp.kind != "yield":
             write_outputs(self, fl, sp)
+
+
+# ---------------------------------------------------------------- a warp collective's inputs and result
+def _dest(ins: A.Instr) -> tuple[A.Operand | None, A.Operand | None]:
+    if not ins.operands:
+        return None, None
+    d = ins.operands[0]
+    if isinstance(d, A.PredPair):
+        return d.first, d.second
+    return d, None
+
+
+def member_mask_operand(ins: A.Instr) -> A.Operand | None:
+    """The membermask operand of a .sync warp collective (None: all lanes)."""
+    o = ins.operands
+    if ins.opcode in ("vote", "match", "redux") and len(o) >= 3:
+        return o[2]
+    if ins.opcode == "bar" and ins.has("warp") and o:
+        return o[0]
+    return None
+
+
+def collect_inputs(env: ThreadRecords, fl: FuncLowering, sp: A.SyncPoint) -> None:
+    ins = sp.instr
+    b = fl.b
+    o = ins.operands
+    f = lambda off: env.rec_field(fl, off)  # noqa: E731
+    mm = member_mask_operand(ins)
+    b.store(fl.get(mm, "b32") if mm is not None else _i32(-1), f(R_XMASK))
+    if ins.opcode in ("bar", "barrier") and ins.has("red"):
+        b.store(b.zext(fl.get(o[-1], "pred"), I32), f(R_XPRED))
+    elif ins.opcode == "shfl":
+        b.store(b.zext(fl.get(o[1], "b32"), I64), f(R_XA))
+        b.store(fl.get(o[2], "b32"), f(R_XB))
+        b.store(fl.get(o[3], "b32"), f(R_XC))
+    elif ins.opcode == "vote":
+        b.store(b.zext(fl.get(o[1], "pred"), I32), f(R_XPRED))
+    elif ins.opcode in ("match", "redux"):
+        t = fl.itype(ins)
+        if ins.opcode == "redux" and t == "f32" and not ins.has("min", "max"):
+            raise invalid_ptx("redux.sync on .f32 is .min or .max", ins.line, ins.col)
+        v = fl.get(o[1], "b32" if t == "f32" else t)  # redux.f32: the bits (NOTE [redux.f32])
+        if ins.opcode == "redux" and t.startswith("s"):
+            b.store(b.sext(v, I64), f(R_XA))
+        else:
+            b.store(b.zext(v, I64) if v.type != I64 else v, f(R_XA))
+
+
+def write_outputs(env: ThreadRecords, fl: FuncLowering, sp: A.SyncPoint) -> None:
+    ins = sp.instr
+    b = fl.b
+    if ins.opcode in ("bar", "barrier"):
+        if ins.has("red"):  # release wrote popc to RVAL, and/or bits to RPRED
+            rv = b.load(env.rec_field(fl, R_RVAL), typ=I64)
+            rp = b.load(env.rec_field(fl, R_RPRED), typ=I32)
+            if ins.has("popc"):
+                fl.put(ins.operands[0], b.trunc(rv, I32), "u32")
+            else:
+                bit = 0 if ins.has("and") else 1
+                fl.put(ins.operands[0], b.trunc(b.lshr(rp, _i32(bit)), I1))
+        return
+    d, p = _dest(ins)
+    rval = b.load(env.rec_field(fl, R_RVAL), typ=I64)
+    rpred = b.trunc(b.load(env.rec_field(fl, R_RPRED), typ=I32), I1)
+    if ins.opcode == "vote" and not ins.has("ballot"):
+        fl.put(d, rpred)  # type: ignore[arg-type]
+        return
+    t = fl.itype(ins) if ins.opcode != "activemask" else "b32"
+    if t == "pred":
+        t = "b32"
+    w = 64 if t.endswith("64") and ins.opcode != "match" else 32
+    if ins.opcode == "redux" or ins.opcode == "shfl":
+        w = 32
+    fl.put(d, b.trunc(rval, ir.IntType(w)), f"b{w}")  # type: ignore[arg-type]
+    if p is not None:
+        fl.put(p, rpred)
+
+
+# ---------------------------------------------------------------- the lockstep stash (NOTE [lockstep block groups], jit/emit/cpu/lockstep_run.py)
+GROUP_MAX = 16  # blocks whose lanes one lockstep loop runs (NOTE [lockstep block groups])
+
+
+def stash_fields(fn: A.Function, group_max: int) -> tuple[list[tuple[int, int]], int]:
+    """NOTE [lockstep block groups]: the record fields of the stash, (offset from EntryEnv.stash_off, element
+    size), and the bytes per thread they take: a header (8 bytes per thread, of which the first 6 + invariants
+    words are used), then per carried register its values at the start of the loop (one per thread) and its lanes
+    (``group_max`` per thread)."""
+    fields = [(0, 8)]
+    off = 8
+    for r in fn.lockstep.carried:
+        size = _size(reg_type(fn.regs[r]))
+        fields += [(off, size), (off + 8, size)]
+        off += 8 + align_up(size * group_max, 8)
+    return fields, off
+
+
+def group_max(fn: A.Function, rec_bytes: int, threads: int) -> int:
+    """The most blocks a group may hold: GROUP_MAX, halved while the stash would push the records of a block of
+    ``threads`` past the fixed layout (NOTE [thread records]: a layout known only at run time costs every record
+    access a register)."""
+    g = GROUP_MAX
+    while g > 1 and (rec_bytes + stash_fields(fn, g)[1]) * align_up(threads, 16) > FIXED_RECORDS_MAX:
+        g //= 2
+    return g
+
+
+def _size(t: ir.Type) -> int:
+    return max(1, t.width // 8) if isinstance(t, ir.IntType) else 8 if t == F64 else 4

@@ -1,75 +1,24 @@
 """The scheduler side of a CPU kernel: rounds of thread loops between sync points, the thread prologue, and the
 alias scopes of thread records.
 
-See NOTE [CPU work-group execution] in jit/emit/cpu.py.
+See NOTE [CPU work-group execution] in jit/emit/cpu/__init__.py.
 """
 
 from __future__ import annotations
 
 from llvmlite import ir
 
-from jit.emit.cpu import (
+from jit.emit.abi import (
     R_DONE,
     R_PARK,
     R_PC,
-    T_CTAID,
-    T_EXITED,
-    T_LCTX,
-    T_LEND,
-    T_LHI,
-    T_LINEAR,
-    T_LLO,
-    T_LSP,
-    T_NCTAID,
-    T_NTID,
-    T_SHARED,
-    T_STACK_FLOOR,
-    T_TID,
-    EntryEnv,
-    _i32,
-    _i64,
 )
-from jit.emit.cpu_loops import _Loop
+from jit.emit.cpu.env import EntryEnv, start_thread
+from jit.emit.cpu.loops import _Loop
+from jit.emit.cpu.records import _i32
 from jit.lower.core import FuncLowering
-from jit.lower.types import I8, I32, I64
+from jit.lower.types import I32
 from jit.ptx import ast as A
-
-
-def thread_prologue(fl: FuncLowering, env: EntryEnv, tz: ir.Value, ty: ir.Value, tx: ir.Value) -> None:
-    b = fl.b
-    env.tid = [tx, ty, tz]
-    env.t32 = b.add(b.mul(b.add(b.mul(tz, env.ntid[1]), ty), env.ntid[0]), tx)
-    meta = env.meta
-    if meta.func_stack:  # env.local is this thread's area; its .func frames follow its .local
-        env.local = b.gep(
-            env.local_base, [b.mul(b.zext(env.t32, I64), _i64(meta.local_bytes + meta.func_stack))], source_etype=I8
-        )
-    if not env.sched:
-        # NOTE [uninitialised registers]: a straight thread loop zeroes registers (cheap, deterministic). Under the
-        # scheduler a resumed thread restores exactly the registers live across its sync point; any other register
-        # is dead there, so it is left undefined: zeroing it would put a phi for every register at every merge
-        # of resume paths and double LLVM's work on kernels with many warp collectives.
-        fl.zero_regs()
-    if fl.cg.has_calls:
-        vals = {T_TID + k: env.tid[k] for k in range(3)}
-        vals.update({T_NTID + k: env.ntid[k] for k in range(3)})
-        vals.update({T_CTAID + k: env.ctaid[k] for k in range(3)})
-        vals.update({T_NCTAID + k: env.nctaid[k] for k in range(3)})
-        vals[T_LINEAR] = env.t32
-        for slot, v in vals.items():
-            b.store(b.zext(v, I64), b.gep(env.tc, [_i64(slot)], source_etype=I64))
-        b.store(b.ptrtoint(env.shared, I64), b.gep(env.tc, [_i64(T_SHARED)], source_etype=I64))
-        b.store(b.ptrtoint(env.L, I64), b.gep(env.tc, [_i64(T_LCTX)], source_etype=I64))
-        b.store(_i64(0), b.gep(env.tc, [_i64(T_EXITED)], source_etype=I64))
-        if fl.cg.bounds_check:  # NOTE [state space checks], NOTE [bounded recursion]
-            lo, hi = env.local_span(fl)
-            b.store(lo, b.gep(env.tc, [_i64(T_LLO)], source_etype=I64))
-            b.store(hi, b.gep(env.tc, [_i64(T_LHI)], source_etype=I64))
-            b.store(env.stack_floor(fl), b.gep(env.tc, [_i64(T_STACK_FLOOR)], source_etype=I64))
-        if meta.func_stack:
-            sp = b.add(b.ptrtoint(env.local, I64), _i64(meta.local_bytes))
-            b.store(sp, b.gep(env.tc, [_i64(T_LSP)], source_etype=I64))
-            b.store(b.add(sp, _i64(meta.func_stack)), b.gep(env.tc, [_i64(T_LEND)], source_etype=I64))
 
 
 def _thread_loops(fl: FuncLowering, env: EntryEnv, prefix: str) -> tuple[_Loop, _Loop, _Loop]:
@@ -88,20 +37,10 @@ def _start_thread(fl: FuncLowering, env: EntryEnv, loops: tuple[_Loop, _Loop, _L
     start_thread(fl, env, lz.i, ly.i, lx.i, local_base)
 
 
-def start_thread(
-    fl: FuncLowering, env: EntryEnv, tz: ir.Value, ty: ir.Value, tx: ir.Value, local_base: ir.Value
-) -> None:
-    """Thread (tx, ty, tz), whose record is env.rec_t, runs next: its coordinates and its .local area."""
-    thread_prologue(fl, env, tz, ty, tx)
-    meta = env.meta
-    if meta.local_bytes and not meta.func_stack:  # (with a .func stack the prologue set it)
-        env.local = fl.b.gep(local_base, [fl.b.mul(fl.b.zext(env.rec_t, I64), _i64(meta.local_bytes))], source_etype=I8)
-
-
 def scheduler(fl: FuncLowering, env: EntryEnv, scratch: ir.Value, local_base: ir.Value, start: ir.Block) -> None:
     """Rounds of the block's thread loops: each runnable thread resumes at its pc (a `switch`) and runs to its next
-    sync point or exit; then the resolution step releases whom it can (jit/emit/cpu_resolve.py)."""
-    from jit.emit.cpu_resolve import resolve
+    sync point or exit; then the resolution step releases whom it can (jit/emit/cpu/resolve.py)."""
+    from jit.emit.cpu.resolve import resolve
 
     b = fl.b
     env.begin_records(b, scratch)
@@ -115,7 +54,7 @@ def scheduler(fl: FuncLowering, env: EntryEnv, scratch: ir.Value, local_base: ir
     b.position_at_end(rnd)
     generic, round_end = fl.block("round_generic"), fl.block("round_end")
     regions = uniform_regions(env) if env.barrier_only else {}
-    from jit.emit.cpu_lockstep import emit_lockstep, lockstep_points
+    from jit.emit.cpu.lockstep import emit_lockstep, lockstep_points
 
     lock = lockstep_points(env)  # NOTE [lockstep grid-stride loops]
     if regions or lock:

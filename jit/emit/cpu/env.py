@@ -1,23 +1,6 @@
-"""CPU target: kernels become native functions that run whole thread blocks.
-
-# NOTE [CPU work-group execution]
-# A kernel is compiled to ``void wooly_run_<tag>_<i>(i64* launch_ctx, i64* worker_ctx)`` (tag: a hash of the PTX,
-# NOTE [one shared engine] in jit/loader.py). Each OS worker thread calls it; it claims block ids from an atomic
-# counter in the launch context and runs each block completely.
-#
-# Kernels without sync points (no barrier, no warp collective) run a block as three nested loops over tid.z/y/x
-# with the kernel body inside; registers are allocas that mem2reg turns into SSA values, so LLVM can optimise
-# (and sometimes vectorise) across threads.
-#
-# Kernels with sync points use a scheduler. The sync_points pass numbers every barrier/warp collective k = 1..K and
-# records the registers live across it. Per thread we keep a record in worker scratch memory: pc (where to resume),
-# park (0 runnable, k parked at sync k, -1 exited), an exchange slot for warp-collective inputs, a result slot, and
-# one save slot per register live across any sync point. A round runs every runnable thread from its pc until it
-# parks or exits. Then, if any thread is parked at a warp collective, the collective is computed for each such thread
-# from the exchange slots of the lanes of its warp parked at the same sync point, and those threads resume. Otherwise
-# all threads parked at barriers are released together (threads that exited count as arrived). The block ends when
-# every thread has exited. Barriers inside loops and branches work because a sync point is just a resume label.
-"""
+"""A kernel's entry environment on the CPU target (NOTE [CPU work-group execution] in jit/emit/cpu/__init__.py):
+its launch, worker and thread contexts, registers and thread records (``EntryEnv``), and the runtime calls
+(printf, assert, polls) the emitters share."""
 
 from __future__ import annotations
 
@@ -25,36 +8,14 @@ from typing import Any
 
 from llvmlite import ir
 
-from jit.emit import (  # noqa: F401 (re-exported: jit/emit/cpu_*.py use them from here)
-    L_ALLOWED,
-    L_ASSERT,
+from jit.emit.abi import (
     L_BADADDR,
-    L_BLOCK,
-    L_CHUNK,
     L_DYN,
     L_ERROR,
-    L_GLOBALS,
-    L_GRID,
-    L_NBLOCKS,
-    L_NEXT,
-    L_NRANGES,
     L_NTHREADS,
-    L_PARAMS,
-    L_PRINTF,
-    L_RANGES,
     L_ROOTS,
-    L_SLOTS,
-    R_DONE,
     R_PARK,
-    R_PC,
-    R_RPRED,
-    R_RVAL,
     R_SLOTS,
-    R_XA,
-    R_XB,
-    R_XC,
-    R_XMASK,
-    R_XPRED,
     SHARED_UNIT,
     T_CTAID,
     T_EXITED,
@@ -67,20 +28,15 @@ from jit.emit import (  # noqa: F401 (re-exported: jit/emit/cpu_*.py use them fr
     T_NCTAID,
     T_NTID,
     T_SHARED,
-    T_SLOTS,
     T_STACK_FLOOR,
     T_TID,
-    W_INDEX,
     W_LOCAL,
-    W_RED,
-    W_SCRATCH,
-    W_SHARED,
 )
-from jit.emit.cpu_records import HEADER_SIZES, ThreadRecords, _i32, _i64
+from jit.emit.cpu.records import HEADER_SIZES, ThreadRecords, _i32, _i64
 from jit.errors import CUDA_ERROR_ASSERT, CUDA_ERROR_ILLEGAL_ADDRESS
 from jit.lower.core import FuncLowering
-from jit.lower.module import KernelMeta, ModuleCodegen, ParamLayout, align_up, var_align, var_size
-from jit.lower.types import F64, I1, I32, I64, PTR, VOID, convert_bits, reg_type
+from jit.lower.module import KernelMeta, ModuleCodegen, align_up
+from jit.lower.types import F64, I8, I32, I64, PTR, reg_type
 from jit.ptx import ast as A
 
 _XYZ = {"x": 0, "y": 1, "z": 2}
@@ -91,7 +47,7 @@ def ld_slot(b: ir.IRBuilder, base: ir.Value, slot: int) -> ir.Value:
     return b.load(b.gep(base, [_i64(slot)], source_etype=I64), typ=I64)
 
 
-# NOTE [bounded recursion] (jit/emit/cpu_func.py): the native stack .func calls of one worker may use. gpud's worker
+# NOTE [bounded recursion] (jit/emit/cpu/func.py): the native stack .func calls of one worker may use. gpud's worker
 # threads have glibc's default stack (RLIMIT_STACK, 8 MiB almost everywhere), of which this is a small part.
 FUNC_NATIVE_STACK = 256 << 10
 
@@ -137,10 +93,10 @@ class EntryEnv(ThreadRecords):
                     t = reg_type(fn.regs[r])
                     self.elem[off] = max(1, t.width // 8) if isinstance(t, ir.IntType) else (8 if t == F64 else 4)
                     off += 16 if fn.regs[r] == "b128" else 8
-        self.stash_off = off  # NOTE [lockstep block groups] (jit/emit/cpu_lockstep_run.py): its fields follow
+        self.stash_off = off  # NOTE [lockstep block groups] (jit/emit/cpu/lockstep_run.py): its fields follow
         self.group_max = 1
         if fn.lockstep is not None:
-            from jit.emit.cpu_lockstep_run import group_max, stash_fields
+            from jit.emit.cpu.records import group_max, stash_fields
 
             self.group_max = group_max(fn, off, meta.max_threads)
             fields, total = stash_fields(fn, self.group_max)
@@ -153,11 +109,11 @@ class EntryEnv(ThreadRecords):
         self.param_offsets: dict[str, int] = {}
         self.param_values: dict[tuple[int, str], ir.Value] = {}
         self.roots: dict[tuple[str, int], tuple[ir.Value, ir.Value]] = {}
-        from jit.emit.cpu_red import plan
+        from jit.emit.cpu.red import plan
 
         self.red_sites = plan(fn)  # NOTE [combined global reductions]
         self.red = None  # RedBuffer, set by emit_kernel when red_sites is not empty
-        # while a fused loop's body is lowered (jit/emit/cpu_fused.py): reductions into the claimed dense region,
+        # while a fused loop's body is lowered (jit/emit/cpu/fused.py): reductions into the claimed dense region,
         # id -> (base, shift, count) (NOTE [dense reduction slots]), and accesses whose overlap test was made once
         self.red_dense: dict[int, tuple[ir.Value, int, int]] = {}
         self.red_unguarded: set[int] = set()
@@ -253,7 +209,7 @@ class EntryEnv(ThreadRecords):
 
     def stack_floor(self, fl: FuncLowering) -> ir.Value:
         """The lowest native stack address .func calls of this worker may reach (NOTE [bounded recursion] in
-        jit/emit/cpu_func.py), computed once."""
+        jit/emit/cpu/func.py), computed once."""
         if self._stack_floor is None:
             sp = fl.ab.ptrtoint(fl.ab.call(stacksave(fl.module), []), I64)
             self._stack_floor = fl.ab.sub(sp, _i64(FUNC_NATIVE_STACK))
@@ -334,7 +290,7 @@ class EntryEnv(ThreadRecords):
         if name.startswith("nclusterid"):
             return self.nctaid[_XYZ[name[-1]]]
         if name in ("envreg1", "envreg2"):
-            from jit.emit.cpu_grid import envreg
+            from jit.emit.cpu.grid import envreg
 
             return envreg(fl, name)
         return _i32(0)  # smid, gridid, cluster_ctaid, cluster_ctarank, other envregs, ...
@@ -358,7 +314,7 @@ class EntryEnv(ThreadRecords):
         return self.L
 
     def os_yield(self, fl: FuncLowering) -> None:
-        from jit.emit.cpu_grid import os_yield
+        from jit.emit.cpu.grid import os_yield
 
         os_yield(fl)
 
@@ -425,33 +381,48 @@ def call_assert(fl: FuncLowering, L: ir.Value, msg: ir.Value, file: ir.Value, li
     fl.b.call(fn, [L, msg, file, line])
 
 
-def build_kernel(cg: ModuleCodegen, fn: A.Function, index: int, tag: str = "") -> KernelMeta:
-    """``tag`` makes the symbol unique per module (wooly_run_<tag>_<i>), so that many objects can share one MCJIT
-    engine in the loader (NOTE [one shared engine] in jit/loader.py)."""
-    from jit.emit.cpu_kernel import emit_kernel
-
-    meta = KernelMeta(fn.name, f"wooly_run_{tag}_{index}" if tag else f"wooly_run_{index}")
-    off = 0
-    for p in fn.params:
-        a = var_align(p)
-        off = align_up(off, a)
-        meta.params.append(ParamLayout(p.name, var_size(p), a, off))
-        off += var_size(p)
-    meta.param_size = off
-    meta.static_shared = cg.reported_static_shared(fn.name)
-    meta.local_bytes = cg.local_layout(fn)[1]
-    if cg.bounds_check and cg.has_calls:  # NOTE [checked .func stack] (jit/emit/cpu_func.py)
-        frames = sum(
-            align_up(cg.local_layout(f)[1], 16) + cg.local_align(f) - 16
-            for f in cg.ast.functions
-            if not f.is_entry and f.body
+def thread_prologue(fl: FuncLowering, env: EntryEnv, tz: ir.Value, ty: ir.Value, tx: ir.Value) -> None:
+    b = fl.b
+    env.tid = [tx, ty, tz]
+    env.t32 = b.add(b.mul(b.add(b.mul(tz, env.ntid[1]), ty), env.ntid[0]), tx)
+    meta = env.meta
+    if meta.func_stack:  # env.local is this thread's area; its .func frames follow its .local
+        env.local = b.gep(
+            env.local_base, [b.mul(b.zext(env.t32, I64), _i64(meta.local_bytes + meta.func_stack))], source_etype=I8
         )
-        meta.func_stack = frames + FUNC_STACK_HEADROOM if frames else 0
-    meta.max_threads = min(meta.max_threads, A.max_threads(fn))
-    meta.num_regs = min(255, max(16, fn.num_regs or len(fn.regs)))
-    env = EntryEnv(cg, fn, meta)
-    emit_kernel(cg, fn, env, meta)
-    return meta
+    if not env.sched:
+        # NOTE [uninitialised registers]: a straight thread loop zeroes registers (cheap, deterministic). Under the
+        # scheduler a resumed thread restores exactly the registers live across its sync point; any other register
+        # is dead there, so it is left undefined: zeroing it would put a phi for every register at every merge
+        # of resume paths and double LLVM's work on kernels with many warp collectives.
+        fl.zero_regs()
+    if fl.cg.has_calls:
+        vals = {T_TID + k: env.tid[k] for k in range(3)}
+        vals.update({T_NTID + k: env.ntid[k] for k in range(3)})
+        vals.update({T_CTAID + k: env.ctaid[k] for k in range(3)})
+        vals.update({T_NCTAID + k: env.nctaid[k] for k in range(3)})
+        vals[T_LINEAR] = env.t32
+        for slot, v in vals.items():
+            b.store(b.zext(v, I64), b.gep(env.tc, [_i64(slot)], source_etype=I64))
+        b.store(b.ptrtoint(env.shared, I64), b.gep(env.tc, [_i64(T_SHARED)], source_etype=I64))
+        b.store(b.ptrtoint(env.L, I64), b.gep(env.tc, [_i64(T_LCTX)], source_etype=I64))
+        b.store(_i64(0), b.gep(env.tc, [_i64(T_EXITED)], source_etype=I64))
+        if fl.cg.bounds_check:  # NOTE [state space checks], NOTE [bounded recursion]
+            lo, hi = env.local_span(fl)
+            b.store(lo, b.gep(env.tc, [_i64(T_LLO)], source_etype=I64))
+            b.store(hi, b.gep(env.tc, [_i64(T_LHI)], source_etype=I64))
+            b.store(env.stack_floor(fl), b.gep(env.tc, [_i64(T_STACK_FLOOR)], source_etype=I64))
+        if meta.func_stack:
+            sp = b.add(b.ptrtoint(env.local, I64), _i64(meta.local_bytes))
+            b.store(sp, b.gep(env.tc, [_i64(T_LSP)], source_etype=I64))
+            b.store(b.add(sp, _i64(meta.func_stack)), b.gep(env.tc, [_i64(T_LEND)], source_etype=I64))
 
 
-__all__ = ["build_kernel", "EntryEnv", "I1", "VOID", "convert_bits"]
+def start_thread(
+    fl: FuncLowering, env: EntryEnv, tz: ir.Value, ty: ir.Value, tx: ir.Value, local_base: ir.Value
+) -> None:
+    """Thread (tx, ty, tz), whose record is env.rec_t, runs next: its coordinates and its .local area."""
+    thread_prologue(fl, env, tz, ty, tx)
+    meta = env.meta
+    if meta.local_bytes and not meta.func_stack:  # (with a .func stack the prologue set it)
+        env.local = fl.b.gep(local_base, [fl.b.mul(fl.b.zext(env.rec_t, I64), _i64(meta.local_bytes))], source_etype=I8)

@@ -49,7 +49,7 @@ from collections.abc import Callable
 
 from llvmlite import ir
 
-from jit.emit import (
+from jit.emit.abi import (
     DENSE_SLOTS,
     RB_COUNT,
     RB_DBASE,

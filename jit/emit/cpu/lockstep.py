@@ -1,7 +1,7 @@
 """A grid-stride loop that carries values, run for all threads of a block at once (CPU target).
 
 See NOTE [lockstep grid-stride loops] in jit/passes/lockstep_loops.py for the shapes, the run-time conditions and
-why the result is one a GPU may produce. Emitted at the start of a scheduler round (jit/emit/cpu_sched.py): a round
+why the result is one a GPU may produce. Emitted at the start of a scheduler round (jit/emit/cpu/sched.py): a round
 that starts with every thread of the block runnable at F branches here. The probe resumes each thread at F into
 the registers (as the generic round would), runs the setup and checks the block; a block that fails goes on to the
 generic round, which resumes the threads at F as if nothing had happened (the probe writes nothing but the carried
@@ -16,7 +16,7 @@ then gives every thread the `i` its own loop would have ended with and parks it 
 A thread starting at c + t runs T_t = ceil((n - c - t) / s) iterations. With s >= ntid.x (checked) T_t is T_0 or
 T_0 - 1, so one division per block gives them all: T_t = T_0 exactly when c + t + (T_0 - 1)·s < n.
 
-The loop itself, alone or for a group of blocks, and its bounds checks: jit/emit/cpu_lockstep_run.py (NOTE
+The loop itself, alone or for a group of blocks, and its bounds checks: jit/emit/cpu/lockstep_run.py (NOTE
 [lockstep block groups], NOTE [lockstep bounds checks]).
 """
 
@@ -24,10 +24,12 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from jit.emit.cpu import R_PARK, R_PC, EntryEnv, _i32, _i64
-from jit.emit.cpu_fused import MAX_START, MAX_STEP, _bits, _value
-from jit.emit.cpu_lockstep_run import LockstepRun, _all
-from jit.emit.cpu_loops import _Loop
+from jit.emit.abi import R_PARK, R_PC
+from jit.emit.cpu.env import EntryEnv
+from jit.emit.cpu.fused import MAX_START, MAX_STEP, _bits, _value
+from jit.emit.cpu.lockstep_run import LockstepRun, _all
+from jit.emit.cpu.loops import _Loop
+from jit.emit.cpu.records import _i32, _i64
 from jit.lower.core import FuncLowering
 from jit.lower.types import I1, I64, reg_type
 from jit.passes.fused_access import LIMIT
@@ -143,7 +145,7 @@ def emit_lockstep(
 
 def _resume(fl: FuncLowering, env: EntryEnv, plan: LockstepLoop, f: A.SyncPoint, tx: ir.Value) -> None:
     """Thread (tx, 0, 0)'s registers as it resumes at F, then the setup."""
-    from jit.emit.cpu_sched import start_thread
+    from jit.emit.cpu.env import start_thread
 
     env.rec_t = tx
     start_thread(fl, env, _i32(0), _i32(0), tx, env.local_base)  # (the kernel's .local area: a remat may need it)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from jit.emit import L_GRID_WS, L_OS_YIELD
+from jit.emit.abi import L_GRID_WS, L_OS_YIELD
 from jit.lower.core import FuncLowering
 from jit.lower.types import I32, I64
 

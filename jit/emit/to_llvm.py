@@ -26,8 +26,8 @@ class Lowered:
 
 
 def run(module: A.Module, target: str = "cpu", bounds_check: bool = False, tag: str = "") -> Lowered:
-    from jit.emit.cpu import build_kernel
-    from jit.emit.cpu_func import emit_funcs
+    from jit.emit.cpu.codegen import build_kernel
+    from jit.emit.cpu.func import emit_funcs
 
     cg = ModuleCodegen(module, bounds_check=bounds_check)
     cg.private_shared = True  # each block runs on one worker thread with its own shared window

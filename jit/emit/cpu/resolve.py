@@ -1,22 +1,15 @@
 """Post-round resolution of the CPU scheduler: which parked threads may resume, warp collectives, barrier release
-(see NOTE [CPU work-group execution] in jit/emit/cpu.py)."""
+(see NOTE [CPU work-group execution] in jit/emit/cpu/__init__.py)."""
 
 from __future__ import annotations
 
 from llvmlite import ir
 
-from jit.emit.cpu import (
-    R_DONE,
-    R_PARK,
-    R_RPRED,
-    R_RVAL,
-    R_XMASK,
-    R_XPRED,
-    EntryEnv,
-    _i32,
-)
-from jit.emit.cpu_loops import _Loop
-from jit.emit.cpu_warp import _Peer, _resolve_one, _signature
+from jit.emit.abi import R_DONE, R_PARK, R_RPRED, R_RVAL, R_XMASK, R_XPRED
+from jit.emit.cpu.env import EntryEnv
+from jit.emit.cpu.loops import _Loop
+from jit.emit.cpu.records import _i32
+from jit.emit.cpu.warp import _Peer, _resolve_one, _signature
 from jit.lower.core import FuncLowering
 from jit.lower.types import I1, I32, I64
 from jit.ptx import ast as A
@@ -223,7 +216,7 @@ def _resolve(fl: FuncLowering, env: EntryEnv) -> ir.Value:
         b.cbranch(b.load(flag), unpark, release)
         b.position_at_end(unpark)
         # resolved threads become runnable. Stores without a branch: the loop then vectorises without masked
-        # stores (NOTE [masked vectors] in jit/emit/cpu_loops.py)
+        # stores (NOTE [masked vectors] in jit/emit/cpu/loops.py)
         lu = _Loop(fl, env.nt32, "wun")
         done = peer.field(lu.i, R_DONE, I32)
         was = peer.field(lu.i, R_PARK, I32)

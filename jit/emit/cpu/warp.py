@@ -9,99 +9,14 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from jit.emit.cpu import (
-    R_PARK,
-    R_RPRED,
-    R_RVAL,
-    R_XA,
-    R_XB,
-    R_XC,
-    R_XMASK,
-    R_XPRED,
-    EntryEnv,
-    _i32,
-    _i64,
-)
-from jit.emit.cpu_loops import _Loop
-from jit.errors import invalid_ptx, not_supported
+from jit.emit.abi import R_PARK, R_RPRED, R_RVAL, R_XA, R_XB, R_XC, R_XMASK, R_XPRED
+from jit.emit.cpu.env import EntryEnv
+from jit.emit.cpu.loops import _Loop
+from jit.emit.cpu.records import _i32, _i64
+from jit.errors import not_supported
 from jit.lower.core import FuncLowering
 from jit.lower.types import F32, I1, I32, I64
 from jit.ptx import ast as A
-
-
-def _dest(ins: A.Instr) -> tuple[A.Operand | None, A.Operand | None]:
-    if not ins.operands:
-        return None, None
-    d = ins.operands[0]
-    if isinstance(d, A.PredPair):
-        return d.first, d.second
-    return d, None
-
-
-def member_mask_operand(ins: A.Instr) -> A.Operand | None:
-    """The membermask operand of a .sync warp collective (None: all lanes)."""
-    o = ins.operands
-    if ins.opcode in ("vote", "match", "redux") and len(o) >= 3:
-        return o[2]
-    if ins.opcode == "bar" and ins.has("warp") and o:
-        return o[0]
-    return None
-
-
-def collect_inputs(env: EntryEnv, fl: FuncLowering, sp: A.SyncPoint) -> None:
-    ins = sp.instr
-    b = fl.b
-    o = ins.operands
-    f = lambda off: env.rec_field(fl, off)  # noqa: E731
-    mm = member_mask_operand(ins)
-    b.store(fl.get(mm, "b32") if mm is not None else _i32(-1), f(R_XMASK))
-    if ins.opcode in ("bar", "barrier") and ins.has("red"):
-        b.store(b.zext(fl.get(o[-1], "pred"), I32), f(R_XPRED))
-    elif ins.opcode == "shfl":
-        b.store(b.zext(fl.get(o[1], "b32"), I64), f(R_XA))
-        b.store(fl.get(o[2], "b32"), f(R_XB))
-        b.store(fl.get(o[3], "b32"), f(R_XC))
-    elif ins.opcode == "vote":
-        b.store(b.zext(fl.get(o[1], "pred"), I32), f(R_XPRED))
-    elif ins.opcode in ("match", "redux"):
-        t = fl.itype(ins)
-        if ins.opcode == "redux" and t == "f32" and not ins.has("min", "max"):
-            raise invalid_ptx("redux.sync on .f32 is .min or .max", ins.line, ins.col)
-        v = fl.get(o[1], "b32" if t == "f32" else t)  # redux.f32: the bits (NOTE [redux.f32])
-        if ins.opcode == "redux" and t.startswith("s"):
-            b.store(b.sext(v, I64), f(R_XA))
-        else:
-            b.store(b.zext(v, I64) if v.type != I64 else v, f(R_XA))
-
-
-def write_outputs(env: EntryEnv, fl: FuncLowering, sp: A.SyncPoint) -> None:
-    ins = sp.instr
-    b = fl.b
-    if ins.opcode in ("bar", "barrier"):
-        if ins.has("red"):  # release wrote popc to RVAL, and/or bits to RPRED
-            rv = b.load(env.rec_field(fl, R_RVAL), typ=I64)
-            rp = b.load(env.rec_field(fl, R_RPRED), typ=I32)
-            if ins.has("popc"):
-                fl.put(ins.operands[0], b.trunc(rv, I32), "u32")
-            else:
-                bit = 0 if ins.has("and") else 1
-                fl.put(ins.operands[0], b.trunc(b.lshr(rp, _i32(bit)), I1))
-        return
-    d, p = _dest(ins)
-    rval = b.load(env.rec_field(fl, R_RVAL), typ=I64)
-    rpred = b.trunc(b.load(env.rec_field(fl, R_RPRED), typ=I32), I1)
-    if ins.opcode == "vote" and not ins.has("ballot"):
-        fl.put(d, rpred)  # type: ignore[arg-type]
-        return
-    t = fl.itype(ins) if ins.opcode != "activemask" else "b32"
-    if t == "pred":
-        t = "b32"
-    w = 64 if t.endswith("64") and ins.opcode != "match" else 32
-    if ins.opcode == "redux" or ins.opcode == "shfl":
-        w = 32
-    fl.put(d, b.trunc(rval, ir.IntType(w)), f"b{w}")  # type: ignore[arg-type]
-    if p is not None:
-        fl.put(p, rpred)
 
 
 class _Peer:
@@ -332,4 +247,4 @@ def _redux_f32(
     peer.store(t, R_RVAL, b.zext(r, I64))
 
 
-__all__ = ["collect_inputs", "write_outputs", "R_XMASK", "_Peer", "_signature", "_resolve_one"]
+__all__ = ["R_XMASK", "_Peer", "_signature", "_resolve_one"]

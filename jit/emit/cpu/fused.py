@@ -29,10 +29,11 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from jit.emit import DENSE_SLOTS, RB_HI, RB_LO
-from jit.emit.cpu import EntryEnv, _i32, _i64
-from jit.emit.cpu_loops import _Loop
-from jit.emit.cpu_red import is_strong
+from jit.emit.abi import DENSE_SLOTS, RB_HI, RB_LO
+from jit.emit.cpu.env import EntryEnv
+from jit.emit.cpu.loops import _Loop
+from jit.emit.cpu.records import _i32, _i64
+from jit.emit.cpu.red import is_strong
 from jit.lower.core import FuncLowering
 from jit.lower.types import I1, I32, I64, PTR, VOID
 from jit.passes.fused_access import LIMIT, Aff, Idx, address_forms

@@ -1,15 +1,14 @@
 """Scaffolding of the CPU kernel function: block loop (chunked claiming), thread loops, and the hand-off to the
-scheduler (jit/emit/cpu_sched.py) for kernels with sync points. .func bodies: jit/emit/cpu_func.py.
+scheduler (jit/emit/cpu/sched.py) for kernels with sync points. .func bodies: jit/emit/cpu/func.py.
 
-See NOTE [CPU work-group execution] in jit/emit/cpu.py.
+See NOTE [CPU work-group execution] in jit/emit/cpu/__init__.py.
 """
 
 from __future__ import annotations
 
 from llvmlite import ir
 
-from jit.emit import RED_BYTES
-from jit.emit.cpu import (
+from jit.emit.abi import (
     L_ALLOWED,
     L_BADADDR,
     L_BLOCK,
@@ -20,21 +19,20 @@ from jit.emit.cpu import (
     L_NBLOCKS,
     L_NEXT,
     L_PARAMS,
+    RED_BYTES,
     T_SLOTS,
     W_INDEX,
     W_LOCAL,
     W_RED,
     W_SCRATCH,
     W_SHARED,
-    EntryEnv,
-    _i32,
-    _i64,
-    ld_slot,
 )
-from jit.emit.cpu_fused import emit_fused, usable
-from jit.emit.cpu_guard import find_exit_guards, plan_prechecks, versioned_threads
-from jit.emit.cpu_loops import _Loop, keep_checked_copy_scalar
-from jit.emit.cpu_sched import annotate_record_scopes, scheduler, thread_prologue
+from jit.emit.cpu.env import EntryEnv, ld_slot, thread_prologue
+from jit.emit.cpu.fused import emit_fused, usable
+from jit.emit.cpu.guard import find_exit_guards, plan_prechecks, versioned_threads
+from jit.emit.cpu.loops import _Loop, keep_checked_copy_scalar
+from jit.emit.cpu.records import _i32, _i64
+from jit.emit.cpu.sched import annotate_record_scopes, scheduler
 from jit.errors import CUDA_ERROR_ILLEGAL_ADDRESS
 from jit.lower.core import FuncLowering, Storage
 from jit.lower.module import KernelMeta, ModuleCodegen
@@ -79,7 +77,7 @@ def emit_kernel(cg: ModuleCodegen, fn: A.Function, env: EntryEnv, meta: KernelMe
         env.param_offsets[p.name] = lay.offset
     env.abort = llfn.append_basic_block("abort")
     if env.red_sites:
-        from jit.emit.cpu_red import RedBuffer
+        from jit.emit.cpu.red import RedBuffer
 
         env.red = RedBuffer(cg.module, b.inttoptr(ld_slot(b, W, W_RED), PTR))
         meta.red_bytes = RED_BYTES
@@ -146,7 +144,7 @@ def emit_kernel(cg: ModuleCodegen, fn: A.Function, env: EntryEnv, meta: KernelMe
     bid.add_incoming(nxt, more)
     b.cbranch(b.icmp_unsigned("<", nxt, last), body, head)
     if cg.bounds_check:
-        # NOTE [uninitialised registers] (cpu_sched.py) leaves a register that a thread reads before writing undefined
+        # NOTE [uninitialised registers] (cpu/sched.py) leaves a register that a thread reads before writing undefined
         # under the scheduler, and LLVM may treat a branch on an undefined value as unreachable: a bounds check on an
         # address read from such a register could vanish (the PTX fuzzer's SIGSEGV). Checked kernels start every
         # register at zero once per worker, in the entry block: it costs a store per register per worker, and no
@@ -186,7 +184,7 @@ def _simple_threads(fl: FuncLowering, env: EntryEnv, local_base: ir.Value, local
         lz.end()
 
     body = fl.fn.body or []
-    plan = find_exit_guards(body)  # NOTE [exit-guard versioning] (jit/emit/cpu_guard.py)
+    plan = find_exit_guards(body)  # NOTE [exit-guard versioning] (jit/emit/cpu/guard.py)
     if plan is not None and fl.cg.bounds_check:
         plan_prechecks(fl, plan)
     if plan is None or not (plan.guards or plan.prechecked):

@@ -1,17 +1,17 @@
 """.func bodies on the CPU: the thread context they get, calls, and their .local frames.
 
-See NOTE [CPU work-group execution] in jit/emit/cpu.py.
+See NOTE [CPU work-group execution] in jit/emit/cpu/__init__.py.
 """
 
 from __future__ import annotations
 
 from llvmlite import ir
 
-from jit.emit import SHARED_UNIT
-from jit.emit.cpu import (
+from jit.emit.abi import (
     L_DYN,
     L_ERROR,
     L_GLOBALS,
+    SHARED_UNIT,
     T_CTAID,
     T_EXITED,
     T_LCTX,
@@ -25,14 +25,9 @@ from jit.emit.cpu import (
     T_SHARED,
     T_STACK_FLOOR,
     T_TID,
-    _i32,
-    _i64,
-    call_assert,
-    call_printf,
-    emit_poll,
-    ld_slot,
-    stacksave,
 )
+from jit.emit.cpu.env import call_assert, call_printf, emit_poll, ld_slot, stacksave
+from jit.emit.cpu.records import _i32, _i64
 from jit.errors import CUDA_ERROR_ASSERT, CUDA_ERROR_LAUNCH_FAILED, not_supported
 from jit.lower.core import FuncLowering, Storage
 from jit.lower.module import ModuleCodegen, align_up
@@ -41,7 +36,7 @@ from jit.ptx import ast as A
 
 # NOTE [call ABI]
 # Every non-inlined .func is lowered to one LLVM shape: ``void f(ptr tc, ptr ret0, ..., ptr arg0, ...)``, the
-# thread context (tc: the slots the kernel's threads keep, jit/emit/cpu.py) first, then one pointer per return
+# thread context (tc: the slots the kernel's threads keep, jit/emit/abi.py) first, then one pointer per return
 # value and per parameter, in PTX order (jit/lower/module.py declares them). Each pointer is a caller-side buffer
 # holding the value as the formal's type: a caller's ``.param`` variable is passed as it is (its own storage), a
 # register, immediate or vector operand is first stored into a temporary buffer (jit/lower/ops_ctrl.py
@@ -64,7 +59,7 @@ from jit.ptx import ast as A
 # NOTE [bounded recursion]
 # A .func that calls itself without end must fail its launch, not overflow the worker's native stack (a SIGSEGV
 # that takes gpud and every tenant down). In a bounds-checked kernel each thread's prologue stores a floor, the
-# native stack pointer at the kernel's entry less FUNC_NATIVE_STACK (jit/emit/cpu.py), in tc[T_STACK_FLOOR], and
+# native stack pointer at the kernel's entry less FUNC_NATIVE_STACK (jit/emit/cpu/env.py), in tc[T_STACK_FLOOR], and
 # every .func compares its own stack pointer (llvm.stacksave, after its frame is allocated) with it on entry:
 # below it is CUDA_ERROR_LAUNCH_FAILED, a thread out of stack, as a GPU reports its own stack overflow. The .local
 # frames of recursive calls have their own bound (NOTE [checked .func stack]).
@@ -114,7 +109,7 @@ class FuncEnv:
                 I32,
             )
         if name in ("envreg1", "envreg2"):
-            from jit.emit.cpu_grid import envreg
+            from jit.emit.cpu.grid import envreg
 
             return envreg(fl, name)
         return _i32(0)
@@ -200,7 +195,7 @@ class FuncEnv:
         return fl.b.inttoptr(self._slot(fl, T_LCTX), PTR)
 
     def os_yield(self, fl: FuncLowering) -> None:
-        from jit.emit.cpu_grid import os_yield
+        from jit.emit.cpu.grid import os_yield
 
         os_yield(fl)
 

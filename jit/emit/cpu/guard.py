@@ -39,8 +39,8 @@ from dataclasses import dataclass, field
 
 from llvmlite import ir
 
-from jit.emit.cpu_loops import _Loop
-from jit.emit.cpu_ranges import block_passes
+from jit.emit.cpu.loops import _Loop
+from jit.emit.cpu.ranges import block_passes
 from jit.lower.core import HANDLERS, FuncLowering
 from jit.lower.types import I64
 from jit.passes.liveness import defs_uses
@@ -191,7 +191,7 @@ def versioned_threads(fl: FuncLowering, env, plan: ExitGuards, start_thread, low
     body = fl.fn.body or []
     guard_at = {id(body[g.index]): g for g in plan.guards}
     fast, slow, done = fl.block("guards_pass"), fl.block("guards_fail"), fl.block("guards_done")
-    # NOTE [range pre-check] (jit/emit/cpu_ranges.py): decided for the whole block at once where it can be
+    # NOTE [range pre-check] (jit/emit/cpu/ranges.py): decided for the whole block at once where it can be
     sure = block_passes(
         fl,
         env,

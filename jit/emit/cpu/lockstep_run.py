@@ -1,11 +1,11 @@
-"""The lockstep loop proper (jit/emit/cpu_lockstep.py probes the block and calls it): the loop over the block's
+"""The lockstep loop proper (jit/emit/cpu/lockstep.py probes the block and calls it): the loop over the block's
 threads, or over a group of its worker's next blocks, with or without per-element bounds checks.
 
 NOTE [lockstep block groups]
 A block's elements are runs of ntid.x consecutive ones, one grid stride apart (1 KiB every 512 KiB in the reduction
 of benchmarks/jit.py). Walked one block at a time that is a stream the hardware prefetchers follow badly: on the
 2-core Zen 3 host one worker summed 24M floats in 29 ms that way and in 11 ms when the same loop ran as one block
-over contiguous memory. The blocks a worker claims at once (L_CHUNK consecutive ids, jit/emit/cpu_kernel.py) have
+over contiguous memory. The blocks a worker claims at once (L_CHUNK consecutive ids, jit/emit/cpu/kernel.py) have
 consecutive c, so their runs at one stride step are one contiguous range: the first of them that reaches the loop
 runs it for up to GROUP_MAX of them (fewer where the stash would not fit the fixed record layout), lanes u = 0 .. k·ntid.x - 1 with i = c + u + j·s, and keeps the other blocks'
 lanes in a stash in its thread records (the stash fields, after the registers' ones). A later block of the claim
@@ -40,19 +40,16 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from jit.emit.cpu import EntryEnv, _i32, _i64
-from jit.emit.cpu_fused import PREFETCH_CHUNKS, _Accesses
-from jit.emit.cpu_loops import _Loop
-from jit.emit.cpu_records import FIXED_RECORDS_MAX
+from jit.emit.cpu.env import EntryEnv
+from jit.emit.cpu.fused import PREFETCH_CHUNKS, _Accesses
+from jit.emit.cpu.loops import _Loop
+from jit.emit.cpu.records import _i32, _i64, stash_fields
 from jit.lower.core import FuncLowering
-from jit.lower.module import align_up
-from jit.lower.types import F64, I1, I64, reg_type
+from jit.lower.types import F64, I1, I64
 from jit.passes.fused_access import LIMIT, Aff, address_forms
 from jit.passes.lockstep_loops import LockstepLoop
 from jit.ptx import ast as A
 from jit.ptx.ast import type_bytes
-
-GROUP_MAX = 16  # blocks whose lanes one lockstep loop runs (NOTE [lockstep block groups])
 
 
 def _all(b: ir.IRBuilder, conds: list[ir.Value]) -> ir.Value:
@@ -60,34 +57,6 @@ def _all(b: ir.IRBuilder, conds: list[ir.Value]) -> ir.Value:
     for cond in conds[1:]:
         ok = b.and_(ok, cond)
     return ok
-
-
-def stash_fields(fn: A.Function, group_max: int) -> tuple[list[tuple[int, int]], int]:
-    """NOTE [lockstep block groups]: the record fields of the stash, (offset from EntryEnv.stash_off, element
-    size), and the bytes per thread they take: a header (8 bytes per thread, of which the first 6 + invariants
-    words are used), then per carried register its values at the start of the loop (one per thread) and its lanes
-    (``group_max`` per thread)."""
-    fields = [(0, 8)]
-    off = 8
-    for r in fn.lockstep.carried:
-        size = _size(reg_type(fn.regs[r]))
-        fields += [(off, size), (off + 8, size)]
-        off += 8 + align_up(size * group_max, 8)
-    return fields, off
-
-
-def group_max(fn: A.Function, rec_bytes: int, threads: int) -> int:
-    """The most blocks a group may hold: GROUP_MAX, halved while the stash would push the records of a block of
-    ``threads`` past the fixed layout (NOTE [thread records]: a layout known only at run time costs every record
-    access a register)."""
-    g = GROUP_MAX
-    while g > 1 and (rec_bytes + stash_fields(fn, g)[1]) * align_up(threads, 16) > FIXED_RECORDS_MAX:
-        g //= 2
-    return g
-
-
-def _size(t: ir.Type) -> int:
-    return max(1, t.width // 8) if isinstance(t, ir.IntType) else 8 if t == F64 else 4
 
 
 class LockstepRun:
