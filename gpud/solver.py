@@ -19,7 +19,7 @@ import numpy as np
 from gpud.blas import _load
 from proto import errors as codes
 from proto.errors import CudaError
-from proto.solver import REAL
+from proto.solver import COMPLEX, REAL
 
 _PREFIX = {"f32": "s", "f64": "d", "c64": "c", "c128": "z"}
 
@@ -67,6 +67,8 @@ def solve_numpy(s: Any) -> None:
                 b[...] = x
             elif op == "getri":
                 inv, info = _lapack(s, "getri")(a, piv)
+                if info > 0:  # a zero pivot: no inverse (LAPACK stops; cuBLAS computes one of infs and NaNs)
+                    inv = np.full((n, n), np.nan, a.dtype)
                 _load(s.b, n, n, s.ldb, s.dtype)[...] = inv
     elif op == "potrf":
         if n:
@@ -110,6 +112,30 @@ def solve_numpy(s: Any) -> None:
                 rows = n if s.jobvt == "A" else r
                 dst = (s.a, s.lda) if s.jobvt == "O" else (s.vt, s.ldvt)
                 _load(dst[0], rows, n, dst[1], s.dtype)[...] = vt[:rows, :]
+    elif op == "gesvdj":
+        if m and n:
+            a = _load(s.a, m, n, s.lda, s.dtype)
+            full = s.jobu == "A"
+            u, sv, vt, info = _lapack(s, "gesvd")(a, compute_uv=int(s.vectors), full_matrices=int(full))
+            r = min(m, n)
+            _vector(s.w, r, REAL[s.dtype])[...] = sv
+            if s.vectors:
+                _load(s.u, m, m if full else r, s.ldu, s.dtype)[...] = u
+                _load(s.vt, n, n if full else r, s.ldvt, s.dtype)[...] = vt.conj().T
+    elif op == "geev":
+        if n:
+            a = _load(s.a, n, n, s.lda, s.dtype)
+            geev = _lapack(s, "geev")
+            if s.dtype in ("c64", "c128"):
+                w, vl, vr, info = geev(a, compute_vl=int(s.left), compute_vr=int(s.vectors))
+            else:  # real: eigenvalues from their two parts; vectors in LAPACK's packed real form, as cuSOLVER's
+                wr, wi, vl, vr, info = geev(a, compute_vl=int(s.left), compute_vr=int(s.vectors))
+                w = wr + 1j * wi
+            _vector(s.w, n, COMPLEX[s.dtype])[...] = w
+            if s.left:
+                _load(s.u, n, n, s.ldu, s.dtype)[...] = vl
+            if s.vectors:
+                _load(s.vt, n, n, s.ldvt, s.dtype)[...] = vr
     elif op == "syevd":
         if n:
             a = _load(s.a, n, n, s.lda, s.dtype)

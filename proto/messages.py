@@ -489,7 +489,7 @@ class RandGenerate(_Req, tag="rand_generate", kw_only=True):
         return [(self.out, self.n * (8 if self.dtype == "f64" else 4))]
 
 
-SolverOp = Literal["getrf", "getrs", "getri", "potrf", "potrs", "geqrf", "orgqr", "gesvd", "syevd"]
+SolverOp = Literal["getrf", "getrs", "getri", "potrf", "potrs", "geqrf", "orgqr", "gesvd", "gesvdj", "syevd", "geev"]
 Fill = Literal[0, 1]  # CUBLAS_FILL_MODE_LOWER, UPPER
 SvdJob = Literal["A", "S", "O", "N"]  # all, the first min(m, n), those into A, none
 
@@ -510,16 +510,17 @@ class SolverCall(_Req, tag="solver", kw_only=True):
     trans: Trans = 0
     jobu: SvdJob = "N"
     jobvt: SvdJob = "N"
-    vectors: bool = False  # syevd: CUSOLVER_EIG_MODE_VECTOR
+    vectors: bool = False  # syevd, gesvdj: CUSOLVER_EIG_MODE_VECTOR; geev: the right eigenvectors
+    left: bool = False  # geev: the left eigenvectors
     a: U64
     lda: Size
     b: U64 = 0  # the right-hand sides (getrs, potrs), the inverse (getri)
     ldb: Size = 0
     ipiv: U64 = 0
-    w: U64 = 0  # tau (geqrf, orgqr), the singular values (gesvd), the eigenvalues (syevd)
-    u: U64 = 0
+    w: U64 = 0  # tau (geqrf, orgqr), the singular values (gesvd, gesvdj), the eigenvalues (syevd, geev: complex)
+    u: U64 = 0  # U (gesvd, gesvdj), the left eigenvectors (geev)
     ldu: Size = 0
-    vt: U64 = 0
+    vt: U64 = 0  # V^H (gesvd), V (gesvdj), the right eigenvectors (geev)
     ldvt: Size = 0
     info: U64 = 0
     stream: Handle = DEFAULT_STREAM
@@ -630,7 +631,7 @@ class Launch(_Req, tag="launch", kw_only=True):
     stream: Handle = DEFAULT_STREAM
     params: Annotated[bytes, Meta(max_length=1 << 16)] = b""
     cooperative: bool = (
-        False  # every block resident at once; grid sync allowed (NOTE [grid sync], jit/emit/cpu_grid.py)
+        False  # every block resident at once; grid sync allowed (NOTE [grid sync], jit/emit/cpu/grid.py)
     )
 
     def writes(self, bulk: list[Any]) -> list[tuple[int, int]]:

@@ -12,6 +12,7 @@ from proto.blas import ITEM
 from proto.errors import CudaError
 
 REAL = {"f32": "f32", "f64": "f64", "c64": "f32", "c128": "f64"}  # the type of singular values and eigenvalues
+COMPLEX = {"f32": "c64", "f64": "c128", "c64": "c64", "c128": "c128"}  # the type of a general matrix's eigenvalues
 
 
 def _matrix(name: str, rows: int, cols: int, ld: int, what: str) -> int:
@@ -35,7 +36,7 @@ def extents(s: Any) -> list[tuple[str, int, int, bool]]:
             out.append((name, addr, nbytes, written))
 
     def square() -> None:
-        if s.op in ("getrs", "getri", "potrf", "potrs", "syevd") and m not in (0, n):
+        if s.op in ("getrs", "getri", "potrf", "potrs", "syevd", "geev") and m not in (0, n):
             raise CudaError(codes.INVALID_VALUE, f"{what}: A must be square (m = {m}, n = {n})")
 
     square()
@@ -74,6 +75,20 @@ def extents(s: Any) -> list[tuple[str, int, int, bool]]:
             add("U", s.u, _matrix("U", m, m if s.jobu == "A" else min(m, n), s.ldu, what) * item, True)
         if s.jobvt in ("A", "S"):
             add("VT", s.vt, _matrix("VT", n if s.jobvt == "A" else min(m, n), n, s.ldvt, what) * item, True)
+    elif s.op == "gesvdj":  # V, not V^H; jobu "A" (full) or "S" (economy) for both U and V
+        r = min(m, n)
+        add("A", s.a, _matrix("A", m, n, s.lda, what) * item, True)
+        add("S", s.w, r * real, True)
+        if s.vectors:
+            add("U", s.u, _matrix("U", m, m if s.jobu == "A" else r, s.ldu, what) * item, True)
+            add("V", s.vt, _matrix("V", n, n if s.jobu == "A" else r, s.ldvt, what) * item, True)
+    elif s.op == "geev":
+        add("A", s.a, _matrix("A", n, n, s.lda, what) * item, True)
+        add("W", s.w, n * ITEM[COMPLEX[s.dtype]], True)
+        if s.left:
+            add("VL", s.u, _matrix("VL", n, n, s.ldu, what) * item, True)
+        if s.vectors:
+            add("VR", s.vt, _matrix("VR", n, n, s.ldvt, what) * item, True)
     elif s.op == "syevd":
         add("A", s.a, _matrix("A", n, n, s.lda, what) * item, True)
         add("W", s.w, n * real, True)

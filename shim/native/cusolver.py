@@ -14,15 +14,16 @@ from __future__ import annotations
 
 import itertools
 import struct
-from ctypes import c_byte, c_int, c_int64, c_size_t, c_void_p
+from ctypes import c_byte, c_int, c_int64, c_size_t, c_uint64, c_void_p
 from dataclasses import dataclass
 from typing import Any
 
 from proto import errors as codes
+from proto.blas import ITEM
 from proto.codec import ProtocolError, check
 from proto.errors import CudaError
 from proto.messages import GeamType, SolverCall
-from proto.solver import extents
+from proto.solver import REAL, extents
 from shim.native.registry import api, put_i32, put_u64
 from shim.native.state import STATE
 
@@ -317,6 +318,118 @@ def _define(t: str, typ: GeamType) -> None:
     ) -> None:
         _syevd(h, typ, jobz, uplo, n, a, lda, w, info)
 
+    # Jacobi methods: the same routines as syevd and gesvd here (the results agree to rounding; the tolerance
+    # and sweep limits of the info object are accepted and not needed)
+    heevj = "syevj" if t in "SD" else "heevj"
+    item, real = ITEM[typ], ITEM[REAL[typ]]
+
+    @api(f"cusolverDn{t}{heevj}_bufferSize", 0, P, I, I, I, P, I, P, P, P, library="cusolver")
+    def syevj_size(h: int | None, jobz: int, uplo: int, n: int, a: Any, lda: int, w: Any, lwork: int, p: Any) -> None:
+        _h(h)
+        _lwork(lwork)
+
+    @api(f"cusolverDn{t}{heevj}", 0, P, I, I, I, P, I, P, P, I, P, P, library="cusolver")
+    def syevj(
+        h: int | None, jobz: int, uplo: int, n: int, a: Any, lda: int, w: Any, work: Any, lw: int, info: Any, p: Any
+    ) -> None:
+        _syevd(h, typ, jobz, uplo, n, a, lda, w, info)
+
+    @api(f"cusolverDn{t}{heevj}Batched_bufferSize", 0, P, I, I, I, P, I, P, P, P, I, library="cusolver")
+    def syevj_batched_size(
+        h: int | None, jobz: int, uplo: int, n: int, a: Any, lda: int, w: Any, lwork: int, p: Any, batch: int
+    ) -> None:
+        _h(h)
+        _lwork(lwork)
+
+    @api(f"cusolverDn{t}{heevj}Batched", 0, P, I, I, I, P, I, P, P, I, P, P, I, library="cusolver")
+    def syevj_batched(
+        h: int | None,
+        jobz: int,
+        uplo: int,
+        n: int,
+        a: Any,
+        lda: int,
+        w: Any,
+        work: Any,
+        lw: int,
+        info: Any,
+        p: Any,
+        batch: int,
+    ) -> None:
+        _dims(n, batch)
+        for i in range(batch):
+            _syevd(h, typ, jobz, uplo, n, _off(a, i * lda * n * item), lda, _off(w, i * n * real), _at(info, i))
+
+    @api(f"cusolverDn{t}gesvdj_bufferSize", 0, P, I, I, I, I, P, I, P, P, I, P, I, P, P, library="cusolver")
+    def gesvdj_size(h: int | None, jobz: int, econ: int, m: int, n: int, *rest: Any) -> None:
+        _h(h)
+        _lwork(rest[-2])
+
+    @api(f"cusolverDn{t}gesvdj", 0, P, I, I, I, I, P, I, P, P, I, P, I, P, I, P, P, library="cusolver")
+    def gesvdj(
+        h: int | None,
+        jobz: int,
+        econ: int,
+        m: int,
+        n: int,
+        a: Any,
+        lda: int,
+        sv: Any,
+        u: Any,
+        ldu: int,
+        v: Any,
+        ldv: int,
+        work: Any,
+        lw: int,
+        info: Any,
+        p: Any,
+    ) -> None:
+        _gesvdj(h, typ, jobz, "S" if econ else "A", m, n, a, lda, sv, u, ldu, v, ldv, info)
+
+    @api(f"cusolverDn{t}gesvdjBatched_bufferSize", 0, P, I, I, I, P, I, P, P, I, P, I, P, P, I, library="cusolver")
+    def gesvdj_batched_size(h: int | None, jobz: int, m: int, n: int, *rest: Any) -> None:
+        _h(h)
+        _lwork(rest[-3])
+
+    @api(f"cusolverDn{t}gesvdjBatched", 0, P, I, I, I, P, I, P, P, I, P, I, P, I, P, P, I, library="cusolver")
+    def gesvdj_batched(
+        h: int | None,
+        jobz: int,
+        m: int,
+        n: int,
+        a: Any,
+        lda: int,
+        sv: Any,
+        u: Any,
+        ldu: int,
+        v: Any,
+        ldv: int,
+        work: Any,
+        lw: int,
+        info: Any,
+        p: Any,
+        batch: int,
+    ) -> None:
+        _dims(m, n, batch)
+        r = min(m, n)
+        for i in range(batch):
+            _gesvdj(
+                h,
+                typ,
+                jobz,
+                "A",
+                m,
+                n,
+                _off(a, i * lda * n * item),
+                lda,
+                _off(sv, i * r * real),
+                _off(u, i * ldu * m * item),
+                ldu,
+                _off(v, i * ldv * n * item),
+                ldv,
+                _at(info, i),
+            )
+
     # cuBLAS's batched LU (its handles are cuBLAS's: shim/native/cublas.py)
     @api(f"cublas{t}getrfBatched", 0, P, I, P, I, P, P, I, library="cublas")
     def getrf_batched(h: int | None, n: int, arr: Any, lda: int, piv: Any, infos: Any, batch: int) -> None:
@@ -372,6 +485,7 @@ def _define(t: str, typ: GeamType) -> None:
 # the 64-bit generic API (cusolverDnX*): the data types travel as cudaDataType
 _DATA: dict[int, GeamType] = {0: "f32", 1: "f64", 4: "c64", 5: "c128"}
 _REAL_OF = {"f32": "f32", "f64": "f64", "c64": "f32", "c128": "f64"}
+_COMPLEX_OF = {"f32": "c64", "f64": "c128", "c64": "c64", "c128": "c128"}
 
 
 def _data(which: str, code: int) -> GeamType:
@@ -432,6 +546,73 @@ def cusolverDnXsyevd(
     _syevd(h, typ, jobz, uplo, n, a, lda, w, info)
 
 
+@api(
+    "cusolverDnXgeev_bufferSize",
+    0,
+    *(P, P, I, I, c_int64, I, P, c_int64, I, P, I, P, c_int64, I, P, c_int64, I, P, P),
+    library="cusolver",
+)
+def cusolverDnXgeev_bufferSize(h: int | None, *args: Any) -> None:
+    _h(h)
+    _data("A", args[4])
+    put_u64(args[-2], 1)
+    put_u64(args[-1], 1)
+
+
+@api(
+    "cusolverDnXgeev",
+    0,
+    *(P, P, I, I, c_int64, I, P, c_int64, I, P, I, P, c_int64, I, P, c_int64, I, P, c_size_t, P, c_size_t, P),
+    library="cusolver",
+)
+def cusolverDnXgeev(
+    h: int | None,
+    params: Any,
+    jobvl: int,
+    jobvr: int,
+    n: int,
+    ta: int,
+    a: Any,
+    lda: int,
+    tw: int,
+    w: Any,
+    tvl: int,
+    vl: Any,
+    ldvl: int,
+    tvr: int,
+    vr: Any,
+    ldvr: int,
+    tc: int,
+    *rest: Any,
+) -> None:
+    _dims(n)
+    typ = _data("A", ta)
+    if _data("W", tw) != _COMPLEX_OF[typ]:
+        raise CudaError(codes.INVALID_VALUE, f"geev: W of type {tw} for A of {typ} (W holds complex eigenvalues)")
+    for name, job, t_ in (("VL", jobvl, tvl), ("VR", jobvr, tvr)):
+        if job not in (0, 1):
+            raise CudaError(codes.INVALID_VALUE, f"geev: job{name.lower()} = {job} (0 no vectors, 1 vectors)")
+        if job and _data(name, t_) != typ:
+            raise CudaError(codes.INVALID_VALUE, f"geev: {name} of type {t_} for A of {typ}")
+    _queue(
+        h,
+        op="geev",
+        dtype=typ,
+        m=n,
+        n=n,
+        left=bool(jobvl),
+        vectors=bool(jobvr),
+        a=a,
+        lda=lda,
+        w=w,
+        u=vl,
+        ldu=ldvl,
+        vt=vr,
+        ldvt=ldvr,
+        info=rest[-1],
+    )
+
+
 def _syevd(h: int | None, typ: GeamType, jobz: int, uplo: int, n: int, a: Any, lda: int, w: Any, info: Any) -> None:
     _dims(n)
     if jobz not in (0, 1):
@@ -454,6 +635,45 @@ def _syevd(h: int | None, typ: GeamType, jobz: int, uplo: int, n: int, a: Any, l
 def _potrs(typ: GeamType, uplo: int, n: int, k: int, a: Any, lda: int, b: Any, ldb: int, info: Any) -> dict[str, Any]:
     """A potrs call's fields (the plain and the batched form)."""
     return dict(op="potrs", dtype=typ, m=n, n=n, k=k, uplo=_fill(uplo), a=a, lda=lda, b=b, ldb=ldb, info=info)
+
+
+def _gesvdj(
+    h: int | None,
+    typ: GeamType,
+    jobz: int,
+    job: str,
+    m: int,
+    n: int,
+    a: Any,
+    lda: int,
+    sv: Any,
+    u: Any,
+    ldu: int,
+    v: Any,
+    ldv: int,
+    info: Any,
+) -> None:
+    _dims(m, n)
+    if jobz not in (0, 1):
+        raise CudaError(codes.INVALID_VALUE, f"eig mode {jobz} (0 no vectors, 1 vectors)")
+    fields = dict(op="gesvdj", dtype=typ, m=m, n=n, jobu=job, vectors=bool(jobz), a=a, lda=lda, w=sv)
+    _queue(h, **fields, u=u, ldu=ldu, vt=v, ldvt=ldv, info=info)
+
+
+def _off(addr: Any, offset: int) -> int:
+    return int(addr) + offset if addr else 0
+
+
+# the Jacobi methods' parameter objects: accepted (their tolerance and sweep limits are not needed here)
+for _kind in ("Syevj", "Gesvdj"):
+    api(f"cusolverDnCreate{_kind}Info", 0, P, library="cusolver")(lambda out: put_u64(out, next(_params)))
+    api(f"cusolverDnDestroy{_kind}Info", 0, P, library="cusolver")(lambda info: None)
+    x = f"cusolverDnX{_kind.lower()}"
+    api(f"{x}SetTolerance", 0, P, c_uint64, library="cusolver")(lambda info, tol: None)
+    api(f"{x}SetMaxSweeps", 0, P, I, library="cusolver")(lambda info, sweeps: None)
+    api(f"{x}SetSortEig", 0, P, I, library="cusolver")(lambda info, sort: None)
+    api(f"{x}GetResidual", 0, P, P, P, library="cusolver")(lambda h, info, out: put_u64(out, 0))  # 0.0
+    api(f"{x}GetSweeps", 0, P, P, P, library="cusolver")(lambda h, info, out: put_i32(out, 0))
 
 
 def _at(infos: Any, i: int) -> int:

@@ -121,3 +121,68 @@ def test_symmetric_eigenvalues() -> None:
     a, w = col(h), np.zeros(5)
     call(op="syevd", dtype="c128", m=5, n=5, uplo=1, vectors=True, a=a.ctypes.data, lda=5, w=w.ctypes.data)
     assert np.allclose(w, np.linalg.eigvalsh(h)) and np.allclose(h @ a, a * w)
+
+
+def test_jacobi_svd_writes_v_and_geev_packs_real_vectors() -> None:
+    a0 = RNG.standard_normal((3, 5))
+    a, s = col(a0), np.zeros(3)
+    u, v = np.zeros((3, 3), order="F"), np.zeros((5, 5), order="F")
+    call(
+        op="gesvdj",
+        dtype="f64",
+        m=3,
+        n=5,
+        jobu="A",
+        vectors=True,
+        a=a.ctypes.data,
+        lda=3,
+        w=s.ctypes.data,
+        u=u.ctypes.data,
+        ldu=3,
+        vt=v.ctypes.data,
+        ldvt=5,
+    )
+    assert np.allclose((u * s) @ v[:, :3].T, a0)  # V itself, not V^H
+    g = RNG.standard_normal((4, 4))
+    a, w, vr = col(g), np.zeros(4, np.complex128), np.zeros((4, 4), order="F")
+    call(
+        op="geev",
+        dtype="f64",
+        m=4,
+        n=4,
+        vectors=True,
+        a=a.ctypes.data,
+        lda=4,
+        w=w.ctypes.data,
+        vt=vr.ctypes.data,
+        ldvt=4,
+    )
+    assert np.allclose(np.sort_complex(w), np.sort_complex(np.linalg.eigvals(g)))
+    j = 0
+    while j < 4:  # LAPACK's packing: a complex pair's vector is column j + i * column j+1
+        if abs(w[j].imag) > 1e-12:
+            x = vr[:, j] + 1j * vr[:, j + 1]
+            assert np.allclose(g @ x, w[j] * x)
+            j += 2
+        else:
+            assert np.allclose(g @ vr[:, j], w[j].real * vr[:, j])
+            j += 1
+
+
+def test_the_inverse_of_a_singular_matrix_is_nan() -> None:
+    lu, piv = np.ones((2, 2), order="F"), np.zeros(2, np.int32)
+    call(op="getrf", dtype="f64", m=2, n=2, a=lu.ctypes.data, lda=2, ipiv=piv.ctypes.data)
+    inv, info = np.zeros((2, 2), order="F"), np.zeros(1, np.int32)
+    call(
+        op="getri",
+        dtype="f64",
+        m=2,
+        n=2,
+        a=lu.ctypes.data,
+        lda=2,
+        ipiv=piv.ctypes.data,
+        b=inv.ctypes.data,
+        ldb=2,
+        info=info.ctypes.data,
+    )
+    assert info[0] == 2 and np.isnan(inv).all()
