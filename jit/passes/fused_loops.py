@@ -43,7 +43,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from jit.passes.liveness import defs_uses
+from jit.analysis.liveness import defs_uses
 from jit.passes.sync_points import sync_kind
 from jit.ptx import ast as A
 
@@ -106,14 +106,7 @@ _PURE = {
     "dp2a",
 }
 _NOT_IN_LOOP = {"call", "exit", "ret", "bra", "brx", "alloca", "stacksave", "stackrestore", "brkpt"}
-_WIDTH = {
-    "s32": (32, True),
-    "u32": (32, False),
-    "b32": (32, False),
-    "s64": (64, True),
-    "u64": (64, False),
-    "b64": (64, False),
-}
+_WIDTH = A.INT_WIDTH
 
 
 @dataclass

@@ -28,7 +28,7 @@ either copy (NOTE [interleaved strided loops], the next pass) resumes in the sam
 
 from __future__ import annotations
 
-from jit.passes.liveness import defs_uses, innermost_loops
+from jit.analysis.liveness import defs_uses, innermost_loops
 from jit.ptx import ast as A
 
 GUARD_MAX_START = 1 << 62

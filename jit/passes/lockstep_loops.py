@@ -60,9 +60,9 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 
+from jit.analysis.liveness import defs_uses, innermost_loops
+from jit.analysis.symbolic import Eval, Term, add_of, imm_of, invariant, op_of
 from jit.passes.fused_loops import _PURE, _WIDTH, _touches_local
-from jit.passes.liveness import defs_uses, innermost_loops
-from jit.passes.symbolic import Eval, Term, add_of, imm_of, invariant, op_of
 from jit.passes.sync_points import YIELD
 from jit.ptx import ast as A
 

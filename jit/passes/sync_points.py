@@ -17,7 +17,7 @@ undefined anyway). Chains are capped at REMAT_LIMIT instructions per sync point;
 
 from __future__ import annotations
 
-from jit.passes.liveness import defs_uses, live_after
+from jit.analysis.liveness import defs_uses, live_after
 from jit.ptx import ast as A
 
 WARP_OPS = {"shfl", "vote", "match", "redux", "activemask"}

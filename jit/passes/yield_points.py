@@ -65,7 +65,7 @@ steps, once per thread each time. Before them, `cupy.argpartition` of rows of 25
 
 from __future__ import annotations
 
-from jit.passes.liveness import blocks, defs_uses, innermost_loops, successors
+from jit.analysis.liveness import blocks, defs_uses, innermost_loops, successors
 from jit.passes.sync_points import YIELD, sync_kind
 from jit.ptx import ast as A
 

@@ -6,6 +6,16 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any
 
+# 32- and 64-bit integer register types: (bits, signed)
+INT_WIDTH = {
+    "s32": (32, True),
+    "u32": (32, False),
+    "b32": (32, False),
+    "s64": (64, True),
+    "u64": (64, False),
+    "b64": (64, False),
+}
+
 
 @dataclass(frozen=True)
 class Reg:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
+from jit.analysis.fused_access import LIMIT, Aff, Idx, address_forms
 from jit.emit.abi import DENSE_SLOTS, RB_HI, RB_LO
 from jit.emit.cpu.env import EntryEnv
 from jit.emit.cpu.loops import _Loop
@@ -36,7 +37,6 @@ from jit.emit.cpu.records import _i32, _i64
 from jit.emit.cpu.red import is_strong
 from jit.lower.core import FuncLowering
 from jit.lower.types import I1, I32, I64, PTR, VOID
-from jit.passes.fused_access import LIMIT, Aff, Idx, address_forms
 from jit.passes.fused_loops import FusedLoop
 from jit.ptx import ast as A
 from jit.ptx.ast import type_bytes
@@ -205,7 +205,7 @@ def _chunks(
 
 
 class _Accesses:
-    """What the address forms of the body (jit/passes/fused_access.py) buy a block that runs fused, when the kernel
+    """What the address forms of the body (jit/analysis/fused_access.py) buy a block that runs fused, when the kernel
     combines reductions (NOTE [combined global reductions]): a dense region for the reductions at Idx addresses
     (NOTE [dense reduction slots]) and, when no reduction in the body can grow the buffered range, one overlap test
     per block for the loads and stores at Aff addresses instead of one per access."""

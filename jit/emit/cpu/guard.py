@@ -39,11 +39,11 @@ from dataclasses import dataclass, field
 
 from llvmlite import ir
 
+from jit.analysis.liveness import defs_uses
 from jit.emit.cpu.loops import _Loop
 from jit.emit.cpu.ranges import block_passes
 from jit.lower.core import HANDLERS, FuncLowering
 from jit.lower.types import I64
-from jit.passes.liveness import defs_uses
 from jit.ptx import ast as A
 from jit.ptx.ast import type_bytes
 

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from llvmlite import ir
 
+from jit.analysis.fused_access import LIMIT
+from jit.analysis.liveness import defs_uses
 from jit.emit.abi import R_PARK, R_PC
 from jit.emit.cpu.env import EntryEnv
 from jit.emit.cpu.fused import MAX_START, MAX_STEP, _bits, _value
@@ -32,8 +34,6 @@ from jit.emit.cpu.loops import _Loop
 from jit.emit.cpu.records import _i32, _i64
 from jit.lower.core import FuncLowering
 from jit.lower.types import I1, I64, reg_type
-from jit.passes.fused_access import LIMIT
-from jit.passes.liveness import defs_uses
 from jit.passes.lockstep_loops import LockstepLoop
 from jit.ptx import ast as A
 

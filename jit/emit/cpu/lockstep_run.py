@@ -40,13 +40,13 @@ from __future__ import annotations
 
 from llvmlite import ir
 
+from jit.analysis.fused_access import LIMIT, Aff, address_forms
 from jit.emit.cpu.env import EntryEnv
 from jit.emit.cpu.fused import PREFETCH_CHUNKS, _Accesses
 from jit.emit.cpu.loops import _Loop
 from jit.emit.cpu.records import _i32, _i64, stash_fields
 from jit.lower.core import FuncLowering
 from jit.lower.types import F64, I1, I64
-from jit.passes.fused_access import LIMIT, Aff, address_forms
 from jit.passes.lockstep_loops import LockstepLoop
 from jit.ptx import ast as A
 from jit.ptx.ast import type_bytes

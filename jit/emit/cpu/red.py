@@ -26,7 +26,7 @@ Layout: RB_* in jit/emit/__init__.py (the loader initialises it).
 NOTE [dense reduction slots]
 A histogram's `bins[v & 255] += 1` still paid the slot lookup per element (hash the address, compare the tag,
 branch). When the address of a buffered reduction in a fused grid-stride loop is known to be B + scale*k with
-0 <= k < count (NOTE [fused loop address forms], jit/passes/fused_access.py), the block first *claims* that
+0 <= k < count (NOTE [fused loop address forms], jit/analysis/fused_access.py), the block first *claims* that
 range as the worker's dense region: `count` counters (rounded up to a power of two, at most DENSE_SLOTS), one per
 address B + (k << shift). The reduction is then `dense[(addr - B) >> shift & (count - 1)] += v`: no tag, no
 branch, as a CPU histogram would be written by hand. The region is part of the buffer for everything else: [lo,
@@ -95,7 +95,7 @@ def is_buffered(ins: A.Instr, dead: set[str]) -> bool:
 
 def plan(fn: A.Function) -> set[int]:
     """ids of the instructions of kernel ``fn`` to buffer (empty: the kernel does not use a buffer)."""
-    from jit.passes.liveness import defs_uses
+    from jit.analysis.liveness import defs_uses
 
     body = [st for st in fn.body or [] if isinstance(st, A.Instr)]
     used: set[str] = set()

@@ -1,4 +1,4 @@
-"""Address forms in fused grid-stride loops (NOTE [fused loop address forms], jit/passes/fused_access.py) and what
+"""Address forms in fused grid-stride loops (NOTE [fused loop address forms], jit/analysis/fused_access.py) and what
 the CPU emitter does with them: dense reduction slots (NOTE [dense reduction slots], jit/emit/cpu/red.py), one
 overlap test per block instead of one per access, and prefetching (jit/emit/cpu/fused.py)."""
 
@@ -9,7 +9,7 @@ import re
 import numpy as np
 import pytest
 
-from jit.passes.fused_access import Aff, Idx, address_forms
+from jit.analysis.fused_access import Aff, Idx, address_forms
 from jit.pipeline import front_end, translate
 from tests.unit.jit.helpers import HEADER, launch, pack
 

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from jit.passes.fused_loops import _WIDTH
-from jit.passes.liveness import defs_uses
+from jit.analysis.liveness import defs_uses
 from jit.ptx import ast as A
+
+_WIDTH = A.INT_WIDTH
 
 Term = Any
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from jit.passes.liveness import defs_uses
+from jit.analysis.liveness import defs_uses
 from jit.ptx import ast as A
 
 LIMIT = {(32, True): 1 << 31, (32, False): 1 << 32, (64, True): 1 << 62, (64, False): 1 << 62}
