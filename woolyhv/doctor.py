@@ -167,7 +167,9 @@ class Doctor:
 
             pc = PoolClient(endpoint, timeout_s=min(s.connect_timeout_s, 5.0))
             try:
-                st = pc.call({"kind": "status"})
+                from woolyhv.pool import protocol as P
+
+                st = pc.call(P.Status())
                 leader = (st.get("leader") or {}).get("id", "none")
                 self.add(
                     OK if st["nodes"] else WARN,

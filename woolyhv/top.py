@@ -192,7 +192,9 @@ def run(
 
         def render() -> Group:
             try:
-                return pool_frame(server, client.call({"kind": "nodes"}))
+                from woolyhv.pool import protocol as P
+
+                return pool_frame(server, client.call(P.Nodes()))
             except PoolError as exc:
                 raise AdminError(f"{exc.name}: {exc}") from None
     else:

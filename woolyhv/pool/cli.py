@@ -11,6 +11,7 @@ import typer
 
 from proto.settings import ConfigError
 from proto.sizes import human as _human
+from woolyhv.pool import protocol as P
 
 pool_app = typer.Typer(
     add_completion=False,
@@ -27,14 +28,14 @@ TokenOpt = Annotated[
 ]
 
 
-def _call(pool: str, body: dict[str, Any], token: str = "") -> dict[str, Any]:
+def _call(pool: str, req: P.Request, token: str = "") -> dict[str, Any]:
     from woolyhv.pool.client import PoolClient, PoolError
 
     if not pool.startswith("pool://"):
         raise ConfigError(f"--pool (WOOLY_SERVER)={pool!r}: expected pool://HOST:PORT (the pool's controller)")
     client = PoolClient(pool, token=token)
     try:
-        return client.call(body)
+        return client.call(req)
     except PoolError as exc:
         typer.echo(f"wooly pool: {exc.name}: {exc}", err=True)
         raise typer.Exit(1) from None
@@ -51,7 +52,7 @@ def _printed_json(reply: dict[str, Any], as_json: bool) -> bool:
 @pool_app.command()
 def nodes(pool: PoolOpt = "", as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """The nodes in the pool: devices, free memory, sessions, load, cordons."""
-    r = _call(pool, {"kind": "nodes"})
+    r = _call(pool, P.Nodes())
     if _printed_json(r, as_json):
         return
     typer.echo(
@@ -73,7 +74,7 @@ def nodes(pool: PoolOpt = "", as_json: Annotated[bool, typer.Option("--json")] =
 @pool_app.command()
 def sessions(pool: PoolOpt = "", as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """Every session in the pool, with its node (and reservations not yet claimed)."""
-    r = _call(pool, {"kind": "sessions"})
+    r = _call(pool, P.Sessions())
     if _printed_json(r, as_json):
         return
     import time
@@ -112,7 +113,7 @@ def explain(
     """Why a placement went where it went (or waits): candidates, scores, the filter that rejected each node."""
     from woolyhv.pool.placement import explain as render
 
-    r = _call(pool, {"kind": "explain", "id": decision})
+    r = _call(pool, P.Explain(id=decision))
     typer.echo(json.dumps(r["decision"], indent=2) if as_json else render(r["decision"]))
 
 
@@ -128,13 +129,13 @@ def cordon(
 ) -> None:
     """Take a node out of placement (its sessions keep running, or with --drain move to other nodes)."""
     if and_drain:
-        r = _call(pool, {"kind": "drain", "node": node, "reason": reason}, token)
+        r = _call(pool, P.Drain(node=node, reason=reason), token)
         typer.echo(
             f"{node} cordoned and draining: {len(r['sessions'])} session(s) to move (wooly pool drain {node} "
             "follows them)"
         )
         return
-    _call(pool, {"kind": "cordon", "node": node, "reason": reason}, token)
+    _call(pool, P.Cordon(node=node, reason=reason), token)
     typer.echo(f"{node} cordoned: {reason}")
 
 
@@ -152,7 +153,7 @@ def drain(
     with the sessions that stay and why."""
     import time
 
-    r = _call(pool, {"kind": "drain", "node": node, "reason": reason}, token)
+    r = _call(pool, P.Drain(node=node, reason=reason), token)
     typer.echo(f"draining {node}: {len(r['sessions'])} session(s)")
     if not wait:
         return
@@ -182,13 +183,13 @@ def drain(
             )
             raise typer.Exit(1)
         time.sleep(0.5)
-        r = _call(pool, {"kind": "drain", "node": node, "status": True}, token)
+        r = _call(pool, P.Drain(node=node, status=True), token)
 
 
 @pool_app.command()
 def uncordon(node: str, pool: PoolOpt = "", token: TokenOpt = "") -> None:
     """Put a cordoned (or drained) node back into placement."""
-    _call(pool, {"kind": "uncordon", "node": node}, token)
+    _call(pool, P.Uncordon(node=node), token)
     typer.echo(f"{node} uncordoned")
 
 
@@ -209,14 +210,14 @@ def quota(
             value = parse_bytes(size, "8GiB, 512MiB")
         except ValueError:
             raise ConfigError(f"SIZE={size!r}: expected a size such as 8GiB, or none") from None
-    _call(pool, {"kind": "quota", "tenant": tenant, "bytes": value}, token)
+    _call(pool, P.Quota(tenant=tenant, bytes=value), token)
     typer.echo(f"{tenant}: pool quota {'removed' if value is None else _human(value)}")
 
 
 @pool_app.command()
 def status(pool: PoolOpt = "", as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """The controllers, the leader, waiting requests and counters."""
-    r = _call(pool, {"kind": "status"})
+    r = _call(pool, P.Status())
     if _printed_json(r, as_json):
         return
     leader = (r.get("leader") or {}).get("id", "none")

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import zmq
 
 from proto import curve
@@ -25,6 +26,7 @@ from proto import errors as E
 from proto.codec import ProtocolError, encode_body, unpack_body
 from proto.settings import ConfigError
 from proto.settings import pool_controllers as controllers
+from woolyhv.pool import protocol as P
 from woolyhv.pool.model import PlaceRequest
 
 DEFAULT_MEMORY = 1 << 30
@@ -80,9 +82,10 @@ class PoolClient:
         self._sock, self._at = sock, endpoint
         return sock
 
-    def _send(self, body: dict[str, Any]) -> int:
+    def _send(self, req: P.Request) -> int:
         self._rid += 1
-        self._sock.send_multipart(encode_body(body | {"rid": self._rid}))
+        body = P.as_map(msgspec.structs.replace(req, rid=self._rid, token=req.token or self.token))
+        self._sock.send_multipart(encode_body(body))
         return self._rid
 
     def _recv(self, rid: int, timeout_s: float) -> dict[str, Any] | None:
@@ -98,20 +101,19 @@ class PoolClient:
             if body.get("rid") == rid:
                 return body
 
-    def call(self, body: dict[str, Any], endpoints: list[str] | None = None) -> dict[str, Any]:
-        """One request to the first controller that answers; errors become PoolError."""
+    def call(self, req: P.Request, endpoints: list[str] | None = None) -> dict[str, Any]:
+        """One request to the first controller that answers, its answer as a map; errors become PoolError."""
         tried = []
         for ep in endpoints or self.endpoints:
             self._connect(ep)
-            reply = self._recv(self._send(body | ({"token": self.token} if self.token else {})), self.timeout_s)
+            reply = self._recv(self._send(req), self.timeout_s)
             if reply is None:
                 tried.append(ep)
                 self.close()  # a fresh connection next time: this one may be to a dead peer
                 continue
-            if reply.get("kind") == "error":
-                raise PoolError(
-                    int(reply.get("code", E.UNKNOWN)), str(reply.get("message", "")), str(reply.get("decision", ""))
-                )
+            answer = P.decode_answer(reply)
+            if isinstance(answer, P.Error):
+                raise PoolError(answer.code, answer.message, answer.decision)
             return reply
         raise PoolError(
             E.DEVICE_UNAVAILABLE, f"no pool controller answered at {', '.join(tried)} within {self.timeout_s:g} s"
@@ -130,50 +132,46 @@ class PoolClient:
             ep = queue.pop(0)
             self._connect(ep)
             left = max(0.0, deadline - time.monotonic() - self.timeout_s)
-            rid = self._send({"kind": "place", "request": req.model_dump() | {"deadline_s": left}})
+            rid = self._send(P.Place(request=req.model_dump() | {"deadline_s": left}))
             reply = self._recv(rid, self.timeout_s)
             if reply is None:
                 last_error = f"{ep} did not answer within {self.timeout_s:g} s"
                 self.close()
                 continue
-            kind = reply.get("kind")
-            if kind == "redirect":
-                leader = str(reply.get("leader") or "")
-                if leader and leader not in queue and leader != ep:
-                    queue.insert(0, leader)
-                last_error = f"{ep}: {reply.get('message', 'redirected')}"
-                if not leader:
+            answer = P.decode_answer(reply)
+            if isinstance(answer, P.Redirect):
+                if answer.leader and answer.leader not in queue and answer.leader != ep:
+                    queue.insert(0, answer.leader)
+                last_error = f"{ep}: {answer.message or 'redirected'}"
+                if not answer.leader:
                     time.sleep(0.1)  # an election is under way
                 continue
-            if kind == "waiting":
+            if isinstance(answer, P.Waiting):
                 if on_wait is not None and not told:
-                    on_wait(str(reply.get("decision", "")), str(reply.get("reason", "")))
+                    on_wait(answer.decision, answer.reason)
                     told = True
                 reply = self._wait(rid, deadline)
                 if reply is None:
                     last_error = f"{ep} stopped answering while the request waited"
                     self.close()
                     continue
-                if reply.get("kind") == "redirect":
-                    leader = str(reply.get("leader") or "")
-                    if leader:
-                        queue.insert(0, leader)
+                answer = P.decode_answer(reply)
+                if isinstance(answer, P.Redirect):
+                    if answer.leader:
+                        queue.insert(0, answer.leader)
                     continue
-                kind = reply.get("kind")
-            if kind == "error":
-                raise PoolError(
-                    int(reply.get("code", E.UNKNOWN)), str(reply.get("message", "")), str(reply.get("decision", ""))
-                )
-            if kind == "placed":
+            if isinstance(answer, P.Error):
+                raise PoolError(answer.code, answer.message, answer.decision)
+            if isinstance(answer, P.Placed):
                 return Placement(
-                    node=reply["node"],
-                    endpoint=reply["endpoint"],
-                    server_key=reply.get("server_key", ""),
-                    reservation=reply["reservation"],
-                    decision=reply["decision"],
-                    device=reply.get("device", 0),
+                    node=answer.node,
+                    endpoint=answer.endpoint,
+                    server_key=answer.server_key,
+                    reservation=answer.reservation,
+                    decision=answer.decision,
+                    device=answer.device,
                 )
-            last_error = f"{ep}: unexpected answer {kind!r}"
+            last_error = f"{ep}: unexpected answer {reply.get('kind')!r}"
         raise PoolError(E.DEVICE_UNAVAILABLE, f"no placement from the pool within {req.deadline_s:g} s: {last_error}")
 
     def _wait(self, rid: int, deadline: float) -> dict[str, Any] | None:
@@ -184,7 +182,7 @@ class PoolClient:
             if not self._sock.poll(500, zmq.POLLIN):
                 now = time.monotonic()
                 if now - heard > 2.0 and not ping:
-                    ping = self._send({"kind": "ping"})
+                    ping = self._send(P.Ping())
                 if now - heard > 2.0 + self.timeout_s:
                     return None
                 continue

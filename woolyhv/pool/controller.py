@@ -34,6 +34,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 import zmq
 from pydantic import ValidationError
 
@@ -41,6 +42,7 @@ from proto import curve
 from proto import errors as E
 from proto.codec import ProtocolError, encode_body, unpack_body
 from woolyhv.pool import keys
+from woolyhv.pool import protocol as P
 from woolyhv.pool.model import Cordon, Ledger, PlaceRequest, Reservation
 from woolyhv.pool.placement import POLICIES, summary
 from woolyhv.pool.store import Store, StoreError, cmp_create, cmp_mod, op_get, op_put, range_kvs
@@ -119,7 +121,16 @@ class Controller:
         self._decisions: queue.Queue[dict[str, Any]] = queue.Queue()
         self._writer: threading.Thread | None = None
         self._last_activity = 0.0
-        self.stats = {"placed": 0, "waited": 0, "failed": 0, "conflicts": 0, "redirects": 0, "requests": 0}
+        self.stats = {
+            "placed": 0,
+            "waited": 0,
+            "failed": 0,
+            "conflicts": 0,
+            "redirects": 0,
+            "requests": 0,
+            "step_errors": 0,
+        }
+        self._step_errors: set[str] = set()
         self.latency_ms: list[float] = []
         from woolyhv.pool.drain import Drainer
 
@@ -166,20 +177,34 @@ class Controller:
                             break
                         self._handle(frames)
                 if self._incoming:
-                    self._place_incoming()
-                self._retry_pending()
-                self.drainer.step()
-                self.standbys.step()
+                    self._guarded("placement", self._place_incoming)
+                self._guarded("waiting requests", self._retry_pending)
+                self._guarded("drain", self.drainer.step)
+                self._guarded("standbys", self.standbys.step)
         finally:
             self.shutdown()
 
     def stop(self) -> None:
         self._stop.set()
 
+    def _guarded(self, what: str, step: Any) -> None:
+        """One background step of the loop; a failure is logged (once per message) and the loop goes on: a bug in
+        a drain or standby step must not take the pool's placements down with it."""
+        try:
+            step()
+        except StoreError as exc:
+            log.warning("%s: the pool's store is unavailable: %s", what, exc)
+        except Exception as exc:  # noqa: BLE001 - logged; the next round tries again
+            key = f"{what}: {type(exc).__name__}: {exc}"
+            if key not in self._step_errors:
+                self._step_errors.add(key)
+                log.exception("%s step failed (the controller goes on)", what)
+            self.stats["step_errors"] += 1
+
     def shutdown(self) -> None:
         self.view.stop()
         for p in self.pending:
-            self._send(p.identity, {"kind": "redirect", "rid": p.rid, "leader": "", "message": "controller stopping"})
+            self._send(p.identity, P.Redirect(rid=p.rid, message="controller stopping"))
         self.pending.clear()
         if self.lease:
             self.store.revoke(self.lease)  # leadership passes at once
@@ -220,7 +245,9 @@ class Controller:
             self._stop.wait(max(0.05, self.ttl / 10))
 
     # ------------------------------------------------------------------ wire
-    def _send(self, identity: bytes, body: dict[str, Any]) -> None:
+    def _send(self, identity: bytes, body: dict[str, Any] | msgspec.Struct) -> None:
+        if isinstance(body, msgspec.Struct):
+            body = P.as_map(body)
         try:
             self.sock.send_multipart([identity, *encode_body(body)], zmq.NOBLOCK)
         except zmq.ZMQError:
@@ -233,11 +260,8 @@ class Controller:
         try:
             body, _ = unpack_body(rest)
             rid = body.get("rid", 0) if isinstance(body.get("rid", 0), int) else 0
-            kind = body.get("kind")
-            handler = _HANDLERS.get(kind)  # type: ignore[arg-type]
-            if handler is None:
-                raise ProtocolError(f"unknown request kind {kind!r} (expected one of {', '.join(sorted(_HANDLERS))})")
-            reply = handler(self, identity, rid, body)
+            req = P.decode_request(body)  # checked against its Struct (woolyhv/pool/protocol.py)
+            reply = _HANDLERS[type(req)](self, identity, req)
         except ProtocolError as exc:
             reply = _error(rid, exc.code, str(exc))
         except StoreError as exc:
@@ -246,16 +270,17 @@ class Controller:
             log.exception("request crashed")
             reply = _error(rid, E.UNKNOWN, f"controller error: {type(exc).__name__}: {exc}")
         if reply is not None:
-            self._send(identity, reply | {"rid": rid})
+            self._send(identity, _with_rid(reply, rid))
 
-    def _admin(self, body: dict[str, Any]) -> None:
-        if self.admin_token and not hmac.compare_digest(str(body.get("token", "")).encode(), self.admin_token.encode()):
+    def _admin(self, req: P.Request) -> None:
+        if self.admin_token and not hmac.compare_digest(req.token.encode(), self.admin_token.encode()):
             raise ProtocolError("this call needs the controller's admin token (WOOLY_ADMIN_TOKEN)", E.NOT_PERMITTED)
 
     # ------------------------------------------------------------------ placement
-    def on_place(self, identity: bytes, rid: int, body: dict[str, Any]) -> dict[str, Any] | None:
+    def on_place(self, identity: bytes, msg: P.Place) -> P.Redirect | None:
+        rid = msg.rid
         try:
-            req = PlaceRequest.model_validate(body.get("request") or {})
+            req = PlaceRequest.model_validate(msg.request)
         except ValidationError as exc:
             first = exc.errors()[0]
             raise ProtocolError(
@@ -265,7 +290,7 @@ class Controller:
             self.stats["redirects"] += 1
             with self.view.lock:
                 leader = (self.view.leader or {}).get("endpoint", "")
-            return {"kind": "redirect", "leader": leader, "message": "not the leader"}
+            return P.Redirect(leader=leader, message="not the leader")
         now = time.monotonic()
         self._incoming.append(
             Pending((-req.priority, now), identity, rid, req, now + req.deadline_s, uuid.uuid4().hex[:16], now)
@@ -283,18 +308,16 @@ class Controller:
             replies = self._attempt_batch(chunk) if len(chunk) > 1 else [self._attempt(chunk[0])]
             for p, reply in zip(chunk, replies, strict=True):
                 if reply is not None:
-                    self._send(p.identity, reply | {"rid": p.rid})
+                    self._send(p.identity, _with_rid(reply, p.rid))
                     continue
                 self.stats["waited"] += 1
                 self.pending.append(p)
                 self._record(p.last | {"outcome": "wait"})
                 log.info("decision %s: waiting: %s", p.did, p.last.get("reason"))
-                self._send(
-                    p.identity, {"kind": "waiting", "rid": p.rid, "decision": p.did, "reason": p.last.get("reason", "")}
-                )
+                self._send(p.identity, P.Waiting(rid=p.rid, decision=p.did, reason=str(p.last.get("reason", ""))))
         self.pending.sort()
 
-    def _attempt_batch(self, ps: list[Pending]) -> list[dict[str, Any] | None]:
+    def _attempt_batch(self, ps: list[Pending]) -> list[P.Placed | None]:
         """NOTE [group commit]: decide each request in turn on the view, each seeing the reservations staged for
         the ones before it, then commit them all in one transaction (every touched ledger compared, as in
         ``_attempt``). A lost race falls back to one transaction per request. Tenants with a pool quota take the
@@ -354,7 +377,7 @@ class Controller:
         if not ok:
             self.stats["conflicts"] += 1
             return [self._attempt(p) for p in ps]
-        replies: list[dict[str, Any] | None] = []
+        replies: list[P.Placed | None] = []
         ms = (time.perf_counter() - t0) * 1e3
         for p, d, endpoint, key in decided:
             if endpoint == "single":
@@ -378,7 +401,7 @@ class Controller:
         d.update(reservation=res.id, waited_s=round(time.monotonic() - p.since, 3), attempts=p.attempts)
         return res
 
-    def _placed(self, p: Pending, d: dict[str, Any], endpoint: str, server_key: str, ms: float) -> dict[str, Any]:
+    def _placed(self, p: Pending, d: dict[str, Any], endpoint: str, server_key: str, ms: float) -> P.Placed:
         self._record(d)
         self.stats["placed"] += 1
         self.latency_ms.append(ms)
@@ -393,17 +416,16 @@ class Controller:
                 d["candidates"][0]["score"] if d["candidates"] else "-",
                 summary(d),
             )
-        return {
-            "kind": "placed",
-            "node": d["node"],
-            "endpoint": endpoint,
-            "server_key": server_key,
-            "reservation": d["reservation"],
-            "decision": p.did,
-            "device": d["device"],
-        }
+        return P.Placed(
+            node=d["node"],
+            endpoint=endpoint,
+            server_key=server_key,
+            reservation=d["reservation"],
+            decision=p.did,
+            device=d["device"],
+        )
 
-    def _attempt(self, p: Pending) -> dict[str, Any] | None:
+    def _attempt(self, p: Pending) -> P.Placed | None:
         """Decide and reserve; the reply when placed (or failed for good), None to wait."""
         for _ in range(8):
             p.attempts += 1
@@ -466,7 +488,7 @@ class Controller:
         p.last = p.last | {"reason": "too many conflicting reservations; trying again"}
         return None
 
-    def place_now(self, req: PlaceRequest, did: str) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    def place_now(self, req: PlaceRequest, did: str) -> tuple[P.Placed | None, dict[str, Any]]:
         """Decide and reserve once, for a request with no client waiting (NOTE [drain]): the placement (or None)
         and the decision, which is recorded either way."""
         now = time.monotonic()
@@ -482,15 +504,8 @@ class Controller:
         now = time.monotonic()
         if not self.is_leader:
             for p in self.pending:
-                self._send(
-                    p.identity,
-                    {
-                        "kind": "redirect",
-                        "rid": p.rid,
-                        "leader": (self.view.leader or {}).get("endpoint", ""),
-                        "message": "this controller lost the lead",
-                    },
-                )
+                leader = (self.view.leader or {}).get("endpoint", "")
+                self._send(p.identity, P.Redirect(rid=p.rid, leader=leader, message="this controller lost the lead"))
             self.pending.clear()
             return
         expired = [p for p in self.pending if now >= p.deadline]
@@ -508,8 +523,8 @@ class Controller:
                     code,
                     f"no node could take this session within {p.req.deadline_s:.1f} s: "
                     f"{reason} (wooly pool explain {p.did})",
-                )
-                | {"decision": p.did},
+                    decision=p.did,
+                ),
             )
         if self.view.version == self._seen_version and now < self._next_retry:
             return
@@ -519,7 +534,7 @@ class Controller:
             reply = self._attempt(p)
             if reply is not None:
                 self.pending.remove(p)
-                self._send(p.identity, reply | {"rid": p.rid})
+                self._send(p.identity, _with_rid(reply, p.rid))
 
     def _record(self, decision: dict[str, Any]) -> None:
         """Keep a decision for ``wooly pool explain``: at once in memory, and in etcd by the writer thread (off the
@@ -561,7 +576,7 @@ class Controller:
                     return
 
     # ------------------------------------------------------------------ reads and admin
-    def on_nodes(self, identity: bytes, rid: int, body: dict[str, Any]) -> dict[str, Any]:
+    def on_nodes(self, identity: bytes, req: P.Nodes) -> dict[str, Any]:
         rows = []
         with self.view.lock:
             for name, v in sorted(self.view.nodes.items()):
@@ -582,7 +597,7 @@ class Controller:
             bad = dict(self.view.bad)
         return {"kind": "nodes", "nodes": rows, "ignored": bad}
 
-    def on_sessions(self, identity: bytes, rid: int, body: dict[str, Any]) -> dict[str, Any]:
+    def on_sessions(self, identity: bytes, req: P.Sessions) -> dict[str, Any]:
         rows = []
         with self.view.lock:
             for name, v in sorted(self.view.nodes.items()):
@@ -605,10 +620,8 @@ class Controller:
                         )
         return {"kind": "sessions", "sessions": rows}
 
-    def on_explain(self, identity: bytes, rid: int, body: dict[str, Any]) -> dict[str, Any]:
-        did = str(body.get("id", ""))
-        if not did or len(did) > 64 or "/" in did:
-            raise ProtocolError(f"explain: {did!r} is not a decision id")
+    def on_explain(self, identity: bytes, req: P.Explain) -> dict[str, Any]:
+        did = req.id
         for p in self.pending:
             if p.did == did:
                 return {
@@ -624,54 +637,49 @@ class Controller:
             )
         return {"kind": "decision", "decision": kv.json()}
 
-    def on_cordon(self, identity: bytes, rid: int, body: dict[str, Any]) -> dict[str, Any]:
-        self._admin(body)
-        node = str(body.get("node", ""))
+    def on_cordon(self, identity: bytes, req: P.Cordon | P.Uncordon) -> P.Ok:
+        self._admin(req)
+        node = req.node
         with self.view.lock:
             known = node in self.view.nodes
         if not known:
             raise ProtocolError(f"no node {node!r} in the pool", E.NOT_FOUND)
-        if body.get("kind") == "uncordon":
+        if isinstance(req, P.Uncordon):
             self.store.delete(keys.cordon(self.store, node))
             self.store.delete(keys.drain(self.store, node))  # ends a drain too (NOTE [drain])
         else:
             self.store.put(
                 keys.cordon(self.store, node),
-                Cordon(reason=str(body.get("reason", ""))[:500] or "cordoned", at=time.time()),
+                Cordon(reason=req.reason or "cordoned", at=time.time()),
             )
-        return {"kind": "ok"}
+        return P.Ok()
 
-    def on_drain(self, identity: bytes, rid: int, body: dict[str, Any]) -> dict[str, Any]:
+    def on_drain(self, identity: bytes, req: P.Drain) -> dict[str, Any]:
         """NOTE [drain]: start draining ``node`` (cordon it, write ``drain/<node>``), or with ``status`` only report
         how far it got: the sessions left, the move orders, and why the ones that stay stay."""
-        self._admin(body)
-        node = str(body.get("node", ""))
-        if not body.get("status"):
+        self._admin(req)
+        node = req.node
+        if not req.status:
             with self.view.lock:
                 known = node in self.view.nodes
             if not known:
                 raise ProtocolError(f"no node {node!r} in the pool", E.NOT_FOUND)
-            reason = str(body.get("reason", ""))[:500] or "drain"
+            reason = req.reason or "drain"
             self.store.put(keys.cordon(self.store, node), Cordon(reason=f"draining: {reason}", at=time.time()))
             self.store.put(keys.drain(self.store, node), {"at": time.time(), "reason": reason, "by": self.id})
             log.info("drain %s: started (%s)", node, reason)
             self.drainer.next_step = 0.0
         return {"kind": "drain", "leader": self.is_leader} | self.drainer.status(node)
 
-    def on_quota(self, identity: bytes, rid: int, body: dict[str, Any]) -> dict[str, Any]:
-        self._admin(body)
-        tenant, size = str(body.get("tenant", "")), body.get("bytes")
-        if not tenant or len(tenant) > 253 or "/" in tenant:
-            raise ProtocolError(f"quota: {tenant!r} is not a tenant name")
-        if size is None:
-            self.store.delete(keys.quota(self.store, tenant))
-        elif not isinstance(size, int) or size < 0:
-            raise ProtocolError(f"quota: bytes={size!r}: expected a whole number >= 0")
+    def on_quota(self, identity: bytes, req: P.Quota) -> P.Ok:
+        self._admin(req)
+        if req.bytes is None:
+            self.store.delete(keys.quota(self.store, req.tenant))
         else:
-            self.store.put(keys.quota(self.store, tenant), {"bytes": size})
-        return {"kind": "ok"}
+            self.store.put(keys.quota(self.store, req.tenant), {"bytes": req.bytes})
+        return P.Ok()
 
-    def on_status(self, identity: bytes, rid: int, body: dict[str, Any]) -> dict[str, Any]:
+    def on_status(self, identity: bytes, req: P.Status) -> dict[str, Any]:
         with self.view.lock:
             out = {
                 "kind": "status",
@@ -706,25 +714,25 @@ def _quantiles(samples: list[float]) -> dict[str, float]:
     return {"p50": round(s[len(s) // 2], 3), "p99": round(s[min(len(s) - 1, int(len(s) * 0.99))], 3), "n": len(s)}
 
 
-def _error(rid: int, code: int, message: str) -> dict[str, Any]:
-    return {
-        "kind": "error",
-        "rid": rid,
-        "code": code,
-        "name": E.CURESULT.get(code, ("CUDA_ERROR_UNKNOWN", ""))[0],
-        "message": message,
-    }
+def _error(rid: int, code: int, message: str, decision: str = "") -> P.Error:
+    name = E.CURESULT.get(code, ("CUDA_ERROR_UNKNOWN", ""))[0]
+    return P.Error(rid=rid, code=code, name=name, message=message, decision=decision)
 
 
-_HANDLERS = {
-    "place": Controller.on_place,
-    "nodes": Controller.on_nodes,
-    "sessions": Controller.on_sessions,
-    "explain": Controller.on_explain,
-    "cordon": Controller.on_cordon,
-    "uncordon": Controller.on_cordon,
-    "quota": Controller.on_quota,
-    "status": Controller.on_status,
-    "drain": Controller.on_drain,
-    "ping": lambda self, identity, rid, body: {"kind": "pong", "is_leader": self.is_leader},
+def _with_rid(reply: dict[str, Any] | msgspec.Struct, rid: int) -> dict[str, Any]:
+    """The answer to request ``rid`` as the map the wire carries."""
+    return (P.as_map(reply) if isinstance(reply, msgspec.Struct) else reply) | {"rid": rid}
+
+
+_HANDLERS: dict[type, Any] = {
+    P.Place: Controller.on_place,
+    P.Nodes: Controller.on_nodes,
+    P.Sessions: Controller.on_sessions,
+    P.Explain: Controller.on_explain,
+    P.Cordon: Controller.on_cordon,
+    P.Uncordon: Controller.on_cordon,
+    P.Quota: Controller.on_quota,
+    P.Status: Controller.on_status,
+    P.Drain: Controller.on_drain,
+    P.Ping: lambda self, identity, req: P.Pong(is_leader=self.is_leader),
 }

@@ -115,10 +115,10 @@ class Drainer:
                 session=row.session,
                 tenant=row.tenant,
                 source=node,
-                target=placed["node"],
-                endpoint=placed["endpoint"],
-                server_key=placed["server_key"],
-                reservation=placed["reservation"],
+                target=placed.node,
+                endpoint=placed.endpoint,
+                server_key=placed.server_key,
+                reservation=placed.reservation,
                 decision=did,
                 token=secrets.token_hex(16),
                 created=time.time(),
@@ -131,7 +131,7 @@ class Drainer:
                 node,
                 row.session,
                 row.tenant,
-                placed["node"],
+                placed.node,
                 did,
             )
 

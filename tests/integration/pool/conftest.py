@@ -110,11 +110,13 @@ class Pool:
         return "pool://" + ",".join(e[len("tcp://") :] for e in eps)
 
     def call(self, body: dict, endpoint: str | None = None) -> dict | None:
+        """A request written as its map (checked by the protocol's own decoder), to the pool; None on an error."""
+        from woolyhv.pool import protocol as P
         from woolyhv.pool.client import PoolClient, PoolError
 
         c = PoolClient(endpoint or self.url(), timeout_s=2.0)
         try:
-            return c.call(body)
+            return c.call(P.decode_request(body))
         except PoolError:
             return None
         finally:

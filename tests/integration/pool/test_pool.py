@@ -208,7 +208,9 @@ def test_hostile_messages_get_cuda_errors_and_the_controller_lives(three) -> Non
         (encode_body({"kind": "explain", "rid": 6, "id": "../../leader"}), "CUDA_ERROR_INVALID_VALUE"),
         (encode_body({"kind": "explain", "rid": 7, "id": "0" * 16}), "CUDA_ERROR_NOT_FOUND"),
         (encode_body({"kind": "quota", "rid": 8, "tenant": "t", "bytes": "lots"}), "CUDA_ERROR_INVALID_VALUE"),
-        (encode_body({"kind": "cordon", "rid": 9, "node": {"a": 1}}), "CUDA_ERROR_NOT_FOUND"),
+        (encode_body({"kind": "cordon", "rid": 9, "node": {"a": 1}}), "CUDA_ERROR_INVALID_VALUE"),
+        (encode_body({"kind": "cordon", "rid": 10, "node": "nobody"}), "CUDA_ERROR_NOT_FOUND"),
+        (encode_body({"kind": "nodes", "rid": 11, "extra": 1}), "CUDA_ERROR_INVALID_VALUE"),
     ]
     for frames, name in cases:
         reply = ask(frames)

@@ -69,7 +69,7 @@ def test_two_controllers_racing_never_overcommit_a_node(etcd) -> None:  # type: 
                 reply = c._attempt(p)
                 if reply is not None:
                     with lock:
-                        placed.append(reply["reservation"])
+                        placed.append(reply.reservation)
 
         threads = [threading.Thread(target=hammer, args=(c,)) for c in ctls for _ in range(2)]
         for t in threads:
@@ -109,7 +109,7 @@ def test_agent_claims_releases_and_lapses_reservations(etcd) -> None:  # type: i
             )
             reply = c._attempt(p)
             assert reply is not None
-            return reply["reservation"]
+            return reply.reservation
 
         claimed, unclaimed = place(), place()
         agent.offer(snapshot(8 * GiB, [{"session": "s1", "tenant": "t", "memory": 0, "reservation": claimed}]))
@@ -179,7 +179,7 @@ def test_a_node_publishing_garbage_is_ignored_and_reported(etcd, garbage: bytes)
         assert wait_until(lambda: keys.node(store, "evil") in c.view.bad, 5)
         assert set(c.view.nodes) == {"good"}
         p = Pending((0, 0.0), b"", 0, PlaceRequest(tenant="t", memory=1), time.monotonic() + 5, "dg", time.monotonic())
-        assert c._attempt(p)["node"] == "good"  # type: ignore[index]
+        assert (placed := c._attempt(p)) is not None and placed.node == "good"
     finally:
         c.view.stop()
         c.sock.close(0)
