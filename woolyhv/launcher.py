@@ -178,6 +178,9 @@ def run(argv: list[str], settings: Settings) -> None:
             env["WOOLY_NVRTC_REAL"] = real  # NOTE [nvrtc stand-in]
         env["LD_LIBRARY_PATH"] = libdir + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
         env["WOOLY_NATIVE_LIBDIR"] = libdir
+    # NOTE [child interpreters] (shim/autostart/sitecustomize.py): the program's Python children get the faces too
+    autostart = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "shim", "autostart")
+    env["PYTHONPATH"] = autostart + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     sys.stdout.flush()
     sys.stderr.flush()
     native = native_program(argv)

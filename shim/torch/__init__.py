@@ -94,6 +94,8 @@ def activate() -> bool:
     if "torch" in sys.modules:
         apply()
         return True
+    if any(isinstance(f, _Finder) for f in sys.meta_path):
+        return True  # already (NOTE [child interpreters]: site may have installed it before wooly's bootstrap)
     if importlib.util.find_spec("torch") is None:
         return False
     sys.meta_path.insert(0, _Finder())

@@ -92,3 +92,12 @@ def test_sparse_graph_code_matches_local(gpud: str) -> None:
     assert "layout torch.sparse_coo torch.sparse_coo True 2 0 True" in remote
     assert "made cuda [0.0, 0.0, 5.0]" in remote
     assert [ln for ln in remote if ln.startswith("out_of_range")] == ["out_of_range refused True"] * 2
+
+
+def test_python_children_of_the_program_use_cuda(gpud: str) -> None:
+    """NOTE [child interpreters] (shim/autostart/sitecustomize.py): a subprocess of sys.executable and spawned
+    torch.multiprocessing workers get the PyTorch face; each is a session of its own."""
+    out = check(run_wooly(gpud, SCRIPTS / "children.py", timeout=240)).splitlines()
+    assert "subprocess 0 True cuda:0 83.0" in out[0], out
+    assert out[1] == "spawn [(0, 'cuda:0', 4.0), (1, 'cuda:0', 8.0)] [0, 0]", out
+    assert out[2] == "parent 2.0", out
