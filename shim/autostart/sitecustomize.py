@@ -6,8 +6,9 @@ itself (their libcuda is the shim's, through LD_LIBRARY_PATH, and it starts its 
 loads it), but the PyTorch face is an import hook that ``wooly run`` installs in the program's own interpreter
 only; without it a child's ``torch.cuda.is_available()`` was False. ``wooly run`` puts this folder first on the
 program's PYTHONPATH (nothing else does), so every Python child imports this module at start-up (``site``
-imports ``sitecustomize`` from the path) and installs the hook: it costs nothing until torch is imported, and each
-child opens its own session, as each process has its own CUDA context on a GPU. A gpud or JIT worker that the
+imports ``sitecustomize`` from the path) and installs the hook: it costs nothing until torch is imported, and a
+child opens a session of its own when it first uses cuda (not at import: spawned data-loading workers import torch
+and never touch the device), as each process has its own CUDA context on a GPU. A gpud or JIT worker that the
 program starts is left alone (its torch is the device's, not a client's). The module then runs the
 ``sitecustomize`` it shadows, if any (a distribution's, or a virtual environment's).
 """
@@ -15,7 +16,8 @@ program starts is left alone (its torch is the device's, not a client's). The mo
 import os
 import sys
 
-_DAEMONS = ("gpud", "gpud.zygote", "jit.worker", "woolyhv")  # `python -m` these: wooly's own processes
+# `python -m` these: wooly's own processes (the program's own interpreter, woolyhv.bootstrap, activates its faces)
+_DAEMONS = ("gpud", "gpud.zygote", "jit.worker", "woolyhv", "woolyhv.bootstrap")
 
 
 def _activate() -> None:
@@ -25,6 +27,7 @@ def _activate() -> None:
     try:
         import shim.torch
 
+        shim.torch.prewarm = False  # a child (a data-loading worker, say) opens a session only when it uses cuda
         shim.torch.activate()
     except Exception as exc:  # noqa: BLE001 - the child runs on without the face, and says why
         print(

@@ -14,6 +14,7 @@ import sys
 from typing import Any
 
 _patched = False
+prewarm = True  # False in a program's child interpreters (NOTE [child interpreters]): a session only on first use
 
 
 def apply() -> None:
@@ -43,7 +44,7 @@ def _prewarm() -> None:
         s = client()
     except ConfigError:
         return  # the first CUDA call reports it
-    if not s.server or not s.torch_prewarm:
+    if not s.server or not s.torch_prewarm or not prewarm:
         return
 
     def warm() -> None:
