@@ -235,9 +235,7 @@ def _back_edges(body: list[A.Stmt], pos: dict[str, int]) -> list[tuple[int, int]
 
 
 def _stores_shared_or_global(loop: list[A.Stmt]) -> bool:
-    return any(
-        isinstance(st, A.Instr) and st.opcode in _STORES and not st.has("param", "local", "const") for st in loop
-    )
+    return any(isinstance(st, A.Instr) and st.opcode in _STORES and not _private(st) for st in loop)
 
 
 _LOADS = ("ld", "ldu")

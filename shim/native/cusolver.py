@@ -23,7 +23,7 @@ from proto.blas import ITEM
 from proto.codec import ProtocolError, check
 from proto.errors import CudaError
 from proto.messages import GeamType, SolverCall
-from proto.solver import REAL, extents
+from proto.solver import COMPLEX, REAL, extents
 from shim.native.registry import api, put_i32, put_u64
 from shim.native.state import STATE
 
@@ -437,7 +437,7 @@ def _define(t: str, typ: GeamType) -> None:
         if not piv and n:
             raise CudaError(codes.NOT_SUPPORTED, "getrfBatched without pivoting (PivotArray = NULL) is not supported")
         for i, a in enumerate(_blas_pointers(h, arr, batch)):
-            _blas_queue(h, op="getrf", dtype=typ, m=n, n=n, a=a, lda=lda, ipiv=piv + 4 * n * i, info=_at(infos, i))
+            _blas_queue(h, op="getrf", dtype=typ, m=n, n=n, a=a, lda=lda, ipiv=_off(piv, 4 * n * i), info=_at(infos, i))
 
     @api(f"cublas{t}getrsBatched", 0, P, I, I, I, P, I, P, P, I, P, I, library="cublas")
     def getrs_batched(
@@ -456,7 +456,7 @@ def _define(t: str, typ: GeamType) -> None:
                 trans=_trans(trans),
                 a=a,
                 lda=lda,
-                ipiv=piv + 4 * n * i,
+                ipiv=_off(piv, 4 * n * i),
                 b=bb,
                 ldb=ldb,
             )
@@ -475,7 +475,7 @@ def _define(t: str, typ: GeamType) -> None:
                 n=n,
                 a=a,
                 lda=lda,
-                ipiv=piv + 4 * n * i,
+                ipiv=_off(piv, 4 * n * i),
                 b=c,
                 ldb=ldc,
                 info=_at(infos, i),
@@ -484,8 +484,6 @@ def _define(t: str, typ: GeamType) -> None:
 
 # the 64-bit generic API (cusolverDnX*): the data types travel as cudaDataType
 _DATA: dict[int, GeamType] = {0: "f32", 1: "f64", 4: "c64", 5: "c128"}
-_REAL_OF = {"f32": "f32", "f64": "f64", "c64": "f32", "c128": "f64"}
-_COMPLEX_OF = {"f32": "c64", "f64": "c128", "c64": "c64", "c128": "c128"}
 
 
 def _data(which: str, code: int) -> GeamType:
@@ -541,7 +539,7 @@ def cusolverDnXsyevd(
     info: Any,
 ) -> None:
     typ = _data("A", ta)
-    if _data("W", tw) != _REAL_OF[typ]:
+    if _data("W", tw) != REAL[typ]:
         raise CudaError(codes.INVALID_VALUE, f"syevd: W of type {tw} for A of {typ} (W holds A's real type)")
     _syevd(h, typ, jobz, uplo, n, a, lda, w, info)
 
@@ -587,7 +585,7 @@ def cusolverDnXgeev(
 ) -> None:
     _dims(n)
     typ = _data("A", ta)
-    if _data("W", tw) != _COMPLEX_OF[typ]:
+    if _data("W", tw) != COMPLEX[typ]:
         raise CudaError(codes.INVALID_VALUE, f"geev: W of type {tw} for A of {typ} (W holds complex eigenvalues)")
     for name, job, t_ in (("VL", jobvl, tvl), ("VR", jobvr, tvr)):
         if job not in (0, 1):
@@ -677,7 +675,8 @@ for _kind in ("Syevj", "Gesvdj"):
 
 
 def _at(infos: Any, i: int) -> int:
-    return int(infos) + 4 * i if infos else 0
+    """The i-th int of a device array of infos (0 for NULL)."""
+    return _off(infos, 4 * i)
 
 
 def _read_pointers(stream: int, arr: Any, count: int) -> list[int]:

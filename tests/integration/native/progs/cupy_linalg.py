@@ -72,4 +72,18 @@ with cupyx.errstate(linalg="raise"):
         raise SystemExit("a singular solve did not raise")
     except cp.linalg.LinAlgError as exc:
         assert "getrf" in str(exc) or "singular" in str(exc).lower(), exc
+# bad arguments get cuBLAS's own status, not an internal error: getriBatched with NULL pivots
+from cupy_backends.cuda.libs import cublas as _cublas  # noqa: E402
+
+m3 = cp.asarray(np.eye(3)[None])
+ptrs = cp.asarray([m3.data.ptr], dtype=cp.uint64)
+out3 = cp.empty_like(m3)
+optrs = cp.asarray([out3.data.ptr], dtype=cp.uint64)
+infos = cp.zeros(1, dtype=cp.int32)
+handle = cp.cuda.device.get_cublas_handle()
+try:
+    _cublas.dgetriBatched(handle, 3, ptrs.data.ptr, 3, 0, optrs.data.ptr, 3, infos.data.ptr, 1)
+    raise SystemExit("getriBatched with NULL pivots was accepted")
+except _cublas.CUBLASError as exc:
+    assert "INVALID_VALUE" in str(exc), exc
 print("OK")
