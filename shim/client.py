@@ -352,8 +352,10 @@ class Connection:
                     raise CudaError(body.code, body.message)
                 if kind == "hello_reply":
                     return body, bulk
+                if kind == "pong":  # the answer to a ping call (gpud echoes its rid; a heartbeat's ping has none)
+                    return None, bulk
                 if kind != "result":
-                    continue  # a pong or a nudge that reused the rid: not an answer
+                    continue  # a nudge that reused the rid: not an answer
                 return body.value, bulk
             now = time.monotonic()
             if now - last_heard > timeout_s or (deadline is not None and now > deadline):

@@ -224,3 +224,52 @@ def test_explicit_timeout_is_a_deadline_even_while_gpud_answers_pings(gpud_tcp):
     with pytest.raises(CudaError) as e:  # a request nobody answers (its rid is never replied to)
         c._wait(c._rid, 30.0, deadline=time.monotonic() + 1.0)
     assert time.monotonic() - t < 4 and e.value.name == "CUDA_ERROR_DEVICE_UNAVAILABLE"  # 1 s + one receive wait
+
+
+def test_a_ping_call_is_answered_by_its_pong(gpud_tcp):
+    """The staged-copy wait proves gpud alive with a ping call; its answer is a pong carrying the call's rid
+    (from c554f96 to this test the client took that pong for 'not an answer' and waited out its timeout)."""
+    d = connect(gpud_tcp.endpoint)
+    t = time.monotonic()
+    assert d.conn.call(m.Ping(), timeout_s=5.0)[0] is None
+    assert time.monotonic() - t < 2.0
+    d.conn.close()
+
+
+# Waits `ns` nanoseconds of %globaltimer, then stores 7: a kernel that takes as long as asked, on every backend.
+SLOW = b"""
+.version 7.0
+.target sm_80
+.address_size 64
+.visible .entry slow(.param .u64 out, .param .u64 ns)
+{
+    .reg .b64 %rd<6>; .reg .pred %p; .reg .b32 %r;
+    ld.param.u64 %rd1, [out]; ld.param.u64 %rd2, [ns];
+    mov.u64 %rd3, %globaltimer;
+$L: mov.u64 %rd4, %globaltimer; sub.u64 %rd5, %rd4, %rd3; setp.lt.u64 %p, %rd5, %rd2; @%p bra $L;
+    mov.u32 %r, 7; st.global.u32 [%rd1], %r;
+    ret;
+}
+"""
+
+
+def test_a_staged_copy_behind_a_long_kernel_completes(gpud):
+    """A device-to-host copy through the shared-memory ring queued behind a 2.5 s kernel: the client's wait pings
+    gpud after a second and goes on waiting for the flag word (it used to hang there until its timeout)."""
+    import struct
+
+    import numpy as np
+
+    d = connect(gpud.endpoint)
+    n = 4 << 20
+    p = d.mem_alloc(n)
+    d.memcpy_htod(p, np.zeros(n, dtype=np.uint8))
+    fn = d.module_get_function(d.module_load_data(SLOW), "slow")
+    t = time.monotonic()
+    d.launch_kernel(fn, (1, 1, 1), (1, 1, 1), fn.pack_params([struct.pack("<Q", p), struct.pack("<Q", 2_500_000_000)]))
+    out = bytes(d.memcpy_dtoh(p, n))
+    took = time.monotonic() - t
+    assert d._staging() is not None  # the copy went through the ring
+    assert out[:4] == (7).to_bytes(4, "little") and not any(out[4:])
+    assert 2.4 < took < 12.0
+    d.conn.close()

@@ -36,7 +36,7 @@ from jit.emit.cpu.records import HEADER_SIZES, ThreadRecords, _i32, _i64
 from jit.errors import CUDA_ERROR_ASSERT, CUDA_ERROR_ILLEGAL_ADDRESS
 from jit.lower.core import FuncLowering
 from jit.lower.module import KernelMeta, ModuleCodegen, align_up
-from jit.lower.types import F64, I8, I32, I64, PTR, reg_type
+from jit.lower.types import F64, I8, I32, I64, PTR, opaque_alloca, reg_type
 from jit.ptx import ast as A
 
 _XYZ = {"x": 0, "y": 1, "z": 2}
@@ -271,12 +271,7 @@ class EntryEnv(ThreadRecords):
             }[name]
             return b.trunc(v, I32)
         if name in ("clock", "clock64", "globaltimer", "globaltimer_lo", "globaltimer_hi", "clock_hi"):
-            c = fl.call_intr("llvm.readcyclecounter", I64, [])
-            if name in ("clock", "globaltimer_lo"):
-                return b.trunc(c, I32)
-            if name in ("globaltimer_hi", "clock_hi"):
-                return b.trunc(b.lshr(c, _i64(32)), I32)
-            return c
+            return time_register(fl, name)
         if name == "dynamic_smem_size":
             return b.trunc(self.lval(fl, L_DYN), I32)
         if name in ("total_smem_size", "aggr_smem_size"):
@@ -426,3 +421,34 @@ def start_thread(
     meta = env.meta
     if meta.local_bytes and not meta.func_stack:  # (with a .func stack the prologue set it)
         env.local = fl.b.gep(local_base, [fl.b.mul(fl.b.zext(env.rec_t, I64), _i64(meta.local_bytes))], source_etype=I8)
+
+
+# NOTE [time registers]
+# %clock/%clock64 count cycles of "the SM": the host's cycle counter (llvm.readcyclecounter) serves, since PTX gives
+# its rate no meaning. %globaltimer is a nanosecond clock, and kernels use it as one (a wait of N ns, a timestamp a
+# host compares with its own): it reads CLOCK_REALTIME through libc's clock_gettime (the vDSO: ~20 ns), which the
+# loader's engine resolves from the process. The cycle counter served it before and ran ~2.5x fast on a 2.5 GHz host.
+CLOCK_REALTIME = 0
+
+
+def time_register(fl: FuncLowering, name: str) -> ir.Value:
+    """%clock, %clock64, %clock_hi, %globaltimer, %globaltimer_lo, %globaltimer_hi."""
+    b = fl.b
+    if name.startswith("globaltimer"):
+        fn = fl.cg.module.globals.get("clock_gettime") or ir.Function(
+            fl.cg.module, ir.FunctionType(I32, [I32, PTR]), "clock_gettime"
+        )
+        ts = getattr(fl, "_timespec", None)
+        if ts is None:  # one timespec per function, in the entry block (a read inside a loop must not grow the stack)
+            ts = fl._timespec = opaque_alloca(fl.ab, ir.ArrayType(I64, 2), "timespec", 8)  # type: ignore[attr-defined]
+        b.call(fn, [_i32(CLOCK_REALTIME), ts])
+        sec = b.load(ts, typ=I64)
+        nsec = b.load(b.gep(ts, [_i64(1)], source_etype=I64), typ=I64)
+        c = b.add(b.mul(sec, _i64(1_000_000_000)), nsec)
+    else:
+        c = fl.call_intr("llvm.readcyclecounter", I64, [])
+    if name in ("clock", "globaltimer_lo"):
+        return b.trunc(c, I32)
+    if name in ("globaltimer_hi", "clock_hi"):
+        return b.trunc(b.lshr(c, _i64(32)), I32)
+    return c

@@ -26,7 +26,7 @@ from jit.emit.abi import (
     T_STACK_FLOOR,
     T_TID,
 )
-from jit.emit.cpu.env import call_assert, call_printf, emit_poll, ld_slot, stacksave
+from jit.emit.cpu.env import call_assert, call_printf, emit_poll, ld_slot, stacksave, time_register
 from jit.emit.cpu.records import _i32, _i64
 from jit.errors import CUDA_ERROR_ASSERT, CUDA_ERROR_LAUNCH_FAILED, not_supported
 from jit.lower.core import FuncLowering, Storage
@@ -91,8 +91,7 @@ class FuncEnv:
         if name == "warpid":
             return b.lshr(t, _i32(5))
         if name.startswith("clock") or name.startswith("globaltimer"):
-            c = fl.call_intr("llvm.readcyclecounter", I64, [])
-            return c if name in ("clock64", "globaltimer") else b.trunc(c, I32)
+            return time_register(fl, name)  # NOTE [time registers]
         if name.startswith("lanemask"):
             lane = b.zext(b.and_(t, _i32(31)), I64)
             eq = b.shl(_i64(1), lane)
