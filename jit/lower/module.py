@@ -21,7 +21,7 @@ from jit.lower import (  # noqa: F401  (handlers)
     ops_video,
 )
 from jit.lower.core import FuncLowering, Storage
-from jit.lower.types import I8, I64, PTR, VOID, opaque_alloca
+from jit.lower.types import I8, I32, I64, PTR, VOID, opaque_alloca
 from jit.passes.warp_matrix import SCRATCH as HIDDEN_SHARED
 from jit.ptx import ast as A
 from jit.ptx.ast import type_bytes, var_size  # noqa: F401 (var_size: re-exported to the emitters)
@@ -205,11 +205,17 @@ class ModuleCodegen:
             return Storage("shared", self.shared[name])
         return None
 
+    _LIBC = {
+        "malloc": ir.FunctionType(PTR, [I64]),
+        "free": ir.FunctionType(VOID, [PTR]),
+        "clock_gettime": ir.FunctionType(I32, [I32, PTR]),  # NOTE [time registers] (jit/emit/cpu/env.py)
+    }
+
     def libc(self, name: str) -> ir.Function:
+        """The declaration of a libc function the CPU code calls (the loader's engine resolves it in the process)."""
         fn = self.module.globals.get(name)
         if fn is None:
-            ty = ir.FunctionType(PTR, [I64]) if name == "malloc" else ir.FunctionType(VOID, [PTR])
-            fn = ir.Function(self.module, ty, name)
+            fn = ir.Function(self.module, self._LIBC[name], name)
         return fn  # type: ignore[return-value]
 
     def local_align(self, f: A.Function) -> int:

@@ -435,13 +435,8 @@ def time_register(fl: FuncLowering, name: str) -> ir.Value:
     """%clock, %clock64, %clock_hi, %globaltimer, %globaltimer_lo, %globaltimer_hi."""
     b = fl.b
     if name.startswith("globaltimer"):
-        fn = fl.cg.module.globals.get("clock_gettime") or ir.Function(
-            fl.cg.module, ir.FunctionType(I32, [I32, PTR]), "clock_gettime"
-        )
-        ts = getattr(fl, "_timespec", None)
-        if ts is None:  # one timespec per function, in the entry block (a read inside a loop must not grow the stack)
-            ts = fl._timespec = opaque_alloca(fl.ab, ir.ArrayType(I64, 2), "timespec", 8)  # type: ignore[attr-defined]
-        b.call(fn, [_i32(CLOCK_REALTIME), ts])
+        ts = opaque_alloca(fl.ab, ir.ArrayType(I64, 2), "timespec", 8)  # in the entry block: a loop does not grow it
+        b.call(fl.cg.libc("clock_gettime"), [_i32(CLOCK_REALTIME), ts])
         sec = b.load(ts, typ=I64)
         nsec = b.load(b.gep(ts, [_i64(1)], source_etype=I64), typ=I64)
         c = b.add(b.mul(sec, _i64(1_000_000_000)), nsec)
