@@ -371,6 +371,27 @@ class Session:
             self.find(addr, size, f"cublas geam ({operand})")
         self.engine.enqueue(msg.stream, lambda: self.backend.geam(msg))
 
+    def on_blas_vector(self, msg: m.BlasVector, bulk: list[Any]) -> None:
+        from proto.blas import scalar_size, vector_extents
+
+        extents = vector_extents(msg)
+        for operand, addr, size, _ in extents:
+            self.find(addr, size, f"cublas {msg.op} ({operand})")
+        if msg.scalars_on_device and msg.op in ("axpy", "scal") and extents:  # no extents: quick return
+            self.find(msg.alpha_ptr, scalar_size(msg.type, msg.alpha_real), f"cublas {msg.op} (alpha)")
+        self.engine.enqueue(msg.stream, lambda: self.backend.blas_vector(msg))
+
+    def on_blas_matrix(self, msg: m.BlasMatrix, bulk: list[Any]) -> None:
+        from proto.blas import ITEM, SCALARS, matrix_extents
+
+        extents = matrix_extents(msg)
+        for operand, addr, size, _ in extents:
+            self.find(addr, size, f"cublas {msg.op} ({operand})")
+        if msg.scalars_on_device and extents:
+            for name in SCALARS[msg.op]:
+                self.find(getattr(msg, name + "_ptr"), ITEM[msg.type], f"cublas {msg.op} ({name})")
+        self.engine.enqueue(msg.stream, lambda: self.backend.blas_matrix(msg))
+
     def on_rand_generate(self, msg: m.RandGenerate, bulk: list[Any]) -> None:
         from gpud.rand import check
 

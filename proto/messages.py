@@ -464,6 +464,82 @@ class BlasGeam(_Req, tag="blas_geam", kw_only=True):
         return [(addr, size) for operand, addr, size in geam_extents(self) if operand == "C"]
 
 
+VectorOp = Literal["axpy", "dot", "dotc", "nrm2", "asum", "scal", "copy", "swap", "iamax", "iamin"]
+Inc = Annotated[int, Meta(ge=-(1 << 40), le=1 << 40)]  # BLAS increments: negative walks the vector backwards
+
+
+class BlasVector(_Req, tag="blas_vector", kw_only=True):
+    """One cuBLAS level-1 operation on the strided vectors x (and y), in stream order (cublas<t>axpy, dot, dotc,
+    nrm2, asum, scal, copy, swap, iamax, iamin and their _64 forms). ``alpha`` is axpy's and scal's scalar, read at
+    run time from ``alpha_ptr`` with ``scalars_on_device``; ``alpha_real``: the scalar is real for a complex
+    vector (Csscal, Zdscal). A
+    reduction (dot, dotc, nrm2, asum, iamax, iamin) writes its result to the device address ``result``: the
+    client reads it back in host pointer mode. Semantics as reference BLAS, proto/blas.py."""
+
+    queued = True
+    op: VectorOp
+    type: GeamType
+    n: Size
+    x: U64
+    incx: Inc = 1
+    y: U64 = 0
+    incy: Inc = 1
+    alpha: Annotated[list[float], Meta(min_length=2, max_length=2)] = msgspec.field(default_factory=lambda: [1.0, 0.0])
+    alpha_real: bool = False
+    scalars_on_device: bool = False
+    alpha_ptr: U64 = 0
+    result: U64 = 0
+    result_int64: bool = False  # iamax/iamin's index as int64 (the _64 API) rather than int
+    stream: Handle = DEFAULT_STREAM
+
+    def writes(self, bulk: list[Any]) -> list[tuple[int, int]]:
+        from proto.blas import vector_extents
+
+        return [(addr, size) for _, addr, size, written in vector_extents(self) if written]
+
+
+MatrixOp = Literal["gemv", "ger", "gerc", "sbmv", "dgmm", "syrk"]
+
+
+class BlasMatrix(_Req, tag="blas_matrix", kw_only=True):
+    """One cuBLAS level-2 (or small level-3) operation, column-major, in stream order (proto/blas.py
+    ``matrix_extents`` gives each operand's shape): ``gemv`` y = alpha op(A) x + beta y (A m x n as stored);
+    ``ger`` A = alpha x y^T + A and ``gerc`` A = alpha x y^H + A (A m x n); ``sbmv`` y = alpha A x + beta y with A
+    symmetric n x n, k bands, stored in band form in the ``uplo`` triangle; ``dgmm`` C = diag(x) A (``side`` 0)
+    or A diag(x) (``side`` 1), A and C m x n; ``syrk`` C = alpha op(A) op(A)^T + beta C on C's
+    ``uplo`` triangle (C n x n, op(A) n x k). The cublas<t> functions of those names and their _64 forms; scalars
+    as ``BlasGemm``'s."""
+
+    queued = True
+    op: MatrixOp
+    type: GeamType
+    trans: Trans = 0
+    uplo: Literal[0, 1] = 0  # CUBLAS_FILL_MODE_LOWER, UPPER
+    side: Literal[0, 1] = 0  # dgmm's CUBLAS_SIDE_LEFT, RIGHT
+    m: Size = 0
+    n: Size
+    k: Size = 0
+    alpha: Annotated[list[float], Meta(min_length=2, max_length=2)] = msgspec.field(default_factory=lambda: [1.0, 0.0])
+    beta: Annotated[list[float], Meta(min_length=2, max_length=2)] = msgspec.field(default_factory=lambda: [0.0, 0.0])
+    scalars_on_device: bool = False
+    alpha_ptr: U64 = 0
+    beta_ptr: U64 = 0
+    a: U64
+    lda: Size
+    x: U64 = 0
+    incx: Inc = 1
+    y: U64 = 0
+    incy: Inc = 1
+    c: U64 = 0
+    ldc: Size = 0
+    stream: Handle = DEFAULT_STREAM
+
+    def writes(self, bulk: list[Any]) -> list[tuple[int, int]]:
+        from proto.blas import matrix_extents
+
+        return [(addr, size) for _, addr, size, written in matrix_extents(self) if written]
+
+
 RandDist = Literal["bits", "uniform", "normal", "lognormal", "poisson"]
 RandType = Literal["u32", "f32", "f64"]
 

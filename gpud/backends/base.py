@@ -174,6 +174,22 @@ class Backend(ABC):
         raise CudaError(codes.NOT_SUPPORTED, f"cuBLAS calls are not supported by the {self.kind} backend yet")
 
     @wrap_errors(codes.ILLEGAL_ADDRESS)
+    def blas_vector(self, v: Any) -> None:
+        """A checked proto BlasVector (cuBLAS level 1, gpud/blas.py), in stream order."""
+        self._blas_vector(v)
+
+    def _blas_vector(self, v: Any) -> None:
+        raise CudaError(codes.NOT_SUPPORTED, f"cuBLAS calls are not supported by the {self.kind} backend yet")
+
+    @wrap_errors(codes.ILLEGAL_ADDRESS)
+    def blas_matrix(self, g: Any) -> None:
+        """A checked proto BlasMatrix (cuBLAS level 2, gpud/blas.py), in stream order."""
+        self._blas_matrix(g)
+
+    def _blas_matrix(self, g: Any) -> None:
+        raise CudaError(codes.NOT_SUPPORTED, f"cuBLAS calls are not supported by the {self.kind} backend yet")
+
+    @wrap_errors(codes.ILLEGAL_ADDRESS)
     def rand(self, r: Any) -> None:
         """A checked proto RandGenerate (gpud/rand.py), in stream order."""
         self._rand(r)

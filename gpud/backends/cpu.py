@@ -334,6 +334,16 @@ class CpuBackend(Backend):
 
         geam_numpy(g)
 
+    def _blas_vector(self, v: Any) -> None:
+        from gpud.blas import vector_numpy
+
+        vector_numpy(v)
+
+    def _blas_matrix(self, g: Any) -> None:
+        from gpud.blas import matrix_numpy
+
+        matrix_numpy(g)
+
     def _rand(self, r: Any) -> None:
         from gpud.rand import generate_numpy
 

@@ -13,6 +13,7 @@ from shim.native.registry import api, last_error, put_i32, put_str, put_u32, put
 from shim.native.state import STATE
 
 P = c_void_p
+MANAGED_MEMORY = 83  # CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY: cuMemAllocManaged works when gpud shares this host
 
 # ---------------------------------------------------------------------------- init, version, errors
 _strings: dict[tuple[str, int, str], ctypes.Array] = {}
@@ -105,6 +106,10 @@ def cuDeviceGetAttribute(out: int, attrib: int, dev: int) -> None:
     value = attrs.get(attrib, attrs.get(str(attrib)))
     if value is None:
         raise CudaError(codes.INVALID_VALUE, f"cuDeviceGetAttribute: unknown attribute {attrib}")
+    if attrib == MANAGED_MEMORY:  # a property of the connection, not only of the device (shim/native/hostmem.py)
+        from shim.native.hostmem import can_map
+
+        value = int(can_map())
     put_i32(out, int(value))
 
 

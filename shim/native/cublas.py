@@ -2,8 +2,9 @@
 
 The native library exports every cuBLAS and cuBLASLt symbol (src/exports_cublas.h) and is found as
 libcublas.so.12/.13 and libcublasLt.so.12/.13 under ``wooly run``; the entry points implemented here
-turn into ``blas_gemm`` operations queued on the handle's stream, as a kernel launch is. Handles keep
-what cuBLAS keeps per handle: the stream, the pointer mode (alpha and beta read here from host memory,
+turn into ``blas_gemm``, ``blas_geam``, ``blas_vector`` (level 1) and ``blas_matrix`` (gemv, ger)
+operations queued on the handle's stream, as a kernel launch is. Handles keep what cuBLAS keeps per
+handle: the stream, the pointer mode (alpha and beta read here from host memory,
 or by gpud from device memory), the math mode and workspace (accepted: the node's BLAS chooses its
 own algorithms). Every other cuBLAS entry point returns CUBLAS_STATUS_NOT_SUPPORTED and names itself
 once on stderr.
@@ -16,12 +17,23 @@ import itertools
 import struct
 from ctypes import c_int, c_int64, c_size_t, c_void_p
 from dataclasses import dataclass
+from typing import Any
 
 from proto import errors as codes
-from proto.blas import extents, geam_extents
+from proto.blas import REDUCTIONS, SCALARS, extents, geam_extents, matrix_extents, result_size, vector_extents
 from proto.codec import ProtocolError, check
 from proto.errors import CudaError
-from proto.messages import BlasGeam, BlasGemm, BlasType, GeamType, Trans
+from proto.messages import (
+    BlasGeam,
+    BlasGemm,
+    BlasMatrix,
+    BlasType,
+    BlasVector,
+    GeamType,
+    MatrixOp,
+    Trans,
+    VectorOp,
+)
 from shim.native.registry import api, put_i32, put_u64
 from shim.native.state import STATE
 
@@ -55,6 +67,7 @@ class Handle:
     pointer_mode: int = 0  # CUBLAS_POINTER_MODE_HOST
     math_mode: int = 0
     atomics: int = 0
+    scratch: int = 0  # device word for reductions' results in host pointer mode (``_scratch``)
 
 
 _handles: dict[int, Handle] = {}
@@ -79,8 +92,10 @@ def cublasCreate_v2(out: int) -> None:
 
 @api("cublasDestroy_v2", 0, P, library="cublas")
 def cublasDestroy_v2(h: int | None) -> None:
-    _h(h)
+    handle = _h(h)
     del _handles[int(h or 0)]
+    if handle.scratch:
+        STATE.driver().mem_free(handle.scratch)
 
 
 @api("cublasGetVersion_v2", 0, P, P, library="cublas")
@@ -613,3 +628,182 @@ _GEAMS: tuple[tuple[str, GeamType], ...] = (
 )
 for _gname, _gtyp in _GEAMS:
     _geam(_gname, _gtyp)
+
+
+# ---------------------------------------------------------------------------- level 1 and level 2
+_VTYPES: tuple[tuple[str, GeamType], ...] = (("S", "f32"), ("D", "f64"), ("C", "c64"), ("Z", "c128"))
+_REAL_OF = {"c64": "f32", "c128": "f64"}
+
+
+def _scratch(handle: Handle) -> int:
+    """The handle's device word for reductions in host pointer mode (read back on the handle's stream)."""
+    if not handle.scratch:
+        handle.scratch = STATE.driver().mem_alloc(16)
+    return handle.scratch
+
+
+def vector(
+    h: int | None,
+    op: VectorOp,
+    typ: GeamType,
+    n: int,
+    x: int | None,
+    incx: int,
+    y: int | None = None,
+    incy: int = 1,
+    *,
+    alpha: int | None = None,
+    alpha_real: bool = False,
+    result: int | None = None,
+    result_int64: bool = False,
+) -> None:
+    """One level-1 call queued on the handle's stream as ``blas_vector``; in host pointer mode a reduction's
+    result is read back (the call returns when it is known, as cuBLAS's does)."""
+    handle = _h(h)
+    if n < 0:
+        n = 0  # BLAS: n <= 0 is a quick return (a reduction's result is 0)
+    msg = BlasVector(op=op, type=typ, n=n, x=int(x or 0), incx=incx, y=int(y or 0), incy=incy, alpha_real=alpha_real)
+    drv = STATE.driver()
+    msg.stream = drv._stream(handle.stream)
+    if op in ("axpy", "scal"):
+        if handle.pointer_mode == 1:
+            msg.scalars_on_device, msg.alpha_ptr = True, int(alpha or 0)
+        else:
+            msg.alpha = _scalar(handle, alpha, _REAL_OF.get(typ, typ) if alpha_real else typ, "alpha")
+    host_result = 0
+    if op in REDUCTIONS:
+        if not result:
+            raise CudaError(codes.INVALID_VALUE, f"{op}: result is NULL")
+        msg.result_int64 = result_int64
+        if handle.pointer_mode == 1:
+            msg.result = int(result)
+        else:
+            host_result, msg.result = int(result), _scratch(handle)
+    try:
+        for operand, addr, size, _ in vector_extents(check(msg)):
+            if not host_result or operand != "result":
+                drv._check_range(addr, size, f"{op} ({operand})")
+    except ProtocolError as exc:
+        raise CudaError(codes.INVALID_VALUE, f"{op}: {exc.message}") from None
+    drv.conn.post(msg)
+    if host_result:
+        size = result_size(msg)
+        ctypes.memmove(host_result, bytes(drv.memcpy_dtoh(msg.result, size, msg.stream)), size)
+
+
+def _level1(prefix: str, typ: GeamType) -> None:
+    """Register the level-1 entry points of one type: the _v2 (int) and _v2_64 (int64_t) forms."""
+    cplx = typ in ("c64", "c128")
+    real_prefix = {"C": "Sc", "Z": "Dz"}.get(prefix, prefix)  # nrm2/asum of a complex vector: Scnrm2, Dznrm2
+    for suffix, i in (("_v2", c_int), ("_v2_64", c_int64)):
+        wide = suffix == "_v2_64"
+
+        def reg(name: str, args: tuple, func: Any, suffix: str = suffix) -> None:
+            api(f"cublas{name}{suffix}", 0, P, *args, library="cublas")(func)
+
+        reg(
+            f"{prefix}axpy",
+            (i, P, P, i, P, i),
+            lambda h, n, a, x, ix, y, iy, t=typ: vector(h, "axpy", t, n, x, ix, y, iy, alpha=a),
+        )
+        reg(f"{prefix}copy", (i, P, i, P, i), lambda h, n, x, ix, y, iy, t=typ: vector(h, "copy", t, n, x, ix, y, iy))
+        reg(f"{prefix}swap", (i, P, i, P, i), lambda h, n, x, ix, y, iy, t=typ: vector(h, "swap", t, n, x, ix, y, iy))
+        reg(f"{prefix}scal", (i, P, P, i), lambda h, n, a, x, ix, t=typ: vector(h, "scal", t, n, x, ix, alpha=a))
+        for dot, name in (("dot", f"{prefix}dotu" if cplx else f"{prefix}dot"), ("dotc", f"{prefix}dotc")):
+            if dot == "dotc" and not cplx:
+                continue
+            reg(
+                name,
+                (i, P, i, P, i, P),
+                lambda h, n, x, ix, y, iy, r, t=typ, d=dot: vector(h, d, t, n, x, ix, y, iy, result=r),
+            )
+        reg(f"{real_prefix}nrm2", (i, P, i, P), lambda h, n, x, ix, r, t=typ: vector(h, "nrm2", t, n, x, ix, result=r))
+        reg(f"{real_prefix}asum", (i, P, i, P), lambda h, n, x, ix, r, t=typ: vector(h, "asum", t, n, x, ix, result=r))
+        for which in ("amax", "amin"):
+            reg(
+                f"I{prefix.lower()}{which}",
+                (i, P, i, P),
+                lambda h, n, x, ix, r, t=typ, w=which, wd=wide: vector(
+                    h, "i" + w, t, n, x, ix, result=r, result_int64=wd
+                ),
+            )
+        if cplx:  # a real scalar for a complex vector: Csscal, Zdscal
+            reg(
+                f"{prefix}{'s' if typ == 'c64' else 'd'}scal",
+                (i, P, P, i),
+                lambda h, n, a, x, ix, t=typ: vector(h, "scal", t, n, x, ix, alpha=a, alpha_real=True),
+            )
+
+
+def matrix(h: int | None, op: MatrixOp, typ: GeamType, **kw: Any) -> None:
+    """One level-2 call (gemv, ger, gerc, sbmv, dgmm, syrk) queued on the handle's stream as ``blas_matrix``;
+    ``kw``: the message's fields, with ``alpha``/``beta`` the caller's scalar pointers and ``trans``, ``uplo``
+    and ``side`` cuBLAS's enums."""
+    handle = _h(h)
+    alpha, beta = kw.pop("alpha", None), kw.pop("beta", None)
+    sizes = {k: kw[k] for k in ("m", "n", "k", "lda", "ldc") if k in kw}
+    if min(sizes.values()) < 0:
+        raise CudaError(codes.INVALID_VALUE, f"{op}: negative size ({' '.join(f'{k}={v}' for k, v in sizes.items())})")
+    for key in ("a", "x", "y", "c"):
+        kw[key] = int(kw.get(key) or 0)
+    if "trans" in kw:
+        kw["trans"] = _trans(kw["trans"])
+    for key in ("uplo", "side"):
+        if kw.get(key, 0) not in (0, 1):
+            raise CudaError(codes.INVALID_VALUE, f"{op}: {key} = {kw[key]} (0 or 1)")
+    drv = STATE.driver()
+    msg = BlasMatrix(op=op, type=typ, stream=drv._stream(handle.stream), **kw)
+    try:
+        extents = matrix_extents(check(msg))
+    except ProtocolError as exc:
+        raise CudaError(codes.INVALID_VALUE, f"{op}: {exc.message}") from None
+    if not extents:
+        return  # a size of 0: nothing happens (not even the scalars are read)
+    if handle.pointer_mode == 1:
+        msg.scalars_on_device, msg.alpha_ptr, msg.beta_ptr = True, int(alpha or 0), int(beta or 0)
+    else:
+        for name in SCALARS[op]:
+            setattr(msg, name, _scalar(handle, alpha if name == "alpha" else beta, typ, name))
+    for operand, addr, size, _ in extents:
+        drv._check_range(addr, size, f"{op} ({operand})")
+    drv.conn.post(msg)
+
+
+def _level2(prefix: str, typ: GeamType) -> None:
+    """Register gemv, ger/geru/gerc, sbmv (real types), dgmm and syrk of one type, _v2 and _v2_64."""
+    cplx = typ in ("c64", "c128")
+    for suffix, i in (("_v2", c_int), ("_v2_64", c_int64)):
+
+        def gemv(h, t, m, n, al, a, lda, x, ix, be, y, iy, ty=typ) -> None:  # noqa: ANN001
+            matrix(h, "gemv", ty, trans=t, m=m, n=n, alpha=al, a=a, lda=lda, x=x, incx=ix, beta=be, y=y, incy=iy)
+
+        api(f"cublas{prefix}gemv{suffix}", 0, P, c_int, i, i, P, P, i, P, i, P, P, i, library="cublas")(gemv)
+        for name, op in ((f"{prefix}geru", "ger"), (f"{prefix}gerc", "gerc")) if cplx else ((f"{prefix}ger", "ger"),):
+
+            def ger(h, m, n, al, x, ix, y, iy, a, lda, ty=typ, o=op) -> None:  # noqa: ANN001
+                matrix(h, o, ty, m=m, n=n, alpha=al, x=x, incx=ix, y=y, incy=iy, a=a, lda=lda)
+
+            api(f"cublas{name}{suffix}", 0, P, i, i, P, P, i, P, i, P, i, library="cublas")(ger)
+        if not cplx:
+
+            def sbmv(h, uplo, n, k, al, a, lda, x, ix, be, y, iy, ty=typ) -> None:  # noqa: ANN001
+                matrix(h, "sbmv", ty, uplo=uplo, n=n, k=k, alpha=al, a=a, lda=lda, x=x, incx=ix, beta=be, y=y, incy=iy)
+
+            api(f"cublas{prefix}sbmv{suffix}", 0, P, c_int, i, i, P, P, i, P, i, P, P, i, library="cublas")(sbmv)
+
+        def syrk(h, uplo, t, n, k, al, a, lda, be, c, ldc, ty=typ) -> None:  # noqa: ANN001
+            matrix(h, "syrk", ty, uplo=uplo, trans=t, n=n, k=k, alpha=al, a=a, lda=lda, beta=be, c=c, ldc=ldc)
+
+        api(f"cublas{prefix}syrk{suffix}", 0, P, c_int, c_int, i, i, P, P, i, P, P, i, library="cublas")(syrk)
+
+    for suffix, i in (("", c_int), ("_64", c_int64)):  # dgmm has no _v2
+
+        def dgmm(h, side, m, n, a, lda, x, ix, c, ldc, ty=typ) -> None:  # noqa: ANN001
+            matrix(h, "dgmm", ty, side=side, m=m, n=n, a=a, lda=lda, x=x, incx=ix, c=c, ldc=ldc)
+
+        api(f"cublas{prefix}dgmm{suffix}", 0, P, c_int, i, i, P, i, P, i, P, i, library="cublas")(dgmm)
+
+
+for _prefix, _vtyp in _VTYPES:
+    _level1(_prefix, _vtyp)
+    _level2(_prefix, _vtyp)

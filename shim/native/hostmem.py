@@ -57,7 +57,8 @@ def _shm_path() -> str:
     return os.path.join(base, f"wooly-host-{os.getpid()}-{next(_seq)}-{secrets.token_hex(8)}")
 
 
-def _can_map() -> bool:
+def can_map() -> bool:
+    """Whether gpud can map this process's host memory: it runs on this host with the CPU backend (NOTE [host map])."""
     drv = STATE.driver()
     return bool(getattr(drv.conn, "same_host", False)) and drv.devices[0].get("backend", "cpu") == "cpu"
 
@@ -67,7 +68,7 @@ def allocate(size: int, flags: int, managed: bool = False) -> HostBlock:
     if size <= 0:
         raise CudaError(codes.INVALID_VALUE, "size must be > 0")
     length = (size + PAGE - 1) // PAGE * PAGE
-    if not _can_map():
+    if not can_map():
         if managed:
             raise CudaError(codes.NOT_SUPPORTED, "cuMemAllocManaged: managed memory needs gpud on this host")
         addr = _mmap(length)

@@ -55,3 +55,45 @@ def test_gemm_outside_an_allocation_is_refused(driver, where: str) -> None:
         driver.ctx_synchronize()
     assert err.value.name == "CUDA_ERROR_INVALID_VALUE"
     assert bytes(driver.memcpy_dtoh(other, 4096)) == b"\x11" * 4096
+
+
+def test_level1_reduction_writes_its_result_in_stream_order(driver) -> None:
+    """blas_vector: a dot of x (stride 2) and y walked backwards, the result in device memory (NOTE [strided
+    vectors])."""
+    x = np.arange(12, dtype=np.float64)
+    y = np.linspace(-1, 1, 6)
+    buf = driver.mem_alloc(256)
+    driver.memcpy_htod(buf, x.tobytes() + y.tobytes())
+    driver.conn.post(
+        dict(kind="blas_vector", op="dot", type="f64", n=6, x=buf, incx=2, y=buf + 96, incy=-1, result=buf + 200)
+    )
+    got = np.frombuffer(bytes(driver.memcpy_dtoh(buf + 200, 8)), np.float64)[0]
+    assert got == np.dot(x[::2], y[::-1])
+
+
+@pytest.mark.parametrize(
+    "msg",
+    [
+        dict(kind="blas_vector", op="nrm2", type="f32", n=4, x=0, incx=1, result=64),  # result past the end
+        dict(kind="blas_vector", op="axpy", type="f32", n=5, x=0, incx=1, y=48, incy=-1),  # y's span runs over
+        dict(kind="blas_vector", op="scal", type="f32", n=3, x=0, incx=30),  # x's stride runs over
+        dict(kind="blas_vector", op="copy", type="c128", n=4, x=0, incx=1, y=16, incy=0),  # written with inc 0
+        dict(kind="blas_matrix", op="gemv", type="f32", trans=1, m=4, n=4, a=0, lda=4, x=0, incx=1, y=64, incy=1),
+        dict(kind="blas_matrix", op="ger", type="f64", m=4, n=3, a=0, lda=4, x=0, incx=1, y=0, incy=1),  # A: 96 B
+        dict(kind="blas_matrix", op="syrk", type="f32", n=5, k=1, a=0, lda=5, c=0, ldc=4),  # ldc below n
+        dict(kind="blas_matrix", op="dgmm", type="f32", m=4, n=4, a=0, lda=4, x=0, incx=1, c=0, ldc=5),  # C over
+    ],
+    ids=["result", "neg-inc", "stride", "inc0", "gemv-y", "ger-A", "syrk-ldc", "dgmm-C"],
+)
+def test_level1_and_2_outside_an_allocation_are_refused(driver, msg: dict) -> None:
+    """A level-1/2 operand (or result) reaching past the tenant's 64-byte allocation, or a shape cuBLAS refuses:
+    CUDA_ERROR_INVALID_VALUE and nothing written; the neighbour allocation keeps its bytes."""
+    mine = driver.mem_alloc(64)
+    other = driver.mem_alloc(4096)
+    driver.memcpy_htod(other, b"\x11" * 4096)
+    msg = {k: (mine + v if k in ("x", "y", "a", "c", "result") else v) for k, v in msg.items()}
+    driver.conn.post(msg)
+    with pytest.raises(CudaError) as err:
+        driver.ctx_synchronize()
+    assert err.value.name == "CUDA_ERROR_INVALID_VALUE"
+    assert bytes(driver.memcpy_dtoh(other, 4096)) == b"\x11" * 4096

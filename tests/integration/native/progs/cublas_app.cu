@@ -20,6 +20,14 @@ int cublasDgemmStridedBatched(cublasHandle_t, int, int, int, int, int, const dou
 int cublasGemmEx(cublasHandle_t, int, int, int, int, int, const void *, const void *, int, int, const void *, int, int,
                  const void *, void *, int, int, int, int);
 int cublasSetMatrix(int, int, int, const void *, int, void *, int);
+int cublasSaxpy_v2(cublasHandle_t, int, const float *, const float *, int, float *, int);
+int cublasSdot_v2(cublasHandle_t, int, const float *, int, const float *, int, float *);
+int cublasDdot_v2(cublasHandle_t, int, const double *, int, const double *, int, double *);
+int cublasSnrm2_v2(cublasHandle_t, int, const float *, int, float *);
+int cublasSscal_v2(cublasHandle_t, int, const float *, float *, int);
+int cublasIsamax_v2(cublasHandle_t, int, const float *, int, int *);
+int cublasDgemv_v2(cublasHandle_t, int, int, int, const double *, const double *, int, const double *, int,
+                   const double *, double *, int);
 int cublasGetMatrix(int, int, int, const void *, int, void *, int);
 }
 
@@ -102,6 +110,52 @@ int main() {
     for (int i = 0; i < 4; i++) EXPECT(out[i] == want[i], "GemmEx out[%d] = %f, want %f", i, out[i], want[i]);
     // 4. a bad leading dimension is CUBLAS_STATUS_INVALID_VALUE (7), and an unknown call NOT_SUPPORTED (15)
     EXPECT(cublasSgemm_v2(h, 0, 0, m, n, k, &alpha, dA, 1, dB, ldb, &beta, dC, ldc) == 7, "lda below m accepted");
+    // 5. level 1 and 2 on strided vectors, negative increments walking backwards (reference BLAS semantics)
+    float v[12], w[6], sv[12], sw[6];
+    for (int i = 0; i < 12; i++) v[i] = sv[i] = (float)(i * 3 % 7) - 2;
+    for (int i = 0; i < 6; i++) w[i] = sw[i] = 0.5f * i;
+    float *dv, *dw, *dres;
+    cudaMalloc(&dv, sizeof v); cudaMalloc(&dw, sizeof w); cudaMalloc(&dres, 4);
+    cudaMemcpy(dv, v, sizeof v, cudaMemcpyHostToDevice);
+    cudaMemcpy(dw, w, sizeof w, cudaMemcpyHostToDevice);
+    float two = 2.0f, dot = -1.0f, nrm = -1.0f;
+    int imax = -1;
+    EXPECT(cublasSaxpy_v2(h, 6, &two, dv, 2, dw, -1) == 0, "saxpy status");  // w[5 - i] += 2 v[2 i]
+    for (int i = 0; i < 6; i++) sw[5 - i] += 2.0f * sv[2 * i];
+    EXPECT(cublasSdot_v2(h, 6, dv, 2, dw, 1, &dot) == 0, "sdot status");  // host pointer mode: a blocking result
+    float want_dot = 0;
+    for (int i = 0; i < 6; i++) want_dot += sv[2 * i] * sw[i];
+    EXPECT(dot == want_dot, "sdot = %f, want %f", dot, want_dot);
+    EXPECT(cublasIsamax_v2(h, 12, dv, 1, &imax) == 0 && imax == 3, "isamax = %d, want 3 (1-based, first of |4|)", imax);
+    EXPECT(cublasSnrm2_v2(h, 6, dv, 0, &nrm) == 0 && nrm == 0.0f, "snrm2 with incx 0 = %f, want 0", nrm);
+    EXPECT(cublasSscal_v2(h, 12, &two, dv, -1) == 0, "sscal with incx < 0 status");  // does nothing
+    cublasSetPointerMode_v2(h, 1);  // device pointer mode: the result stays in device memory
+    EXPECT(cublasSdot_v2(h, 12, dv, 1, dv, 1, dres) == 0, "sdot (device result) status");
+    cublasSetPointerMode_v2(h, 0);
+    float self_dot = 0, got = 0;
+    for (int i = 0; i < 12; i++) self_dot += sv[i] * sv[i];
+    cudaMemcpy(&got, dres, 4, cudaMemcpyDeviceToHost);
+    EXPECT(got == self_dot, "sdot into device memory = %f, want %f (sscal with incx < 0 must not scale)", got, self_dot);
+    cudaMemcpy(w, dw, sizeof w, cudaMemcpyDeviceToHost);
+    for (int i = 0; i < 6; i++) EXPECT(w[i] == sw[i], "saxpy w[%d] = %f, want %f", i, w[i], sw[i]);
+    // dgemv, A^T x with A 3 x 4 (lda 5) and y walked backwards with stride 2
+    double GA[5 * 4], gx[3] = {1, -2, 0.5}, gy[8], ry[8], ga = 1.5, gb = -1.0;
+    for (int i = 0; i < 20; i++) GA[i] = i % 5 < 3 ? (double)(i % 7) - 3 : 1e300;  // padding must not be read
+    for (int i = 0; i < 8; i++) gy[i] = ry[i] = i;
+    double *dGA, *dgx, *dgy;
+    cudaMalloc(&dGA, sizeof GA); cudaMalloc(&dgx, sizeof gx); cudaMalloc(&dgy, sizeof gy);
+    cudaMemcpy(dGA, GA, sizeof GA, cudaMemcpyHostToDevice);
+    cudaMemcpy(dgx, gx, sizeof gx, cudaMemcpyHostToDevice);
+    cudaMemcpy(dgy, gy, sizeof gy, cudaMemcpyHostToDevice);
+    EXPECT(cublasDgemv_v2(h, 1, 3, 4, &ga, dGA, 5, dgx, 1, &gb, dgy, -2) == 0, "dgemv status");
+    for (int j = 0; j < 4; j++) {
+        double acc = 0;
+        for (int i = 0; i < 3; i++) acc += GA[i + 5 * j] * gx[i];
+        ry[(3 - j) * 2] = ga * acc + gb * ry[(3 - j) * 2];
+    }
+    cudaMemcpy(gy, dgy, sizeof gy, cudaMemcpyDeviceToHost);
+    for (int i = 0; i < 8; i++) EXPECT(gy[i] == ry[i], "dgemv y[%d] = %f, want %f", i, gy[i], ry[i]);
+    EXPECT(cublasDgemv_v2(h, 0, 3, 4, &ga, dGA, 5, dgx, 0, &gb, dgy, 1) == 7, "dgemv with incx 0 accepted");
     cudaStreamSynchronize(s);
     cublasDestroy_v2(h);
     printf(failures ? "FAIL (%d)\n" : "PASS\n", failures);
