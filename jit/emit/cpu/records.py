@@ -165,6 +165,8 @@ def member_mask_operand(ins: A.Instr) -> A.Operand | None:
     o = ins.operands
     if ins.opcode in ("vote", "match", "redux") and len(o) >= 3:
         return o[2]
+    if ins.opcode == "shfl" and len(o) >= 5:  # shfl.sync d|p, a, b, c, membermask (plain shfl: all lanes)
+        return o[4]
     if ins.opcode == "bar" and ins.has("warp") and o:
         return o[0]
     return None

@@ -258,3 +258,14 @@ def test_redux_sync_add_f32_is_invalid_ptx() -> None:
     with pytest.raises(JitError) as ei:
         compile_module(REDUX_F32.replace("redux.sync.min.NaN.f32", "redux.sync.add.f32"))
     assert ei.value.code == 218 and "redux" in ei.value.message
+
+
+@pytest.mark.parametrize("nwarps", [2, 8, 32])
+def test_a_barrier_waits_for_lanes_in_a_partial_shuffle(nwarps: int) -> None:
+    """tests/unit/jit/ptx/partial_shfl.cu (cuda-samples' shfl_scan): lanes 0..nwarps-1 of warp 0 shuffle with a
+    membermask naming only them while the rest of the block waits at a barrier. shfl's membermask was read as
+    'all lanes', the shuffle counted as blocked, and the barrier released before the scan was stored."""
+    ptx = (PTX_DIR / "partial_shfl.ptx").read_text()
+    out = np.zeros(nwarps, np.int32)
+    launch(ptx, "partial_shfl", 1, 32 * nwarps, out, shared=4 * nwarps)
+    assert out.tolist() == np.cumsum(32 * np.arange(1, nwarps + 1)).tolist()
