@@ -392,6 +392,17 @@ class Session:
                 self.find(getattr(msg, name + "_ptr"), ITEM[msg.type], f"cublas {msg.op} ({name})")
         self.engine.enqueue(msg.stream, lambda: self.backend.blas_matrix(msg))
 
+    def on_sparse_mv(self, msg: m.SparseMv, bulk: list[Any]) -> None:
+        from proto.blas import ITEM
+        from proto.sparse import extents
+
+        for operand, addr, size, _ in extents(msg):
+            self.find(addr, size, f"cusparse spmv ({operand})")
+        if msg.scalars_on_device:
+            for name, addr in (("alpha", msg.alpha_ptr), ("beta", msg.beta_ptr)):
+                self.find(addr, ITEM[msg.type], f"cusparse spmv ({name})")
+        self.engine.enqueue(msg.stream, lambda: self.backend.spmv(msg))
+
     def on_rand_generate(self, msg: m.RandGenerate, bulk: list[Any]) -> None:
         from gpud.rand import check
 

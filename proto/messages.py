@@ -540,6 +540,46 @@ class BlasMatrix(_Req, tag="blas_matrix", kw_only=True):
         return [(addr, size) for _, addr, size, written in matrix_extents(self) if written]
 
 
+SparseFormat = Literal["csr", "csc", "coo"]
+IndexType = Literal["i32", "i64"]
+
+
+class SparseMv(_Req, tag="sparse_mv", kw_only=True):
+    """y = alpha op(A) x + beta y with A sparse (rows x cols as stored; CSR, CSC or COO with ``base`` 0 or 1), in
+    stream order (cusparseSpMV). ``offsets``: CSR's row offsets (rows + 1) or CSC's column offsets (cols + 1);
+    ``indices``: CSR's column or CSC's row indices (nnz); COO: ``rows_idx`` and ``indices`` (row and column, nnz
+    each). gpud checks the index arrays (in range, offsets non-decreasing) before it reads x: a bad index is
+    CUDA_ERROR_INVALID_VALUE, never a read past x (proto/sparse.py). Scalars as ``BlasGemm``'s."""
+
+    queued = True
+    format: SparseFormat
+    op: Trans = 0
+    rows: Size
+    cols: Size
+    nnz: Size
+    offsets: U64 = 0
+    rows_idx: U64 = 0
+    indices: U64 = 0
+    values: U64 = 0
+    offset_type: IndexType = "i32"
+    index_type: IndexType = "i32"
+    base: Literal[0, 1] = 0
+    type: GeamType
+    x: U64
+    y: U64
+    alpha: Annotated[list[float], Meta(min_length=2, max_length=2)] = msgspec.field(default_factory=lambda: [1.0, 0.0])
+    beta: Annotated[list[float], Meta(min_length=2, max_length=2)] = msgspec.field(default_factory=lambda: [0.0, 0.0])
+    scalars_on_device: bool = False
+    alpha_ptr: U64 = 0
+    beta_ptr: U64 = 0
+    stream: Handle = DEFAULT_STREAM
+
+    def writes(self, bulk: list[Any]) -> list[tuple[int, int]]:
+        from proto.sparse import extents
+
+        return [(addr, size) for _, addr, size, written in extents(self) if written]
+
+
 RandDist = Literal["bits", "uniform", "normal", "lognormal", "poisson"]
 RandType = Literal["u32", "f32", "f64"]
 

@@ -190,6 +190,14 @@ class Backend(ABC):
         raise CudaError(codes.NOT_SUPPORTED, f"cuBLAS calls are not supported by the {self.kind} backend yet")
 
     @wrap_errors(codes.ILLEGAL_ADDRESS)
+    def spmv(self, s: Any) -> None:
+        """A checked proto SparseMv (cuSPARSE SpMV, gpud/sparse.py), in stream order."""
+        self._spmv(s)
+
+    def _spmv(self, s: Any) -> None:
+        raise CudaError(codes.NOT_SUPPORTED, f"cuSPARSE calls are not supported by the {self.kind} backend yet")
+
+    @wrap_errors(codes.ILLEGAL_ADDRESS)
     def rand(self, r: Any) -> None:
         """A checked proto RandGenerate (gpud/rand.py), in stream order."""
         self._rand(r)

@@ -344,6 +344,11 @@ class CpuBackend(Backend):
 
         matrix_numpy(g)
 
+    def _spmv(self, s: Any) -> None:
+        from gpud.sparse import spmv_numpy
+
+        spmv_numpy(s)
+
     def _rand(self, r: Any) -> None:
         from gpud.rand import generate_numpy
 

@@ -8,7 +8,7 @@ stream's earlier work is done: stricter ordering than CUDA's, same results.
 from __future__ import annotations
 
 import ctypes
-from ctypes import c_int, c_uint, c_uint64, c_void_p
+from ctypes import c_int, c_size_t, c_uint, c_uint64, c_void_p
 
 from proto import errors as codes
 from proto.errors import CudaError
@@ -228,3 +228,19 @@ def cuEventElapsedTime(out: int, start: int | None, end: int | None) -> None:
 
 
 _ = c_uint64
+
+
+@api("cuStreamAttachMemAsync", 6000, P, P, c_size_t, c_uint)
+def cuStreamAttachMemAsync(h: int | None, ptr: int | None, length: int, flags: int) -> None:
+    """Accepted for managed memory: it is one mapping shared by this process and gpud (NOTE [host map]), coherent
+    whichever stream it is attached to, so the attachment changes nothing; the stream and range are checked."""
+    from shim.native.cu_memory import _host
+
+    if flags not in (1, 2, 4):  # CU_MEM_ATTACH_GLOBAL, HOST, SINGLE
+        raise CudaError(codes.INVALID_VALUE, f"cuStreamAttachMemAsync: bad flags {flags}")
+    block = next((b for b in _host.values() if b.managed and b.host <= int(ptr or 0) < b.host + b.size), None)
+    if block is None:
+        raise CudaError(codes.INVALID_VALUE, f"cuStreamAttachMemAsync: 0x{int(ptr or 0):x} is not managed memory")
+    if length and int(ptr or 0) + length > block.host + block.size:
+        raise CudaError(codes.INVALID_VALUE, "cuStreamAttachMemAsync: the range runs past the managed allocation")
+    STATE.driver()._stream(_s(h))  # an unknown stream is CUDA_ERROR_INVALID_HANDLE

@@ -73,19 +73,11 @@ class Handles:
 
 
 _h = Handles("cuSOLVER", 0x501E000)
-_sh = Handles("cuSPARSE", 0x5BA5000)
 _params = itertools.count(0x9A4A000)
 api("cusolverDnCreate", 0, P, library="cusolver")(_h.create)
 api("cusolverDnDestroy", 0, P, library="cusolver")(_h.destroy)
 api("cusolverDnSetStream", 0, P, P, library="cusolver")(_h.set_stream)
 api("cusolverDnGetStream", 0, P, P, library="cusolver")(_h.get_stream)
-# cuSPARSE: CuPy loads it with cuSOLVER. Its handles work; its routines are not remoted yet and answer
-# CUSPARSE_STATUS_NOT_SUPPORTED, naming themselves.
-api("cusparseCreate", 0, P, library="cusparse")(_sh.create)
-api("cusparseDestroy", 0, P, library="cusparse")(_sh.destroy)
-api("cusparseSetStream", 0, P, P, library="cusparse")(_sh.set_stream)
-api("cusparseGetStream", 0, P, P, library="cusparse")(_sh.get_stream)
-SPARSE_VERSION = 12510  # cuSPARSE 12.5.10 (CUDA 12.9)
 
 
 @api("cusolverGetVersion", 0, P, library="cusolver")
@@ -106,18 +98,6 @@ def cusolverDnCreateParams(out: int) -> None:
 @api("cusolverDnDestroyParams", 0, P, library="cusolver")
 def cusolverDnDestroyParams(p: int | None) -> None:
     return None
-
-
-@api("cusparseGetVersion", 0, P, P, library="cusparse")
-def cusparseGetVersion(h: int | None, out: int) -> None:
-    _sh(h)
-    put_i32(out, SPARSE_VERSION)
-
-
-@api("cusparseGetProperty", 0, I, P, library="cusparse")
-def cusparseGetProperty(which: int, out: int) -> None:
-    v = SPARSE_VERSION
-    put_i32(out, (v // 1000, v // 10 % 100, v % 10)[which] if 0 <= which <= 2 else 0)
 
 
 def _queue(h: int | None, **fields: Any) -> None:

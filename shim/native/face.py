@@ -34,6 +34,7 @@ API_MODULES = (
     "shim.native.cufft",
     "shim.native.curand",
     "shim.native.cusolver",
+    "shim.native.cusparse",
 )
 
 

@@ -157,7 +157,7 @@ def build(checkout: str, cat: str, name: str, way: str, outdir: str) -> tuple[st
         flags += _nvrtc() if lib == "nvrtc" else LIBS.get(lib, [f"-l{lib}"])
     for inc in EXTRA_INCLUDES:
         flags += ["-I", inc]
-    if re.search(r"CUDA::(cuda_driver|cublas)", cmake):
+    if re.search(r"CUDA::(cuda_driver|cublas|cufft|curand|cusparse|cusolver)\b", cmake):
         # link against the shim's libcuda.so / libcublas.so (a toolkit without a driver has no libcuda; the
         # stand-in libraries are what runs under wooly run anyway)
         from shim.native import build as native
@@ -238,6 +238,7 @@ def run_one(exe: str, cwd: str, server: str, timeout: float, src: str) -> dict:
             cwd=cwd,
             capture_output=True,
             text=True,
+            errors="replace",  # a sample may print bytes that are not UTF-8
             timeout=timeout,
             env=env,
             stdin=subprocess.DEVNULL,

@@ -1,0 +1,393 @@
+"""cuSPARSE, remoted at its API: the client half of NOTE [vendor libraries] (gpud/sparse.py).
+
+Handles (stream, pointer mode), the legacy matrix descriptors (``cusparseMatDescr_t``: type, index base, fill
+mode, diagonal type) and the generic API's descriptors (``cusparseSpMatDescr_t`` for CSR, CSC and COO;
+``cusparseDnVecDescr_t``) live here, on the client, as cuSPARSE keeps them on the host. ``cusparseSpMV`` is queued
+on the handle's stream as one ``sparse_mv`` operation carrying the descriptors' geometry and addresses; gpud
+checks the index arrays before it follows them. Every other cuSPARSE entry point returns
+CUSPARSE_STATUS_NOT_SUPPORTED and names itself once on stderr.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+from ctypes import c_int, c_int64, c_size_t, c_void_p
+from dataclasses import dataclass, field
+from typing import Any
+
+from proto import errors as codes
+from proto.codec import ProtocolError, check
+from proto.errors import CudaError
+from proto.messages import GeamType, IndexType, SparseFormat, SparseMv
+from proto.sparse import extents
+from shim.native.cublas import _SCALAR
+from shim.native.registry import api, put_i32, put_u64
+from shim.native.state import STATE
+
+P = c_void_p
+I = c_int  # noqa: E741 - the C signatures' int
+I64 = c_int64
+VERSION = 12510  # cuSPARSE 12.5.10 (CUDA 12.9)
+VALUE: dict[int, GeamType] = {0: "f32", 1: "f64", 4: "c64", 5: "c128"}  # cudaDataType_t
+INDEX: dict[int, IndexType] = {2: "i32", 3: "i64"}  # cusparseIndexType_t (16U is not supported)
+FORMAT_CODE = {"csr": 1, "csc": 2, "coo": 3}  # cusparseFormat_t
+
+
+@dataclass
+class Handle:
+    stream: int = 0
+    pointer_mode: int = 0  # CUSPARSE_POINTER_MODE_HOST
+
+
+@dataclass
+class MatDescr:
+    """cusparseMatDescr_t: what the legacy API describes a matrix with (kept and returned, as cuSPARSE does)."""
+
+    type: int = 0  # CUSPARSE_MATRIX_TYPE_GENERAL
+    base: int = 0
+    fill: int = 0  # CUSPARSE_FILL_MODE_LOWER
+    diag: int = 0  # CUSPARSE_DIAG_TYPE_NON_UNIT
+
+
+@dataclass
+class SpMat:
+    format: SparseFormat
+    rows: int
+    cols: int
+    nnz: int
+    offsets: int  # CSR row / CSC column offsets; COO row indices
+    indices: int
+    values: int
+    offset_type: IndexType
+    index_type: IndexType
+    base: int
+    type: GeamType
+    attributes: dict[int, int] = field(default_factory=dict)  # CUSPARSE_SPMAT_FILL_MODE (0), DIAG_TYPE (1)
+
+
+@dataclass
+class DnVec:
+    size: int
+    values: int
+    type: GeamType
+
+
+_handles: dict[int, Handle] = {}
+_objects: dict[int, Any] = {}  # descriptors by the handle value given out
+_ids = itertools.count(0x5BA5000)
+
+
+def _new(out: int, obj: Any) -> None:
+    if not out:
+        raise CudaError(codes.INVALID_VALUE, "descriptor pointer is NULL")
+    key = next(_ids)
+    _objects[key] = obj
+    put_u64(out, key)
+
+
+def _get(key: int | None, kind: type) -> Any:
+    obj = _objects.get(int(key or 0))
+    if not isinstance(obj, kind):
+        raise CudaError(codes.INVALID_VALUE, f"invalid {kind.__name__} descriptor 0x{int(key or 0):x}")
+    return obj
+
+
+def _drop(key: int | None, kind: type) -> None:
+    if key:  # destroying NULL is a no-op
+        _get(key, kind)
+        del _objects[int(key)]
+
+
+def _h(h: int | None) -> Handle:
+    handle = _handles.get(int(h or 0))
+    if handle is None:
+        raise CudaError(codes.NOT_INITIALIZED, f"invalid cuSPARSE handle 0x{int(h or 0):x}")
+    return handle
+
+
+# ---------------------------------------------------------------------------- handles
+@api("cusparseCreate", 0, P, library="cusparse")
+def cusparseCreate(out: int) -> None:
+    if not STATE.initialized:  # cuSPARSE initialises CUDA itself
+        STATE.init()
+    key = next(_ids)
+    _handles[key] = Handle()
+    put_u64(out, key)
+
+
+@api("cusparseDestroy", 0, P, library="cusparse")
+def cusparseDestroy(h: int | None) -> None:
+    _h(h)
+    del _handles[int(h or 0)]
+
+
+@api("cusparseSetStream", 0, P, P, library="cusparse")
+def cusparseSetStream(h: int | None, stream: int | None) -> None:
+    _h(h).stream = int(stream or 0)
+
+
+@api("cusparseGetStream", 0, P, P, library="cusparse")
+def cusparseGetStream(h: int | None, out: int) -> None:
+    put_u64(out, _h(h).stream)
+
+
+@api("cusparseSetPointerMode", 0, P, I, library="cusparse")
+def cusparseSetPointerMode(h: int | None, mode: int) -> None:
+    if mode not in (0, 1):
+        raise CudaError(codes.INVALID_VALUE, f"pointer mode {mode} (0 host, 1 device)")
+    _h(h).pointer_mode = mode
+
+
+@api("cusparseGetPointerMode", 0, P, P, library="cusparse")
+def cusparseGetPointerMode(h: int | None, out: int) -> None:
+    put_i32(out, _h(h).pointer_mode)
+
+
+@api("cusparseGetVersion", 0, P, P, library="cusparse")
+def cusparseGetVersion(h: int | None, out: int) -> None:
+    _h(h)
+    put_i32(out, VERSION)
+
+
+@api("cusparseGetProperty", 0, I, P, library="cusparse")
+def cusparseGetProperty(which: int, out: int) -> None:
+    put_i32(out, (VERSION // 1000, VERSION // 10 % 100, VERSION % 10)[which] if 0 <= which <= 2 else 0)
+
+
+# ---------------------------------------------------------------------------- legacy matrix descriptors
+@api("cusparseCreateMatDescr", 0, P, library="cusparse")
+def cusparseCreateMatDescr(out: int) -> None:
+    _new(out, MatDescr())
+
+
+@api("cusparseDestroyMatDescr", 0, P, library="cusparse")
+def cusparseDestroyMatDescr(d: int | None) -> None:
+    _drop(d, MatDescr)
+
+
+def _descr_field(name: str, attr: str, allowed: range) -> None:
+    def setter(d: int | None, value: int) -> None:
+        if value not in allowed:
+            raise CudaError(codes.INVALID_VALUE, f"cusparseSet{name}: {value} is not one of {list(allowed)}")
+        setattr(_get(d, MatDescr), attr, value)
+
+    def getter(d: int | None) -> int:
+        return getattr(_get(d, MatDescr), attr)
+
+    api(f"cusparseSet{name}", 0, P, I, library="cusparse")(setter)
+    api(f"cusparseGet{name}", 0, P, library="cusparse")(getter)  # returns the enum itself, not a status
+
+
+_descr_field("MatType", "type", range(4))  # GENERAL, SYMMETRIC, HERMITIAN, TRIANGULAR
+_descr_field("MatIndexBase", "base", range(2))
+_descr_field("MatFillMode", "fill", range(2))
+_descr_field("MatDiagType", "diag", range(2))
+
+
+# ---------------------------------------------------------------------------- generic API descriptors
+def _value_type(code: int) -> GeamType:
+    typ = VALUE.get(code)
+    if typ is None:
+        raise CudaError(codes.NOT_SUPPORTED, f"value type {code} (cudaDataType) is not supported")
+    return typ
+
+
+def _index_type(code: int) -> IndexType:
+    typ = INDEX.get(code)
+    if typ is None:
+        raise CudaError(codes.NOT_SUPPORTED, f"index type {code} (cusparseIndexType_t) is not supported")
+    return typ
+
+
+def _sp_mat(out: int, fmt: SparseFormat, rows: int, cols: int, nnz: int, offsets: Any, indices: Any, values: Any,
+            offset_type: int, index_type: int, base: int, value_type: int) -> None:  # fmt: skip
+    if min(rows, cols, nnz) < 0 or base not in (0, 1):
+        raise CudaError(codes.INVALID_VALUE, f"rows={rows} cols={cols} nnz={nnz} base={base}")
+    mat = SpMat(fmt, rows, cols, nnz, int(offsets or 0), int(indices or 0), int(values or 0),
+                _index_type(offset_type), _index_type(index_type), base, _value_type(value_type))  # fmt: skip
+    _new(out, mat)
+
+
+@api("cusparseCreateCsr", 0, P, I64, I64, I64, P, P, P, I, I, I, I, library="cusparse")
+def cusparseCreateCsr(out, rows, cols, nnz, offsets, cols_idx, values, otype, itype, base, vtype) -> None:  # noqa: ANN001
+    _sp_mat(out, "csr", rows, cols, nnz, offsets, cols_idx, values, otype, itype, base, vtype)
+
+
+@api("cusparseCreateCsc", 0, P, I64, I64, I64, P, P, P, I, I, I, I, library="cusparse")
+def cusparseCreateCsc(out, rows, cols, nnz, offsets, rows_idx, values, otype, itype, base, vtype) -> None:  # noqa: ANN001
+    _sp_mat(out, "csc", rows, cols, nnz, offsets, rows_idx, values, otype, itype, base, vtype)
+
+
+@api("cusparseCreateCoo", 0, P, I64, I64, I64, P, P, P, I, I, I, library="cusparse")
+def cusparseCreateCoo(out, rows, cols, nnz, rows_idx, cols_idx, values, itype, base, vtype) -> None:  # noqa: ANN001
+    _sp_mat(out, "coo", rows, cols, nnz, rows_idx, cols_idx, values, itype, itype, base, vtype)
+
+
+for _const in ("Csr", "Csc", "Coo"):  # the cusparseCreateConst* forms take the same arguments
+    _impl = globals()[f"cusparseCreate{_const}"]
+    _args = (P, I64, I64, I64, P, P, P, I, I, I, I) if _const != "Coo" else (P, I64, I64, I64, P, P, P, I, I, I)
+    api(f"cusparseCreateConst{_const}", 0, *_args, library="cusparse")(_impl)
+
+
+@api("cusparseDestroySpMat", 0, P, library="cusparse")
+def cusparseDestroySpMat(d: int | None) -> None:
+    _drop(d, SpMat)
+
+
+@api("cusparseSpMatGetSize", 0, P, P, P, P, library="cusparse")
+def cusparseSpMatGetSize(d: int | None, rows: int, cols: int, nnz: int) -> None:
+    mat = _get(d, SpMat)
+    for ptr, value in ((rows, mat.rows), (cols, mat.cols), (nnz, mat.nnz)):
+        if ptr:
+            put_u64(ptr, value)
+
+
+@api("cusparseSpMatGetFormat", 0, P, P, library="cusparse")
+def cusparseSpMatGetFormat(d: int | None, out: int) -> None:
+    put_i32(out, FORMAT_CODE[_get(d, SpMat).format])
+
+
+@api("cusparseSpMatGetIndexBase", 0, P, P, library="cusparse")
+def cusparseSpMatGetIndexBase(d: int | None, out: int) -> None:
+    put_i32(out, _get(d, SpMat).base)
+
+
+@api("cusparseSpMatGetValues", 0, P, P, library="cusparse")
+def cusparseSpMatGetValues(d: int | None, out: int) -> None:
+    put_u64(out, _get(d, SpMat).values)
+
+
+@api("cusparseSpMatSetValues", 0, P, P, library="cusparse")
+def cusparseSpMatSetValues(d: int | None, values: int | None) -> None:
+    _get(d, SpMat).values = int(values or 0)
+
+
+@api("cusparseCsrSetPointers", 0, P, P, P, P, library="cusparse")
+def cusparseCsrSetPointers(d: int | None, offsets: int | None, cols_idx: int | None, values: int | None) -> None:
+    mat = _get(d, SpMat)
+    if mat.format != "csr":
+        raise CudaError(codes.INVALID_VALUE, "cusparseCsrSetPointers: the descriptor is not CSR")
+    mat.offsets, mat.indices, mat.values = int(offsets or 0), int(cols_idx or 0), int(values or 0)
+
+
+@api("cusparseSpMatSetAttribute", 0, P, I, P, c_size_t, library="cusparse")
+def cusparseSpMatSetAttribute(d: int | None, attribute: int, data: int | None, size: int) -> None:
+    mat = _get(d, SpMat)
+    if attribute not in (0, 1) or size != 4 or not data:
+        raise CudaError(codes.INVALID_VALUE, f"attribute {attribute} with {size} bytes (FILL_MODE 0, DIAG_TYPE 1: 4)")
+    mat.attributes[attribute] = ctypes.c_int.from_address(int(data)).value
+
+
+@api("cusparseSpMatGetAttribute", 0, P, I, P, c_size_t, library="cusparse")
+def cusparseSpMatGetAttribute(d: int | None, attribute: int, data: int | None, size: int) -> None:
+    mat = _get(d, SpMat)
+    if attribute not in (0, 1) or size != 4 or not data:
+        raise CudaError(codes.INVALID_VALUE, f"attribute {attribute} with {size} bytes (FILL_MODE 0, DIAG_TYPE 1: 4)")
+    put_i32(int(data), mat.attributes.get(attribute, 0))
+
+
+@api("cusparseCreateDnVec", 0, P, I64, P, I, library="cusparse")
+def cusparseCreateDnVec(out: int, size: int, values: int | None, vtype: int) -> None:
+    if size < 0:
+        raise CudaError(codes.INVALID_VALUE, f"dense vector size {size}")
+    _new(out, DnVec(size, int(values or 0), _value_type(vtype)))
+
+
+api("cusparseCreateConstDnVec", 0, P, I64, P, I, library="cusparse")(cusparseCreateDnVec)
+
+
+@api("cusparseDestroyDnVec", 0, P, library="cusparse")
+def cusparseDestroyDnVec(d: int | None) -> None:
+    _drop(d, DnVec)
+
+
+@api("cusparseDnVecGet", 0, P, P, P, P, library="cusparse")
+def cusparseDnVecGet(d: int | None, size: int, values: int, vtype: int) -> None:
+    vec = _get(d, DnVec)
+    put_u64(size, vec.size)
+    put_u64(values, vec.values)
+    put_i32(vtype, next(k for k, v in VALUE.items() if v == vec.type))
+
+
+api("cusparseConstDnVecGet", 0, P, P, P, P, library="cusparse")(cusparseDnVecGet)
+
+
+@api("cusparseDnVecGetValues", 0, P, P, library="cusparse")
+def cusparseDnVecGetValues(d: int | None, out: int) -> None:
+    put_u64(out, _get(d, DnVec).values)
+
+
+api("cusparseConstDnVecGetValues", 0, P, P, library="cusparse")(cusparseDnVecGetValues)
+
+
+@api("cusparseDnVecSetValues", 0, P, P, library="cusparse")
+def cusparseDnVecSetValues(d: int | None, values: int | None) -> None:
+    _get(d, DnVec).values = int(values or 0)
+
+
+# ---------------------------------------------------------------------------- SpMV
+def _spmv_message(h: int | None, op: int, alpha: Any, mat: Any, x: Any, beta: Any, y: Any, compute: int) -> SparseMv:
+    handle = _h(h)
+    a, vx, vy = _get(mat, SpMat), _get(x, DnVec), _get(y, DnVec)
+    if op not in (0, 1, 2):
+        raise CudaError(codes.INVALID_VALUE, f"spmv: operation {op} (0 N, 1 T, 2 C)")
+    if not (a.type == vx.type == vy.type == _value_type(compute)):
+        raise CudaError(
+            codes.NOT_SUPPORTED, f"spmv: A {a.type}, x {vx.type}, y {vy.type}, compute {compute}: only one type"
+        )
+    msg = SparseMv(
+        format=a.format,
+        op=op,
+        rows=a.rows,
+        cols=a.cols,
+        nnz=a.nnz,
+        offsets=a.offsets if a.format != "coo" else 0,
+        rows_idx=a.offsets if a.format == "coo" else 0,
+        indices=a.indices,
+        values=a.values,
+        offset_type=a.offset_type,
+        index_type=a.index_type,
+        base=a.base,
+        type=a.type,
+        x=vx.values,
+        y=vy.values,
+    )
+    nx, ny = (a.cols, a.rows) if op == 0 else (a.rows, a.cols)
+    if vx.size != nx or vy.size != ny:
+        raise CudaError(codes.INVALID_VALUE, f"spmv: x has {vx.size} elements (want {nx}), y {vy.size} (want {ny})")
+    if handle.pointer_mode == 1:
+        msg.scalars_on_device, msg.alpha_ptr, msg.beta_ptr = True, int(alpha or 0), int(beta or 0)
+    else:
+        import struct
+
+        for name, ptr in (("alpha", alpha), ("beta", beta)):
+            if not ptr:
+                raise CudaError(codes.INVALID_VALUE, f"spmv: {name} is NULL")
+            size, fmt = _SCALAR[a.type]
+            v = struct.unpack(fmt, ctypes.string_at(int(ptr), size))
+            setattr(msg, name, [float(v[0]), float(v[1]) if len(v) > 1 else 0.0])
+    drv = STATE.driver()
+    msg.stream = drv._stream(handle.stream)
+    try:
+        for operand, addr, size, _ in extents(check(msg)):
+            drv._check_range(addr, size, f"spmv ({operand})")
+    except ProtocolError as exc:
+        raise CudaError(codes.INVALID_VALUE, f"spmv: {exc.message}") from None
+    return msg
+
+
+@api("cusparseSpMV_bufferSize", 0, P, I, P, P, P, P, P, I, I, P, library="cusparse")
+def cusparseSpMV_bufferSize(h, op, alpha, mat, x, beta, y, compute, alg, out) -> None:  # noqa: ANN001
+    _h(h)
+    put_u64(out, 0)  # the node's SpMV needs no work area from the program
+
+
+@api("cusparseSpMV_preprocess", 0, P, I, P, P, P, P, P, I, I, P, library="cusparse")
+def cusparseSpMV_preprocess(h, op, alpha, mat, x, beta, y, compute, alg, buf) -> None:  # noqa: ANN001
+    _spmv_message(h, op, alpha, mat, x, beta, y, compute)  # checked; nothing to prepare
+
+
+@api("cusparseSpMV", 0, P, I, P, P, P, P, P, I, I, P, library="cusparse")
+def cusparseSpMV(h, op, alpha, mat, x, beta, y, compute, alg, buf) -> None:  # noqa: ANN001
+    STATE.driver().conn.post(_spmv_message(h, op, alpha, mat, x, beta, y, compute))
