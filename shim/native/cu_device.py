@@ -13,6 +13,7 @@ from shim.native.registry import api, last_error, put_i32, put_str, put_u32, put
 from shim.native.state import STATE
 
 P = c_void_p
+VIRTUAL_MEMORY_MANAGEMENT = 102  # CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED
 MANAGED_MEMORY = 83  # CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY: cuMemAllocManaged works when gpud shares this host
 
 # ---------------------------------------------------------------------------- init, version, errors
@@ -106,6 +107,8 @@ def cuDeviceGetAttribute(out: int, attrib: int, dev: int) -> None:
     value = attrs.get(attrib, attrs.get(str(attrib)))
     if value is None:
         raise CudaError(codes.INVALID_VALUE, f"cuDeviceGetAttribute: unknown attribute {attrib}")
+    if attrib == VIRTUAL_MEMORY_MANAGEMENT:  # the client builds it on gpud's allocations (shim/native/cu_vmm.py)
+        value = 1
     if attrib == MANAGED_MEMORY:  # a property of the connection, not only of the device (shim/native/hostmem.py)
         from shim.native.hostmem import can_map
 

@@ -101,6 +101,12 @@ def cuMemFree(ptr: int) -> None:
     if block is not None and block.managed:
         _release(block)
         return
+    from shim.native.cu_vmm import is_reservation
+
+    if is_reservation(ptr):
+        raise CudaError(
+            codes.INVALID_VALUE, f"cuMemFree: 0x{ptr:x} was reserved by cuMemAddressReserve: cuMemAddressFree it"
+        )
     STATE.driver().mem_free(ptr)
 
 

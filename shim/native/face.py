@@ -24,6 +24,7 @@ _lib: ctypes.CDLL | None = None
 API_MODULES = (
     "shim.native.cu_device",
     "shim.native.cu_memory",
+    "shim.native.cu_vmm",
     "shim.native.cu_mempool",
     "shim.native.cu_pointer",
     "shim.native.cu_stream",

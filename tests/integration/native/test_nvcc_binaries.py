@@ -123,8 +123,9 @@ def test_nvrtc_cubin_becomes_ptx(tmp_path: pytest.TempPathFactory, wooly_gpud: s
 
 
 def test_cublas_calls_run_on_gpud(tmp_path: pytest.TempPathFactory, wooly_gpud: str, native_lib: str) -> None:
-    """sgemm (transposed, padded), strided-batched dgemm with scalars in device memory, GemmEx f16 -> f32, and a
-    bad leading dimension, through the cuBLAS stand-in (NOTE [vendor libraries]), checked on the host."""
+    """sgemm (transposed, padded), strided-batched dgemm with scalars in device memory, GemmEx f16 -> f32, a bad
+    leading dimension, and level 1/2 on strided and backward vectors (saxpy, sdot in both pointer modes, isamax,
+    snrm2, dgemv), through the cuBLAS stand-in (NOTE [vendor libraries]), checked on the host."""
     exe = str(tmp_path / "cublas_app")
     proc = subprocess.run(
         [NVCC, "-o", exe, os.path.join(PROGS, "cublas_app.cu"), f"-L{native_lib}", "-lcublas"],
@@ -143,6 +144,30 @@ def test_stream_ordered_allocation_and_memory_pools(tmp_path: pytest.TempPathFac
     exe = str(tmp_path / "mempool_app")
     proc = subprocess.run(
         [NVCC, "-gencode", "arch=compute_80,code=compute_80", "-o", exe, os.path.join(PROGS, "mempool_app.cu")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    run = wooly_run([exe], server=wooly_gpud)
+    assert run.returncode == 0 and run.stdout.strip().endswith("PASS"), run.stdout + run.stderr
+
+
+def test_virtual_memory_management(tmp_path: pytest.TempPathFactory, wooly_gpud: str, native_lib: str) -> None:
+    """cuMemAddressReserve/cuMemCreate/cuMemMap: two allocations mapped back to back with a kernel across the
+    seam, one moved to another reservation with its contents, aliasing refused (NOTE [virtual memory on gpud])."""
+    exe = str(tmp_path / "vmm_app")
+    proc = subprocess.run(
+        [
+            NVCC,
+            "-gencode",
+            "arch=compute_80,code=compute_80",
+            "-o",
+            exe,
+            os.path.join(PROGS, "vmm_app.cu"),
+            f"-L{native_lib}",
+            "-lcuda",
+        ],  # fmt: skip
         capture_output=True,
         text=True,
         timeout=300,
