@@ -19,7 +19,7 @@ from typing import Any
 from proto import errors as codes
 from proto.codec import ProtocolError, check
 from proto.errors import CudaError
-from proto.messages import GeamType, IndexType, SparseFormat, SparseMv
+from proto.messages import GeamType, IndexType, SparseFormat, SparseMv, Trans
 from proto.sparse import extents
 from shim.native.cublas import _SCALAR
 from shim.native.registry import api, put_i32, put_u64
@@ -327,10 +327,14 @@ def cusparseDnVecSetValues(d: int | None, values: int | None) -> None:
 
 
 # ---------------------------------------------------------------------------- SpMV
+_OPS: dict[int, Trans] = {0: 0, 1: 1, 2: 2}
+
+
 def _spmv_message(h: int | None, op: int, alpha: Any, mat: Any, x: Any, beta: Any, y: Any, compute: int) -> SparseMv:
     handle = _h(h)
     a, vx, vy = _get(mat, SpMat), _get(x, DnVec), _get(y, DnVec)
-    if op not in (0, 1, 2):
+    trans = _OPS.get(op)
+    if trans is None:
         raise CudaError(codes.INVALID_VALUE, f"spmv: operation {op} (0 N, 1 T, 2 C)")
     if not (a.type == vx.type == vy.type == _value_type(compute)):
         raise CudaError(
@@ -338,7 +342,7 @@ def _spmv_message(h: int | None, op: int, alpha: Any, mat: Any, x: Any, beta: An
         )
     msg = SparseMv(
         format=a.format,
-        op=op,
+        op=trans,
         rows=a.rows,
         cols=a.cols,
         nnz=a.nnz,
