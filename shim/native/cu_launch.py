@@ -17,7 +17,7 @@ from proto import errors as codes
 from proto import launch as rules
 from proto.errors import CudaError
 from shim.driver import FunctionInfo
-from shim.native import cu_module
+from shim.native import cu_capture, cu_module
 from shim.native.registry import api
 from shim.native.state import STATE
 
@@ -114,6 +114,9 @@ def launch(
     info = cu_module.function(fn)
     params = marshal(info, kernel_params, extra)
     validate(info, grid, block, shared, len(params), cooperative)
+    node = (info, grid, block, shared, params, cooperative)
+    if cu_capture.record(stream, cu_capture.KERNEL, node, cu_capture.issue_kernel):
+        return
     STATE.driver().launch_kernel(
         info, grid, block, params, shared_mem=shared, stream=int(stream or 0), cooperative=cooperative, checked=True
     )

@@ -13,7 +13,7 @@ from ctypes import c_int, c_size_t, c_ubyte, c_uint, c_uint16, c_uint32, c_uint6
 
 from proto import errors as codes
 from proto.errors import CudaError
-from shim.native import hostmem
+from shim.native import cu_capture, hostmem
 from shim.native.registry import api, put_i32, put_u32, put_u64
 from shim.native.state import STATE
 
@@ -95,8 +95,8 @@ def cuMemAllocPitch(out: int, pitch_out: int, width: int, height: int, elem: int
 
 @api("cuMemFree", 3020, D)
 def cuMemFree(ptr: int) -> None:
-    if ptr == 0:
-        return
+    if ptr == 0 or cu_capture.is_graph_memory(ptr):
+        return  # graph memory is its graph's until the graph goes (NOTE [graphs in the native face])
     block = _host.get(ptr)
     if block is not None and block.managed:
         _release(block)
@@ -216,6 +216,8 @@ def htod(dst: int, src: int, size: int, stream: int, what: str) -> None:
     if size == 0:
         return
     check_device(dst, size, what)
+    if cu_capture.record(stream, cu_capture.MEMCPY, None, lambda _n, s: htod(dst, src, size, s, what)):
+        return
     STATE.driver().memcpy_htod(dst, _host_buf(src, size), stream=stream)
     _host_visible(dst, what)
 
@@ -224,6 +226,8 @@ def dtoh(dst: int, src: int, size: int, stream: int, what: str) -> None:
     if size == 0:
         return
     check_device(src, size, what)
+    if cu_capture.record(stream, cu_capture.MEMCPY, None, lambda _n, s: dtoh(dst, src, size, s, what)):
+        return
     STATE.driver().memcpy_dtoh(src, size, stream=stream, out=_host_buf(dst, size))
 
 
@@ -232,6 +236,8 @@ def dtod(dst: int, src: int, size: int, stream: int, what: str) -> None:
         return
     check_device(src, size, what + " (source)")
     check_device(dst, size, what + " (destination)")
+    if cu_capture.record(stream, cu_capture.MEMCPY, None, lambda _n, s: dtod(dst, src, size, s, what)):
+        return
     STATE.driver().memcpy_dtod(dst, src, size, stream=stream)
     _host_visible(dst, what)
 
@@ -247,6 +253,10 @@ def copy_dir(dst: int, d_dev: bool, src: int, s_dev: bool, size: int, stream: in
     elif size:
         if not dst or not src:
             raise CudaError(codes.INVALID_VALUE, f"{what}: NULL pointer")
+        if cu_capture.record(
+            stream, cu_capture.MEMCPY, None, lambda _n, s: copy_dir(dst, False, src, False, size, s, what)
+        ):
+            return
         STATE.driver().stream_synchronize(stream)
         ctypes.memmove(dst, src, size)
 
@@ -319,6 +329,8 @@ def _memset(dst: int, value: int, elem: int, count: int, stream: int, what: str)
     if dst % elem:
         raise CudaError(codes.INVALID_VALUE, f"{what}: 0x{dst:x} is not {elem}-byte aligned")
     check_device(dst, elem * count, what)
+    if cu_capture.record(stream, cu_capture.MEMSET, None, lambda _n, s: _memset(dst, value, elem, count, s, what)):
+        return
     STATE.driver().memset(dst, value, elem, count, stream=stream)
     _host_visible(dst, what)
 

@@ -16,7 +16,7 @@ from ctypes import c_int, c_size_t, c_uint64, c_void_p
 
 from proto import errors as codes
 from proto.errors import CudaError
-from shim.native import cu_memory
+from shim.native import cu_capture, cu_memory
 from shim.native.registry import api, put_u64
 from shim.native.state import STATE
 
@@ -202,6 +202,8 @@ def _alloc(out: int, size: int, handle: int) -> None:
 @api("cuMemAllocAsync", 11020, P, c_size_t, P)
 def cuMemAllocAsync(out: int, size: int, stream: int | None) -> None:
     STATE.require_current()
+    if _captured_alloc(out, size, stream):
+        return
     device = STATE.current_device()
     with _lock:
         handle = _current.get(device) or _default_of(device)
@@ -213,11 +215,26 @@ def cuMemAllocFromPoolAsync(out: int, size: int, pool: int, stream: int | None) 
     STATE.require_current()
     with _lock:
         _pool(pool)
+    if _captured_alloc(out, size, stream):
+        return
     _alloc(out, size, int(pool))
+
+
+def _captured_alloc(out: int, size: int, stream: int | None) -> bool:
+    """While ``stream`` captures, the allocation is graph memory (NOTE [graphs in the native face])."""
+    if not out:
+        raise CudaError(codes.INVALID_VALUE, "cuMemAllocAsync: dptr is NULL")
+    addr = cu_capture.capture_alloc(stream, size)
+    if addr is None:
+        return False
+    put_u64(out, addr)
+    return True
 
 
 @api("cuMemFreeAsync", 11020, D, P)
 def cuMemFreeAsync(ptr: int, stream: int | None) -> None:
+    if cu_capture.capture_free(stream, ptr) or cu_capture.is_graph_memory(ptr):
+        return
     cu_memory.cuMemFree(ptr)  # gpud frees it once the work queued before it is done (NOTE [memory pools])
     with _lock:
         handle = _owner.pop(ptr, None)

@@ -188,6 +188,49 @@ def memcpy2d(desc: int, stream: int, what: str) -> None:
         cu_memory.copy_dir(dst0 + row * dpitch, d_is_dev, src0 + row * spitch, s_is_dev, width, stream, what)
 
 
+_M3D = struct.Struct("<QQQQi4xQQQQQQ QQQQi4xQQQQQQ QQQ")  # CUDA_MEMCPY3D (200 bytes)
+
+
+def memcpy3d(desc: int, stream: int, what: str) -> None:
+    """A CUDA_MEMCPY3D between host and device memory (arrays are not supported): one copy when both sides are
+    packed, else row by row of each slice."""
+    if not desc:
+        raise CudaError(codes.INVALID_VALUE, f"{what}: pCopy is NULL")
+    f = _M3D.unpack(ctypes.string_at(desc, _M3D.size))
+    sx, sy, sz, _slod, stype, shost, sdev, _sarr, _r0, spitch, sheight = f[:11]
+    dx, dy, dz, _dlod, dtype, dhost, ddev, _darr, _r1, dpitch, dheight = f[11:22]
+    width, height, depth = f[22:]
+    s_is_dev, sbase = _side(stype, shost, sdev, what)
+    d_is_dev, dbase = _side(dtype, dhost, ddev, what)
+    if not width or not height or not depth:
+        return
+    spitch, dpitch = spitch or width, dpitch or width
+    sheight, dheight = sheight or height, dheight or height
+    if (width > spitch or width > dpitch) and height * depth > 1:
+        raise CudaError(codes.INVALID_VALUE, f"{what}: WidthInBytes {width} exceeds a pitch")
+    src0 = sbase + (sz * sheight + sy) * spitch + sx
+    dst0 = dbase + (dz * dheight + dy) * dpitch + dx
+    if spitch == dpitch == width and (sheight == dheight == height or depth == 1):
+        cu_memory.copy_dir(dst0, d_is_dev, src0, s_is_dev, width * height * depth, stream, what)
+        return
+    for z in range(depth):
+        for row in range(height):
+            cu_memory.copy_dir(
+                dst0 + (z * dheight + row) * dpitch, d_is_dev, src0 + (z * sheight + row) * spitch, s_is_dev, width,
+                stream, what,
+            )  # fmt: skip
+
+
+@api("cuMemcpy3D", 3020, P)
+def cuMemcpy3D(desc: int) -> None:
+    memcpy3d(desc, 0, "cuMemcpy3D")
+
+
+@api("cuMemcpy3DAsync", 3020, P, P)
+def cuMemcpy3DAsync(desc: int, stream: int | None) -> None:
+    memcpy3d(desc, int(stream or 0), "cuMemcpy3DAsync")
+
+
 @api("cuMemcpy2D", 3020, P)
 def cuMemcpy2D(desc: int) -> None:
     memcpy2d(desc, 0, "cuMemcpy2D")

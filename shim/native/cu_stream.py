@@ -12,6 +12,7 @@ from ctypes import c_int, c_size_t, c_uint, c_uint64, c_void_p
 
 from proto import errors as codes
 from proto.errors import CudaError
+from shim.native import cu_capture
 from shim.native.registry import api, put_f32, put_i32, put_u32, put_u64
 from shim.native.state import STATE
 
@@ -53,17 +54,20 @@ def cuStreamDestroy(h: int | None) -> None:
 
 @api("cuStreamSynchronize", 2000, P)
 def cuStreamSynchronize(h: int | None) -> None:
+    cu_capture.refuse_sync(h, "cuStreamSynchronize")
     STATE.driver().stream_synchronize(_s(h))
 
 
 @api("cuStreamQuery", 2000, P)
 def cuStreamQuery(h: int | None) -> int:
+    cu_capture.refuse_sync(h, "cuStreamQuery")
     return 0 if STATE.driver().stream_query(_s(h)) else codes.NOT_READY
 
 
 @api("cuStreamWaitEvent", 3020, P, P, c_uint)
 def cuStreamWaitEvent(h: int | None, event: int | None, flags: int) -> None:
-    STATE.driver().stream_wait_event(_s(h), int(event or 0))
+    if not cu_capture.stream_waits(_s(h), int(event or 0)):
+        STATE.driver().stream_wait_event(_s(h), int(event or 0))
 
 
 def _stream_info(h: int | None) -> tuple[int, int]:
@@ -148,22 +152,19 @@ def cuStreamCopyAttributes(dst: int | None, src: int | None) -> None:
             _stream_attrs[(_s(dst), attr)] = v
 
 
-@api("cuStreamIsCapturing", 10000, P, P)
-def cuStreamIsCapturing(h: int | None, out: int) -> None:
-    _stream_info(h)
-    put_i32(out, 0)  # CU_STREAM_CAPTURE_STATUS_NONE: capture is not supported, so never active
-
-
-@api("cuStreamGetCaptureInfo", (10010, 11030), P, P, P)
-def cuStreamGetCaptureInfo(h: int | None, status: int, ident: int) -> None:
-    _stream_info(h)
-    put_i32(status, 0)
+def issue_host(node: cu_capture.Node, stream: int) -> None:
+    """A host node: the function runs once the stream's earlier work is done."""
+    fn, user = node.params
+    STATE.driver().stream_synchronize(cu_capture.stream_key(stream))
+    HOST_FN(fn)(user)
 
 
 @api("cuLaunchHostFunc", 10000, P, P, P)
 def cuLaunchHostFunc(h: int | None, fn: int | None, user: int | None) -> None:
     if not fn:
         raise CudaError(codes.INVALID_VALUE, "cuLaunchHostFunc: fn is NULL")
+    if cu_capture.record(h, cu_capture.HOST, (int(fn), user), issue_host):
+        return
     STATE.driver().stream_synchronize(_s(h))
     HOST_FN(fn)(user)
 
@@ -172,6 +173,7 @@ def cuLaunchHostFunc(h: int | None, fn: int | None, user: int | None) -> None:
 def cuStreamAddCallback(h: int | None, cb: int | None, user: int | None, flags: int) -> None:
     if not cb or flags != 0:
         raise CudaError(codes.INVALID_VALUE, "cuStreamAddCallback: callback is NULL or flags are not 0")
+    cu_capture.refuse_sync(h, "cuStreamAddCallback")  # CUDA refuses it while capturing (use cuLaunchHostFunc)
     status = 0
     try:
         STATE.driver().stream_synchronize(_s(h))
@@ -195,7 +197,9 @@ def cuEventCreate(out: int, flags: int) -> None:
 
 @api("cuEventRecord", 2000, P, P)
 def cuEventRecord(event: int | None, h: int | None) -> None:
-    STATE.driver().event_record(int(event or 0), _s(h))
+    STATE.driver()._event(int(event or 0))
+    if not cu_capture.event_recorded(int(event or 0), _s(h)):
+        STATE.driver().event_record(int(event or 0), _s(h))
 
 
 @api("cuEventRecordWithFlags", 11010, P, P, c_uint)

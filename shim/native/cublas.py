@@ -34,6 +34,7 @@ from proto.messages import (
     Trans,
     VectorOp,
 )
+from shim.native import cu_capture
 from shim.native.registry import api, put_i32, put_u64
 from shim.native.state import STATE
 
@@ -242,7 +243,7 @@ def gemm(
         extents(check(msg))
     except ProtocolError as exc:
         raise CudaError(codes.INVALID_VALUE, f"gemm: {exc.message}") from None
-    drv.conn.post(msg)
+    cu_capture.post(msg)
 
 
 def _typed(name: str, typ: BlasType) -> None:
@@ -607,7 +608,7 @@ def geam(h, ta, tb, m, n, alpha, a, lda, beta, b, ldb, c, ldc, typ: GeamType) ->
             drv._check_range(addr, size, f"geam ({operand})")
     except ProtocolError as exc:
         raise CudaError(codes.INVALID_VALUE, f"geam: {exc.message}") from None
-    drv.conn.post(msg)
+    cu_capture.post(msg)
 
 
 def _geam(name: str, typ: GeamType) -> None:
@@ -685,7 +686,9 @@ def vector(
                 drv._check_range(addr, size, f"{op} ({operand})")
     except ProtocolError as exc:
         raise CudaError(codes.INVALID_VALUE, f"{op}: {exc.message}") from None
-    drv.conn.post(msg)
+    if host_result:
+        cu_capture.refuse_sync(msg.stream, f"{op} with its result in host memory")
+    cu_capture.post(msg)
     if host_result:
         size = result_size(msg)
         ctypes.memmove(host_result, bytes(drv.memcpy_dtoh(msg.result, size, msg.stream)), size)
@@ -766,7 +769,7 @@ def matrix(h: int | None, op: MatrixOp, typ: GeamType, **kw: Any) -> None:
             setattr(msg, name, _scalar(handle, alpha if name == "alpha" else beta, typ, name))
     for operand, addr, size, _ in extents:
         drv._check_range(addr, size, f"{op} ({operand})")
-    drv.conn.post(msg)
+    cu_capture.post(msg)
 
 
 def _level2(prefix: str, typ: GeamType) -> None:

@@ -20,6 +20,7 @@ from proto.errors import CudaError
 from proto.fft import FORWARD, INVERSE, NAMES, TYPES, extents
 from proto.fft import plan as check_plan
 from proto.messages import Direction, FftExec
+from shim.native import cu_capture
 from shim.native.registry import api, put_i32, put_u64
 from shim.native.state import STATE
 
@@ -336,7 +337,7 @@ def _exec(h: int, idata: int | None, odata: int | None, direction: Direction, wa
             drv._check_range(addr, size, f"cufftExec{NAMES[want]}")
     except ProtocolError as exc:
         raise CudaError(codes.INVALID_VALUE, f"cufftExec{NAMES[want]}: {exc.message}") from None
-    drv.conn.post(msg)
+    cu_capture.post(msg)
 
 
 @api("cufftExecC2C", 0, c_int, P, P, c_int, library="cufft")

@@ -21,6 +21,7 @@ from proto import errors as codes
 from proto.codec import ProtocolError, check
 from proto.errors import CudaError
 from proto.messages import RandDist, RandGenerate, RandType
+from shim.native import cu_capture
 from shim.native.registry import StatusError, api, put_i32, put_u64
 from shim.native.state import STATE
 
@@ -133,7 +134,7 @@ def _generate(h: int | None, out: int | None, n: int, dist: RandDist, dtype: Ran
     except ProtocolError as exc:
         raise CudaError(codes.INVALID_VALUE, f"curandGenerate: {exc.message}") from None
     drv._check_range(msg.out, msg.writes([])[0][1], f"curandGenerate ({dist})")
-    drv.conn.post(msg)
+    cu_capture.post(msg)
     g.offset += n  # NOTE [random numbers]: n counter blocks, at least a value's worth each
 
 

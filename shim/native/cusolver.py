@@ -24,6 +24,7 @@ from proto.codec import ProtocolError, check
 from proto.errors import CudaError
 from proto.messages import GeamType, SolverCall
 from proto.solver import COMPLEX, REAL, extents
+from shim.native import cu_capture
 from shim.native.registry import api, put_i32, put_u64
 from shim.native.state import STATE
 
@@ -119,7 +120,7 @@ def _queue_on(stream: int, **fields: Any) -> None:
         raise CudaError(codes.INVALID_VALUE, f"cusolver {fields.get('op')}: {exc.message}") from None
     for operand, addr, size, _ in spans:
         drv._check_range(addr, size, f"cusolver {msg.op} ({operand})")
-    drv.conn.post(msg)
+    cu_capture.post(msg)
 
 
 def _fill(uplo: int) -> int:

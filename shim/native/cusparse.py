@@ -21,6 +21,7 @@ from proto.codec import ProtocolError, check
 from proto.errors import CudaError
 from proto.messages import GeamType, IndexType, SparseFormat, SparseMv, Trans
 from proto.sparse import extents
+from shim.native import cu_capture
 from shim.native.cublas import _SCALAR
 from shim.native.registry import api, put_i32, put_u64
 from shim.native.state import STATE
@@ -394,4 +395,4 @@ def cusparseSpMV_preprocess(h, op, alpha, mat, x, beta, y, compute, alg, buf) ->
 
 @api("cusparseSpMV", 0, P, I, P, P, P, P, P, I, I, P, library="cusparse")
 def cusparseSpMV(h, op, alpha, mat, x, beta, y, compute, alg, buf) -> None:  # noqa: ANN001
-    STATE.driver().conn.post(_spmv_message(h, op, alpha, mat, x, beta, y, compute))
+    cu_capture.post(_spmv_message(h, op, alpha, mat, x, beta, y, compute))

@@ -30,6 +30,7 @@ API_MODULES = (
     "shim.native.cu_stream",
     "shim.native.cu_module",
     "shim.native.cu_launch",
+    "shim.native.cu_graph",
     "shim.native.nvml",
     "shim.native.cublas",
     "shim.native.cufft",

@@ -122,56 +122,42 @@ def test_nvrtc_cubin_becomes_ptx(tmp_path: pytest.TempPathFactory, wooly_gpud: s
     assert run.returncode == 0 and run.stdout.strip().endswith("PASS"), run.stdout + run.stderr
 
 
+def _build_and_pass(tmp_path: pytest.TempPathFactory, server: str, source: str, *flags: str) -> None:
+    """Build progs/<source> with nvcc and the given flags; under ``wooly run`` it must exit 0 and print PASS last."""
+    exe = str(tmp_path / os.path.splitext(source)[0])
+    proc = subprocess.run(
+        [NVCC, "-o", exe, os.path.join(PROGS, source), *flags], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr
+    run = wooly_run([exe], server=server)
+    assert run.returncode == 0 and run.stdout.strip().endswith("PASS"), run.stdout + run.stderr
+
+
+PTX_ONLY = ("-gencode", "arch=compute_80,code=compute_80")
+
+
 def test_cublas_calls_run_on_gpud(tmp_path: pytest.TempPathFactory, wooly_gpud: str, native_lib: str) -> None:
     """sgemm (transposed, padded), strided-batched dgemm with scalars in device memory, GemmEx f16 -> f32, a bad
     leading dimension, and level 1/2 on strided and backward vectors (saxpy, sdot in both pointer modes, isamax,
     snrm2, dgemv), through the cuBLAS stand-in (NOTE [vendor libraries]), checked on the host."""
-    exe = str(tmp_path / "cublas_app")
-    proc = subprocess.run(
-        [NVCC, "-o", exe, os.path.join(PROGS, "cublas_app.cu"), f"-L{native_lib}", "-lcublas"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr
-    run = wooly_run([exe], server=wooly_gpud)
-    assert run.returncode == 0 and run.stdout.strip().endswith("PASS"), run.stdout + run.stderr
+    _build_and_pass(tmp_path, wooly_gpud, "cublas_app.cu", f"-L{native_lib}", "-lcublas")
 
 
 def test_stream_ordered_allocation_and_memory_pools(tmp_path: pytest.TempPathFactory, wooly_gpud: str) -> None:
     """cudaMallocAsync/cudaFreeAsync around a kernel, the default pool's attributes, an explicit pool (NOTE [memory
     pools])."""
-    exe = str(tmp_path / "mempool_app")
-    proc = subprocess.run(
-        [NVCC, "-gencode", "arch=compute_80,code=compute_80", "-o", exe, os.path.join(PROGS, "mempool_app.cu")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr
-    run = wooly_run([exe], server=wooly_gpud)
-    assert run.returncode == 0 and run.stdout.strip().endswith("PASS"), run.stdout + run.stderr
+    _build_and_pass(tmp_path, wooly_gpud, "mempool_app.cu", *PTX_ONLY)
 
 
 def test_virtual_memory_management(tmp_path: pytest.TempPathFactory, wooly_gpud: str, native_lib: str) -> None:
     """cuMemAddressReserve/cuMemCreate/cuMemMap: two allocations mapped back to back with a kernel across the
     seam, one moved to another reservation with its contents, aliasing refused (NOTE [virtual memory on gpud])."""
-    exe = str(tmp_path / "vmm_app")
-    proc = subprocess.run(
-        [
-            NVCC,
-            "-gencode",
-            "arch=compute_80,code=compute_80",
-            "-o",
-            exe,
-            os.path.join(PROGS, "vmm_app.cu"),
-            f"-L{native_lib}",
-            "-lcuda",
-        ],  # fmt: skip
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr
-    run = wooly_run([exe], server=wooly_gpud)
-    assert run.returncode == 0 and run.stdout.strip().endswith("PASS"), run.stdout + run.stderr
+    _build_and_pass(tmp_path, wooly_gpud, "vmm_app.cu", *PTX_ONLY, f"-L{native_lib}", "-lcuda")
+
+
+def test_cuda_graphs(tmp_path: pytest.TempPathFactory, wooly_gpud: str) -> None:
+    """CUDA graphs through cudart (NOTE [graphs in the native face]): a two-stream capture with fork and join,
+    graph memory, host functions and copies whose host memory is read at each launch; an explicit graph whose
+    executable's kernel parameters change; clone, update, a 3D copy, and the errors of invalid captures
+    (synchronising, an unjoined fork)."""
+    _build_and_pass(tmp_path, wooly_gpud, "graph_app.cu", *PTX_ONLY)
