@@ -93,7 +93,10 @@ LIBS = {  # CMake's CUDA:: targets -> linker flags
     "nvrtc": [],
     "cudart": [],
 }
-PASS_LINE = re.compile(r"(\bPASS|[Pp]assed\b|PASSED|Result\s*=\s*PASS|[Tt]est passed|Test Successful)")
+# "passed" alone is not one: cuSOLVER samples say "Incorrect argument passed to -R option"
+PASS_LINE = re.compile(
+    r"(\bPASS|PASSED|Result\s*=\s*PASS|[Tt]ests? passed|[Tt]est [Pp]assed|Test Successful|^\s*[Pp]assed\b)", re.M
+)
 FAIL_LINE = re.compile(r"(FAIL|[Ff]ailed|[Ee]rror|[Ww]aived|WAIVED|not supported|wooly:)")
 
 
@@ -141,9 +144,15 @@ def build(checkout: str, cat: str, name: str, way: str, outdir: str) -> tuple[st
         + glob.glob(os.path.join(src, "**", "*.cpp"), recursive=True)
     )
     listed = re.search(r"add_executable\(\s*\S+\s+([^)]*)\)", cmake)
-    if listed:  # the sources CMake builds (files compiled at run time by NVRTC are not among them)
+    if listed:  # the sources CMake builds (files compiled at run time by NVRTC are not among them), C files and
+        # shared helpers in Common/ (../../../Common/helper_multiprocess.cpp) included
+        named = [
+            os.path.normpath(os.path.join(src, t.replace("${CMAKE_CURRENT_SOURCE_DIR}/", "")))
+            for t in listed.group(1).split()
+        ]
+        named = [f for f in named if os.path.isfile(f) and f.endswith((".cu", ".cpp", ".c"))]
         names = {os.path.basename(t) for t in listed.group(1).split()}
-        files = [f for f in files if os.path.basename(f) in names] or files
+        files = named or [f for f in files if os.path.basename(f) in names] or files
     files = [f for f in files if not re.search(r"(_win|_mac|_gl)\.", os.path.basename(f))]
     flags = ["-std=c++17", "--extended-lambda", "-I", os.path.join(checkout, "Common"), "-I", src, *WAYS[way]]
     for inc in ("inc", "include"):
