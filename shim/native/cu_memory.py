@@ -220,6 +220,18 @@ def htod(dst: int, src: int, size: int, stream: int, what: str) -> None:
         return
     STATE.driver().memcpy_htod(dst, _host_buf(src, size), stream=stream)
     _host_visible(dst, what)
+    if size >= SYNC_UPLOAD_BYTES and not what.endswith("Async"):
+        STATE.driver().stream_synchronize(stream)  # NOTE [synchronous uploads]
+
+
+# NOTE [synchronous uploads]: a synchronous cuMemcpyHtoD (cudaMemcpy) of a large buffer returns once the bytes are
+# in device memory. Queued on the legacy stream, the copy would order only against that stream and the blocking
+# ones, and programs count on a kernel launched next on a *non-blocking* stream seeing the bytes (cuda-samples
+# StreamPriorities does): on a GPU the DMA has long finished by then; here a large upload may still be in flight,
+# and a deduplicated one (NOTE [dedup protocol]) maps its chunks later, in stream order. Waiting costs one round
+# trip, which a copy of a MiB or more dwarfs; smaller copies stay queued (their window is a few microseconds, and
+# the hot path of small copies followed by launches on the same stream needs no wait).
+SYNC_UPLOAD_BYTES = 1 << 20
 
 
 def dtoh(dst: int, src: int, size: int, stream: int, what: str) -> None:

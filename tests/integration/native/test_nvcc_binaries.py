@@ -161,3 +161,11 @@ def test_cuda_graphs(tmp_path: pytest.TempPathFactory, wooly_gpud: str) -> None:
     executable's kernel parameters change; clone, update, a 3D copy, and the errors of invalid captures
     (synchronising, an unjoined fork)."""
     _build_and_pass(tmp_path, wooly_gpud, "graph_app.cu", *PTX_ONLY)
+
+
+def test_a_kernel_on_a_non_blocking_stream_sees_a_synchronous_upload(
+    tmp_path: pytest.TempPathFactory, wooly_gpud: str
+) -> None:
+    """cudaMemcpy returns with the bytes on the device (NOTE [synchronous uploads]): a kernel launched next on a
+    non-blocking stream read zeros where a deduplicated upload's chunks were not mapped yet (3 of 3 runs before)."""
+    _build_and_pass(tmp_path, wooly_gpud, "sync_upload.cu", *PTX_ONLY)
