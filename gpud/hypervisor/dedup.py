@@ -345,6 +345,11 @@ class DedupEngine:
             if mem is not None:
                 mem.close()
         with self.lock:
+            if self.store.get(c.key) is not c:
+                # Every other reference went while this ran unlocked (the digest above): the chunk left the store
+                # and its memfd is closed. The tenant's own bytes are in place; the range just stays private.
+                self._shares(session).remove(share)
+                return
             if share.dead:
                 if c.refs == 0:
                     self._unref_unused(c, share.ordinal)
