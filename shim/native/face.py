@@ -29,6 +29,7 @@ API_MODULES = (
     "shim.native.cu_pointer",
     "shim.native.cu_stream",
     "shim.native.cu_module",
+    "shim.native.cu_link",
     "shim.native.cu_launch",
     "shim.native.cu_graph",
     "shim.native.nvml",

@@ -169,3 +169,27 @@ def test_a_kernel_on_a_non_blocking_stream_sees_a_synchronous_upload(
     """cudaMemcpy returns with the bytes on the device (NOTE [synchronous uploads]): a kernel launched next on a
     non-blocking stream read zeros where a deduplicated upload's chunks were not mapped yet (3 of 3 runs before)."""
     _build_and_pass(tmp_path, wooly_gpud, "sync_upload.cu", *PTX_ONLY)
+
+
+def test_the_jit_linker_links_ptx_modules(tmp_path: pytest.TempPathFactory, wooly_gpud: str, native_lib: str) -> None:
+    """cuLinkCreate/AddData/AddFile/Complete (NOTE [linking PTX]): a kernel calling a function of another PTX
+    module runs once the two are linked; a cubin input is NO_BINARY_FOR_GPU with the error log filled."""
+    ptx = {}
+    for name in ("kernel", "twice"):
+        ptx[name] = str(tmp_path / f"{name}.ptx")
+        src = os.path.join(PROGS, "link", f"{name}.cu")
+        proc = subprocess.run(
+            [NVCC, "-rdc=true", "-ptx", "-arch=compute_80", "-o", ptx[name], src],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert proc.returncode == 0, proc.stderr
+    exe = str(tmp_path / "link_app")
+    src = os.path.join(PROGS, "link_app.cpp")
+    proc = subprocess.run(
+        [NVCC, "-o", exe, src, f"-L{native_lib}", "-lcuda"], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr
+    run = wooly_run([exe, ptx["kernel"], ptx["twice"]], server=wooly_gpud)
+    assert run.returncode == 0 and run.stdout.strip().endswith("PASS"), run.stdout + run.stderr
