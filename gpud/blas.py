@@ -4,7 +4,7 @@ NOTE [vendor libraries]: cuBLAS, cuFFT and the other vendor libraries ship machi
 kernels cannot be translated; the client gets stand-in libraries whose calls travel to gpud as
 operations (proto ``BlasGemm``, ``BlasGeam``, ``FftExec``, ``RandGenerate``, ``SolverCall``) in stream order,
 where the node's own implementation runs them on the tenant's device memory: NumPy's BLAS (this module),
-pocketfft (gpud/fft.py), Philox (gpud/rand.py) and SciPy's LAPACK (gpud/solver.py) on the CPU backend, the real
+pocketfft (gpud/fft.py), Philox (proto/rand.py) and SciPy's LAPACK (gpud/solver.py) on the CPU backend, the real
 cuBLAS/cuFFT/cuSOLVER or hipBLAS/rocFFT/rocSOLVER on GPU nodes (not yet). Every operand's extent is checked against the
 session's allocations before the operation is queued (``extents``), as a copy's is: a gemm or an FFT cannot read
 or write another tenant's memory.

@@ -404,7 +404,7 @@ class Session:
         self.engine.enqueue(msg.stream, lambda: self.backend.spmv(msg))
 
     def on_rand_generate(self, msg: m.RandGenerate, bulk: list[Any]) -> None:
-        from gpud.rand import check
+        from proto.rand import check
 
         check(msg)
         if msg.n:

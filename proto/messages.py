@@ -587,7 +587,7 @@ RandType = Literal["u32", "f32", "f64"]
 class RandGenerate(_Req, tag="rand_generate", kw_only=True):
     """Fill ``n`` values at ``out`` from a cuRAND generator's stream (curandGenerate*), in stream order. Stateless on
     gpud: the generator's ``seed`` and the position ``offset`` its earlier calls reached name the numbers
-    (NOTE [random numbers], gpud/rand.py)."""
+    (NOTE [random numbers], proto/rand.py)."""
 
     queued = True
     dist: RandDist

@@ -199,7 +199,7 @@ class Backend(ABC):
 
     @wrap_errors(codes.ILLEGAL_ADDRESS)
     def rand(self, r: Any) -> None:
-        """A checked proto RandGenerate (gpud/rand.py), in stream order."""
+        """A checked proto RandGenerate (proto/rand.py), in stream order."""
         self._rand(r)
 
     def _rand(self, r: Any) -> None:

@@ -350,7 +350,7 @@ class CpuBackend(Backend):
         spmv_numpy(s)
 
     def _rand(self, r: Any) -> None:
-        from gpud.rand import generate_numpy
+        from proto.rand import generate_numpy
 
         generate_numpy(r)
 

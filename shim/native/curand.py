@@ -1,12 +1,14 @@
-"""cuRAND's host API, remoted: the client half of NOTE [random numbers] (gpud/rand.py).
+"""cuRAND's host API, remoted: the client half of NOTE [random numbers] (proto/rand.py).
 
 The native library exports every cuRAND symbol (src/exports_curand.h; the entry points with floating-point
 arguments are written out in wooly_native.c, which hands them on as double bit patterns) and is found as
 libcurand.so.10 under ``wooly run``. A generator is kept here: its seed, its position in its stream and its stream.
 Each ``curandGenerate*`` queues one ``rand_generate`` on that stream, as a kernel launch is, and moves the position
 on. Pseudo-random generators of every type are accepted and all draw from one counter-based stream (the numbers
-differ from a GPU's, the distributions and their reproducibility do not); quasi-random generators (Sobol),
-host generators and 64-bit integers return CURAND_STATUS_TYPE_ERROR.
+differ from a GPU's, the distributions and their reproducibility do not). Host generators
+(curandCreateGeneratorHost) run the same definition (proto/rand.py) here, on host memory, synchronously: a host
+and a device generator of one seed give the same numbers. Quasi-random generators (Sobol) and 64-bit integers
+return CURAND_STATUS_TYPE_ERROR.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from proto import errors as codes
+from proto import rand
 from proto.codec import ProtocolError, check
 from proto.errors import CudaError
 from proto.messages import RandDist, RandGenerate, RandType
@@ -37,6 +40,7 @@ class Generator:
     seed: int = 0
     offset: int = 0
     stream: int = 0
+    host: bool = False  # curandCreateGeneratorHost: generates into host memory, on the client
 
 
 _gens: dict[int, Generator] = {}
@@ -56,18 +60,24 @@ def _f64(bits: int) -> float:
 
 @api("curandCreateGenerator", 0, P, c_int, library="curand")
 def curandCreateGenerator(out: int, typ: int) -> None:
+    _create(out, typ, host=False)
+
+
+def _create(out: int, typ: int, host: bool) -> None:
+    if not out:
+        raise CudaError(codes.INVALID_VALUE, "curandCreateGenerator: generator is NULL")
     if typ not in PSEUDO:
         raise CudaError(codes.NOT_SUPPORTED, f"generator type {typ} (quasi-random generators are not supported)")
     if not STATE.initialized:  # cuRAND initialises CUDA itself
         STATE.init()
     h = next(_ids)
-    _gens[h] = Generator(typ)
+    _gens[h] = Generator(typ, host=host)
     put_u64(out, h)
 
 
 @api("curandCreateGeneratorHost", 0, P, c_int, library="curand")
 def curandCreateGeneratorHost(out: int, typ: int) -> None:
-    raise CudaError(codes.NOT_SUPPORTED, "host generators are not supported (use curandCreateGenerator)")
+    _create(out, typ, host=True)
 
 
 @api("curandDestroyGenerator", 0, P, library="curand")
@@ -133,6 +143,13 @@ def _generate(h: int | None, out: int | None, n: int, dist: RandDist, dtype: Ran
         check(msg)
     except ProtocolError as exc:
         raise CudaError(codes.INVALID_VALUE, f"curandGenerate: {exc.message}") from None
+    if g.host:
+        if not msg.out:
+            raise CudaError(codes.INVALID_VALUE, "curandGenerate: outputPtr is NULL")
+        rand.check(msg)
+        rand.generate_numpy(msg)  # into the program's host memory, now (a host generator is synchronous)
+        g.offset += n
+        return
     drv._check_range(msg.out, msg.writes([])[0][1], f"curandGenerate ({dist})")
     cu_capture.post(msg)
     g.offset += n  # NOTE [random numbers]: n counter blocks, at least a value's worth each

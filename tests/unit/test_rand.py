@@ -1,13 +1,13 @@
-"""gpud/rand.py, NOTE [random numbers]: the numbers are named by seed and position; distributions as asked."""
+"""proto/rand.py, NOTE [random numbers]: the numbers are named by seed and position; distributions as asked."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from gpud.rand import check, generate_numpy
 from proto import messages as m
 from proto.errors import CudaError
+from proto.rand import check, generate_numpy
 
 
 def _gen(dist: str, dtype: str, n: int, **kw: float | int) -> np.ndarray:

@@ -193,3 +193,11 @@ def test_the_jit_linker_links_ptx_modules(tmp_path: pytest.TempPathFactory, wool
     assert proc.returncode == 0, proc.stderr
     run = wooly_run([exe, ptx["kernel"], ptx["twice"]], server=wooly_gpud)
     assert run.returncode == 0 and run.stdout.strip().endswith("PASS"), run.stdout + run.stderr
+
+
+def test_curand_host_generators_match_device_ones(
+    tmp_path: pytest.TempPathFactory, wooly_gpud: str, native_lib: str
+) -> None:
+    """curandCreateGeneratorHost runs proto/rand.py's definition on the client: the same seed gives the same
+    uniform and normal numbers on the host as on the device (cuda-samples MersenneTwisterGP11213 compares them)."""
+    _build_and_pass(tmp_path, wooly_gpud, "curand_host.cu", f"-L{native_lib}", "-lcurand")

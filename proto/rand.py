@@ -1,4 +1,6 @@
-"""Random numbers on tenants' device memory: the gpud side of the cuRAND stand-in (NOTE [vendor libraries]).
+"""The numbers of the cuRAND stand-in (NOTE [vendor libraries]): one definition, run by gpud's CPU backend on
+tenants' device memory and by the client for host generators (curandCreateGeneratorHost) on host memory, so the
+two give the same numbers for the same seed, as cuRAND's device and host generators of one type do.
 
 NOTE [random numbers]
 A cuRAND generator is a seed and a position in its stream. The client keeps both (shim/native/curand.py) and each
