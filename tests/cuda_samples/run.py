@@ -130,7 +130,10 @@ def samples(checkout: str, only: list[str] | None) -> list[tuple[str, str]]:
     return out
 
 
-EXTRA_INCLUDES: list[str] = []  # --include: headers of CUDA libraries the toolkit here lacks (cuBLAS's wheel, say)
+# --include: headers of CUDA libraries the toolkit here lacks, from PyPI wheels (pip download --no-deps, unzip their
+# nvidia/*/include): nvidia-cublas-cu12, nvidia-curand-cu12, nvidia-cusolver-cu12, nvidia-cusparse-cu12, and
+# nvidia-cufft (CUDA 13's cuFFT 12.5: Common/helper_cuda.h names CUFFT_MISSING_DEPENDENCY, which cu12's lacks)
+EXTRA_INCLUDES: list[str] = []
 
 
 def build(checkout: str, cat: str, name: str, way: str, outdir: str) -> tuple[str | None, str]:
