@@ -34,6 +34,7 @@ API_MODULES = (
     "shim.native.cu_graph",
     "shim.native.nvml",
     "shim.native.cublas",
+    "shim.native.cublasxt",
     "shim.native.cufft",
     "shim.native.curand",
     "shim.native.cusolver",

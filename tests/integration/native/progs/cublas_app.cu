@@ -29,6 +29,12 @@ int cublasIsamax_v2(cublasHandle_t, int, const float *, int, int *);
 int cublasDgemv_v2(cublasHandle_t, int, int, int, const double *, const double *, int, const double *, int,
                    const double *, double *, int);
 int cublasGetMatrix(int, int, int, const void *, int, void *, int);
+typedef void *cublasXtHandle_t;
+int cublasXtCreate(cublasXtHandle_t *);
+int cublasXtDestroy(cublasXtHandle_t);
+int cublasXtDeviceSelect(cublasXtHandle_t, int, int *);
+int cublasXtSgemm(cublasXtHandle_t, int, int, size_t, size_t, size_t, const float *, const float *, size_t,
+                  const float *, size_t, const float *, float *, size_t);
 }
 
 static int failures = 0;
@@ -158,6 +164,20 @@ int main() {
     EXPECT(cublasDgemv_v2(h, 0, 3, 4, &ga, dGA, 5, dgx, 0, &gb, dgy, 1) == 7, "dgemv with incx 0 accepted");
     cudaStreamSynchronize(s);
     cublasDestroy_v2(h);
+
+    // cuBLASXt: the same sgemm with A and C in host memory and B on the device; a bad leading dimension refused
+    cublasXtHandle_t xt;
+    int dev0 = 0;
+    EXPECT(cublasXtCreate(&xt) == 0 && cublasXtDeviceSelect(xt, 1, &dev0) == 0, "cublasXt create");
+    for (int i = 0; i < ldc * n; i++) C[i] = R[i] = (float)(i % 3);
+    EXPECT(cublasXtSgemm(xt, 1, 0, m, n, k, &alpha, A, lda, dB, ldb, &beta, C, ldc) == 0, "cublasXtSgemm status");
+    ref<float>(1, 0, m, n, k, alpha, A, lda, B, ldb, beta, R, ldc);
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < ldc; i++)  // the padding rows untouched too
+            EXPECT(fabsf(C[i + j * ldc] - R[i + j * ldc]) < 1e-3f, "xt C[%d,%d] = %f, want %f", i, j, C[i + j * ldc],
+                   R[i + j * ldc]);
+    EXPECT(cublasXtSgemm(xt, 0, 0, m, n, k, &alpha, A, 3, dB, ldb, &beta, C, ldc) == 7, "xt lda < m accepted");
+    cublasXtDestroy(xt);
     printf(failures ? "FAIL (%d)\n" : "PASS\n", failures);
     return failures != 0;
 }
