@@ -170,8 +170,10 @@ def _add(out: int, graph: int | None, deps: int | None, ndeps: int, kind: int, p
     g = _get(graph, Graph, "graph")
     if not out:
         raise CudaError(codes.INVALID_VALUE, "phGraphNode is NULL")
+    if ndeps and not deps:
+        raise CudaError(codes.INVALID_VALUE, f"{ndeps} dependencies but dependencies is NULL")
     dep_nodes = []
-    for h in (ctypes.c_uint64 * ndeps).from_address(int(deps)) if deps and ndeps else ():
+    for h in (ctypes.c_uint64 * ndeps).from_address(int(deps)) if ndeps else ():
         d = _get(h, Node, "graph node")
         if not any(d is n for n in g.nodes):
             raise CudaError(codes.INVALID_VALUE, "a dependency belongs to another graph")

@@ -114,8 +114,9 @@ def launch(
     info = cu_module.function(fn)
     params = marshal(info, kernel_params, extra)
     validate(info, grid, block, shared, len(params), cooperative)
-    node = (info, grid, block, shared, params, cooperative)
-    if cu_capture.record(stream, cu_capture.KERNEL, node, cu_capture.issue_kernel):
+    if cu_capture.captures and cu_capture.record(
+        stream, cu_capture.KERNEL, (info, grid, block, shared, params, cooperative), cu_capture.issue_kernel
+    ):
         return
     STATE.driver().launch_kernel(
         info, grid, block, params, shared_mem=shared, stream=int(stream or 0), cooperative=cooperative, checked=True

@@ -31,6 +31,13 @@ EXPECTED = {
     "launch_no_params": "CUDA_ERROR_INVALID_VALUE",
     "launch_extra_wrong_size": "CUDA_ERROR_INVALID_VALUE",
     "launch_invalid_stream": "CUDA_ERROR_INVALID_HANDLE",
+    "graph_launch_invalid": "CUDA_ERROR_INVALID_VALUE",
+    "graph_kernel_node_block_too_large": "CUDA_ERROR_INVALID_VALUE",
+    "graph_node_deps_null": "CUDA_ERROR_INVALID_VALUE",
+    "end_capture_not_capturing": "CUDA_ERROR_ILLEGAL_STATE",
+    "capture_legacy_stream": "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED",
+    "graph_destroy": "CUDA_SUCCESS",
+    "graph_destroy_again": "CUDA_ERROR_INVALID_VALUE",
     # after all of that, the context still works
     "launch_extra_ok": "CUDA_SUCCESS",
     "sync_ok": "CUDA_SUCCESS",

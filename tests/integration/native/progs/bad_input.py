@@ -92,6 +92,25 @@ def main() -> None:
         cu.cuLaunchKernel(fn, 1, 1, 1, 32, 1, 1, 0, cu.CUstream(0xABCDEF), params.ctypes.data, 0),
     )
 
+    # graphs: bad handles, a kernel node with a block too large, a NULL dependency list, captures that cannot be
+    graph = record("graph_create", cu.cuGraphCreate(0))
+    record("graph_launch_invalid", cu.cuGraphLaunch(cu.CUgraphExec(0xABCDEF), 0))
+    node = cu.CUDA_KERNEL_NODE_PARAMS()
+    node.func = fn
+    node.gridDimX, node.gridDimY, node.gridDimZ = 1, 1, 1
+    node.blockDimX, node.blockDimY, node.blockDimZ = 2048, 1, 1
+    node.kernelParams = params.ctypes.data
+    record("graph_kernel_node_block_too_large", cu.cuGraphAddKernelNode(graph, None, 0, node))
+    libcuda = ctypes.CDLL("libcuda.so.1")  # past the bindings' own check of the list's length
+    out = ctypes.c_void_p()
+    err = libcuda.cuGraphAddEmptyNode(ctypes.byref(out), ctypes.c_void_p(int(graph)), None, ctypes.c_size_t(2))
+    record("graph_node_deps_null", cu.CUresult(err))
+    stream = record("stream_create", cu.cuStreamCreate(0))
+    record("end_capture_not_capturing", cu.cuStreamEndCapture(stream))
+    record("capture_legacy_stream", cu.cuStreamBeginCapture(cu.CUstream(1), 0))
+    record("graph_destroy", cu.cuGraphDestroy(graph))
+    record("graph_destroy_again", cu.cuGraphDestroy(graph))
+
     # a good launch through the extra form still works after all of the above
     good = (ctypes.c_ubyte * 16)()
     ctypes.memmove(good, dptr.ctypes.data, 8)
