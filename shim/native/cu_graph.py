@@ -173,7 +173,7 @@ def _add(out: int, graph: int | None, deps: int | None, ndeps: int, kind: int, p
     if ndeps and not deps:
         raise CudaError(codes.INVALID_VALUE, f"{ndeps} dependencies but dependencies is NULL")
     dep_nodes = []
-    for h in (ctypes.c_uint64 * ndeps).from_address(int(deps)) if ndeps else ():
+    for h in (ctypes.c_uint64 * ndeps).from_address(int(deps or 0)) if ndeps else ():
         d = _get(h, Node, "graph node")
         if not any(d is n for n in g.nodes):
             raise CudaError(codes.INVALID_VALUE, "a dependency belongs to another graph")
