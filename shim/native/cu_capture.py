@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from proto import errors as codes
 from proto.errors import CudaError
 from shim.native.state import STATE
@@ -119,10 +121,6 @@ def stream_key(h: int) -> int:
 
 
 # ---------------------------------------------------------------------------- capture hooks
-def capturing(stream: int) -> bool:
-    return bool(captures) and stream_key(stream) in captures
-
-
 def record(stream: int | None, kind: int, params: Any, issue: Callable[[Node, int], None]) -> bool:
     """The hook every stream-ordered call makes after checking its arguments: when ``stream`` is capturing, add a
     node of ``kind`` that calls ``issue(node, stream)`` at launch and return True (the call then does nothing now)."""
@@ -169,8 +167,6 @@ def refuse_sync(stream: int | None, what: str) -> None:
 
 def post(msg: Any) -> None:
     """Queue a stream-ordered message (a vendor library's operation), or record it into the capture."""
-    import msgspec
-
     drv = STATE.driver()
 
     def issue(_node: Node, stream: int) -> None:

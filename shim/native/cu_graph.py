@@ -635,8 +635,8 @@ def cuStreamGetCaptureInfo_v2(stream: int | None, status: int, ident: int, graph
     if graph:
         put_u64(graph, _give(cap.graph) if cap else 0)
     if deps:
-        _deps_out[:] = [_give(t) for t in tails]
-        put_u64(deps, ctypes.addressof(_deps_array(len(tails))))
+        _deps_out[:] = [(ctypes.c_uint64 * max(1, len(tails)))(*[_give(t) for t in tails])]
+        put_u64(deps, ctypes.addressof(_deps_out[0]))
     if n:
         put_u64(n, len(tails))
 
@@ -650,15 +650,8 @@ def cuStreamGetCaptureInfo_v3(
         put_u64(edges, 0)  # NULL: every edge is a default edge
 
 
-_deps_out: list[int] = []
-_deps_buf: list[ctypes.Array] = []
-
-
-def _deps_array(n: int) -> ctypes.Array:
-    """The array cuStreamGetCaptureInfo_v2 points dependencies_out at: valid until the next call, as CUDA's is."""
-    arr = (ctypes.c_uint64 * max(1, n))(*_deps_out)
-    _deps_buf[:] = [arr]
-    return arr
+_deps_out: list[ctypes.Array] = []  # what cuStreamGetCaptureInfo_v2 points dependencies_out at: valid until the next
+# call, as CUDA's array is
 
 
 @api("cuThreadExchangeStreamCaptureMode", 10010, P)
