@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from gpud.aten_graph import Graphs
-from gpud.aten_guards import guard_for
+from gpud.aten_guards import CHECKED_EQUIVALENTS, guard_for
 from gpud.aten_sparse import SUBSTITUTES as SPARSE_SUBSTITUTES
 from gpud.aten_sparse import describe as sparse_describe
 from gpud.aten_sparse import storage_key as sparse_storage_key
@@ -26,18 +26,15 @@ from proto import aten as W
 
 _NAME_RE = re.compile(r"^aten\.([A-Za-z0-9_]+)(?:\.([A-Za-z0-9_]+))?$")
 # NOTE [unsafe ops]: every tenant's tensors live in gpud's heap, so an op that reads or writes out of bounds
-# reads or writes another tenant's memory. Refused, by name: ops that read files or index memory without bounds
-# checks, and the sparse constructors that skip validating their indices; by argument: ``unsafe=True``
+# reads or writes another tenant's memory. Refused, by name: ops that read files, and the sparse constructors
+# that skip validating their indices; run as the checked op they stand for: the ``_unsafe_*index*`` ops
+# (NOTE [checked equivalents] in gpud/aten_guards.py); by argument: ``unsafe=True``
 # (segment_reduce, _index_put_impl_ skip their checks with it); by result: any tensor that is neither strided
 # nor sparse COO, and sparse COO tensors only under the rules of NOTE [sparse tensors] (gpud/aten_sparse.py:
 # the one constructor from parts validates them, no handle aliases their indices).
 _DENIED = frozenset(
     {
         "from_file",
-        "_unsafe_index",
-        "_unsafe_index_put",
-        "_unsafe_masked_index",
-        "_unsafe_masked_index_put_accumulate",
         "_unsafe_set_version_counter",
         "_sparse_coo_tensor_unsafe",
         "_sparse_compressed_tensor_unsafe",
@@ -95,7 +92,8 @@ def resolve(name: str, permit_unsafe: bool = False) -> tuple[Any, bool, bool, in
                 op, has_gen = alt_op, True
     seeded = torch.Tag.nondeterministic_seeded in getattr(op, "tags", ())
     unsafe = next((i for i, a in enumerate(op._schema.arguments) if a.name == _UNSAFE_ARG), -1)
-    run: Any = SPARSE_SUBSTITUTES.get(base, op)  # NOTE [sparse tensors]
+    # NOTE [checked equivalents], NOTE [sparse tensors]
+    run: Any = CHECKED_EQUIVALENTS.get(base) or SPARSE_SUBSTITUTES.get(base, op)
     hit = (run, has_gen, not has_gen and (seeded or base in _DEFAULT_GEN_OPS), unsafe, guard_for(base, op._schema))
     _OPS[name] = hit
     return hit
@@ -188,6 +186,8 @@ class Executor:
         _handle(h)
         if h in self.tensors:
             raise CudaError(codes.INVALID_HANDLE, f"tensor handle {h} is already in use")
+        if t._is_zerotensor():  # autograd's storage-less zeros (sgn's gradient): a tensor the client can read
+            t = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device).zero_()
         key: Any
         if t.layout == torch.strided:
             st = t.untyped_storage()

@@ -146,3 +146,52 @@ def guard_for(base: str, schema: Any) -> Callable[[str, list[Any], dict[str, Any
     if check is None:
         return None
     return lambda name, args, kwargs: check(name, _bind(schema, args, kwargs))
+
+
+# NOTE [checked equivalents]: the ``_unsafe_*index*`` ops skip bounds checks because a compiler proved the
+# indices in range; a tenant proves nothing. gpud runs each as the checked op it stands for, which gives the
+# same result whenever the unchecked one is defined and an error naming the op where it would have read or
+# written out of bounds. The masked forms index only where ``mask`` holds: as in ATen's own CPU kernels, an
+# index is clamped to its dimension first (elsewhere it may be anything), and the checked ``index`` and
+# ``index_put`` then see only indices in range.
+def _clamped(name: str, self: torch.Tensor, indices: list[Any]) -> list[Any]:
+    if len(indices) > self.dim():
+        raise CudaError(codes.INVALID_VALUE, f"{name}: {len(indices)} indices for a {self.dim()}-d tensor")
+    out: list[Any] = []
+    for i, size in zip(indices, self.shape, strict=False):
+        if i is None:
+            out.append(None)
+            continue
+        if not isinstance(i, torch.Tensor) or i.dtype not in (torch.int64, torch.int32):
+            raise CudaError(codes.INVALID_VALUE, f"{name}: indices must be int64 or int32 tensors")
+        out.append(torch.clamp(i, -size, size - 1) if size else i)
+    return out
+
+
+def _index(self: torch.Tensor, indices: list[Any]) -> torch.Tensor:
+    return torch.ops.aten.index.Tensor(self, indices)
+
+
+def _index_put(self: torch.Tensor, indices: list[Any], values: torch.Tensor, accumulate: bool = False) -> torch.Tensor:
+    return torch.ops.aten.index_put.default(self, indices, values, accumulate)
+
+
+def _masked_index(self: torch.Tensor, mask: torch.Tensor, indices: list[Any], fill: Any) -> torch.Tensor:
+    got = torch.ops.aten.index.Tensor(self, _clamped("aten._unsafe_masked_index", self, indices))
+    return got.masked_fill(torch.logical_not(mask), fill)
+
+
+def _masked_index_put_accumulate(
+    self: torch.Tensor, mask: torch.Tensor, indices: list[Any], values: torch.Tensor
+) -> torch.Tensor:
+    masked = values.masked_fill(torch.logical_not(mask), 0)
+    clamped = _clamped("aten._unsafe_masked_index_put_accumulate", self, indices)
+    return torch.ops.aten.index_put.default(self, clamped, masked, True)
+
+
+CHECKED_EQUIVALENTS: dict[str, Callable[..., torch.Tensor]] = {
+    "_unsafe_index": _index,
+    "_unsafe_index_put": _index_put,
+    "_unsafe_masked_index": _masked_index,
+    "_unsafe_masked_index_put_accumulate": _masked_index_put_accumulate,
+}

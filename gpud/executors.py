@@ -32,6 +32,7 @@ is reclaimed like a dead client (its charged memory and dedup pins released), an
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import signal
@@ -123,11 +124,13 @@ class Zygote:
             raise CudaError(codes.LAUNCH_FAILED, "gpud's executor zygote answered out of turn")
         return reply
 
-    def fork(self, tenant: str, limit: int, device: str, permit_unsafe: bool, max_op_s: float) -> tuple[int, chan.Conn]:
+    def fork(
+        self, tenant: str, limit: int, device: str, permit_unsafe: bool, max_op_s: float, sandbox: bool
+    ) -> tuple[int, chan.Conn]:
         ours, theirs = chan.pair()
         try:
             with self.lock:
-                reply = self._ask(["fork", tenant, limit, device, permit_unsafe, max_op_s], [theirs.fileno()])
+                reply = self._ask(["fork", tenant, limit, device, permit_unsafe, max_op_s, sandbox], [theirs.fileno()])
         except BaseException:
             ours.close()
             raise
@@ -175,6 +178,7 @@ class TenantExecutor:
         self.channels: set[Channel] = set()
         self.lock = threading.Lock()
         self.failure: CudaError | None = None
+        self.sandbox: list[str] = []  # what confines the process (NOTE [executor sandbox])
 
     def open(self, session: Any) -> Channel:
         ours, theirs = chan.pair()
@@ -359,12 +363,35 @@ class Executors:
                 policy = self.hv.config.policy(tenant)
                 quota = policy.quota_bytes(session.backend.total_memory)
                 limit = quota + _HEADROOM
+                aten = self.hv.config.aten
                 pid, ctl = self.zygote.fork(
-                    tenant, limit, device, self.hv.config.aten.permit_unsafe, policy.max_kernel_s
+                    tenant, limit, device, aten.permit_unsafe, policy.max_kernel_s, aten.sandbox
                 )
                 ex = self.by_tenant[tenant] = TenantExecutor(self, tenant, pid, ctl)
-                log.event("executors.start", tenant=tenant, pid=pid)
+                ex.sandbox = self._confinement(ex)
             return ex.open(session)
+
+    def _confinement(self, ex: TenantExecutor) -> list[str]:
+        """Read the executor's first word (NOTE [executor sandbox]): what confines it, logged once; a layer the
+        kernel lacks is a warning, an executor that cannot say is failed before it serves anything."""
+        try:
+            msg, fds = ex.ctl.recv()
+            chan._close_all(fds)
+        except (chan.ChannelClosed, OSError) as exc:
+            raise ex.fail(f"it ended before it was confined ({exc})") from None
+        ok = isinstance(msg, list) and len(msg) == 3 and msg[0] == "sandbox"
+        if not ok or not all(isinstance(x, list) and all(isinstance(w, str) for w in x) for x in msg[1:]):
+            raise ex.fail("it answered out of turn instead of saying how it is confined")
+        layers, missing = [str(w)[:120] for w in msg[1][:8]], [str(w)[:200] for w in msg[2][:8]]
+        log.event(
+            "executors.start",
+            logging.WARNING if missing else logging.INFO,
+            tenant=ex.tenant,
+            pid=ex.pid,
+            sandbox=", ".join(layers) or "none",
+            **({"not_confined": "; ".join(missing)} if missing else {}),
+        )
+        return layers
 
     def forget(self, ex: TenantExecutor, only_if_idle: bool = False) -> bool:
         with self.lock:
@@ -378,6 +405,11 @@ class Executors:
     def pids(self) -> dict[str, int]:
         with self.lock:
             return {t: ex.pid for t, ex in self.by_tenant.items()}
+
+    def confinement(self) -> dict[str, list[str]]:
+        """Each live executor's sandbox layers (NOTE [executor sandbox]), by tenant."""
+        with self.lock:
+            return {t: list(ex.sandbox) for t, ex in self.by_tenant.items()}
 
     def close(self) -> None:
         with self.lock:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import ctypes
 import os
 import resource
+import shutil
 import signal
 import socket
 import sys
@@ -26,6 +27,7 @@ from typing import Any
 
 from gpud import chan
 
+_forked: set[int] = set()  # executors not reaped yet
 _GRANT_STEP = 4 << 20  # memory asked of the broker at a time, so small tensors do not each cost a round trip
 
 
@@ -46,12 +48,16 @@ def zygote_main(fd: int) -> None:
 
     import gpud.aten_exec  # noqa: F401 - preloaded for every executor
     import gpud.aten_portable  # noqa: F401
+    from gpud.sandbox import protect_daemon, scratch_dir
 
+    protect_daemon()  # NOTE [executor sandbox]: no process of gpud's uid reads the zygote (or what it forks)
     sock.send(["ready", os.getpid(), torch.__version__])
     while True:
         try:
             msg, fds = sock.recv()
         except (chan.ChannelClosed, OSError):
+            for pid in _forked:  # their scratch directories (a confined executor cannot remove its own)
+                shutil.rmtree(scratch_dir(pid), ignore_errors=True)
             os._exit(0)
         op = msg[0] if isinstance(msg, list) and msg else None
         if op == "fork" and len(fds) == 1:
@@ -60,7 +66,9 @@ def zygote_main(fd: int) -> None:
                 code = 0
                 try:
                     sock.close()
-                    executor_main(fds[0], str(msg[1]), int(msg[2]), str(msg[3]), bool(msg[4]), float(msg[5]))
+                    executor_main(
+                        fds[0], str(msg[1]), int(msg[2]), str(msg[3]), bool(msg[4]), float(msg[5]), bool(msg[6])
+                    )
                 except BaseException:  # noqa: BLE001 - the executor's last word goes to gpud's log
                     import traceback
 
@@ -69,6 +77,7 @@ def zygote_main(fd: int) -> None:
                 finally:
                     os._exit(code)
             os.close(fds[0])
+            _forked.add(pid)
             sock.send(["pid", pid])
         elif op == "reap":
             chan._close_all(fds)
@@ -79,7 +88,18 @@ def zygote_main(fd: int) -> None:
 
 
 def _reap(pid: int, grace_s: float) -> int:
-    """The executor's exit code (negative: the signal that ended it), killing it after ``grace_s``."""
+    """The executor's exit code (negative: the signal that ended it), killing it after ``grace_s``; its scratch
+    directory (NOTE [executor sandbox]) goes with it."""
+    try:
+        return _wait(pid, grace_s)
+    finally:
+        from gpud.sandbox import scratch_dir
+
+        shutil.rmtree(scratch_dir(pid), ignore_errors=True)
+        _forked.discard(pid)
+
+
+def _wait(pid: int, grace_s: float) -> int:
     deadline = time.monotonic() + grace_s
     while True:
         try:
@@ -103,11 +123,11 @@ TIMEOUT_EXIT = 124  # the executor's exit status when its watchdog stopped an op
 _live: list[Any] = []  # this process's executors (one per session), for the watchdog
 
 
-def executor_main(fd: int, tenant: str, limit: int, device: str, permit_unsafe: bool, max_op_s: float) -> None:
+def executor_main(
+    fd: int, tenant: str, limit: int, device: str, permit_unsafe: bool, max_op_s: float, sandbox: bool = True
+) -> None:
     _set_name(f"wooly-x:{tenant}")
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if max_op_s > 0:
-        threading.Thread(target=_watchdog, args=(max_op_s,), name="wooly-x-watchdog", daemon=True).start()
     if limit > 0:
         # NOTE [executor memory limit]: what ATen allocates is charged to the tenant only once the op has made
         # it; the kernel's limit on this process's data bounds what an op can take before that (the
@@ -119,6 +139,17 @@ def executor_main(fd: int, tenant: str, limit: int, device: str, permit_unsafe: 
             want = min(want, hard)
         resource.setrlimit(resource.RLIMIT_DATA, (want, hard))
     ctl = chan.Conn(socket.socket(fileno=fd))
+    # NOTE [executor sandbox] (gpud/sandbox.py): confined while still one thread, before any request is read;
+    # the first word on the control socket tells gpud what holds
+    if sandbox:
+        from gpud import sandbox as sb
+
+        applied = sb.enter(device)
+        ctl.send(["sandbox", applied.layers, applied.missing])
+    else:
+        ctl.send(["sandbox", [], ["turned off ([aten] sandbox = false)"]])
+    if max_op_s > 0:
+        threading.Thread(target=_watchdog, args=(max_op_s,), name="wooly-x-watchdog", daemon=True).start()
     while True:
         try:
             msg, fds = ctl.recv()

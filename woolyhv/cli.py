@@ -193,6 +193,10 @@ def gpud(
         from woolyhv.pool.join import agent_for
 
         server.join_pool(agent_for(server, join, node_name=node_name, advertise=advertise, ttl=pool_ttl, labels=label))
+    if hv_config.aten.sandbox:
+        from gpud.sandbox import protect_daemon
+
+        protect_daemon()  # NOTE [executor sandbox]: gpud's memory and environ are no same-uid process's to read
     server.install_signal_handlers()
     server.serve_forever(owner_pid=owner_pid)
 

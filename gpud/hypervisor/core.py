@@ -282,8 +282,10 @@ class Hypervisor:
             recent_total = sum(t.recent_ns for t in self.tenants.values())
             tenants = [t.describe(recent_total) for t in self.tenants.values()]
         pids = self.server.executors.pids()  # NOTE [executors]
+        confined = self.server.executors.confinement()  # NOTE [executor sandbox]
         for t in tenants:
             t["executor_pid"] = pids.get(t["tenant"])
+            t["executor_sandbox"] = confined.get(t["tenant"], [])
         out: dict[str, Any] = {
             "tenants": tenants,
             "physical": {str(k): v for k, v in self.physical.items()},

@@ -29,6 +29,7 @@ A config file looks like this (TOML; the same keys work in YAML)::
     [aten]                        # the PyTorch face's ops (NOTE [executors] in gpud/executors.py)
     executors = true              # one process per tenant; false: inside gpud (one trusted tenant only)
     permit_unsafe = false         # let executors run unsafe=True and unchecked index/sparse ops
+    sandbox = true                # confine executors: landlock + seccomp (NOTE [executor sandbox], gpud/sandbox.py)
 
     [tenants.default]             # template for tenants not listed
     quota = 1.0                   # bytes ("2GiB", 2147483648) or a fraction of the device
@@ -186,6 +187,7 @@ class AtenConfig(_Cfg):
 
     executors: bool = True  # in one process per tenant (False: inside gpud, for one trusted tenant)
     permit_unsafe: bool = False  # run ops gpud refuses (unsafe=True, unchecked index/sparse constructors)
+    sandbox: bool = True  # confine each executor (NOTE [executor sandbox] in gpud/sandbox.py); off to debug one
 
     @model_validator(mode="after")
     def _unsafe_needs_executors(self) -> AtenConfig:

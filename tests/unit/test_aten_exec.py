@@ -121,6 +121,45 @@ def test_unsafe_ops_are_refused(op: list[object], code: int, needle: str) -> Non
     assert 9 not in ex.tensors and ex.tensors[1].tolist() == [0.0, 1.0, 2.0, 3.0]
 
 
+def test_unchecked_index_ops_run_checked() -> None:
+    """NOTE [checked equivalents] (gpud/aten_guards.py): ``_unsafe_*index*`` give ATen's results for indices in
+    range, and an error naming the op (never a read or write past the tensor) for indices out of it."""
+    ex, s = make()
+    ex.run_batch(
+        [
+            ["aten.arange.default", [4.0], {}, [1]],  # 0. 1. 2. 3.
+            ["aten.arange.default", [4], {}, [2]],  # int64 0 1 2 3
+            ["aten.add.Scalar", [ref(2), 1 << 20], {}, [3]],  # far past the end
+            ["aten.lt.Scalar", [ref(2), 2], {}, [4]],  # mask: True True False False
+            ["aten.add.Scalar", [ref(2), -2], {}, [5]],  # -2 -1 0 1
+            ["aten.ones.default", [[4]], {}, [6]],
+        ],
+        [],
+        0,
+    )
+    ok = [
+        (["aten._unsafe_index.Tensor", [ref(1), [ref(5)]], {}, [10]], [2.0, 3.0, 0.0, 1.0]),
+        # masked out: index 1<<20 (or 1<<20 + 1 ...) is never read, the fill stands there
+        (["aten._unsafe_masked_index.default", [ref(1), ref(4), [ref(3)], -1.0], {}, [11]], [3.0, 3.0, -1.0, -1.0]),
+        (["aten._unsafe_index_put.default", [ref(1), [ref(2)], ref(6), True], {}, [12]], [1.0, 2.0, 3.0, 4.0]),
+        (
+            ["aten._unsafe_masked_index_put_accumulate.default", [ref(1), ref(4), [ref(3)], ref(6)], {}, [13]],
+            [0.0, 1.0, 2.0, 5.0],  # both unmasked 1s land on the clamped index 3, the masked ones nowhere
+        ),
+    ]
+    for op, want in ok:
+        ex.run_batch([op], [], 0)
+        assert not s.errors and ex.tensors[op[3][0]].tolist() == want, (op[0], s.errors)
+    bad = [
+        ["aten._unsafe_index.Tensor", [ref(1), [ref(3)]], {}, [20]],
+        ["aten._unsafe_index_put.default", [ref(1), [ref(3)], ref(6), False], {}, [21]],
+    ]
+    for op in bad:
+        ex.run_batch([op], [], 0)
+        assert s.errors and "out of bounds" in s.errors[-1].message and op[3][0] not in ex.tensors, s.errors
+    assert ex.tensors[1].tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
 def test_sparse_tensors_keep_indices_nobody_else_holds() -> None:
     """NOTE [sparse tensors] (gpud/aten_sparse.py): built from parts only after a check, on gpud's own copy of the
     indices; _indices() hands out copies; the coalesced flag cannot lie; compressed layouts are refused."""
@@ -253,3 +292,13 @@ def test_kernels_that_trust_their_arguments_are_guarded(case: str) -> None:
     ex.run_batch([op], [], 0)
     assert len(s.errors) == 1 and "gpud checks what this kernel does not" in s.errors[0].message, s.errors
     assert 9 not in ex.tensors
+
+
+def test_storage_less_zeros_are_kept_as_real_tensors() -> None:
+    """Autograd's ZeroTensors (``_efficientzerotensor``: sgn's and other ops' gradients) have no storage; the
+    executor keeps a real one, so the client can read the gradient."""
+    ex, s = make()
+    ex.run_batch([["aten._efficientzerotensor.default", [[2, 3]], {}, [1]]], [], 0)
+    assert not s.errors and not ex.tensors[1]._is_zerotensor()
+    (dtype, shape), bulk = ex.run_call([W.OP_FETCH, [ref(1)], {}, []], [], 0)
+    assert (dtype, shape, bytes(bulk[0])) == ("float32", [2, 3], bytes(24)) and s.used == 24

@@ -147,6 +147,29 @@ def test_an_executor_killed_from_outside(unsafe_gpud: tuple[str, subprocess.Pope
                 p.kill()
 
 
+def test_executors_are_confined(unsafe_gpud: tuple[str, subprocess.Popen[bytes]]) -> None:
+    """NOTE [executor sandbox]: the process holding a tenant's tensors runs with no capabilities, no new
+    privileges and a seccomp filter (the unit tests probe what that refuses), and gpud reports its layers."""
+    from gpud.sandbox import landlock_abi
+
+    endpoint, proc = unsafe_gpud
+    victim = _victim(endpoint)
+    try:
+        info = _tenants(endpoint)["victim"]
+        with open(f"/proc/{info['executor_pid']}/status") as f:
+            status = {k: v.strip() for k, v in (line.split(":", 1) for line in f)}
+        assert (status["NoNewPrivs"], status["Seccomp"], int(status["CapEff"], 16)) == ("1", "2", 0), status
+        layers = " ".join(info["executor_sandbox"])  # type: ignore[arg-type]
+        assert "seccomp" in layers and "no capabilities" in layers, info
+        if landlock_abi() >= 6:
+            assert "landlock files" in layers and "landlock scopes" in layers, info
+        _alive(proc)
+        _intact(victim)  # its ops ran confined
+    finally:
+        if victim.poll() is None:
+            victim.kill()
+
+
 def test_a_runaway_op_is_stopped_at_max_kernel_s(unsafe_gpud: tuple[str, subprocess.Popen[bytes]]) -> None:
     endpoint, proc = unsafe_gpud
     t0 = time.monotonic()
