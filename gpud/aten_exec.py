@@ -18,6 +18,7 @@ import torch
 
 from gpud.aten_graph import Graphs
 from gpud.aten_guards import CHECKED_EQUIVALENTS, guard_for
+from gpud.aten_sparse import COMPRESSED as SPARSE_COMPRESSED
 from gpud.aten_sparse import SUBSTITUTES as SPARSE_SUBSTITUTES
 from gpud.aten_sparse import describe as sparse_describe
 from gpud.aten_sparse import storage_key as sparse_storage_key
@@ -30,11 +31,12 @@ _NAME_RE = re.compile(r"^aten\.([A-Za-z0-9_]+)(?:\.([A-Za-z0-9_]+))?$")
 # that skip validating their indices; run as the checked op they stand for: the ``_unsafe_*index*`` ops
 # (NOTE [checked equivalents] in gpud/aten_guards.py); by argument: ``unsafe=True``
 # (segment_reduce, _index_put_impl_ skip their checks with it); by result: any tensor that is neither strided
-# nor sparse COO, and sparse COO tensors only under the rules of NOTE [sparse tensors] (gpud/aten_sparse.py:
-# the one constructor from parts validates them, no handle aliases their indices).
+# nor sparse (COO or compressed), and sparse tensors only under the rules of NOTE [sparse tensors]
+# (gpud/aten_sparse.py: the constructors from parts validate them, no handle aliases their indices).
 _DENIED = frozenset(
     {
         "from_file",
+        "_sparse_compressed_tensor_with_dims",
         "_unsafe_set_version_counter",
         "_sparse_coo_tensor_unsafe",
         "_sparse_compressed_tensor_unsafe",
@@ -192,7 +194,7 @@ class Executor:
         if t.layout == torch.strided:
             st = t.untyped_storage()
             key, nbytes = st.data_ptr(), st.nbytes()
-        else:  # sparse COO (NOTE [sparse tensors]); produced() and describe() refuse other layouts
+        else:  # sparse (NOTE [sparse tensors]); produced() and describe() refuse other layouts
             key, nbytes = sparse_storage_key(t)
         if key == 0 or nbytes == 0:
             key = -h  # empty storages: nothing to charge, a key of their own
@@ -374,8 +376,8 @@ class Executor:
             h = self.next_handle
             self.next_handle += 1
             self.store(h, v)
-            if sparse is not None:  # [h, shape, sparse_dim, dense_dim, nnz, coalesced, dtype]
-                return {"s": [h, *sparse, _DTYPE_NAMES.get(v.dtype, str(v.dtype))]}
+            if sparse is not None:  # [h, shape, sparse_dim, dense_dim, nnz, coalesced, dtype(, layout)]
+                return {"s": [h, *sparse[:5], _DTYPE_NAMES.get(v.dtype, str(v.dtype)), *sparse[5:]]}
             desc = [h, list(v.shape), list(v.stride()), v.storage_offset(), _DTYPE_NAMES.get(v.dtype, str(v.dtype))]
             bits = (1 if v.is_conj() else 0) | (2 if v.is_neg() else 0)  # a conjugate/negative view, as the client's
             return {"t": desc + [bits] if bits else desc}
@@ -542,12 +544,12 @@ def _flatten(v: Any, out: list[torch.Tensor]) -> None:
 
 
 def _strided(name: str, t: torch.Tensor) -> None:
-    """Strided or sparse COO (NOTE [sparse tensors]); other layouts are refused, naming the op."""
-    if t.layout != torch.strided and t.layout != torch.sparse_coo:
+    """Strided, sparse COO or compressed (NOTE [sparse tensors]); other layouts are refused, naming the op."""
+    if t.layout != torch.strided and t.layout != torch.sparse_coo and t.layout not in SPARSE_COMPRESSED:
         raise CudaError(
             codes.NOT_SUPPORTED,
-            f"{name}: {str(t.layout).removeprefix('torch.')} tensors are not kept on gpud (sparse COO tensors "
-            "are: NOTE [sparse tensors] in gpud/aten_sparse.py)",
+            f"{name}: {str(t.layout).removeprefix('torch.')} tensors are not kept on gpud (strided and sparse "
+            "tensors are: NOTE [sparse tensors] in gpud/aten_sparse.py)",
         )
 
 

@@ -123,6 +123,27 @@ def segment_reduce(name: str, named: dict[str, Any]) -> None:
             raise _bad(name, f"offsets must be non-decreasing within [0, {size}]")
 
 
+def sparse_mm_reduce_backward(name: str, named: dict[str, Any]) -> None:
+    """``torch.sparse.mm(csr, dense, "amax"/"amin")``'s backward reads the sparse values at the positions its
+    forward recorded (``arg_out``): one per output element, each within [0, nnz] (nnz: an empty row)."""
+    self, grad, other, arg = (named.get(k) for k in ("self", "grad_out", "weight", "arg_out"))
+    if not (
+        isinstance(self, torch.Tensor)
+        and isinstance(grad, torch.Tensor)
+        and isinstance(other, torch.Tensor)
+        and isinstance(arg, torch.Tensor)
+    ):
+        return
+    if self.dim() != 2 or other.dim() != 2 or tuple(grad.shape) != (self.shape[0], other.shape[1]):
+        raise _bad(name, "grad_out must be (rows of self) x (columns of other)")
+    if named.get("reduce") in ("amax", "amin"):
+        if arg.dtype != torch.int64 or tuple(arg.shape) != tuple(grad.shape):
+            raise _bad(name, f"arg_out must be an int64 tensor shaped like grad_out {tuple(grad.shape)}")
+        nnz = self._nnz() if self.layout != torch.strided else 0
+        if arg.numel() and (int(arg.min()) < 0 or int(arg.max()) > nnz):
+            raise _bad(name, f"arg_out must hold positions within [0, {nnz}]")
+
+
 # base name -> check(op name, arguments by name)
 GUARDS: dict[str, Callable[[str, dict[str, Any]], None]] = {
     "_ctc_loss": ctc_loss,
@@ -138,6 +159,7 @@ GUARDS: dict[str, Callable[[str, dict[str, Any]], None]] = {
     "max_unpool3d": max_unpool,
     "segment_reduce": segment_reduce,
     "_segment_reduce_backward": segment_reduce,
+    "_sparse_mm_reduce_impl_backward": sparse_mm_reduce_backward,
 }
 
 

@@ -67,7 +67,7 @@ DTYPES = (
     "complex32",
 )
 MEMORY_FORMATS = ("contiguous_format", "channels_last", "channels_last_3d", "preserve_format")
-LAYOUTS = ("strided", "sparse_coo", "sparse_csr")
+LAYOUTS = ("strided", "sparse_coo", "sparse_csr", "sparse_csc", "sparse_bsr", "sparse_bsc")
 
 
 # ---------------------------------------------------------------------- the value codec

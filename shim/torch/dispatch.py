@@ -35,6 +35,7 @@ _E = W.encoder()
 _DTYPE_EXT = _E.dtype
 DTYPE_NAME = _E.dtype_name
 NAME_DTYPE = _E.name_dtype
+SPARSE_LAYOUTS = {n: getattr(torch, n) for n in W.LAYOUTS if n.startswith("sparse_")}
 _MEMFMT_EXT = _E.memory_format
 _LAYOUT_EXT = _E.layout
 _DEV_CUDA = _E.device_cuda
@@ -144,8 +145,8 @@ class _Enc:
 
         h = upload_handle(v)
         self.temps.append(h)
-        if v.layout != torch.strided:  # sparse COO: ops on it run synchronously (_to_meta)
-            self.key.append((T.SPARSE_COO, tuple(v.shape), v.dtype))
+        if v.layout != torch.strided:  # sparse: ops on it run synchronously (_to_meta)
+            self.key.append((T.SPARSE_COO, tuple(v.shape), v.dtype, v.layout))
             return S.tensor_ref(h)
         c = v.contiguous()
         self.key.append((tuple(c.shape), tuple(c.stride()), 0, c.dtype))
@@ -283,17 +284,18 @@ def _run_sync(func: Any, info: OpInfo, args: Any, kwargs: Any, wargs: Any, wkw: 
                 pos, name = inplace[i]
                 return args[pos] if 0 <= pos < len(args) else kwargs[name]
             return wrap(h, shape, stride, off, NAME_DTYPE[dt], bits[0] if bits else 0)
-        if isinstance(v, dict) and "s" in v:  # sparse COO (NOTE [sparse tensors] in gpud/aten_sparse.py)
-            h, shape, sdim, ddim, nnz, coalesced, dt = v["s"]
+        if isinstance(v, dict) and "s" in v:  # sparse, any layout (NOTE [sparse tensors] in gpud/aten_sparse.py)
+            h, shape, sdim, ddim, nnz, coalesced, dt, *lay = v["s"]
+            layout = SPARSE_LAYOUTS[lay[0]] if lay else torch.sparse_coo
             i = counter[0]
             counter[0] += 1
             if i in inplace:  # the tensor changed in place (add_, zero_, sparse_resize_ ...): its new nnz
                 st.free(h)
                 pos, name = inplace[i]
                 obj = args[pos] if 0 <= pos < len(args) else kwargs[name]
-                obj.__dict__["_k"] = (T.SPARSE_COO, tuple(shape), sdim, ddim, nnz, coalesced, NAME_DTYPE[dt])
+                obj.__dict__["_k"] = (T.SPARSE_COO, tuple(shape), sdim, ddim, nnz, coalesced, NAME_DTYPE[dt], layout)
                 return obj
-            return T.wrap_sparse(h, shape, sdim, ddim, nnz, coalesced, NAME_DTYPE[dt])
+            return T.wrap_sparse(h, shape, sdim, ddim, nnz, coalesced, NAME_DTYPE[dt], layout)
         if isinstance(v, dict) and "c" in v:
             return complex(*v["c"])
         if isinstance(v, list):
@@ -369,8 +371,8 @@ def _sparse_meta(pick: int) -> Any:
 
     def answer(func: Any, info: OpInfo, args: Any, kwargs: Any) -> Any:
         x = args[0] if args else None
-        if isinstance(x, RemoteTensor) and x._k[0] is T.SPARSE_COO:
-            return x._k[pick]
+        if isinstance(x, RemoteTensor) and x._k[0] is T.SPARSE_COO and (pick != 5 or x._k[7] == torch.sparse_coo):
+            return x._k[pick]  # (is_coalesced of a compressed tensor: gpud's torch says it has none)
         return NotImplemented
 
     return answer

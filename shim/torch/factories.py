@@ -51,7 +51,15 @@ _FACTORIES = (
     "blackman_window",
     "kaiser_window",
 )
-_HOST_BUILT = ("tensor", "as_tensor", "asarray", "sparse_coo_tensor")
+_SPARSE_BUILT = (
+    "sparse_coo_tensor",
+    "sparse_compressed_tensor",
+    "sparse_csr_tensor",
+    "sparse_csc_tensor",
+    "sparse_bsr_tensor",
+    "sparse_bsc_tensor",
+)
+_HOST_BUILT = ("tensor", "as_tensor", "asarray", *_SPARSE_BUILT)
 ORIGINAL: dict[str, Any] = {}
 
 
@@ -128,7 +136,7 @@ def _host_built(orig: Any, args: Any, kwargs: dict[str, Any]) -> Any:
     requires_grad = kwargs.pop("requires_grad", False)
     data = args[0] if args else kwargs.pop("data", None)
     out: torch.Tensor
-    if _is_original(orig, "sparse_coo_tensor"):  # built and checked on the host, then uploaded (and checked)
+    if any(_is_original(orig, n) for n in _SPARSE_BUILT):  # built on the host, then uploaded (and checked)
         args = tuple(to_host(a) if isinstance(a, RemoteTensor) else a for a in args)
         kwargs = {k: to_host(v) if isinstance(v, RemoteTensor) else v for k, v in kwargs.items()}
         out = to_remote(orig(*args, **kwargs))

@@ -33,6 +33,8 @@ class RemoteTensor(torch.Tensor):
 
     @classmethod
     def __torch_dispatch__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:  # type: ignore[override]
+        if func is _LAYOUT:  # a compressed sparse wrapper's (dispatch_layout)
+            return args[0]._k[7]
         return _dispatch(func, args, kwargs or {})
 
     # -------------------------------------------------------------- what the script sees
@@ -221,20 +223,31 @@ def wrap(h: int, shape: Any, stride: Any, offset: int, dtype: torch.dtype, bits:
 
 
 def wrap_sparse(
-    h: int, shape: Any, sparse_dim: int, dense_dim: int, nnz: int, coalesced: bool, dtype: torch.dtype
+    h: int,
+    shape: Any,
+    sparse_dim: int,
+    dense_dim: int,
+    nnz: int,
+    coalesced: bool,
+    dtype: torch.dtype,
+    layout: torch.layout = torch.sparse_coo,
 ) -> RemoteTensor:
-    """The wrapper of a sparse COO tensor on gpud (NOTE [sparse tensors] in gpud/aten_sparse.py). Its metadata
-    (``sparse_dim()``, ``_nnz()`` ...) is answered here; every op on it is a synchronous call, which describes the
-    outputs (their nnz depends on the data)."""
-    r = _make(RemoteTensor, shape, dtype=dtype, layout=torch.sparse_coo, device=_WRAP_DEVICE)
+    """The wrapper of a sparse tensor on gpud, COO or compressed (NOTE [sparse tensors] in gpud/aten_sparse.py).
+    Its metadata (``sparse_dim()``, ``_nnz()``, ``layout`` ...) is answered here; every op on it is a synchronous
+    call, which describes the outputs (their nnz depends on the data)."""
+    if layout == torch.sparse_coo:
+        r = _make(RemoteTensor, shape, dtype=dtype, layout=layout, device=_WRAP_DEVICE)
+    else:  # torch answers a wrapper's compressed layout only through dispatch (prim.layout)
+        r = _make(RemoteTensor, shape, dtype=dtype, layout=layout, device=_WRAP_DEVICE, dispatch_layout=True)
     d = r.__dict__
     d["_h"] = h
     d["_x"] = S.tensor_ref(h)
-    d["_k"] = (SPARSE_COO, tuple(shape), sparse_dim, dense_dim, nnz, bool(coalesced), dtype)
+    d["_k"] = (SPARSE_COO, tuple(shape), sparse_dim, dense_dim, nnz, bool(coalesced), dtype, layout)
     return r
 
 
-SPARSE_COO = "sparse_coo"  # the first item of a sparse wrapper's ``_k`` (a strided one starts with its shape)
+SPARSE_COO = "sparse"  # the first item of a sparse wrapper's ``_k``, any layout (a strided one starts with its shape)
+_LAYOUT = torch.ops.prim.layout.default
 
 
 def _dispatch(func: Any, args: Any, kwargs: Any) -> Any:

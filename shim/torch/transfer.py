@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -25,7 +25,7 @@ def _dtype_name(dt: torch.dtype) -> str:
 def upload_handle(t: torch.Tensor) -> int:
     """Queue a host tensor's bytes for gpud; returns the new tensor's handle."""
     c = t.detach()
-    if c.layout == torch.sparse_coo:
+    if c.layout in _SPARSE:
         r = upload_sparse(c)
         h = r.__dict__["_h"]
         r.__dict__["_h"] = 0  # the handle is the caller's now
@@ -33,7 +33,7 @@ def upload_handle(t: torch.Tensor) -> int:
     if c.layout != torch.strided:
         raise NotImplementedError(
             f"wooly: {str(c.layout).removeprefix('torch.')} tensors on cuda are not supported (dense and sparse "
-            "COO tensors are); keep it on the CPU, or convert it with .to_dense() or .to_sparse_coo()"
+            "tensors are); keep it on the CPU, or convert it with .to_dense()"
         )
     if c.device.type != "cpu":
         c = c.cpu()
@@ -55,9 +55,20 @@ def upload_handle(t: torch.Tensor) -> int:
 
 
 def upload_sparse(t: torch.Tensor) -> RemoteTensor:
-    """A host sparse COO tensor on gpud: its indices and values travel as dense tensors and gpud builds the
-    tensor from them, validating the indices (NOTE [sparse tensors] in gpud/aten_sparse.py)."""
+    """A host sparse tensor (COO or compressed) on gpud: its indices and values travel as dense tensors and gpud
+    builds the tensor from them, validating the indices (NOTE [sparse tensors] in gpud/aten_sparse.py)."""
     c = t.detach().cpu()
+    if c.layout != torch.sparse_coo:
+        compressed, plain = _compressed_parts(c)
+        return torch.ops.aten.sparse_compressed_tensor.comp_plain_value_size(
+            upload(compressed),
+            upload(plain),
+            upload(c.values()),
+            list(c.shape),
+            dtype=c.dtype,
+            layout=c.layout,
+            device=CUDA0,
+        )
     parts = upload(c._indices()), upload(c._values())
     return torch.ops.aten._sparse_coo_tensor_with_dims_and_tensors.default(
         c.sparse_dim(),
@@ -71,8 +82,18 @@ def upload_sparse(t: torch.Tensor) -> RemoteTensor:
     )
 
 
+_SPARSE = (torch.sparse_coo, torch.sparse_csr, torch.sparse_csc, torch.sparse_bsr, torch.sparse_bsc)
+
+
+def _compressed_parts(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(compressed indices, plain indices) of a compressed sparse tensor, host or remote."""
+    if t.layout in (torch.sparse_csr, torch.sparse_bsr):
+        return torch.ops.aten.crow_indices.default(t), torch.ops.aten.col_indices.default(t)
+    return torch.ops.aten.ccol_indices.default(t), torch.ops.aten.row_indices.default(t)
+
+
 def upload(t: torch.Tensor) -> RemoteTensor:
-    if t.layout == torch.sparse_coo:
+    if t.layout in _SPARSE:
         return upload_sparse(t)
     h = upload_handle(t)
     shape = tuple(t.shape)
@@ -84,9 +105,13 @@ def download(t: RemoteTensor) -> torch.Tensor:
     from shim.torch.dispatch import NAME_DTYPE
 
     if t.layout == torch.sparse_coo:
-        _, shape, _, _, _, coalesced, _ = t._k
+        _, shape, _, _, _, coalesced, *_ = t._k
         i, v = download(torch.ops.aten._indices.default(t)), download(torch.ops.aten._values.default(t))
         return torch.sparse_coo_tensor(i, v, shape, is_coalesced=coalesced)
+    if t.layout in _SPARSE:  # compressed: three parts
+        compressed, plain = (download(cast(RemoteTensor, x)) for x in _compressed_parts(t))
+        values = download(torch.ops.aten.values.default(t))
+        return torch.sparse_compressed_tensor(compressed, plain, values, t._k[1], layout=t.layout)
 
     value, bulk = S.stream().call([W.OP_FETCH, [t._x], {}, []], "copy to host")
     dt_name, shape = value

@@ -193,10 +193,55 @@ def test_sparse_tensors_keep_indices_nobody_else_holds() -> None:
     ex.run_batch([["aten.ones.default", [[2]], {}, [13]], [build, [1, 0, [3], ref(11), ref(13)], {}, [12]]], [], 0)
     ex.run_batch([["aten._coalesced_.default", [ref(12), True], {}, [0]]], [], 0)
     assert "not coalesced" in s.errors[-1].message and not ex.tensors[12].is_coalesced()
+
+
+def test_compressed_sparse_tensors_keep_indices_nobody_else_holds() -> None:
+    """NOTE [sparse tensors]: CSR/CSC/BSR/BSC built from parts only after the invariants are checked, on gpud's own
+    copies; crow_indices()/col_indices() hand out copies; the unvalidated constructors stay refused."""
+    ex, s = make()
     ex.run_batch(
-        [["aten.ones.default", [[2, 2]], {}, [14]], ["aten._to_sparse_csr.default", [ref(14)], {}, [15]]], [], 0
+        [
+            ["aten.arange.start_step", [0, 3, 2], {}, [7]],  # crow 0 2 (one row of a 1x3: nnz 2)
+            ["aten.arange.default", [2], {}, [2]],  # col 0 1
+            ["aten.ones.default", [[2]], {}, [3]],
+            ["aten.arange.default", [3], {}, [4]],  # col 0 1 2: one more than nnz
+            ["aten.arange.start", [2, 4], {}, [5]],  # col 2 3: 3 is past the 3 columns
+        ],
+        [],
+        0,
     )
-    assert s.errors[-1].code == 801 and "sparse_csr tensors are not kept on gpud" in s.errors[-1].message
+    build = "aten.sparse_compressed_tensor.comp_plain_value_size"
+    csr = msgpack.ExtType(W.EXT_LAYOUT, b"sparse_csr")
+    ex.run_batch([[build, [ref(7), ref(5), ref(3), [1, 3]], {"layout": csr}, [9]]], [], 0)
+    assert "col_indices < ncols" in s.errors[-1].message and 9 not in ex.tensors
+    value, _ = ex.run_call([build, [ref(7), ref(2), ref(3), [1, 3]], {"layout": csr}, []], [], 0)
+    h, shape, sdim, ddim, nnz, coalesced, dt, layout = value["s"]
+    t = ex.tensors[h]
+    assert (shape, sdim, ddim, nnz, dt, layout) == ([1, 3], 2, 0, 2, "float32", "sparse_csr")
+    assert t.crow_indices().data_ptr() != ex.tensors[7].data_ptr()  # its own copy
+    ex.run_batch([["aten.fill_.Scalar", [ref(2), 5], {}, [0]]], [], 0)  # rewrite what the client named as columns
+    assert t.to_dense().tolist() == [[1.0, 1.0, 0.0]]
+    value, _ = ex.run_call(["aten.col_indices.default", [ref(h)], {}, []], [], 0)
+    assert ex.tensors[value["t"][0]].data_ptr() != t.col_indices().data_ptr()
+    # sparse.mm(csr, dense, "amax")'s backward reads values where arg_out says: a forged one is refused
+    ex.run_batch(
+        [
+            ["aten.ones.default", [[3, 2]], {}, [30]],  # other
+            ["aten.ones.default", [[1, 2]], {}, [31]],  # grad_out
+            ["aten.full.default", [[1, 2], 1 << 40], {"dtype": I64}, [32]],  # arg_out far past nnz
+        ],
+        [],
+        0,
+    )
+    bwd = "aten._sparse_mm_reduce_impl_backward.default"
+    ex.run_batch([[bwd, [ref(h), ref(31), ref(30), "amax", ref(32), [True, True]], {}, [33, 34]]], [], 0)
+    assert "arg_out must hold positions within [0, 2]" in s.errors[-1].message and 33 not in ex.tensors
+    value, _ = ex.run_call(["aten._sparse_mm_reduce_impl.default", [ref(h), ref(30), "amax"], {}, []], [], 0)
+    arg = ex.tensors[value[1]["t"][0]]  # recorded although gpud runs without autograd: the backward needs it
+    assert arg.tolist() == [[0, 0]]
+    n = len(s.errors)
+    ex.run_batch([["aten._sparse_compressed_tensor_with_dims.default", [2, 0, [1, 3], [], I64, I64], {}, [20]]], [], 0)
+    assert len(s.errors) == n + 1 and s.errors[-1].code == 800 and 20 not in ex.tensors
     before = ex.allocated
     for handle in (9, 12, h):
         ex.free(handle)

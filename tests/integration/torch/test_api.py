@@ -94,6 +94,20 @@ def test_sparse_graph_code_matches_local(gpud: str) -> None:
     assert [ln for ln in remote if ln.startswith("out_of_range")] == ["out_of_range refused True"] * 2
 
 
+def test_compressed_sparse_code_matches_local(gpud: str) -> None:
+    """NOTE [sparse tensors]: CSR/CSC/BSR tensors on cuda: a GCN over a CSR adjacency trains as on the host,
+    sparse.mm with reductions and its gradients, layout conversions both ways and the parts agree; parts that
+    break the invariants are refused, and the parts a program gets are copies."""
+    from tests.integration.torch.conftest import run_local
+
+    remote = check(run_wooly(gpud, SCRIPTS / "sparse_csr.py", "cuda")).splitlines()
+    local = check(run_local(SCRIPTS / "sparse_csr.py", "cpu")).splitlines()
+    shared = [ln for ln in remote if not ln.startswith("own")]
+    assert shared == [ln for ln in local if not ln.startswith("own")]
+    assert len(shared) == 18 and "layout torch.sparse_csr torch.Size([50, 50]) True 2 0" in remote
+    assert "own out_of_range refused True" in remote and "own indices_private True" in remote
+
+
 def test_python_children_of_the_program_use_cuda(gpud: str) -> None:
     """NOTE [child interpreters] (shim/autostart/sitecustomize.py): a subprocess of sys.executable and spawned
     torch.multiprocessing workers get the PyTorch face; each is a session of its own."""

@@ -30,11 +30,13 @@ def test_another_tenants_tensors_stay_out_of_reach(gpud: str) -> None:
         for name in ("segment_reduce_unsafe", "raw_index_put_unsafe"):
             assert "unsafe=True is refused" in lines[name], lines[name]
         assert "not allowed on gpud" in lines["raw_sparse_unsafe"]
-        assert "sparse_csr tensors are not kept on gpud" in lines["raw_to_sparse"]
+        assert lines["raw_to_sparse"] == "no leak" and lines["csr_indices_rewrite"] == "no leak", lines
+        assert "col_indices < ncols" in lines["raw_csr_parts"], lines["raw_csr_parts"]
+        assert "not allowed on gpud" in lines["raw_csr_unsafe"], lines["raw_csr_unsafe"]
         assert "size is inconsistent with indices" in lines["raw_sparse_parts"], lines["raw_sparse_parts"]
         assert lines["sparse_indices_rewrite"] == "no leak"
         assert "not coalesced" in lines["raw_coalesced_claim"], lines["raw_coalesced_claim"]
-        for name in ("segment_reduce", "index_select", "gather", "embedding", "as_strided", "sparse_coo"):
+        for name in ("segment_reduce", "index_select", "gather", "embedding", "as_strided", "sparse_coo", "sparse_csr"):
             assert lines[name].startswith("refused"), (name, lines[name])
         stdout, stderr = victim.communicate("go\n", timeout=120)
         assert victim.returncode == 0 and stdout.strip() == "intact", stderr[-2000:]

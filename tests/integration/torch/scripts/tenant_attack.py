@@ -3,6 +3,7 @@ printed is 'name: outcome'; a result containing the victim's value 1234.5 is pri
 
 import torch
 
+from proto import aten as W
 from shim.torch import stream as S
 
 
@@ -43,6 +44,31 @@ idx, row, one = torch.tensor([[1 << 20]], device="cuda"), torch.tensor([1 << 20]
 attempt("raw_sparse_unsafe", lambda: raw(["aten._sparse_coo_tensor_unsafe.default", [idx._x, one._x, [4]], {}, []]))
 square = data.reshape(2, 2)
 attempt("raw_to_sparse", lambda: raw(["aten._to_sparse_csr.default", [square._x], {}, []]))
+# compressed layouts: parts checked before a tensor exists, indices private, the unchecked constructor refused
+CSR = W.encoder().layout[torch.sparse_csr]
+crow, far = torch.tensor([0, 1], device="cuda"), torch.tensor([1 << 20], device="cuda")
+attempt(
+    "raw_csr_parts",
+    lambda: raw(
+        ["aten.sparse_compressed_tensor.comp_plain_value_size", [crow._x, far._x, one._x, [1, 4]], {"layout": CSR}, []]
+    ),
+)
+attempt(
+    "raw_csr_unsafe", lambda: raw(["aten._sparse_csr_tensor_unsafe.default", [crow._x, far._x, one._x, [1, 4]], {}, []])
+)
+csr = torch.eye(4).to_sparse_csr().to("cuda")
+attempt(
+    "csr_indices_rewrite",
+    lambda: (csr.col_indices().fill_(1 << 20), csr.crow_indices().fill_(1 << 20), csr.to_dense())[2],
+)
+attempt(
+    "sparse_csr",
+    lambda: (
+        torch.sparse_csr_tensor(torch.tensor([0, 1]), torch.tensor([1 << 20]), torch.ones(1), (1, 4))
+        .to("cuda")
+        .to_dense()
+    ),
+)
 # NOTE [sparse tensors]: sparse COO tensors are kept, with indices nobody can point elsewhere
 attempt(
     "raw_sparse_parts",
