@@ -29,8 +29,10 @@ _NAME_RE = re.compile(r"^aten\.([A-Za-z0-9_]+)(?:\.([A-Za-z0-9_]+))?$")
 # NOTE [unsafe ops]: every tenant's tensors live in gpud's heap, so an op that reads or writes out of bounds
 # reads or writes another tenant's memory. Refused, by name: ops that read files, and the sparse constructors
 # that skip validating their indices; run as the checked op they stand for: the ``_unsafe_*index*`` ops
-# (NOTE [checked equivalents] in gpud/aten_guards.py); by argument: ``unsafe=True``
-# (segment_reduce, _index_put_impl_ skip their checks with it); by result: any tensor that is neither strided
+# (NOTE [checked equivalents] in gpud/aten_guards.py); by argument: ``unsafe=True`` (segment_reduce,
+# _index_put_impl_ skip their checks with it) is run as ``unsafe=False``, the same op with its checks, which
+# gives the same result for valid input and an error naming the op for input that would read out of bounds;
+# by result: any tensor that is neither strided
 # nor sparse (COO or compressed), and sparse tensors only under the rules of NOTE [sparse tensors]
 # (gpud/aten_sparse.py: the constructors from parts validate them, no handle aliases their indices).
 _DENIED = frozenset(
@@ -321,15 +323,11 @@ class Executor:
                 fn = alt
             a = self.decode(args)
             k = self.decode(kwargs)
-            if (
-                unsafe >= 0
-                and not self.permit_unsafe
-                and (a[unsafe] if unsafe < len(a) else k.get(_UNSAFE_ARG)) is True
-            ):
-                raise CudaError(
-                    codes.NOT_PERMITTED,
-                    f"{name}: unsafe=True is refused by gpud (it skips the op's bounds checks; NOTE [unsafe ops])",
-                )
+            if unsafe >= 0 and not self.permit_unsafe:  # run with its checks on (NOTE [unsafe ops])
+                if unsafe < len(a):
+                    a[unsafe] = False
+                elif _UNSAFE_ARG in k:
+                    k[_UNSAFE_ARG] = False
             if guard is not None:
                 guard(name, a, k)
             if has_gen and k.get("generator") is None:

@@ -144,6 +144,30 @@ def sparse_mm_reduce_backward(name: str, named: dict[str, Any]) -> None:
             raise _bad(name, f"arg_out must hold positions within [0, {nnz}]")
 
 
+def _integers(t: Any) -> bool:
+    return isinstance(t, torch.Tensor) and t.layout == torch.strided and t.dtype in (torch.int32, torch.int64)
+
+
+def csr_to_coo(name: str, named: dict[str, Any]) -> None:
+    """The row offsets are trusted as a CSR tensor's: from 0 to the number of columns given, never decreasing."""
+    crow, col = named.get("crow_indices"), named.get("col_indices")
+    if not (_integers(crow) and _integers(col)):
+        raise _bad(name, "crow_indices and col_indices must be int32 or int64 tensors")
+    if crow.dim() != 1 or col.dim() != 1 or crow.numel() < 1:
+        raise _bad(name, "crow_indices and col_indices must be 1-d (crow_indices not empty)")
+    if int(crow[0]) != 0 or int(crow[-1]) != col.numel() or bool((crow[1:] < crow[:-1]).any()):
+        raise _bad(name, f"crow_indices must rise from 0 to {col.numel()} (the number of col_indices)")
+
+
+def coo_to_csr(name: str, named: dict[str, Any]) -> None:
+    """Each row index is written through as a position in the ``size + 1`` offsets: it must be in [0, size)."""
+    rows, size = named.get("self"), named.get("size")
+    if not _integers(rows) or rows.dim() != 1 or not isinstance(size, int) or size < 0:
+        raise _bad(name, "expects 1-d int32/int64 row indices and a size >= 0")
+    if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= size):
+        raise _bad(name, f"row indices must be within [0, {size})")
+
+
 # base name -> check(op name, arguments by name)
 GUARDS: dict[str, Callable[[str, dict[str, Any]], None]] = {
     "_ctc_loss": ctc_loss,
@@ -160,6 +184,8 @@ GUARDS: dict[str, Callable[[str, dict[str, Any]], None]] = {
     "segment_reduce": segment_reduce,
     "_segment_reduce_backward": segment_reduce,
     "_sparse_mm_reduce_impl_backward": sparse_mm_reduce_backward,
+    "_convert_indices_from_csr_to_coo": csr_to_coo,
+    "_convert_indices_from_coo_to_csr": coo_to_csr,
 }
 
 

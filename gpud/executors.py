@@ -26,8 +26,8 @@ is reclaimed like a dead client (its charged memory and dedup pins released), an
 - **Runaway ops**: a request that outlives the tenant's ``max_kernel_s`` kills the executor
   (``CUDA_ERROR_LAUNCH_TIMEOUT``, sticky for the tenant's sessions).
 - ``[aten] executors = false`` runs ATen in gpud as before (one trusted tenant); ``permit_unsafe = true`` lets
-  executors run ops gpud refuses by default (``unsafe=True``, the unchecked index and sparse constructors),
-  which with executors can hurt only the tenant that sends them.
+  executors run ops as sent where gpud would refuse them or switch their checks on (``unsafe=True``, the
+  unchecked index and sparse constructors), which with executors can hurt only the tenant that sends them.
 """
 
 from __future__ import annotations

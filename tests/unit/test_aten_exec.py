@@ -93,16 +93,20 @@ I64 = msgpack.ExtType(W.EXT_DTYPE, b"int64")
 @pytest.mark.parametrize(
     "op,code,needle",
     [
-        # the cross-tenant read of issue 21: lengths far past the data, bounds checks switched off
+        # the cross-tenant read of issue 21: lengths far past the data, bounds checks switched off; gpud switches
+        # them back on (unsafe=False), and the op's own check refuses
         (
             ["aten.segment_reduce.default", [ref(1), "sum"], {"lengths": ref(2), "unsafe": True}, [9]],
-            800,
-            "unsafe=True",
+            1,
+            "when !unsafe",
         ),
-        (["aten.segment_reduce.default", [ref(1), "sum", None, None, ref(2), 0, True], {}, [9]], 800, "unsafe=True"),
+        (["aten.segment_reduce.default", [ref(1), "sum", None, None, ref(2), 0, True], {}, [9]], 1, "positional"),
         (["aten.segment_reduce.default", [ref(1), "sum"], {"lengths": ref(2)}, [9]], 1, "Expected all rows of lengths"),
-        (["aten._index_put_impl_.default", [ref(1), [ref(2)], ref(1), False, True], {}, [0]], 800, "unsafe=True"),
+        (["aten._index_put_impl_.default", [ref(1), [ref(3)], ref(4), False, True], {}, [0]], 1, "out of bounds"),
         (["aten._sparse_coo_tensor_unsafe.default", [ref(2), ref(1), [4]], {}, [9]], 800, "not allowed"),
+        # index conversions that trust their (dense) inputs as a sparse tensor's: each crashed an executor
+        (["aten._convert_indices_from_coo_to_csr.default", [ref(2), 1], {}, [9]], 1, "within [0, 1)"),
+        (["aten._convert_indices_from_csr_to_coo.default", [ref(2), ref(2)], {}, [9]], 1, "must rise from 0"),
         (
             ["aten._sparse_coo_tensor_with_dims_and_tensors.default", [1, 0, [4], ref(2), ref(1)], {}, [9]],
             1,
@@ -114,7 +118,14 @@ def test_unsafe_ops_are_refused(op: list[object], code: int, needle: str) -> Non
     """NOTE [unsafe ops]: nothing that skips bounds checks runs, and no sparse tensor is kept."""
     ex, s = make()
     ex.run_batch(
-        [["aten.arange.default", [4.0], {}, [1]], ["aten.ones.default", [[65536]], {"dtype": I64}, [2]]], [], 0
+        [
+            ["aten.arange.default", [4.0], {}, [1]],
+            ["aten.ones.default", [[65536]], {"dtype": I64}, [2]],
+            ["aten.full.default", [[1], 1 << 20], {"dtype": I64}, [3]],
+            ["aten.ones.default", [[1]], {}, [4]],
+        ],
+        [],
+        0,
     )
     ex.run_batch([op], [], 0)
     assert len(s.errors) == 1 and s.errors[0].code == code and needle in s.errors[0].message, s.errors

@@ -27,8 +27,9 @@ def test_another_tenants_tensors_stay_out_of_reach(gpud: str) -> None:
         out = check(run_wooly(gpud, SCRIPTS / "tenant_attack.py", env={"WOOLY_TENANT": "mallory"}, timeout=240))
         lines = dict(line.split(": ", 1) for line in out.splitlines() if ": " in line)
         assert "attacker done" in out and not [k for k, v in lines.items() if "LEAK" in v], out
-        for name in ("segment_reduce_unsafe", "raw_index_put_unsafe"):
-            assert "unsafe=True is refused" in lines[name], lines[name]
+        # unsafe=True runs as unsafe=False: the ops' own bounds checks refuse the read
+        assert "Expected all rows of lengths" in lines["segment_reduce_unsafe"], lines["segment_reduce_unsafe"]
+        assert "out of bounds" in lines["raw_index_put_unsafe"], lines["raw_index_put_unsafe"]
         assert "not allowed on gpud" in lines["raw_sparse_unsafe"]
         assert lines["raw_to_sparse"] == "no leak" and lines["csr_indices_rewrite"] == "no leak", lines
         assert "col_indices < ncols" in lines["raw_csr_parts"], lines["raw_csr_parts"]

@@ -78,8 +78,9 @@ sp = torch.eye(4).to_sparse().to("cuda")
 attempt("sparse_indices_rewrite", lambda: (sp._indices().fill_(1 << 20), sp.to_dense())[1])
 twice = torch.sparse_coo_tensor(torch.tensor([[3, 0, 3]]), torch.ones(3), (4,)).to("cuda")
 attempt("raw_coalesced_claim", lambda: raw(["aten._coalesced_.default", [twice._x, True], {}, []]))
+fresh = torch.ones(1, device="cuda")  # not a view of data: the write itself is what is checked
 attempt(
     "raw_index_put_unsafe",
-    lambda: raw(["aten._index_put_impl_.default", [data._x, [row._x], one._x, False, True], {}, []]),
+    lambda: raw(["aten._index_put_impl_.default", [data._x, [row._x], fresh._x, False, True], {}, []]),
 )
 print("attacker done", flush=True)
