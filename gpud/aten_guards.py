@@ -10,7 +10,7 @@ processes, issue 21, are the structural fix; these remain as defence in depth.)
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeGuard
 
 import torch
 
@@ -144,7 +144,7 @@ def sparse_mm_reduce_backward(name: str, named: dict[str, Any]) -> None:
             raise _bad(name, f"arg_out must hold positions within [0, {nnz}]")
 
 
-def _integers(t: Any) -> bool:
+def _integers(t: Any) -> TypeGuard[torch.Tensor]:
     return isinstance(t, torch.Tensor) and t.layout == torch.strided and t.dtype in (torch.int32, torch.int64)
 
 
