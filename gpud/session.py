@@ -403,6 +403,11 @@ class Session:
                 self.find(addr, ITEM[msg.type], f"cusparse spmv ({name})")
         self.engine.enqueue(msg.stream, lambda: self.backend.spmv(msg))
 
+    def on_sparse_indices(self, msg: m.SparseIndices, bulk: list[Any]) -> None:
+        for operand, addr, size, _ in msg.extents():
+            self.find(addr, size, f"cusparse index conversion ({operand})")
+        self.engine.enqueue(msg.stream, lambda: self.backend.sparse_indices(msg))
+
     def on_rand_generate(self, msg: m.RandGenerate, bulk: list[Any]) -> None:
         from proto.rand import check
 

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from gpud.blas import NUMPY, _device_scalar
-from proto.sparse import INDEX, check_indices, lengths
+from proto.sparse import INDEX, check_indices, dense, lengths
 
 
 def _array(addr: int, n: int, dtype: Any) -> np.ndarray:
@@ -20,8 +20,20 @@ def _array(addr: int, n: int, dtype: Any) -> np.ndarray:
     return np.ndarray((n,), dtype, memoryview((ctypes.c_char * size).from_address(addr)))
 
 
+def _matrix(addr: int, shape: tuple[int, int], ld: int, row_major: bool, dtype: Any) -> np.ndarray:
+    """A (rows x cols) view of a dense matrix with leading dimension ``ld`` (its extent checked by the caller)."""
+    rows, cols = shape
+    item = np.dtype(dtype).itemsize
+    if not rows or not cols:
+        return np.zeros(shape, dtype)
+    lead, other = (cols, rows) if row_major else (rows, cols)
+    flat = _array(addr, (other - 1) * ld + lead, dtype)
+    strides = (ld * item, item) if row_major else (item, ld * item)
+    return np.lib.stride_tricks.as_strided(flat, shape=shape, strides=strides)
+
+
 def spmv_numpy(s: Any) -> None:
-    """Run a checked ``SparseMv``: y = alpha op(A) x + beta y."""
+    """Run a checked ``SparseMv``: y = alpha op(A) x + beta y, or SpMM's C = alpha op(A) op(B) + beta C."""
     import scipy.sparse as sp
 
     typ = NUMPY[s.type]
@@ -58,8 +70,43 @@ def spmv_numpy(s: Any) -> None:
             v = complex(*(s.alpha if which == "alpha" else s.beta))
         return v if cplx else v.real
 
+    alpha, beta = scalar("alpha"), scalar("beta")
+    if s.to_dense:
+        c = _matrix(s.y, (s.rows, s.cols), s.ldc, s.c_row_major, typ)
+        c[...] = a.toarray() if s.nnz else 0
+        return
+    if s.n:  # SpMM: strided views of B and C in their orders
+        bshape, cshape = dense(s)
+        b, c = _matrix(s.x, bshape, s.ldb, s.b_row_major, typ), _matrix(s.y, cshape, s.ldc, s.c_row_major, typ)
+        if s.op_b == 1:
+            b = b.T
+        elif s.op_b == 2:
+            b = b.conj().T
+        prod = np.asarray(a @ b) * alpha if alpha != 0 and s.nnz else np.zeros(cshape, typ)
+        c[...] = prod if beta == 0 else prod + beta * c  # beta == 0: C is not read
+        return
     x = _array(s.x, nx, typ)
     y = _array(s.y, ny, typ)
-    alpha, beta = scalar("alpha"), scalar("beta")
     prod = (a @ x) * alpha if alpha != 0 and s.nnz else np.zeros(ny, typ)
     y[...] = prod if beta == 0 else prod + beta * y  # beta == 0: y is not read (it may hold NaNs)
+
+
+def indices_numpy(s: Any) -> None:
+    """Run a ``SparseIndices``: CSR row offsets to COO row indices, or back, on a checked copy of the source."""
+    from proto import errors as codes
+    from proto.errors import CudaError
+
+    if s.to_coo:
+        offsets = _array(s.src, s.m + 1, np.int32).astype(np.int64)
+        if offsets[0] != s.base or offsets[-1] != s.nnz + s.base or (np.diff(offsets) < 0).any():
+            raise CudaError(codes.INVALID_VALUE, f"csr2coo: the row offsets must rise from {s.base} to nnz + {s.base}")
+        rows = np.repeat(np.arange(s.m, dtype=np.int32) + s.base, np.diff(offsets))
+        _array(s.dst, s.nnz, np.int32)[...] = rows
+        return
+    rows = _array(s.src, s.nnz, np.int32).astype(np.int64)
+    if s.nnz and (rows.min() < s.base or rows.max() >= s.m + s.base):
+        raise CudaError(codes.INVALID_VALUE, f"coo2csr: a row index lies outside [{s.base}, {s.m + s.base})")
+    counts = np.bincount(rows - s.base, minlength=s.m) if s.nnz else np.zeros(s.m, np.int64)
+    out = _array(s.dst, s.m + 1, np.int32)
+    out[0] = s.base
+    out[1:] = np.cumsum(counts) + s.base

@@ -549,7 +549,11 @@ class SparseMv(_Req, tag="sparse_mv", kw_only=True):
     stream order (cusparseSpMV). ``offsets``: CSR's row offsets (rows + 1) or CSC's column offsets (cols + 1);
     ``indices``: CSR's column or CSC's row indices (nnz); COO: ``rows_idx`` and ``indices`` (row and column, nnz
     each). gpud checks the index arrays (in range, offsets non-decreasing) before it reads x: a bad index is
-    CUDA_ERROR_INVALID_VALUE, never a read past x (proto/sparse.py). Scalars as ``BlasGemm``'s."""
+    CUDA_ERROR_INVALID_VALUE, never a read past x (proto/sparse.py). Scalars as ``BlasGemm``'s.
+
+    With ``n`` > 0 it is cusparseSpMM: C = alpha op(A) op(B) + beta C, ``x`` and ``y`` the dense matrices B and C
+    (op(B): (columns of op(A)) x n; C: (rows of op(A)) x n), each with its leading dimension and order; with
+    ``to_dense`` too, cusparseSparseToDense: C = A."""
 
     queued = True
     format: SparseFormat
@@ -567,6 +571,13 @@ class SparseMv(_Req, tag="sparse_mv", kw_only=True):
     type: GeamType
     x: U64
     y: U64
+    n: Size = 0  # SpMM: the columns of op(B) and C (0: SpMV)
+    to_dense: bool = False  # cusparseSparseToDense: C = A (n = cols, no B, no scalars)
+    op_b: Trans = 0
+    ldb: Size = 0
+    ldc: Size = 0
+    b_row_major: bool = False
+    c_row_major: bool = False
     alpha: Annotated[list[float], Meta(min_length=2, max_length=2)] = msgspec.field(default_factory=lambda: [1.0, 0.0])
     beta: Annotated[list[float], Meta(min_length=2, max_length=2)] = msgspec.field(default_factory=lambda: [0.0, 0.0])
     scalars_on_device: bool = False
@@ -578,6 +589,28 @@ class SparseMv(_Req, tag="sparse_mv", kw_only=True):
         from proto.sparse import extents
 
         return [(addr, size) for _, addr, size, written in extents(self) if written]
+
+
+class SparseIndices(_Req, tag="sparse_indices", kw_only=True):
+    """cusparseXcsr2coo (``to_coo``) and cusparseXcoo2csr, int32, in stream order: CSR row offsets (m + 1) to COO
+    row indices (nnz), or back. gpud copies and checks the source before it writes (offsets rising from ``base``
+    to nnz + ``base``; row indices within [base, m + base)): a bad one is CUDA_ERROR_INVALID_VALUE."""
+
+    queued = True
+    to_coo: bool
+    m: Size
+    nnz: Size
+    src: U64
+    dst: U64
+    base: Literal[0, 1] = 0
+    stream: Handle = DEFAULT_STREAM
+
+    def extents(self) -> list[tuple[str, int, int, bool]]:
+        src, dst = (self.m + 1, self.nnz) if self.to_coo else (self.nnz, self.m + 1)
+        return [e for e in (("source", self.src, src * 4, False), ("destination", self.dst, dst * 4, True)) if e[2]]
+
+    def writes(self, bulk: list[Any]) -> list[tuple[int, int]]:
+        return [(addr, size) for _, addr, size, written in self.extents() if written]
 
 
 RandDist = Literal["bits", "uniform", "normal", "lognormal", "poisson"]

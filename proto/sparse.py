@@ -21,12 +21,35 @@ def lengths(s: Any) -> tuple[int, int]:
     return (s.cols, s.rows) if s.op == 0 else (s.rows, s.cols)
 
 
+def dense(s: Any) -> tuple[tuple[int, int], tuple[int, int]]:
+    """SpMM's stored shapes of B and C (rows, columns): op(A) is m x k, op(B) k x n, C m x n (SparseToDense: C is
+    A's shape, n its columns)."""
+    k, m = lengths(s)
+    b = (k, s.n) if s.op_b == 0 else (s.n, k)
+    return b, (m, s.n)
+
+
+def _matrix_bytes(name: str, shape: tuple[int, int], ld: int, row_major: bool, item: int) -> int:
+    rows, cols = shape
+    lead, other = (cols, rows) if row_major else (rows, cols)
+    if ld < max(lead, 1):
+        order = "row" if row_major else "column"
+        raise CudaError(codes.INVALID_VALUE, f"spmm: {name} is {rows} x {cols} in {order} order: ld {ld} < {lead}")
+    return ((other - 1) * ld + lead) * item if rows and cols else 0
+
+
 def extents(s: Any) -> list[tuple[str, int, int, bool]]:
     """(operand, address, bytes, written) of a ``SparseMv``; INVALID_VALUE for what cuSPARSE refuses."""
     if s.nnz > s.rows * s.cols:
         raise CudaError(codes.INVALID_VALUE, f"spmv: nnz = {s.nnz} exceeds rows x cols = {s.rows} x {s.cols}")
     nx, ny = lengths(s)
     item, idx = ITEM[s.type], INDEX[s.index_type]
+    if s.n:  # SpMM: B and C are matrices (SparseToDense: C only, A's own shape)
+        (bshape, cshape) = dense(s)
+        nx = 0 if s.to_dense else _matrix_bytes("B", bshape, s.ldb, s.b_row_major, item) // item
+        ny = _matrix_bytes("C", cshape, s.ldc, s.c_row_major, item) // item
+        if s.to_dense and (s.op != 0 or s.n != s.cols):
+            raise CudaError(codes.INVALID_VALUE, "sparse to dense: C must be A's own shape")
     out = []
     if s.format in ("csr", "csc"):
         out.append(
@@ -35,7 +58,7 @@ def extents(s: Any) -> list[tuple[str, int, int, bool]]:
     else:
         out.append(("row indices", s.rows_idx, s.nnz * idx, False))
     out += [("indices", s.indices, s.nnz * idx, False), ("values", s.values, s.nnz * item, False)]
-    out += [("x", s.x, nx * item, False), ("y", s.y, ny * item, True)]
+    out += [("B" if s.n else "x", s.x, nx * item, False), ("C" if s.n else "y", s.y, ny * item, True)]
     return [e for e in out if e[2]]
 
 

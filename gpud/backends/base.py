@@ -198,6 +198,14 @@ class Backend(ABC):
         raise CudaError(codes.NOT_SUPPORTED, f"cuSPARSE calls are not supported by the {self.kind} backend yet")
 
     @wrap_errors(codes.ILLEGAL_ADDRESS)
+    def sparse_indices(self, s: Any) -> None:
+        """A proto SparseIndices (cusparseXcsr2coo/Xcoo2csr, gpud/sparse.py), in stream order."""
+        self._sparse_indices(s)
+
+    def _sparse_indices(self, s: Any) -> None:
+        raise CudaError(codes.NOT_SUPPORTED, f"cuSPARSE calls are not supported by the {self.kind} backend yet")
+
+    @wrap_errors(codes.ILLEGAL_ADDRESS)
     def rand(self, r: Any) -> None:
         """A checked proto RandGenerate (proto/rand.py), in stream order."""
         self._rand(r)

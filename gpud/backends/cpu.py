@@ -349,6 +349,11 @@ class CpuBackend(Backend):
 
         spmv_numpy(s)
 
+    def _sparse_indices(self, s: Any) -> None:
+        from gpud.sparse import indices_numpy
+
+        indices_numpy(s)
+
     def _rand(self, r: Any) -> None:
         from proto.rand import generate_numpy
 

@@ -2,9 +2,10 @@
 
 Handles (stream, pointer mode), the legacy matrix descriptors (``cusparseMatDescr_t``: type, index base, fill
 mode, diagonal type) and the generic API's descriptors (``cusparseSpMatDescr_t`` for CSR, CSC and COO;
-``cusparseDnVecDescr_t``) live here, on the client, as cuSPARSE keeps them on the host. ``cusparseSpMV`` is queued
-on the handle's stream as one ``sparse_mv`` operation carrying the descriptors' geometry and addresses; gpud
-checks the index arrays before it follows them. Every other cuSPARSE entry point returns
+``cusparseDnVecDescr_t``, ``cusparseDnMatDescr_t``) live here, on the client, as cuSPARSE keeps them on the host.
+``cusparseSpMV`` and ``cusparseSpMM`` are queued on the handle's stream as one ``sparse_mv`` operation carrying the
+descriptors' geometry and addresses (``cusparseSparseToDense`` too), ``cusparseXcsr2coo``/``Xcoo2csr`` as one
+``sparse_indices``; gpud checks the index arrays before it follows them. Every other cuSPARSE entry point returns
 CUSPARSE_STATUS_NOT_SUPPORTED and names itself once on stderr.
 """
 
@@ -19,7 +20,7 @@ from typing import Any
 from proto import errors as codes
 from proto.codec import ProtocolError, check
 from proto.errors import CudaError
-from proto.messages import GeamType, IndexType, SparseFormat, SparseMv, Trans
+from proto.messages import GeamType, IndexType, SparseFormat, SparseIndices, SparseMv, Trans
 from proto.sparse import extents
 from shim.native import cu_capture
 from shim.native.cublas import _SCALAR
@@ -72,6 +73,16 @@ class DnVec:
     size: int
     values: int
     type: GeamType
+
+
+@dataclass
+class DnMat:
+    rows: int
+    cols: int
+    ld: int
+    values: int
+    type: GeamType
+    order: int  # CUSPARSE_ORDER_COL (1) or CUSPARSE_ORDER_ROW (2)
 
 
 _handles: dict[int, Handle] = {}
@@ -361,6 +372,11 @@ def _spmv_message(h: int | None, op: int, alpha: Any, mat: Any, x: Any, beta: An
     nx, ny = (a.cols, a.rows) if op == 0 else (a.rows, a.cols)
     if vx.size != nx or vy.size != ny:
         raise CudaError(codes.INVALID_VALUE, f"spmv: x has {vx.size} elements (want {nx}), y {vy.size} (want {ny})")
+    return _finish(handle, msg, alpha, beta, "spmv")
+
+
+def _finish(handle: Handle, msg: SparseMv, alpha: Any, beta: Any, what: str) -> SparseMv:
+    """The scalars (host values or device pointers, by the handle's pointer mode), the stream, the range checks."""
     if handle.pointer_mode == 1:
         msg.scalars_on_device, msg.alpha_ptr, msg.beta_ptr = True, int(alpha or 0), int(beta or 0)
     else:
@@ -368,17 +384,17 @@ def _spmv_message(h: int | None, op: int, alpha: Any, mat: Any, x: Any, beta: An
 
         for name, ptr in (("alpha", alpha), ("beta", beta)):
             if not ptr:
-                raise CudaError(codes.INVALID_VALUE, f"spmv: {name} is NULL")
-            size, fmt = _SCALAR[a.type]
+                raise CudaError(codes.INVALID_VALUE, f"{what}: {name} is NULL")
+            size, fmt = _SCALAR[msg.type]
             v = struct.unpack(fmt, ctypes.string_at(int(ptr), size))
             setattr(msg, name, [float(v[0]), float(v[1]) if len(v) > 1 else 0.0])
     drv = STATE.driver()
     msg.stream = drv._stream(handle.stream)
     try:
         for operand, addr, size, _ in extents(check(msg)):
-            drv._check_range(addr, size, f"spmv ({operand})")
+            drv._check_range(addr, size, f"{what} ({operand})")
     except ProtocolError as exc:
-        raise CudaError(codes.INVALID_VALUE, f"spmv: {exc.message}") from None
+        raise CudaError(codes.INVALID_VALUE, f"{what}: {exc.message}") from None
     return msg
 
 
@@ -396,3 +412,195 @@ def cusparseSpMV_preprocess(h, op, alpha, mat, x, beta, y, compute, alg, buf) ->
 @api("cusparseSpMV", 0, P, I, P, P, P, P, P, I, I, P, library="cusparse")
 def cusparseSpMV(h, op, alpha, mat, x, beta, y, compute, alg, buf) -> None:  # noqa: ANN001
     cu_capture.post(_spmv_message(h, op, alpha, mat, x, beta, y, compute))
+
+
+# ---------------------------------------------------------------------------- dense matrices, SpMM
+_ORDERS = (1, 2)  # CUSPARSE_ORDER_COL, CUSPARSE_ORDER_ROW
+
+
+@api("cusparseCreateDnMat", 0, P, I64, I64, I64, P, I, I, library="cusparse")
+def cusparseCreateDnMat(out: int, rows: int, cols: int, ld: int, values: int | None, vtype: int, order: int) -> None:
+    if rows < 0 or cols < 0:
+        raise CudaError(codes.INVALID_VALUE, f"cusparseCreateDnMat: {rows} x {cols}")
+    if order not in _ORDERS:
+        raise CudaError(codes.INVALID_VALUE, f"cusparseCreateDnMat: order {order} (1 column, 2 row)")
+    lead = rows if order == 1 else cols
+    if ld < max(lead, 1):
+        raise CudaError(codes.INVALID_VALUE, f"cusparseCreateDnMat: ld {ld} < {lead}")
+    _new(out, DnMat(rows, cols, ld, int(values or 0), _value_type(vtype), order))
+
+
+api("cusparseCreateConstDnMat", 0, P, I64, I64, I64, P, I, I, library="cusparse")(cusparseCreateDnMat)
+
+
+@api("cusparseDestroyDnMat", 0, P, library="cusparse")
+def cusparseDestroyDnMat(d: int | None) -> None:
+    _drop(d, DnMat)
+
+
+@api("cusparseDnMatGet", 0, P, P, P, P, P, P, P, library="cusparse")
+def cusparseDnMatGet(d: int | None, rows: int, cols: int, ld: int, values: int, vtype: int, order: int) -> None:
+    mat = _get(d, DnMat)
+    for out, v in ((rows, mat.rows), (cols, mat.cols), (ld, mat.ld), (values, mat.values)):
+        if out:
+            put_u64(out, v)
+    if vtype:
+        put_i32(vtype, next(k for k, v in VALUE.items() if v == mat.type))
+    if order:
+        put_i32(order, mat.order)
+
+
+api("cusparseConstDnMatGet", 0, P, P, P, P, P, P, P, library="cusparse")(cusparseDnMatGet)
+
+
+@api("cusparseDnMatGetValues", 0, P, P, library="cusparse")
+def cusparseDnMatGetValues(d: int | None, out: int) -> None:
+    put_u64(out, _get(d, DnMat).values)
+
+
+api("cusparseConstDnMatGetValues", 0, P, P, library="cusparse")(cusparseDnMatGetValues)
+
+
+@api("cusparseDnMatSetValues", 0, P, P, library="cusparse")
+def cusparseDnMatSetValues(d: int | None, values: int | None) -> None:
+    _get(d, DnMat).values = int(values or 0)
+
+
+def _spmm_message(
+    h: int | None, op_a: int, op_b: int, alpha: Any, mat: Any, b: Any, beta: Any, c: Any, compute: int
+) -> SparseMv:
+    """SpMM as the ``sparse_mv`` operation with dense matrices (proto/sparse.py checks their shapes)."""
+    handle = _h(h)
+    a, mb, mc = _get(mat, SpMat), _get(b, DnMat), _get(c, DnMat)
+    ta, tb = _OPS.get(op_a), _OPS.get(op_b)
+    if ta is None or tb is None:
+        raise CudaError(codes.INVALID_VALUE, f"spmm: operations {op_a}, {op_b} (0 N, 1 T, 2 C)")
+    if not (a.type == mb.type == mc.type == _value_type(compute)):
+        raise CudaError(
+            codes.NOT_SUPPORTED, f"spmm: A {a.type}, B {mb.type}, C {mc.type}, compute {compute}: only one type"
+        )
+    m, k = (a.rows, a.cols) if ta == 0 else (a.cols, a.rows)
+    bk, n = (mb.rows, mb.cols) if tb == 0 else (mb.cols, mb.rows)
+    if bk != k or (mc.rows, mc.cols) != (m, n):
+        raise CudaError(
+            codes.INVALID_VALUE, f"spmm: op(A) {m} x {k}, op(B) {bk} x {n}, C {mc.rows} x {mc.cols} do not match"
+        )
+    msg = SparseMv(
+        format=a.format,
+        op=ta,
+        rows=a.rows,
+        cols=a.cols,
+        nnz=a.nnz,
+        offsets=a.offsets if a.format != "coo" else 0,
+        rows_idx=a.offsets if a.format == "coo" else 0,
+        indices=a.indices,
+        values=a.values,
+        offset_type=a.offset_type,
+        index_type=a.index_type,
+        base=a.base,
+        type=a.type,
+        x=mb.values,
+        y=mc.values,
+        n=n,
+        op_b=tb,
+        ldb=mb.ld,
+        ldc=mc.ld,
+        b_row_major=mb.order == 2,
+        c_row_major=mc.order == 2,
+    )
+    return _finish(handle, msg, alpha, beta, "spmm")
+
+
+@api("cusparseSpMM_bufferSize", 0, P, I, I, P, P, P, P, P, I, I, P, library="cusparse")
+def cusparseSpMM_bufferSize(h, op_a, op_b, alpha, mat, b, beta, c, compute, alg, out) -> None:  # noqa: ANN001
+    _h(h)
+    put_u64(out, 0)  # the node's SpMM needs no work area from the program
+
+
+@api("cusparseSpMM_preprocess", 0, P, I, I, P, P, P, P, P, I, I, P, library="cusparse")
+def cusparseSpMM_preprocess(h, op_a, op_b, alpha, mat, b, beta, c, compute, alg, buf) -> None:  # noqa: ANN001
+    _spmm_message(h, op_a, op_b, alpha, mat, b, beta, c, compute)  # checked; nothing to prepare
+
+
+@api("cusparseSpMM", 0, P, I, I, P, P, P, P, P, I, I, P, library="cusparse")
+def cusparseSpMM(h, op_a, op_b, alpha, mat, b, beta, c, compute, alg, buf) -> None:  # noqa: ANN001
+    cu_capture.post(_spmm_message(h, op_a, op_b, alpha, mat, b, beta, c, compute))
+
+
+# ---------------------------------------------------------------------------- index conversions (legacy API)
+def _indices_message(h: int | None, to_coo: bool, src: Any, nnz: int, m: int, dst: Any, base: int) -> SparseIndices:
+    handle = _h(h)
+    what = "cusparseXcsr2coo" if to_coo else "cusparseXcoo2csr"
+    if nnz < 0 or m < 0 or base not in (0, 1):
+        raise CudaError(codes.INVALID_VALUE, f"{what}: nnz {nnz}, m {m}, base {base}")
+    drv = STATE.driver()
+    msg = SparseIndices(
+        to_coo=to_coo,
+        m=m,
+        nnz=nnz,
+        src=int(src or 0),
+        dst=int(dst or 0),
+        base=1 if base else 0,
+        stream=drv._stream(handle.stream),
+    )
+    for operand, addr, size, _ in msg.extents():
+        drv._check_range(addr, size, f"{what} ({operand})")
+    return msg
+
+
+@api("cusparseXcsr2coo", 0, P, P, I, I, P, I, library="cusparse")
+def cusparseXcsr2coo(h, offsets, nnz, m, rows, base) -> None:  # noqa: ANN001
+    cu_capture.post(_indices_message(h, True, offsets, nnz, m, rows, base))
+
+
+@api("cusparseXcoo2csr", 0, P, P, I, I, P, I, library="cusparse")
+def cusparseXcoo2csr(h, rows, nnz, m, offsets, base) -> None:  # noqa: ANN001
+    cu_capture.post(_indices_message(h, False, rows, nnz, m, offsets, base))
+
+
+def _to_dense_message(h: int | None, mat: Any, c: Any, what: str) -> SparseMv:
+    handle = _h(h)
+    a, mc = _get(mat, SpMat), _get(c, DnMat)
+    if a.type != mc.type or (mc.rows, mc.cols) != (a.rows, a.cols):
+        raise CudaError(
+            codes.INVALID_VALUE, f"{what}: A {a.rows} x {a.cols} {a.type}, C {mc.rows} x {mc.cols} {mc.type}"
+        )
+    msg = SparseMv(
+        format=a.format,
+        rows=a.rows,
+        cols=a.cols,
+        nnz=a.nnz,
+        offsets=a.offsets if a.format != "coo" else 0,
+        rows_idx=a.offsets if a.format == "coo" else 0,
+        indices=a.indices,
+        values=a.values,
+        offset_type=a.offset_type,
+        index_type=a.index_type,
+        base=a.base,
+        type=a.type,
+        x=0,
+        y=mc.values,
+        n=a.cols,
+        to_dense=True,
+        ldc=mc.ld,
+        c_row_major=mc.order == 2,
+    )
+    drv = STATE.driver()
+    msg.stream = drv._stream(handle.stream)
+    try:
+        for operand, addr, size, _ in extents(check(msg)):
+            drv._check_range(addr, size, f"{what} ({operand})")
+    except ProtocolError as exc:
+        raise CudaError(codes.INVALID_VALUE, f"{what}: {exc.message}") from None
+    return msg
+
+
+@api("cusparseSparseToDense_bufferSize", 0, P, P, P, I, P, library="cusparse")
+def cusparseSparseToDense_bufferSize(h, mat, c, alg, out) -> None:  # noqa: ANN001
+    _to_dense_message(h, mat, c, "cusparseSparseToDense")
+    put_u64(out, 0)
+
+
+@api("cusparseSparseToDense", 0, P, P, P, I, P, library="cusparse")
+def cusparseSparseToDense(h, mat, c, alg, buf) -> None:  # noqa: ANN001
+    cu_capture.post(_to_dense_message(h, mat, c, "cusparseSparseToDense"))

@@ -75,3 +75,79 @@ def test_indices_reaching_outside_are_refused(driver, bad: str) -> None:
         driver.ctx_synchronize()
     assert err.value.name == "CUDA_ERROR_INVALID_VALUE"
     assert (np.frombuffer(bytes(driver.memcpy_dtoh(addrs[4], y.nbytes)), np.float64) == 7.0).all()
+
+
+@pytest.mark.parametrize("order", ["col", "row"])
+@pytest.mark.parametrize("ops", [(0, 0), (1, 0), (0, 1), (1, 1)])
+def test_spmm_matches_scipy(driver, order: str, ops: tuple[int, int]) -> None:
+    """SpMM (sparse_mv with n > 0): C = alpha op(A) op(B) + beta C, B and C with padded leading dimensions."""
+    op_a, op_b = ops
+    a = sps.random(30, 20, density=0.25, format="csr", random_state=7, dtype=np.float64)
+    m, k = (30, 20) if op_a == 0 else (20, 30)
+    n = 5
+    b_full = np.random.RandomState(1).rand(*((k, n) if op_b == 0 else (n, k)))
+    c_full = np.random.RandomState(2).rand(m, n)
+    row = order == "row"
+
+    def padded(x: np.ndarray) -> tuple[np.ndarray, int]:  # leading dimension 3 more than needed
+        lead, other = (x.shape[1], x.shape[0]) if row else x.shape
+        buf = np.full((other, lead + 3), np.nan)
+        buf[:, :lead] = x if row else x.T
+        return buf, lead + 3
+
+    bbuf, ldb = padded(b_full)
+    cbuf, ldc = padded(c_full)
+    addrs = _upload(driver, a.indptr.astype(np.int32), a.indices.astype(np.int32), a.data, bbuf, cbuf)
+    msg = _msg(a, "csr", addrs, op=op_a, x=addrs[3], y=addrs[4], alpha=[2.0, 0.0], beta=[0.5, 0.0])
+    msg.update(n=n, op_b=op_b, ldb=ldb, ldc=ldc, b_row_major=row, c_row_major=row)
+    driver.conn.post(msg)
+    got = np.frombuffer(bytes(driver.memcpy_dtoh(addrs[4], cbuf.nbytes)), np.float64).reshape(cbuf.shape)
+    lead = n if row else m
+    got_c = got[:, :lead] if row else got[:, :lead].T
+    opa = a if op_a == 0 else a.T
+    opb = b_full if op_b == 0 else b_full.T
+    assert np.allclose(got_c, 2.0 * (opa @ opb) + 0.5 * c_full)
+    assert np.isnan(got[:, lead:]).all()  # the padding is not written
+
+
+def test_spmm_extents_and_to_dense(driver) -> None:
+    """C's leading dimension smaller than its rows, or C past its allocation: refused; SparseToDense writes A."""
+    a = sps.random(12, 9, density=0.3, format="csr", random_state=9, dtype=np.float64)
+    c = np.zeros((12, 9))
+    addrs = _upload(driver, a.indptr.astype(np.int32), a.indices.astype(np.int32), a.data, c)
+    msg = _msg(a, "csr", addrs, x=0, y=addrs[3], n=9, to_dense=True, ldc=12)
+    driver.conn.post(msg)
+    got = np.frombuffer(bytes(driver.memcpy_dtoh(addrs[3], c.nbytes)), np.float64).reshape(9, 12).T
+    assert np.array_equal(got, a.toarray())
+    for bad in ({"ldc": 11}, {"ldc": 200}):
+        driver.conn.post({**msg, **bad})
+        with pytest.raises(CudaError) as err:
+            driver.ctx_synchronize()
+        assert err.value.name == "CUDA_ERROR_INVALID_VALUE"
+
+
+@pytest.mark.parametrize("base", [0, 1])
+def test_index_conversions(driver, base: int) -> None:
+    """cusparseXcsr2coo / Xcoo2csr (sparse_indices), and hostile sources refused before anything is written."""
+    a = sps.random(10, 8, density=0.3, format="csr", random_state=4, dtype=np.float64)
+    offsets, rows = (a.indptr + base).astype(np.int32), (a.tocoo().row + base).astype(np.int32)
+    src_off, src_rows, dst_rows, dst_off = _upload(
+        driver, offsets, rows, np.full(a.nnz, -9, np.int32), np.full(11, -9, np.int32)
+    )
+    common = dict(kind="sparse_indices", m=10, nnz=a.nnz, base=base)
+    driver.conn.post({**common, "to_coo": True, "src": src_off, "dst": dst_rows})
+    driver.conn.post({**common, "to_coo": False, "src": src_rows, "dst": dst_off})
+    assert np.array_equal(np.frombuffer(bytes(driver.memcpy_dtoh(dst_rows, rows.nbytes)), np.int32), rows)
+    assert np.array_equal(np.frombuffer(bytes(driver.memcpy_dtoh(dst_off, offsets.nbytes)), np.int32), offsets)
+    bad_off, bad_rows = offsets.copy(), rows.copy()
+    bad_off[5], bad_rows[0] = 1 << 30, 10 + base
+    src_off2, src_rows2, out2 = _upload(driver, bad_off, bad_rows, np.full(64, -9, np.int32))
+    for to_coo, src in ((True, src_off2), (False, src_rows2)):
+        driver.conn.post({**common, "to_coo": to_coo, "src": src, "dst": out2})
+        with pytest.raises(CudaError) as err:
+            driver.ctx_synchronize()
+        assert err.value.name == "CUDA_ERROR_INVALID_VALUE"
+    assert (np.frombuffer(bytes(driver.memcpy_dtoh(out2, 256)), np.int32) == -9).all()
+    driver.conn.post({**common, "to_coo": True, "src": src_off, "dst": dst_rows, "nnz": 1 << 40})  # past dst
+    with pytest.raises(CudaError):
+        driver.ctx_synchronize()
