@@ -408,6 +408,21 @@ class Session:
             self.find(addr, size, f"cusparse index conversion ({operand})")
         self.engine.enqueue(msg.stream, lambda: self.backend.sparse_indices(msg))
 
+    def on_sparse_transpose(self, msg: m.SparseTranspose, bulk: list[Any]) -> None:
+        for operand, addr, size, _ in msg.extents():
+            self.find(addr, size, f"cusparse csr2csc ({operand})")
+        self.engine.enqueue(msg.stream, lambda: self.backend.sparse_transpose(msg))
+
+    def on_sparse_sort(self, msg: m.SparseSort, bulk: list[Any]) -> None:
+        for operand, addr, size, _ in msg.extents():
+            self.find(addr, size, f"cusparse sort ({operand})")
+        self.engine.enqueue(msg.stream, lambda: self.backend.sparse_transpose(msg))
+
+    def on_sparse_gather(self, msg: m.SparseGather, bulk: list[Any]) -> None:
+        for operand, addr, size, _ in msg.extents():
+            self.find(addr, size, f"cusparse gather ({operand})")
+        self.engine.enqueue(msg.stream, lambda: self.backend.sparse_transpose(msg))
+
     def on_rand_generate(self, msg: m.RandGenerate, bulk: list[Any]) -> None:
         from proto.rand import check
 

@@ -91,6 +91,29 @@ def spmv_numpy(s: Any) -> None:
     y[...] = prod if beta == 0 else prod + beta * y  # beta == 0: y is not read (it may hold NaNs)
 
 
+def transpose_numpy(s: Any) -> None:
+    """Run a ``SparseTranspose`` (csr2csc) on checked copies of the source indices."""
+    import types
+
+    import scipy.sparse as sp
+
+    offsets = _array(s.offsets, s.m + 1, np.int32).astype(np.int64)
+    indices = _array(s.indices, s.nnz, np.int32).astype(np.int64)
+    shape = types.SimpleNamespace(format="csr", rows=s.m, cols=s.n, nnz=s.nnz, base=s.base)
+    check_indices(shape, offsets, None, indices)
+    perm = sp.csr_matrix(
+        (np.arange(1, s.nnz + 1, dtype=np.int64), indices - s.base, offsets - s.base), shape=(s.m, s.n)
+    ).tocsc()  # each entry's data is its position + 1: where it went
+    csc = sp.csc_matrix(perm)
+    csc.has_sorted_indices = False  # (tocsc sorts them already; cuSPARSE's output is sorted: make sure)
+    csc.sort_indices()
+    _array(s.out_offsets, s.n + 1, np.int32)[...] = csc.indptr + s.base
+    _array(s.out_indices, s.nnz, np.int32)[...] = csc.indices + s.base
+    if s.numeric and s.nnz:
+        values = _array(s.values, s.nnz, NUMPY[s.type]).copy()
+        _array(s.out_values, s.nnz, NUMPY[s.type])[...] = values[csc.data - 1]
+
+
 def indices_numpy(s: Any) -> None:
     """Run a ``SparseIndices``: CSR row offsets to COO row indices, or back, on a checked copy of the source."""
     from proto import errors as codes
@@ -110,3 +133,43 @@ def indices_numpy(s: Any) -> None:
     out = _array(s.dst, s.m + 1, np.int32)
     out[0] = s.base
     out[1:] = np.cumsum(counts) + s.base
+
+
+def sort_numpy(s: Any) -> None:
+    """Run a ``SparseSort``: permute copies of the index arrays and the permutation, then write them back."""
+    from proto import errors as codes
+    from proto.errors import CudaError
+
+    perm = _array(s.perm, s.nnz, np.int32)
+    if s.mode == "identity":
+        perm[...] = np.arange(s.nnz, dtype=np.int32)
+        return
+    cols = _array(s.cols, s.nnz, np.int32)
+    if s.mode == "csr":
+        offsets = _array(s.rows, s.m + 1, np.int32).astype(np.int64)
+        if offsets[0] != s.base or offsets[-1] != s.nnz + s.base or (np.diff(offsets) < 0).any():
+            raise CudaError(codes.INVALID_VALUE, f"csrsort: the row offsets must rise from {s.base} to nnz + {s.base}")
+        row_of = np.repeat(np.arange(s.m), np.diff(offsets))
+        order = np.lexsort((cols.copy(), row_of))
+        cols[...], perm[...] = cols[order], perm[order]
+        return
+    rows = _array(s.rows, s.nnz, np.int32)
+    r, c = rows.copy(), cols.copy()
+    order = np.lexsort((c, r)) if s.mode == "coo_row" else np.lexsort((r, c))
+    rows[...], cols[...], perm[...] = r[order], c[order], perm[order]
+
+
+def gather_numpy(s: Any) -> None:
+    """Run a ``SparseGather`` on a checked copy of the indices."""
+    from proto import errors as codes
+    from proto.errors import CudaError
+
+    idx = _array(s.indices, s.nnz, np.int32 if s.index_type == "i32" else np.int64).astype(np.int64) - s.base
+    if s.nnz and (idx.min() < 0 or idx.max() >= s.size):
+        raise CudaError(codes.INVALID_VALUE, f"gather: an index lies outside [{s.base}, {s.size + s.base})")
+    typ = NUMPY[s.type]
+    _array(s.values, s.nnz, typ)[...] = _array(s.y, s.size, typ)[idx]
+
+
+# wire kind -> the conversion that runs it (gpud/backends/cpu.py)
+CONVERSIONS = {"sparse_transpose": transpose_numpy, "sparse_sort": sort_numpy, "sparse_gather": gather_numpy}

@@ -613,6 +613,105 @@ class SparseIndices(_Req, tag="sparse_indices", kw_only=True):
         return [(addr, size) for _, addr, size, written in self.extents() if written]
 
 
+class SparseTranspose(_Req, tag="sparse_transpose", kw_only=True):
+    """cusparseCsr2cscEx2, int32 indices, in stream order: an m x n CSR matrix (``offsets``, ``indices``,
+    ``values``) rewritten as CSC (``out_*``: n + 1 column offsets, nnz row indices sorted within each column, the
+    values when ``numeric``). gpud copies and checks the source indices first (NOTE [vendor libraries])."""
+
+    queued = True
+    m: Size
+    n: Size
+    nnz: Size
+    offsets: U64
+    indices: U64
+    values: U64 = 0
+    out_offsets: U64
+    out_indices: U64
+    out_values: U64 = 0
+    type: GeamType = "f32"
+    numeric: bool = True
+    base: Literal[0, 1] = 0
+    stream: Handle = DEFAULT_STREAM
+
+    def extents(self) -> list[tuple[str, int, int, bool]]:
+        from proto.blas import ITEM
+
+        vals = self.nnz * ITEM[self.type] if self.numeric else 0
+        out = [
+            ("offsets", self.offsets, (self.m + 1) * 4, False),
+            ("indices", self.indices, self.nnz * 4, False),
+            ("values", self.values, vals, False),
+            ("column offsets", self.out_offsets, (self.n + 1) * 4, True),
+            ("row indices", self.out_indices, self.nnz * 4, True),
+            ("csc values", self.out_values, vals, True),
+        ]
+        return [e for e in out if e[2]]
+
+    def writes(self, bulk: list[Any]) -> list[tuple[int, int]]:
+        return [(addr, size) for _, addr, size, written in self.extents() if written]
+
+
+class SparseSort(_Req, tag="sparse_sort", kw_only=True):
+    """cuSPARSE's index sorts, int32, in stream order, each permuting ``perm`` (nnz) as it moves the entries:
+    ``identity`` fills it with 0..nnz-1 (cusparseCreateIdentityPermutation); ``coo_row``/``coo_col`` sort COO
+    ``rows``/``cols`` in place by (row, column) or (column, row) (cusparseXcoosortByRow/ByColumn); ``csr`` sorts
+    ``cols`` within each row of the CSR offsets ``rows`` (cusparseXcsrsort; the offsets checked first). Entries
+    are only moved, never followed, so the sorted indices need no check."""
+
+    queued = True
+    mode: Literal["identity", "coo_row", "coo_col", "csr"]
+    m: Size = 0
+    n: Size = 0
+    nnz: Size
+    rows: U64 = 0
+    cols: U64 = 0
+    perm: U64
+    base: Literal[0, 1] = 0
+    stream: Handle = DEFAULT_STREAM
+
+    def extents(self) -> list[tuple[str, int, int, bool]]:
+        nnz4 = self.nnz * 4
+        out = [("permutation", self.perm, nnz4, True)]
+        if self.mode in ("coo_row", "coo_col"):
+            out += [("rows", self.rows, nnz4, True), ("columns", self.cols, nnz4, True)]
+        elif self.mode == "csr":
+            out += [("offsets", self.rows, (self.m + 1) * 4, False), ("columns", self.cols, nnz4, True)]
+        return [e for e in out if e[2]]
+
+    def writes(self, bulk: list[Any]) -> list[tuple[int, int]]:
+        return [(addr, size) for _, addr, size, written in self.extents() if written]
+
+
+class SparseGather(_Req, tag="sparse_gather", kw_only=True):
+    """cusparseGather, in stream order: ``values[i] = y[indices[i] - base]`` for the nnz entries of a sparse vector
+    of ``size`` over a dense vector ``y`` of ``size`` elements; gpud checks the copied indices first."""
+
+    queued = True
+    size: Size
+    nnz: Size
+    indices: U64
+    values: U64
+    y: U64
+    index_type: IndexType = "i32"
+    type: GeamType
+    base: Literal[0, 1] = 0
+    stream: Handle = DEFAULT_STREAM
+
+    def extents(self) -> list[tuple[str, int, int, bool]]:
+        from proto.blas import ITEM
+
+        item, idx = ITEM[self.type], 4 if self.index_type == "i32" else 8
+        out = [
+            ("indices", self.indices, self.nnz * idx, False),
+            ("y", self.y, self.size * item, False),
+            ("values", self.values, self.nnz * item, True),
+        ]
+        return [e for e in out if e[2]]
+
+    def writes(self, bulk: list[Any]) -> list[tuple[int, int]]:
+        return [(addr, size) for _, addr, size, written in self.extents() if written]
+
+
 RandDist = Literal["bits", "uniform", "normal", "lognormal", "poisson"]
 RandType = Literal["u32", "f32", "f64"]
 

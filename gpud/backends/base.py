@@ -206,6 +206,15 @@ class Backend(ABC):
         raise CudaError(codes.NOT_SUPPORTED, f"cuSPARSE calls are not supported by the {self.kind} backend yet")
 
     @wrap_errors(codes.ILLEGAL_ADDRESS)
+    def sparse_transpose(self, s: Any) -> None:
+        """A proto SparseTranspose, SparseSort or SparseGather (cuSPARSE's conversions, gpud/sparse.py), in stream
+        order."""
+        self._sparse_transpose(s)
+
+    def _sparse_transpose(self, s: Any) -> None:
+        raise CudaError(codes.NOT_SUPPORTED, f"cuSPARSE calls are not supported by the {self.kind} backend yet")
+
+    @wrap_errors(codes.ILLEGAL_ADDRESS)
     def rand(self, r: Any) -> None:
         """A checked proto RandGenerate (proto/rand.py), in stream order."""
         self._rand(r)

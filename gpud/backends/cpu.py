@@ -354,6 +354,11 @@ class CpuBackend(Backend):
 
         indices_numpy(s)
 
+    def _sparse_transpose(self, s: Any) -> None:
+        from gpud.sparse import CONVERSIONS
+
+        CONVERSIONS[s.kind](s)
+
     def _rand(self, r: Any) -> None:
         from proto.rand import generate_numpy
 

@@ -20,7 +20,17 @@ from typing import Any
 from proto import errors as codes
 from proto.codec import ProtocolError, check
 from proto.errors import CudaError
-from proto.messages import GeamType, IndexType, SparseFormat, SparseIndices, SparseMv, Trans
+from proto.messages import (
+    GeamType,
+    IndexType,
+    SparseFormat,
+    SparseGather,
+    SparseIndices,
+    SparseMv,
+    SparseSort,
+    SparseTranspose,
+    Trans,
+)
 from proto.sparse import extents
 from shim.native import cu_capture
 from shim.native.cublas import _SCALAR
@@ -72,6 +82,17 @@ class SpMat:
 class DnVec:
     size: int
     values: int
+    type: GeamType
+
+
+@dataclass
+class SpVec:
+    size: int
+    nnz: int
+    indices: int
+    values: int
+    index_type: IndexType
+    base: int
     type: GeamType
 
 
@@ -604,3 +625,137 @@ def cusparseSparseToDense_bufferSize(h, mat, c, alg, out) -> None:  # noqa: ANN0
 @api("cusparseSparseToDense", 0, P, P, P, I, P, library="cusparse")
 def cusparseSparseToDense(h, mat, c, alg, buf) -> None:  # noqa: ANN001
     cu_capture.post(_to_dense_message(h, mat, c, "cusparseSparseToDense"))
+
+
+def _transpose_message(
+    h,
+    m,
+    n,
+    nnz,
+    values,
+    offsets,
+    indices,
+    out_values,
+    out_offsets,
+    out_indices,
+    vtype,
+    action,
+    base,  # noqa: ANN001
+) -> SparseTranspose:
+    handle = _h(h)
+    what = "cusparseCsr2cscEx2"
+    if nnz < 0 or m < 0 or n < 0 or base not in (0, 1) or action not in (0, 1):
+        raise CudaError(codes.INVALID_VALUE, f"{what}: m {m}, n {n}, nnz {nnz}, base {base}, action {action}")
+    drv = STATE.driver()
+    msg = SparseTranspose(
+        m=m,
+        n=n,
+        nnz=nnz,
+        offsets=int(offsets or 0),
+        indices=int(indices or 0),
+        values=int(values or 0),
+        out_offsets=int(out_offsets or 0),
+        out_indices=int(out_indices or 0),
+        out_values=int(out_values or 0),
+        type=_value_type(vtype),
+        numeric=action == 1,
+        base=1 if base else 0,
+        stream=drv._stream(handle.stream),
+    )
+    for operand, addr, size, _ in msg.extents():
+        drv._check_range(addr, size, f"{what} ({operand})")
+    return msg
+
+
+@api("cusparseCsr2cscEx2_bufferSize", 0, P, I, I, I, P, P, P, P, P, P, I, I, I, I, P, library="cusparse")
+def cusparseCsr2cscEx2_bufferSize(h, m, n, nnz, v, o, i, cv, co, ci, vtype, action, base, alg, out) -> None:  # noqa: ANN001
+    _transpose_message(h, m, n, nnz, v, o, i, cv, co, ci, vtype, action, base)
+    put_u64(out, 0)
+
+
+@api("cusparseCsr2cscEx2", 0, P, I, I, I, P, P, P, P, P, P, I, I, I, I, P, library="cusparse")
+def cusparseCsr2cscEx2(h, m, n, nnz, v, o, i, cv, co, ci, vtype, action, base, alg, buf) -> None:  # noqa: ANN001
+    cu_capture.post(_transpose_message(h, m, n, nnz, v, o, i, cv, co, ci, vtype, action, base))
+
+
+# ---------------------------------------------------------------------------- sorts, permutations, gather
+def _sort(h: int | None, what: str, **fields: Any) -> SparseSort:
+    handle = _h(h)
+    if min(int(fields.get(k, 0)) for k in ("m", "n", "nnz")) < 0:
+        raise CudaError(codes.INVALID_VALUE, f"{what}: a negative size")
+    drv = STATE.driver()
+    msg = SparseSort(stream=drv._stream(handle.stream), **fields)
+    for operand, addr, size, _ in msg.extents():
+        drv._check_range(addr, size, f"{what} ({operand})")
+    return msg
+
+
+@api("cusparseCreateIdentityPermutation", 0, P, I, P, library="cusparse")
+def cusparseCreateIdentityPermutation(h: int | None, n: int, p: int | None) -> None:
+    cu_capture.post(_sort(h, "cusparseCreateIdentityPermutation", mode="identity", nnz=n, perm=int(p or 0)))
+
+
+@api("cusparseXcoosort_bufferSizeExt", 0, P, I, I, I, P, P, P, library="cusparse")
+def cusparseXcoosort_bufferSizeExt(h, m, n, nnz, rows, cols, out) -> None:  # noqa: ANN001
+    _h(h)
+    put_u64(out, 0)  # the node's sort needs no work area from the program
+
+
+api("cusparseXcsrsort_bufferSizeExt", 0, P, I, I, I, P, P, P, library="cusparse")(cusparseXcoosort_bufferSizeExt)
+
+
+@api("cusparseXcoosortByRow", 0, P, I, I, I, P, P, P, P, library="cusparse")
+def cusparseXcoosortByRow(h, m, n, nnz, rows, cols, p, buf) -> None:  # noqa: ANN001
+    fields = dict(m=m, n=n, nnz=nnz, rows=int(rows or 0), cols=int(cols or 0), perm=int(p or 0))
+    cu_capture.post(_sort(h, "cusparseXcoosortByRow", mode="coo_row", **fields))
+
+
+@api("cusparseXcoosortByColumn", 0, P, I, I, I, P, P, P, P, library="cusparse")
+def cusparseXcoosortByColumn(h, m, n, nnz, rows, cols, p, buf) -> None:  # noqa: ANN001
+    fields = dict(m=m, n=n, nnz=nnz, rows=int(rows or 0), cols=int(cols or 0), perm=int(p or 0))
+    cu_capture.post(_sort(h, "cusparseXcoosortByColumn", mode="coo_col", **fields))
+
+
+@api("cusparseXcsrsort", 0, P, I, I, I, P, P, P, P, P, library="cusparse")
+def cusparseXcsrsort(h, m, n, nnz, descr, offsets, cols, p, buf) -> None:  # noqa: ANN001
+    base = 1 if _get(descr, MatDescr).base else 0
+    fields = dict(m=m, n=n, nnz=nnz, rows=int(offsets or 0), cols=int(cols or 0), perm=int(p or 0), base=base)
+    cu_capture.post(_sort(h, "cusparseXcsrsort", mode="csr", **fields))
+
+
+@api("cusparseCreateSpVec", 0, P, I64, I64, P, P, I, I, I, library="cusparse")
+def cusparseCreateSpVec(out, size, nnz, indices, values, itype, base, vtype) -> None:  # noqa: ANN001
+    if size < 0 or nnz < 0 or nnz > size or base not in (0, 1):
+        raise CudaError(codes.INVALID_VALUE, f"cusparseCreateSpVec: size {size}, nnz {nnz}, base {base}")
+    _new(out, SpVec(size, nnz, int(indices or 0), int(values or 0), _index_type(itype), base, _value_type(vtype)))
+
+
+api("cusparseCreateConstSpVec", 0, P, I64, I64, P, P, I, I, I, library="cusparse")(cusparseCreateSpVec)
+
+
+@api("cusparseDestroySpVec", 0, P, library="cusparse")
+def cusparseDestroySpVec(d: int | None) -> None:
+    _drop(d, SpVec)
+
+
+@api("cusparseGather", 0, P, P, P, library="cusparse")
+def cusparseGather(h: int | None, y: int | None, x: int | None) -> None:
+    handle = _h(h)
+    dy, sx = _get(y, DnVec), _get(x, SpVec)
+    if dy.type != sx.type or dy.size != sx.size:
+        raise CudaError(codes.INVALID_VALUE, f"cusparseGather: y {dy.size} {dy.type}, x {sx.size} {sx.type}")
+    drv = STATE.driver()
+    msg = SparseGather(
+        size=sx.size,
+        nnz=sx.nnz,
+        indices=sx.indices,
+        values=sx.values,
+        y=dy.values,
+        index_type=sx.index_type,
+        type=sx.type,
+        base=1 if sx.base else 0,
+        stream=drv._stream(handle.stream),
+    )
+    for operand, addr, size, _ in msg.extents():
+        drv._check_range(addr, size, f"cusparseGather ({operand})")
+    cu_capture.post(msg)

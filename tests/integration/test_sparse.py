@@ -151,3 +151,80 @@ def test_index_conversions(driver, base: int) -> None:
     driver.conn.post({**common, "to_coo": True, "src": src_off, "dst": dst_rows, "nnz": 1 << 40})  # past dst
     with pytest.raises(CudaError):
         driver.ctx_synchronize()
+
+
+@pytest.mark.parametrize("numeric", [True, False])
+def test_csr_to_csc(driver, numeric: bool) -> None:
+    """cusparseCsr2cscEx2 (sparse_transpose), with duplicates and empty rows, and a hostile column index refused."""
+    a = sps.random(9, 7, density=0.35, format="csr", random_state=11, dtype=np.float64)
+    a.indices[a.indptr[2] : a.indptr[3]] = a.indices[a.indptr[2]]  # duplicates in row 2
+    offsets, indices = a.indptr.astype(np.int32), a.indices.astype(np.int32)
+    out = _upload(
+        driver, offsets, indices, a.data, np.full(8, -9, np.int32), np.full(a.nnz, -9, np.int32), np.zeros(a.nnz)
+    )
+    msg = dict(kind="sparse_transpose", m=9, n=7, nnz=a.nnz, offsets=out[0], indices=out[1], values=out[2])
+    msg.update(out_offsets=out[3], out_indices=out[4], out_values=out[5], type="f64", numeric=numeric)
+    driver.conn.post(msg)
+    want = sps.csr_matrix((a.data, a.indices, a.indptr), shape=(9, 7)).tocsc()
+    want.sort_indices()
+    got_off = np.frombuffer(bytes(driver.memcpy_dtoh(out[3], 32)), np.int32)
+    got_idx = np.frombuffer(bytes(driver.memcpy_dtoh(out[4], 4 * a.nnz)), np.int32)
+    got_val = np.frombuffer(bytes(driver.memcpy_dtoh(out[5], 8 * a.nnz)), np.float64)
+    assert np.array_equal(got_off, want.indptr) and np.array_equal(got_idx, want.indices)
+    assert (
+        np.array_equal(sps.csc_matrix((got_val, got_idx, got_off), shape=(9, 7)).toarray(), a.toarray())
+        if numeric
+        else not got_val.any()
+    )
+    bad = indices.copy()
+    bad[0] = 1 << 20
+    src = _upload(driver, bad)[0]
+    driver.conn.post({**msg, "indices": src, "out_indices": out[4]})
+    with pytest.raises(CudaError) as err:
+        driver.ctx_synchronize()
+    assert err.value.name == "CUDA_ERROR_INVALID_VALUE"
+
+
+def test_sorts_and_gather(driver) -> None:
+    """cusparseCreateIdentityPermutation, Xcoosort by row and by column, Xcsrsort (sparse_sort) and cusparseGather
+    (sparse_gather): the same orders as NumPy's lexsort; gather's indices checked before any is followed."""
+    rng = np.random.RandomState(3)
+    nnz = 40
+    rows, cols = rng.randint(0, 6, nnz).astype(np.int32), rng.randint(0, 5, nnz).astype(np.int32)
+    r, c, p = _upload(driver, rows, cols, np.full(nnz, -1, np.int32))
+    driver.conn.post(dict(kind="sparse_sort", mode="identity", nnz=nnz, perm=p))
+    driver.conn.post(dict(kind="sparse_sort", mode="coo_col", m=6, n=5, nnz=nnz, rows=r, cols=c, perm=p))
+
+    def get(addr: int) -> np.ndarray:
+        return np.frombuffer(bytes(driver.memcpy_dtoh(addr, 4 * nnz)), np.int32)
+
+    order = np.lexsort((rows, cols))
+    assert np.array_equal(get(p), order) and np.array_equal(get(r), rows[order]) and np.array_equal(get(c), cols[order])
+    driver.conn.post(dict(kind="sparse_sort", mode="coo_row", m=6, n=5, nnz=nnz, rows=r, cols=c, perm=p))
+    back = np.lexsort((cols, rows))
+    assert np.array_equal(get(r), rows[back]) and np.array_equal(get(p), back)
+    # CSR: columns sorted within each row
+    a = sps.random(8, 9, density=0.4, format="csr", random_state=2)
+    shuffled = a.indices.copy()
+    for i in range(8):
+        rng.shuffle(shuffled[a.indptr[i] : a.indptr[i + 1]])
+    off, ci, pp = _upload(
+        driver, a.indptr.astype(np.int32), shuffled.astype(np.int32), np.arange(a.nnz, dtype=np.int32)
+    )
+    driver.conn.post(dict(kind="sparse_sort", mode="csr", m=8, n=9, nnz=a.nnz, rows=off, cols=ci, perm=pp))
+    got = np.frombuffer(bytes(driver.memcpy_dtoh(ci, 4 * a.nnz)), np.int32)
+    perm = np.frombuffer(bytes(driver.memcpy_dtoh(pp, 4 * a.nnz)), np.int32)
+    assert all((np.diff(got[a.indptr[i] : a.indptr[i + 1]]) >= 0).all() for i in range(8))
+    assert np.array_equal(shuffled[perm], got)
+    # gather: values[i] = y[idx[i]], and an index past y refused with values untouched
+    y = np.arange(10, dtype=np.float64) * 1.5
+    idx = np.array([9, 0, 4, 4], np.int32)
+    iy, iv, yy, bad = _upload(driver, idx, np.zeros(4), y, np.array([0, 1, 10, 2], np.int32))
+    g = dict(kind="sparse_gather", size=10, nnz=4, indices=iy, values=iv, y=yy, type="f64")
+    driver.conn.post(g)
+    assert np.array_equal(np.frombuffer(bytes(driver.memcpy_dtoh(iv, 32)), np.float64), y[idx])
+    driver.conn.post({**g, "indices": bad})
+    with pytest.raises(CudaError) as err:
+        driver.ctx_synchronize()
+    assert err.value.name == "CUDA_ERROR_INVALID_VALUE"
+    assert np.array_equal(np.frombuffer(bytes(driver.memcpy_dtoh(iv, 32)), np.float64), y[idx])
