@@ -31,6 +31,8 @@ itself before it reads its first request, in four layers, each one useful alone:
    before it starts), namespaces and mounts, kernel modules and kexec, eBPF, perf, keyrings,
    ``userfaultfd`` and io_uring (whose work would bypass the filter), file handles that skip path checks.
    A call from another ABI (i386 or x32 on x86-64) kills the process: its numbers are not the ones listed.
+   On a GPU device ``socket`` and ``connect`` stay allowed: the GPU runtime reaches daemons of its own (MPS)
+   over unix sockets; Landlock still refuses TCP there.
 
 ``enter()`` returns what it applied; a layer the kernel lacks is reported (gpud logs it once per executor),
 never silently skipped. ``[aten] sandbox = false`` turns the whole thing off (debugging an executor with a
@@ -222,7 +224,12 @@ def _landlock(abi: int, files: bool, applied: Applied, scratch: str = "") -> Non
         applied.missing.append(f"landlock scopes (kernel ABI {abi} < 6: signals not confined)")
 
 
-def seccomp_program(machine: str | None = None) -> bytes:
+# A GPU runtime talks to daemons of its own over unix sockets (MPS's control and server pipes): on a GPU device
+# an executor may open client sockets (Landlock still refuses TCP, and abstract sockets outside its domain).
+_GPU_ALLOWED = frozenset({"socket", "connect"})
+
+
+def seccomp_program(machine: str | None = None, gpu: bool = False) -> bytes:
     """The BPF filter for ``machine`` (default: this one): EPERM for the denied calls, kill for a foreign ABI."""
     arch, table, foreign = _ARCHES[machine or platform.machine()]
     ins: list[bytes] = []
@@ -232,7 +239,7 @@ def seccomp_program(machine: str | None = None) -> bytes:
 
     ld_w_abs, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
     kill, allow, eperm = 0x80000000, 0x7FFF0000, 0x00050000 | errno.EPERM
-    nrs = sorted({table[n] for n in _DENIED})
+    nrs = sorted({table[n] for n in _DENIED if not (gpu and n in _GPU_ALLOWED)})
     op(ld_w_abs, 4)  # seccomp_data.arch
     op(jeq, arch, 1, 0)
     op(ret, kill)
@@ -247,12 +254,12 @@ def seccomp_program(machine: str | None = None) -> bytes:
     return b"".join(ins)
 
 
-def _seccomp(applied: Applied) -> None:
+def _seccomp(applied: Applied, gpu: bool = False) -> None:
     machine = platform.machine()
     if machine not in _ARCHES:
         applied.missing.append(f"seccomp (no system call table for {machine})")
         return
-    prog = seccomp_program(machine)
+    prog = seccomp_program(machine, gpu)
     filt = ctypes.create_string_buffer(prog, len(prog))
 
     class SockFprog(ctypes.Structure):
@@ -262,7 +269,8 @@ def _seccomp(applied: Applied) -> None:
     if _libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
         applied.missing.append(f"seccomp: {os.strerror(ctypes.get_errno())}")
         return
-    applied.layers.append(f"seccomp ({len(_DENIED)} calls refused)")
+    refused = sum(1 for n in _DENIED if not (gpu and n in _GPU_ALLOWED))
+    applied.layers.append(f"seccomp ({refused} calls refused)")
 
 
 def _drop_capabilities() -> bool:
@@ -322,5 +330,5 @@ def enter(device: str = "cpu") -> Applied:
         _landlock(abi, files=device == "cpu", applied=applied, scratch=scratch)
     else:
         applied.missing.append("landlock (the kernel has none, or it is disabled)")
-    _seccomp(applied)
+    _seccomp(applied, gpu=device != "cpu")
     return applied

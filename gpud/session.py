@@ -423,6 +423,20 @@ class Session:
             self.find(addr, size, f"cusparse gather ({operand})")
         self.engine.enqueue(msg.stream, lambda: self.backend.sparse_transpose(msg))
 
+    def on_sparse_gemm(self, msg: m.SparseGemm, bulk: list[Any]) -> Later | None:
+        for operand, addr, size, _ in msg.extents():
+            self.find(addr, size, f"cusparse spgemm ({operand})")
+        out: list[int] = []
+        marker = self.engine.enqueue(msg.stream, lambda: out.append(self.backend.sparse_gemm(msg)))
+        if not msg.count:
+            return None
+
+        def produce() -> tuple[Any, list[Any]]:
+            self.check_errors()
+            return (out[0] if out else 0), []
+
+        return Later([marker], produce)
+
     def on_rand_generate(self, msg: m.RandGenerate, bulk: list[Any]) -> None:
         from proto.rand import check
 

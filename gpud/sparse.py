@@ -171,5 +171,50 @@ def gather_numpy(s: Any) -> None:
     _array(s.values, s.nnz, typ)[...] = _array(s.y, s.size, typ)[idx]
 
 
+SPGEMM_MAX_PRODUCTS = 1 << 26  # partial products one SpGEMM may form on gpud (host memory, ~16 bytes each)
+
+
+def spgemm_numpy(s: Any) -> int:
+    """Run a ``SparseGemm``: C = alpha A B from checked copies of A's and B's indices; C's nnz (``count``) or C
+    written (its nnz must be the one ``count`` gave)."""
+    import types
+
+    import scipy.sparse as sp
+
+    from proto import errors as codes
+    from proto.errors import CudaError
+
+    idx = np.int32 if s.index_type == "i32" else np.int64
+    typ = NUMPY[s.type]
+
+    def csr(rows: int, cols: int, nnz: int, offsets: int, indices: int, values: int) -> Any:
+        off = _array(offsets, rows + 1, idx).astype(np.int64)
+        ind = _array(indices, nnz, idx).astype(np.int64)
+        shape = types.SimpleNamespace(format="csr", rows=rows, cols=cols, nnz=nnz, base=s.base)
+        check_indices(shape, off, None, ind)
+        vals = _array(values, nnz, typ).copy()
+        return off - s.base, ind - s.base, sp.csr_matrix((vals, ind - s.base, off - s.base), shape=(rows, cols))
+
+    _, a_ind, a = csr(s.m, s.k, s.a_nnz, s.a_offsets, s.a_indices, s.a_values)
+    b_off, _, b = csr(s.k, s.n, s.b_nnz, s.b_offsets, s.b_indices, s.b_values)
+    products = int(np.diff(b_off)[a_ind].sum()) if s.a_nnz else 0
+    if products > SPGEMM_MAX_PRODUCTS:
+        raise CudaError(
+            codes.OUT_OF_MEMORY, f"spgemm: {products} partial products (gpud forms at most {SPGEMM_MAX_PRODUCTS})"
+        )
+    alpha = complex(*s.alpha) if s.type in ("c64", "c128") else s.alpha[0]
+    c = sp.csr_matrix(a @ b) * alpha
+    c.sum_duplicates()
+    c.sort_indices()
+    if s.count:
+        return int(c.nnz)
+    if c.nnz != s.c_nnz:
+        raise CudaError(codes.INVALID_VALUE, f"spgemm: C has {c.nnz} entries, not the {s.c_nnz} its arrays hold")
+    _array(s.c_offsets, s.m + 1, idx)[...] = c.indptr + s.base
+    _array(s.c_indices, s.c_nnz, idx)[...] = c.indices + s.base
+    _array(s.c_values, s.c_nnz, typ)[...] = c.data
+    return int(c.nnz)
+
+
 # wire kind -> the conversion that runs it (gpud/backends/cpu.py)
 CONVERSIONS = {"sparse_transpose": transpose_numpy, "sparse_sort": sort_numpy, "sparse_gather": gather_numpy}

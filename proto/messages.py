@@ -712,6 +712,59 @@ class SparseGather(_Req, tag="sparse_gather", kw_only=True):
         return [(addr, size) for _, addr, size, written in self.extents() if written]
 
 
+class SparseGemm(_Req, tag="sparse_gemm", kw_only=True):
+    """cusparseSpGEMM on CSR matrices: C = alpha A B, in stream order. ``count`` (cusparseSpGEMM_compute) answers
+    C's nnz; otherwise (cusparseSpGEMM_copy) C's ``c_nnz`` entries are written at ``c_*``, sorted within each row.
+    Stateless on gpud: each phase computes the product from A and B as they are then (their indices checked
+    first, and the product's size bounded before it is formed)."""
+
+    queued = True
+    count: bool = False
+    m: Size
+    k: Size
+    n: Size
+    a_nnz: Size
+    a_offsets: U64
+    a_indices: U64
+    a_values: U64
+    b_nnz: Size
+    b_offsets: U64
+    b_indices: U64
+    b_values: U64
+    c_nnz: Size = 0
+    c_offsets: U64 = 0
+    c_indices: U64 = 0
+    c_values: U64 = 0
+    index_type: IndexType = "i32"
+    base: Literal[0, 1] = 0
+    type: GeamType
+    alpha: Annotated[list[float], Meta(min_length=2, max_length=2)] = msgspec.field(default_factory=lambda: [1.0, 0.0])
+    stream: Handle = DEFAULT_STREAM
+
+    def extents(self) -> list[tuple[str, int, int, bool]]:
+        from proto.blas import ITEM
+
+        item, idx = ITEM[self.type], 4 if self.index_type == "i32" else 8
+        out = [
+            ("A offsets", self.a_offsets, (self.m + 1) * idx, False),
+            ("A indices", self.a_indices, self.a_nnz * idx, False),
+            ("A values", self.a_values, self.a_nnz * item, False),
+            ("B offsets", self.b_offsets, (self.k + 1) * idx, False),
+            ("B indices", self.b_indices, self.b_nnz * idx, False),
+            ("B values", self.b_values, self.b_nnz * item, False),
+        ]
+        if not self.count:
+            out += [
+                ("C offsets", self.c_offsets, (self.m + 1) * idx, True),
+                ("C indices", self.c_indices, self.c_nnz * idx, True),
+                ("C values", self.c_values, self.c_nnz * item, True),
+            ]
+        return [e for e in out if e[2]]
+
+    def writes(self, bulk: list[Any]) -> list[tuple[int, int]]:
+        return [(addr, size) for _, addr, size, written in self.extents() if written]
+
+
 RandDist = Literal["bits", "uniform", "normal", "lognormal", "poisson"]
 RandType = Literal["u32", "f32", "f64"]
 

@@ -206,6 +206,14 @@ class Backend(ABC):
         raise CudaError(codes.NOT_SUPPORTED, f"cuSPARSE calls are not supported by the {self.kind} backend yet")
 
     @wrap_errors(codes.ILLEGAL_ADDRESS)
+    def sparse_gemm(self, s: Any) -> int:
+        """A proto SparseGemm (cusparseSpGEMM, gpud/sparse.py), in stream order: the product's nnz."""
+        return self._sparse_gemm(s)
+
+    def _sparse_gemm(self, s: Any) -> int:
+        raise CudaError(codes.NOT_SUPPORTED, f"cuSPARSE calls are not supported by the {self.kind} backend yet")
+
+    @wrap_errors(codes.ILLEGAL_ADDRESS)
     def sparse_transpose(self, s: Any) -> None:
         """A proto SparseTranspose, SparseSort or SparseGather (cuSPARSE's conversions, gpud/sparse.py), in stream
         order."""

@@ -354,6 +354,11 @@ class CpuBackend(Backend):
 
         indices_numpy(s)
 
+    def _sparse_gemm(self, s: Any) -> int:
+        from gpud.sparse import spgemm_numpy
+
+        return spgemm_numpy(s)
+
     def _sparse_transpose(self, s: Any) -> None:
         from gpud.sparse import CONVERSIONS
 

@@ -25,6 +25,7 @@ from proto.messages import (
     IndexType,
     SparseFormat,
     SparseGather,
+    SparseGemm,
     SparseIndices,
     SparseMv,
     SparseSort,
@@ -759,3 +760,104 @@ def cusparseGather(h: int | None, y: int | None, x: int | None) -> None:
     for operand, addr, size, _ in msg.extents():
         drv._check_range(addr, size, f"cusparseGather ({operand})")
     cu_capture.post(msg)
+
+
+# ---------------------------------------------------------------------------- SpGEMM
+@dataclass
+class SpGEMMDescr:
+    """cusparseSpGEMMDescr_t: nothing is kept on gpud between the phases (each computes the product afresh)."""
+
+    nnz: int = -1
+
+
+@api("cusparseSpGEMM_createDescr", 0, P, library="cusparse")
+def cusparseSpGEMM_createDescr(out: int) -> None:
+    _new(out, SpGEMMDescr())
+
+
+@api("cusparseSpGEMM_destroyDescr", 0, P, library="cusparse")
+def cusparseSpGEMM_destroyDescr(d: int | None) -> None:
+    _drop(d, SpGEMMDescr)
+
+
+def _spgemm_message(h, op_a, op_b, alpha, mat_a, mat_b, mat_c, compute, count) -> tuple[Handle, SparseGemm]:  # noqa: ANN001
+    handle = _h(h)
+    a, b, c = _get(mat_a, SpMat), _get(mat_b, SpMat), _get(mat_c, SpMat)
+    if op_a != 0 or op_b != 0:
+        raise CudaError(codes.NOT_SUPPORTED, "spgemm: cuSPARSE's SpGEMM takes A and B untransposed")
+    if not (a.format == b.format == c.format == "csr"):
+        raise CudaError(codes.NOT_SUPPORTED, "spgemm: A, B and C must be CSR")
+    if not (a.type == b.type == c.type == _value_type(compute)) or not (
+        a.index_type == b.index_type == c.index_type == a.offset_type == b.offset_type == c.offset_type
+    ):
+        raise CudaError(codes.NOT_SUPPORTED, "spgemm: A, B, C and the compute type must share one value and index type")
+    if a.cols != b.rows or (c.rows, c.cols) != (a.rows, b.cols):
+        raise CudaError(
+            codes.INVALID_VALUE, f"spgemm: A {a.rows} x {a.cols}, B {b.rows} x {b.cols}, C {c.rows} x {c.cols}"
+        )
+    msg = SparseGemm(
+        count=count,
+        m=a.rows,
+        k=a.cols,
+        n=b.cols,
+        a_nnz=a.nnz,
+        a_offsets=a.offsets,
+        a_indices=a.indices,
+        a_values=a.values,
+        b_nnz=b.nnz,
+        b_offsets=b.offsets,
+        b_indices=b.indices,
+        b_values=b.values,
+        c_nnz=max(c.nnz, 0) if not count else 0,
+        c_offsets=c.offsets if not count else 0,
+        c_indices=c.indices if not count else 0,
+        c_values=c.values if not count else 0,
+        index_type=a.index_type,
+        base=1 if a.base else 0,
+        type=a.type,
+    )
+    if handle.pointer_mode == 1:  # alpha on the device: read it now (the product is formed on gpud from a value)
+        import struct
+
+        size, fmt = _SCALAR[a.type]
+        raw = STATE.driver().memcpy_dtoh(int(alpha or 0), size)
+        v = struct.unpack(fmt, bytes(raw))
+    else:
+        if not alpha:
+            raise CudaError(codes.INVALID_VALUE, "spgemm: alpha is NULL")
+        import struct
+
+        size, fmt = _SCALAR[a.type]
+        v = struct.unpack(fmt, ctypes.string_at(int(alpha), size))
+    msg.alpha = [float(v[0]), float(v[1]) if len(v) > 1 else 0.0]
+    drv = STATE.driver()
+    msg.stream = drv._stream(handle.stream)
+    for operand, addr, size, _ in msg.extents():
+        drv._check_range(addr, size, f"spgemm ({operand})")
+    return handle, msg
+
+
+@api("cusparseSpGEMM_workEstimation", 0, P, I, I, P, P, P, P, P, I, I, P, P, P, library="cusparse")
+def cusparseSpGEMM_workEstimation(h, op_a, op_b, alpha, a, b, beta, c, compute, alg, descr, size, buf) -> None:  # noqa: ANN001
+    _get(descr, SpGEMMDescr)
+    _spgemm_message(h, op_a, op_b, alpha, a, b, c, compute, True)  # checked; the work is done at compute
+    if size:
+        put_u64(size, 0)
+
+
+@api("cusparseSpGEMM_compute", 0, P, I, I, P, P, P, P, P, I, I, P, P, P, library="cusparse")
+def cusparseSpGEMM_compute(h, op_a, op_b, alpha, a, b, beta, c, compute, alg, descr, size, buf) -> None:  # noqa: ANN001
+    """C's nnz, from gpud (one round trip in stream order); C's descriptor reports it (cusparseSpMatGetSize)."""
+    d = _get(descr, SpGEMMDescr)
+    _, msg = _spgemm_message(h, op_a, op_b, alpha, a, b, c, compute, True)
+    nnz = int(STATE.driver().conn.call(msg)[0] or 0)
+    d.nnz = _get(c, SpMat).nnz = nnz
+    if size:
+        put_u64(size, 0)
+
+
+@api("cusparseSpGEMM_copy", 0, P, I, I, P, P, P, P, P, I, I, P, library="cusparse")
+def cusparseSpGEMM_copy(h, op_a, op_b, alpha, a, b, beta, c, compute, alg, descr) -> None:  # noqa: ANN001
+    if _get(descr, SpGEMMDescr).nnz < 0:
+        raise CudaError(codes.INVALID_VALUE, "cusparseSpGEMM_copy: cusparseSpGEMM_compute was not called")
+    cu_capture.post(_spgemm_message(h, op_a, op_b, alpha, a, b, c, compute, False)[1])

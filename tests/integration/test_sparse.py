@@ -228,3 +228,68 @@ def test_sorts_and_gather(driver) -> None:
         driver.ctx_synchronize()
     assert err.value.name == "CUDA_ERROR_INVALID_VALUE"
     assert np.array_equal(np.frombuffer(bytes(driver.memcpy_dtoh(iv, 32)), np.float64), y[idx])
+
+
+def test_spgemm(driver) -> None:
+    """sparse_gemm (cusparseSpGEMM): count gives C's nnz, copy writes C sorted, equal to SciPy's A @ B; a
+    column index past B's rows, a C whose arrays hold another nnz, and a product too large to form are refused."""
+    from gpud import sparse as gs
+
+    a = sps.random(15, 12, density=0.3, format="csr", random_state=21, dtype=np.float64)
+    b = sps.random(12, 10, density=0.3, format="csr", random_state=22, dtype=np.float64)
+    want = (a @ b).tocsr() * 2.0
+    want.sort_indices()
+    addrs = _upload(driver, a.indptr.astype(np.int32), a.indices.astype(np.int32), a.data)
+    addrs += _upload(driver, b.indptr.astype(np.int32), b.indices.astype(np.int32), b.data)
+    msg = dict(kind="sparse_gemm", m=15, k=12, n=10, type="f64", alpha=[2.0, 0.0])
+    msg.update(a_nnz=a.nnz, a_offsets=addrs[0], a_indices=addrs[1], a_values=addrs[2])
+    msg.update(b_nnz=b.nnz, b_offsets=addrs[3], b_indices=addrs[4], b_values=addrs[5])
+    nnz = driver.conn.call({**msg, "count": True})[0]
+    assert nnz == want.nnz
+    c = _upload(driver, np.zeros(16, np.int32), np.zeros(nnz, np.int32), np.zeros(nnz))
+    driver.conn.post({**msg, "c_nnz": nnz, "c_offsets": c[0], "c_indices": c[1], "c_values": c[2]})
+    got = [
+        np.frombuffer(bytes(driver.memcpy_dtoh(p, n * w)), t)
+        for p, n, w, t in ((c[0], 16, 4, np.int32), (c[1], nnz, 4, np.int32), (c[2], nnz, 8, np.float64))
+    ]
+    assert np.array_equal(got[0], want.indptr) and np.array_equal(got[1], want.indices)
+    assert np.allclose(got[2], want.data)
+    driver.conn.post({**msg, "c_nnz": nnz - 1, "c_offsets": c[0], "c_indices": c[1], "c_values": c[2]})
+    with pytest.raises(CudaError) as err:
+        driver.ctx_synchronize()
+    assert "not the" in err.value.message
+    bad = a.indices.astype(np.int32)
+    bad[0] = 12  # B has 12 rows: index 12 would read past B's offsets
+    src = _upload(driver, bad)[0]
+    with pytest.raises(CudaError) as err:
+        driver.conn.call({**msg, "count": True, "a_indices": src})
+    assert err.value.name == "CUDA_ERROR_INVALID_VALUE"
+    # the bound on partial products, checked in this process against the same function gpud runs
+    from proto.messages import SparseGemm
+
+    keep = [a.indptr.astype(np.int32), a.indices.astype(np.int32), a.data, b.indptr.astype(np.int32)]
+    keep += [b.indices.astype(np.int32), b.data]
+    ptrs = [x.ctypes.data for x in keep]
+    local = SparseGemm(
+        count=True,
+        m=15,
+        k=12,
+        n=10,
+        type="f64",
+        a_nnz=a.nnz,
+        a_offsets=ptrs[0],
+        a_indices=ptrs[1],
+        a_values=ptrs[2],
+        b_nnz=b.nnz,
+        b_offsets=ptrs[3],
+        b_indices=ptrs[4],
+        b_values=ptrs[5],
+    )
+    assert gs.spgemm_numpy(local) == want.nnz
+    old, gs.SPGEMM_MAX_PRODUCTS = gs.SPGEMM_MAX_PRODUCTS, 10
+    try:
+        with pytest.raises(CudaError) as err:
+            gs.spgemm_numpy(local)
+        assert err.value.name == "CUDA_ERROR_OUT_OF_MEMORY" and "partial products" in err.value.message
+    finally:
+        gs.SPGEMM_MAX_PRODUCTS = old
