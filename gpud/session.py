@@ -437,6 +437,20 @@ class Session:
 
         return Later([marker], produce)
 
+    def on_sparse_from_dense(self, msg: m.SparseFromDense, bulk: list[Any]) -> Later | None:
+        for operand, addr, size, _ in msg.extents():
+            self.find(addr, size, f"cusparse dense to sparse ({operand})")
+        out: list[int] = []
+        marker = self.engine.enqueue(msg.stream, lambda: out.append(self.backend.sparse_gemm(msg)))
+        if not msg.count:
+            return None
+
+        def produce() -> tuple[Any, list[Any]]:
+            self.check_errors()
+            return (out[0] if out else 0), []
+
+        return Later([marker], produce)
+
     def on_rand_generate(self, msg: m.RandGenerate, bulk: list[Any]) -> None:
         from proto.rand import check
 

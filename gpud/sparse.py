@@ -216,5 +216,34 @@ def spgemm_numpy(s: Any) -> int:
     return int(c.nnz)
 
 
+def from_dense_numpy(s: Any) -> int:
+    """Run a ``SparseFromDense``: the nonzeros of the dense matrix, sorted (CSR/COO by row, CSC by column)."""
+    import scipy.sparse as sp
+
+    from proto import errors as codes
+    from proto.errors import CudaError
+
+    typ = NUMPY[s.type]
+    a = _matrix(s.values, (s.rows, s.cols), s.ld, s.row_major, typ).copy()
+    conv = sp.csc_matrix(a) if s.format == "csc" else sp.csr_matrix(a)
+    conv.sort_indices()
+    if s.count:
+        return int(conv.nnz)
+    if conv.nnz != s.nnz:
+        raise CudaError(codes.INVALID_VALUE, f"dense to sparse: {conv.nnz} nonzeros, not the {s.nnz} the arrays hold")
+    off = {4: np.int32, 8: np.int64}[INDEX[s.offset_type]]
+    idx = {4: np.int32, 8: np.int64}[INDEX[s.index_type]]
+    if s.format == "coo":
+        coo = conv.tocoo()
+        _array(s.offsets, s.nnz, idx)[...] = coo.row + s.base
+        _array(s.indices, s.nnz, idx)[...] = coo.col + s.base
+        _array(s.out_values, s.nnz, typ)[...] = coo.data
+        return int(s.nnz)
+    _array(s.offsets, len(conv.indptr), off)[...] = conv.indptr + s.base
+    _array(s.indices, s.nnz, idx)[...] = conv.indices + s.base
+    _array(s.out_values, s.nnz, typ)[...] = conv.data
+    return int(s.nnz)
+
+
 # wire kind -> the conversion that runs it (gpud/backends/cpu.py)
 CONVERSIONS = {"sparse_transpose": transpose_numpy, "sparse_sort": sort_numpy, "sparse_gather": gather_numpy}

@@ -765,6 +765,49 @@ class SparseGemm(_Req, tag="sparse_gemm", kw_only=True):
         return [(addr, size) for _, addr, size, written in self.extents() if written]
 
 
+class SparseFromDense(_Req, tag="sparse_from_dense", kw_only=True):
+    """cusparseDenseToSparse, in stream order: the nonzeros of a dense rows x cols matrix (leading dimension
+    ``ld``, column or row order) as CSR, CSC or COO, sorted. ``count`` (the analysis) answers nnz; otherwise
+    (the conversion) the ``nnz`` entries are written at ``offsets`` (CSR/CSC offsets, COO row indices),
+    ``indices`` and ``out_values``: nnz must be the one ``count`` gave."""
+
+    queued = True
+    count: bool = False
+    rows: Size
+    cols: Size
+    ld: Size
+    row_major: bool = False
+    values: U64
+    type: GeamType
+    format: SparseFormat
+    nnz: Size = 0
+    offsets: U64 = 0
+    indices: U64 = 0
+    out_values: U64 = 0
+    offset_type: IndexType = "i32"
+    index_type: IndexType = "i32"
+    base: Literal[0, 1] = 0
+    stream: Handle = DEFAULT_STREAM
+
+    def extents(self) -> list[tuple[str, int, int, bool]]:
+        from proto.blas import ITEM
+        from proto.sparse import INDEX, matrix_bytes
+
+        item = ITEM[self.type]
+        out = [("dense", self.values, matrix_bytes("A", (self.rows, self.cols), self.ld, self.row_major, item), False)]
+        if not self.count:
+            first = {"csr": (self.rows + 1) * INDEX[self.offset_type], "csc": (self.cols + 1) * INDEX[self.offset_type]}
+            out += [
+                ("offsets", self.offsets, first.get(self.format, self.nnz * INDEX[self.index_type]), True),
+                ("indices", self.indices, self.nnz * INDEX[self.index_type], True),
+                ("values", self.out_values, self.nnz * item, True),
+            ]
+        return [e for e in out if e[2]]
+
+    def writes(self, bulk: list[Any]) -> list[tuple[int, int]]:
+        return [(addr, size) for _, addr, size, written in self.extents() if written]
+
+
 RandDist = Literal["bits", "uniform", "normal", "lognormal", "poisson"]
 RandType = Literal["u32", "f32", "f64"]
 

@@ -29,7 +29,8 @@ def dense(s: Any) -> tuple[tuple[int, int], tuple[int, int]]:
     return b, (m, s.n)
 
 
-def _matrix_bytes(name: str, shape: tuple[int, int], ld: int, row_major: bool, item: int) -> int:
+def matrix_bytes(name: str, shape: tuple[int, int], ld: int, row_major: bool, item: int) -> int:
+    """The bytes a dense (rows x cols) matrix spans with leading dimension ``ld``; INVALID_VALUE for a short ld."""
     rows, cols = shape
     lead, other = (cols, rows) if row_major else (rows, cols)
     if ld < max(lead, 1):
@@ -46,8 +47,8 @@ def extents(s: Any) -> list[tuple[str, int, int, bool]]:
     item, idx = ITEM[s.type], INDEX[s.index_type]
     if s.n:  # SpMM: B and C are matrices (SparseToDense: C only, A's own shape)
         (bshape, cshape) = dense(s)
-        nx = 0 if s.to_dense else _matrix_bytes("B", bshape, s.ldb, s.b_row_major, item) // item
-        ny = _matrix_bytes("C", cshape, s.ldc, s.c_row_major, item) // item
+        nx = 0 if s.to_dense else matrix_bytes("B", bshape, s.ldb, s.b_row_major, item) // item
+        ny = matrix_bytes("C", cshape, s.ldc, s.c_row_major, item) // item
         if s.to_dense and (s.op != 0 or s.n != s.cols):
             raise CudaError(codes.INVALID_VALUE, "sparse to dense: C must be A's own shape")
     out = []

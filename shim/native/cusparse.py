@@ -24,6 +24,7 @@ from proto.messages import (
     GeamType,
     IndexType,
     SparseFormat,
+    SparseFromDense,
     SparseGather,
     SparseGemm,
     SparseIndices,
@@ -861,3 +862,54 @@ def cusparseSpGEMM_copy(h, op_a, op_b, alpha, a, b, beta, c, compute, alg, descr
     if _get(descr, SpGEMMDescr).nnz < 0:
         raise CudaError(codes.INVALID_VALUE, "cusparseSpGEMM_copy: cusparseSpGEMM_compute was not called")
     cu_capture.post(_spgemm_message(h, op_a, op_b, alpha, a, b, c, compute, False)[1])
+
+
+# ---------------------------------------------------------------------------- DenseToSparse
+def _from_dense_message(h: int | None, dense: Any, mat: Any, count: bool) -> SparseFromDense:
+    handle = _h(h)
+    a, b = _get(dense, DnMat), _get(mat, SpMat)
+    if a.type != b.type or (a.rows, a.cols) != (b.rows, b.cols):
+        raise CudaError(
+            codes.INVALID_VALUE,
+            f"cusparseDenseToSparse: A {a.rows} x {a.cols} {a.type}, B {b.rows} x {b.cols} {b.type}",
+        )
+    msg = SparseFromDense(
+        count=count,
+        rows=a.rows,
+        cols=a.cols,
+        ld=a.ld,
+        row_major=a.order == 2,
+        values=a.values,
+        type=a.type,
+        format=b.format,
+        nnz=0 if count else b.nnz,
+        offsets=0 if count else b.offsets,
+        indices=0 if count else b.indices,
+        out_values=0 if count else b.values,
+        offset_type=b.offset_type,
+        index_type=b.index_type,
+        base=1 if b.base else 0,
+    )
+    drv = STATE.driver()
+    msg.stream = drv._stream(handle.stream)
+    for operand, addr, size, _ in msg.extents():
+        drv._check_range(addr, size, f"cusparseDenseToSparse ({operand})")
+    return msg
+
+
+@api("cusparseDenseToSparse_bufferSize", 0, P, P, P, I, P, library="cusparse")
+def cusparseDenseToSparse_bufferSize(h, dense, mat, alg, out) -> None:  # noqa: ANN001
+    _from_dense_message(h, dense, mat, True)
+    put_u64(out, 0)
+
+
+@api("cusparseDenseToSparse_analysis", 0, P, P, P, I, P, library="cusparse")
+def cusparseDenseToSparse_analysis(h, dense, mat, alg, buf) -> None:  # noqa: ANN001
+    """B's nnz, from gpud (one round trip in stream order); B's descriptor reports it (cusparseSpMatGetSize)."""
+    msg = _from_dense_message(h, dense, mat, True)
+    _get(mat, SpMat).nnz = int(STATE.driver().conn.call(msg)[0] or 0)
+
+
+@api("cusparseDenseToSparse_convert", 0, P, P, P, I, P, library="cusparse")
+def cusparseDenseToSparse_convert(h, dense, mat, alg, buf) -> None:  # noqa: ANN001
+    cu_capture.post(_from_dense_message(h, dense, mat, False))

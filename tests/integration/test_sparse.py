@@ -293,3 +293,29 @@ def test_spgemm(driver) -> None:
         assert err.value.name == "CUDA_ERROR_OUT_OF_MEMORY" and "partial products" in err.value.message
     finally:
         gs.SPGEMM_MAX_PRODUCTS = old
+
+
+@pytest.mark.parametrize("fmt", ["csr", "csc", "coo"])
+def test_dense_to_sparse(driver, fmt: str) -> None:
+    """sparse_from_dense (cusparseDenseToSparse): count answers nnz, conversion writes the sorted nonzeros of a
+    column-major matrix with a padded leading dimension; a dense extent past its allocation is refused."""
+    rng = np.random.RandomState(5)
+    a = rng.rand(7, 6) * (rng.rand(7, 6) < 0.4)
+    buf = np.full((6, 9), 99.0)  # column-major, ld 9: rows 7..8 of each column are padding
+    buf[:, :7] = a.T
+    dense = _upload(driver, buf)[0]
+    msg = dict(kind="sparse_from_dense", rows=7, cols=6, ld=9, values=dense, type="f64", format=fmt)
+    nnz = driver.conn.call({**msg, "count": True})[0]
+    assert nnz == np.count_nonzero(a)
+    first = {"csr": 8, "csc": 7}.get(fmt, nnz)
+    off, ind, val = _upload(driver, np.zeros(first, np.int32), np.zeros(nnz, np.int32), np.zeros(nnz))
+    driver.conn.post({**msg, "nnz": nnz, "offsets": off, "indices": ind, "out_values": val})
+    o = np.frombuffer(bytes(driver.memcpy_dtoh(off, 4 * first)), np.int32)
+    i = np.frombuffer(bytes(driver.memcpy_dtoh(ind, 4 * nnz)), np.int32)
+    v = np.frombuffer(bytes(driver.memcpy_dtoh(val, 8 * nnz)), np.float64)
+    build = {"csr": lambda: sps.csr_matrix((v, i, o), (7, 6)), "csc": lambda: sps.csc_matrix((v, i, o), (7, 6))}
+    got = build.get(fmt, lambda: sps.coo_matrix((v, (o, i)), (7, 6)))()
+    assert np.array_equal(got.toarray(), a)
+    with pytest.raises(CudaError) as err:
+        driver.conn.call({**msg, "count": True, "ld": 4000})
+    assert err.value.name == "CUDA_ERROR_INVALID_VALUE"
