@@ -437,9 +437,12 @@ class Session:
 
         return Later([marker], produce)
 
-    def on_sparse_from_dense(self, msg: m.SparseFromDense, bulk: list[Any]) -> Later | None:
+    def on_sparse_geam(self, msg: m.SparseGeam, bulk: list[Any]) -> Later | None:
+        return self.on_sparse_from_dense(msg, bulk)  # the same shape: checked extents, a count answered in order
+
+    def on_sparse_from_dense(self, msg: m.SparseFromDense | m.SparseGeam, bulk: list[Any]) -> Later | None:
         for operand, addr, size, _ in msg.extents():
-            self.find(addr, size, f"cusparse dense to sparse ({operand})")
+            self.find(addr, size, f"cusparse {msg.kind.removeprefix('sparse_')} ({operand})")
         out: list[int] = []
         marker = self.engine.enqueue(msg.stream, lambda: out.append(self.backend.sparse_gemm(msg)))
         if not msg.count:

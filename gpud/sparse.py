@@ -245,5 +245,53 @@ def from_dense_numpy(s: Any) -> int:
     return int(s.nnz)
 
 
+def geam_numpy(s: Any) -> int:
+    """Run a ``SparseGeam``: C = alpha A + beta B from checked copies of A's and B's indices, sorted."""
+    import types
+
+    import scipy.sparse as sp
+
+    from proto import errors as codes
+    from proto.errors import CudaError
+
+    typ = NUMPY[s.type]
+
+    def csr(nnz: int, offsets: int, indices: int, values: int, base: int) -> tuple[Any, Any]:
+        off = _array(offsets, s.m + 1, np.int32).astype(np.int64)
+        ind = _array(indices, nnz, np.int32).astype(np.int64)
+        check_indices(types.SimpleNamespace(format="csr", rows=s.m, cols=s.n, nnz=nnz, base=base), off, None, ind)
+        ones = sp.csr_matrix((np.ones(nnz, np.int8), ind - base, off - base), shape=(s.m, s.n))
+        vals = None if s.count else sp.csr_matrix((_array(values, nnz, typ).copy(), ind - base, off - base), (s.m, s.n))
+        return ones, vals
+
+    a_ones, a = csr(s.a_nnz, s.a_offsets, s.a_indices, s.a_values, s.a_base)
+    b_ones, b = csr(s.b_nnz, s.b_offsets, s.b_indices, s.b_values, s.b_base)
+    cplx = s.type in ("c64", "c128")
+    alpha = complex(*s.alpha) if cplx else s.alpha[0]
+    beta = complex(*s.beta) if cplx else s.beta[0]
+    # C's pattern is the union of A's and B's, whatever the values (entries that cancel stay, as in cuSPARSE)
+    pattern = (a_ones.astype(np.int32) + b_ones.astype(np.int32)).tocsr()
+    pattern.sort_indices()
+    if s.count:
+        _array(s.c_offsets, s.m + 1, np.int32)[...] = pattern.indptr + s.c_base
+        return int(pattern.nnz)
+    if pattern.nnz != s.c_nnz:
+        raise CudaError(
+            codes.INVALID_VALUE, f"csrgeam2: C has {pattern.nnz} entries, not the {s.c_nnz} its arrays hold"
+        )
+    c = (a * alpha + b * beta).tocsr()
+    c.sort_indices()
+    dense_vals = np.zeros(pattern.nnz, typ)
+    rows = np.repeat(np.arange(s.m), np.diff(pattern.indptr))
+    dense_vals[...] = np.asarray(c[rows, pattern.indices]).ravel() if pattern.nnz else dense_vals
+    _array(s.c_offsets, s.m + 1, np.int32)[...] = pattern.indptr + s.c_base
+    _array(s.c_indices, s.c_nnz, np.int32)[...] = pattern.indices + s.c_base
+    _array(s.c_values, s.c_nnz, typ)[...] = dense_vals
+    return int(s.c_nnz)
+
+
+# wire kind -> the product that runs it (gpud/backends/cpu.py)
+PRODUCTS = {"sparse_gemm": spgemm_numpy, "sparse_geam": geam_numpy, "sparse_from_dense": from_dense_numpy}
+
 # wire kind -> the conversion that runs it (gpud/backends/cpu.py)
 CONVERSIONS = {"sparse_transpose": transpose_numpy, "sparse_sort": sort_numpy, "sparse_gather": gather_numpy}

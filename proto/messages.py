@@ -808,6 +808,59 @@ class SparseFromDense(_Req, tag="sparse_from_dense", kw_only=True):
         return [(addr, size) for _, addr, size, written in self.extents() if written]
 
 
+class SparseGeam(_Req, tag="sparse_geam", kw_only=True):
+    """cusparse<t>csrgeam2 on m x n CSR matrices (int32 indices): C = alpha A + beta B, in stream order.
+    ``count`` (cusparseXcsrgeam2Nnz) writes C's row offsets and answers its nnz; otherwise C's ``c_nnz`` column
+    indices and values are written too. Stateless on gpud; A's and B's indices are checked first."""
+
+    queued = True
+    count: bool = False
+    m: Size
+    n: Size
+    a_nnz: Size
+    a_offsets: U64
+    a_indices: U64
+    a_values: U64 = 0
+    a_base: Literal[0, 1] = 0
+    b_nnz: Size
+    b_offsets: U64
+    b_indices: U64
+    b_values: U64 = 0
+    b_base: Literal[0, 1] = 0
+    c_nnz: Size = 0
+    c_offsets: U64
+    c_indices: U64 = 0
+    c_values: U64 = 0
+    c_base: Literal[0, 1] = 0
+    type: GeamType
+    alpha: Annotated[list[float], Meta(min_length=2, max_length=2)] = msgspec.field(default_factory=lambda: [1.0, 0.0])
+    beta: Annotated[list[float], Meta(min_length=2, max_length=2)] = msgspec.field(default_factory=lambda: [1.0, 0.0])
+    stream: Handle = DEFAULT_STREAM
+
+    def extents(self) -> list[tuple[str, int, int, bool]]:
+        from proto.blas import ITEM
+
+        item = 0 if self.count else ITEM[self.type]
+        out = [
+            ("A offsets", self.a_offsets, (self.m + 1) * 4, False),
+            ("A indices", self.a_indices, self.a_nnz * 4, False),
+            ("A values", self.a_values, self.a_nnz * item, False),
+            ("B offsets", self.b_offsets, (self.m + 1) * 4, False),
+            ("B indices", self.b_indices, self.b_nnz * 4, False),
+            ("B values", self.b_values, self.b_nnz * item, False),
+            ("C offsets", self.c_offsets, (self.m + 1) * 4, True),
+        ]
+        if not self.count:
+            out += [
+                ("C indices", self.c_indices, self.c_nnz * 4, True),
+                ("C values", self.c_values, self.c_nnz * item, True),
+            ]
+        return [e for e in out if e[2]]
+
+    def writes(self, bulk: list[Any]) -> list[tuple[int, int]]:
+        return [(addr, size) for _, addr, size, written in self.extents() if written]
+
+
 RandDist = Literal["bits", "uniform", "normal", "lognormal", "poisson"]
 RandType = Literal["u32", "f32", "f64"]
 

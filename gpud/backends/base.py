@@ -207,8 +207,8 @@ class Backend(ABC):
 
     @wrap_errors(codes.ILLEGAL_ADDRESS)
     def sparse_gemm(self, s: Any) -> int:
-        """A proto SparseGemm (cusparseSpGEMM) or SparseFromDense (cusparseDenseToSparse), gpud/sparse.py, in stream
-        order: the result's nnz."""
+        """A proto SparseGemm (cusparseSpGEMM), SparseGeam (csrgeam2) or SparseFromDense (cusparseDenseToSparse),
+        gpud/sparse.py, in stream order: the result's nnz."""
         return self._sparse_gemm(s)
 
     def _sparse_gemm(self, s: Any) -> int:

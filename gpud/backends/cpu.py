@@ -355,9 +355,9 @@ class CpuBackend(Backend):
         indices_numpy(s)
 
     def _sparse_gemm(self, s: Any) -> int:
-        from gpud.sparse import from_dense_numpy, spgemm_numpy
+        from gpud.sparse import PRODUCTS
 
-        return from_dense_numpy(s) if s.kind == "sparse_from_dense" else spgemm_numpy(s)
+        return PRODUCTS[s.kind](s)
 
     def _sparse_transpose(self, s: Any) -> None:
         from gpud.sparse import CONVERSIONS

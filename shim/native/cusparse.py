@@ -26,6 +26,7 @@ from proto.messages import (
     SparseFormat,
     SparseFromDense,
     SparseGather,
+    SparseGeam,
     SparseGemm,
     SparseIndices,
     SparseMv,
@@ -913,3 +914,93 @@ def cusparseDenseToSparse_analysis(h, dense, mat, alg, buf) -> None:  # noqa: AN
 @api("cusparseDenseToSparse_convert", 0, P, P, P, I, P, library="cusparse")
 def cusparseDenseToSparse_convert(h, dense, mat, alg, buf) -> None:  # noqa: ANN001
     cu_capture.post(_from_dense_message(h, dense, mat, False))
+
+
+# ---------------------------------------------------------------------------- csrgeam2 (legacy API)
+_GEAM_TYPES: dict[str, GeamType] = {"S": "f32", "D": "f64", "C": "c64", "Z": "c128"}
+
+
+def _geam_message(h, t, m, n, alpha, da, nnz_a, va, oa, ia, beta, db, nnz_b, vb, ob, ib, dc, vc, oc, ic, count):  # noqa: ANN001
+    handle = _h(h)
+    typ = _GEAM_TYPES[t]
+    if min(m, n, nnz_a, nnz_b) < 0:
+        raise CudaError(codes.INVALID_VALUE, f"csrgeam2: m {m}, n {n}, nnz {nnz_a}, {nnz_b}")
+    bases = [1 if _get(d, MatDescr).base else 0 for d in (da, db, dc)]
+    msg = SparseGeam(
+        count=count,
+        m=m,
+        n=n,
+        a_nnz=nnz_a,
+        a_offsets=int(oa or 0),
+        a_indices=int(ia or 0),
+        a_values=0 if count else int(va or 0),
+        a_base=bases[0],
+        b_nnz=nnz_b,
+        b_offsets=int(ob or 0),
+        b_indices=int(ib or 0),
+        b_values=0 if count else int(vb or 0),
+        b_base=bases[1],
+        c_offsets=int(oc or 0),
+        c_indices=0 if count else int(ic or 0),
+        c_values=0 if count else int(vc or 0),
+        c_base=bases[2],
+        type=typ,
+    )
+    if not count:
+        import struct
+
+        size, fmt = _SCALAR[typ]
+        for name, ptr in (("alpha", alpha), ("beta", beta)):
+            if not ptr:
+                raise CudaError(codes.INVALID_VALUE, f"csrgeam2: {name} is NULL")
+            if handle.pointer_mode == 1:
+                v = struct.unpack(fmt, bytes(STATE.driver().memcpy_dtoh(int(ptr), size)))
+            else:
+                v = struct.unpack(fmt, ctypes.string_at(int(ptr), size))
+            setattr(msg, name, [float(v[0]), float(v[1]) if len(v) > 1 else 0.0])
+    drv = STATE.driver()
+    msg.stream = drv._stream(handle.stream)
+    return msg
+
+
+def _geam_checked(msg: SparseGeam) -> SparseGeam:
+    drv = STATE.driver()
+    for operand, addr, size, _ in msg.extents():
+        drv._check_range(addr, size, f"csrgeam2 ({operand})")
+    return msg
+
+
+def _geam_api(t: str) -> None:
+    def buffer_size(h, m, n, alpha, da, nnz_a, va, oa, ia, beta, db, nnz_b, vb, ob, ib, dc, vc, oc, ic, out) -> None:  # noqa: ANN001
+        _h(h)
+        put_u64(out, 0)
+
+    def geam(h, m, n, alpha, da, nnz_a, va, oa, ia, beta, db, nnz_b, vb, ob, ib, dc, vc, oc, ic, buf) -> None:  # noqa: ANN001
+        msg = _geam_message(
+            h, t, m, n, alpha, da, nnz_a, va, oa, ia, beta, db, nnz_b, vb, ob, ib, dc, vc, oc, ic, False
+        )
+        offsets = (ctypes.c_int32 * (m + 1)).from_buffer_copy(
+            bytes(STATE.driver().memcpy_dtoh(msg.c_offsets, 4 * (m + 1)))
+        )
+        msg.c_nnz = max(int(offsets[m]) - msg.c_base, 0)  # C's nnz, as csrgeam2Nnz wrote C's offsets
+        cu_capture.post(_geam_checked(msg))
+
+    args = (P, I, I, P, P, I, P, P, P, P, P, I, P, P, P, P, P, P, P, P)
+    api(f"cusparse{t}csrgeam2_bufferSizeExt", 0, *args, library="cusparse")(buffer_size)
+    api(f"cusparse{t}csrgeam2", 0, *args, library="cusparse")(geam)
+
+
+for _t in _GEAM_TYPES:
+    _geam_api(_t)
+
+
+@api("cusparseXcsrgeam2Nnz", 0, P, I, I, P, I, P, P, P, I, P, P, P, P, P, P, library="cusparse")
+def cusparseXcsrgeam2Nnz(h, m, n, da, nnz_a, oa, ia, db, nnz_b, ob, ib, dc, oc, nnz_out, buf) -> None:  # noqa: ANN001
+    """C's row offsets (written on the device) and nnz (to the host, or the device in device pointer mode)."""
+    msg = _geam_message(h, "S", m, n, 0, da, nnz_a, 0, oa, ia, 0, db, nnz_b, 0, ob, ib, dc, 0, oc, 0, True)
+    nnz = int(STATE.driver().conn.call(_geam_checked(msg))[0] or 0)
+    if nnz_out:
+        if _h(h).pointer_mode == 1:
+            STATE.driver().memcpy_htod(int(nnz_out), int(nnz).to_bytes(4, "little", signed=True))
+        else:
+            put_i32(nnz_out, nnz)

@@ -319,3 +319,36 @@ def test_dense_to_sparse(driver, fmt: str) -> None:
     with pytest.raises(CudaError) as err:
         driver.conn.call({**msg, "count": True, "ld": 4000})
     assert err.value.name == "CUDA_ERROR_INVALID_VALUE"
+
+
+def test_csrgeam2(driver) -> None:
+    """sparse_geam (csrgeam2): the count writes C's offsets and answers nnz (the union of the patterns, entries
+    that cancel kept); the second phase writes C = alpha A + beta B; B's offsets claiming more entries than B
+    holds are refused before any index is followed."""
+    a = sps.random(10, 7, density=0.3, format="csr", random_state=31, dtype=np.float64)
+    b = a.copy()
+    b.data = -b.data  # A + B cancels everywhere A has an entry
+    b = (b + sps.random(10, 7, density=0.2, format="csr", random_state=32)).tocsr()
+    b.sort_indices()
+    arrs = [a.indptr.astype(np.int32), a.indices.astype(np.int32), a.data]
+    arrs += [b.indptr.astype(np.int32), b.indices.astype(np.int32), b.data, np.zeros(11, np.int32)]
+    ao, ai, av, bo, bi, bv, co = _upload(driver, *arrs)
+    msg = dict(kind="sparse_geam", m=10, n=7, type="f64", a_nnz=a.nnz, a_offsets=ao, a_indices=ai, a_values=av)
+    msg.update(b_nnz=b.nnz, b_offsets=bo, b_indices=bi, b_values=bv, c_offsets=co)
+    nnz = driver.conn.call({**msg, "count": True, "a_values": 0, "b_values": 0})[0]
+    union = (abs(a).astype(bool).astype(int) + abs(b).astype(bool).astype(int)).tocsr()
+    assert nnz == union.nnz
+    ci, cv = _upload(driver, np.zeros(nnz, np.int32), np.zeros(nnz))
+    driver.conn.post({**msg, "c_nnz": nnz, "c_indices": ci, "c_values": cv, "alpha": [1.0, 0.0], "beta": [1.0, 0.0]})
+    off = np.frombuffer(bytes(driver.memcpy_dtoh(co, 44)), np.int32)
+    ind = np.frombuffer(bytes(driver.memcpy_dtoh(ci, 4 * nnz)), np.int32)
+    val = np.frombuffer(bytes(driver.memcpy_dtoh(cv, 8 * nnz)), np.float64)
+    union.sort_indices()
+    assert np.array_equal(off, union.indptr) and np.array_equal(ind, union.indices)
+    assert np.allclose(sps.csr_matrix((val, ind, off), (10, 7)).toarray(), (a + b).toarray())
+    bad = b.indptr.astype(np.int32)
+    bad[-1] += 1000
+    src = _upload(driver, bad)[0]
+    with pytest.raises(CudaError) as err:
+        driver.conn.call({**msg, "count": True, "a_values": 0, "b_values": 0, "b_offsets": src})
+    assert err.value.name == "CUDA_ERROR_INVALID_VALUE"
