@@ -424,23 +424,16 @@ class Session:
         self.engine.enqueue(msg.stream, lambda: self.backend.sparse_transpose(msg))
 
     def on_sparse_gemm(self, msg: m.SparseGemm, bulk: list[Any]) -> Later | None:
-        for operand, addr, size, _ in msg.extents():
-            self.find(addr, size, f"cusparse spgemm ({operand})")
-        out: list[int] = []
-        marker = self.engine.enqueue(msg.stream, lambda: out.append(self.backend.sparse_gemm(msg)))
-        if not msg.count:
-            return None
-
-        def produce() -> tuple[Any, list[Any]]:
-            self.check_errors()
-            return (out[0] if out else 0), []
-
-        return Later([marker], produce)
+        return self.on_sparse_from_dense(msg, bulk)  # the same shape: checked extents, a count answered in order
 
     def on_sparse_geam(self, msg: m.SparseGeam, bulk: list[Any]) -> Later | None:
         return self.on_sparse_from_dense(msg, bulk)  # the same shape: checked extents, a count answered in order
 
-    def on_sparse_from_dense(self, msg: m.SparseFromDense | m.SparseGeam, bulk: list[Any]) -> Later | None:
+    def on_sparse_from_dense(
+        self, msg: m.SparseFromDense | m.SparseGeam | m.SparseGemm, bulk: list[Any]
+    ) -> Later | None:
+        """cuSPARSE operations whose result's size is data (SpGEMM, csrgeam2, DenseToSparse): the ``count`` phase
+        answers it once the stream reaches it; the other phase writes, queued."""
         for operand, addr, size, _ in msg.extents():
             self.find(addr, size, f"cusparse {msg.kind.removeprefix('sparse_')} ({operand})")
         out: list[int] = []

@@ -366,6 +366,24 @@ def cusparseDnVecSetValues(d: int | None, values: int | None) -> None:
 _OPS: dict[int, Trans] = {0: 0, 1: 1, 2: 2}
 
 
+def _sparse_operand(a: SpMat) -> dict[str, Any]:
+    """The sparse matrix's part of a ``sparse_mv`` operation (SpMV, SpMM, SparseToDense)."""
+    return dict(
+        format=a.format,
+        rows=a.rows,
+        cols=a.cols,
+        nnz=a.nnz,
+        offsets=a.offsets if a.format != "coo" else 0,
+        rows_idx=a.offsets if a.format == "coo" else 0,
+        indices=a.indices,
+        values=a.values,
+        offset_type=a.offset_type,
+        index_type=a.index_type,
+        base=1 if a.base else 0,
+        type=a.type,
+    )
+
+
 def _spmv_message(h: int | None, op: int, alpha: Any, mat: Any, x: Any, beta: Any, y: Any, compute: int) -> SparseMv:
     handle = _h(h)
     a, vx, vy = _get(mat, SpMat), _get(x, DnVec), _get(y, DnVec)
@@ -377,19 +395,8 @@ def _spmv_message(h: int | None, op: int, alpha: Any, mat: Any, x: Any, beta: An
             codes.NOT_SUPPORTED, f"spmv: A {a.type}, x {vx.type}, y {vy.type}, compute {compute}: only one type"
         )
     msg = SparseMv(
-        format=a.format,
+        **_sparse_operand(a),
         op=trans,
-        rows=a.rows,
-        cols=a.cols,
-        nnz=a.nnz,
-        offsets=a.offsets if a.format != "coo" else 0,
-        rows_idx=a.offsets if a.format == "coo" else 0,
-        indices=a.indices,
-        values=a.values,
-        offset_type=a.offset_type,
-        index_type=a.index_type,
-        base=a.base,
-        type=a.type,
         x=vx.values,
         y=vy.values,
     )
@@ -510,19 +517,8 @@ def _spmm_message(
             codes.INVALID_VALUE, f"spmm: op(A) {m} x {k}, op(B) {bk} x {n}, C {mc.rows} x {mc.cols} do not match"
         )
     msg = SparseMv(
-        format=a.format,
+        **_sparse_operand(a),
         op=ta,
-        rows=a.rows,
-        cols=a.cols,
-        nnz=a.nnz,
-        offsets=a.offsets if a.format != "coo" else 0,
-        rows_idx=a.offsets if a.format == "coo" else 0,
-        indices=a.indices,
-        values=a.values,
-        offset_type=a.offset_type,
-        index_type=a.index_type,
-        base=a.base,
-        type=a.type,
         x=mb.values,
         y=mc.values,
         n=n,
@@ -590,18 +586,7 @@ def _to_dense_message(h: int | None, mat: Any, c: Any, what: str) -> SparseMv:
             codes.INVALID_VALUE, f"{what}: A {a.rows} x {a.cols} {a.type}, C {mc.rows} x {mc.cols} {mc.type}"
         )
     msg = SparseMv(
-        format=a.format,
-        rows=a.rows,
-        cols=a.cols,
-        nnz=a.nnz,
-        offsets=a.offsets if a.format != "coo" else 0,
-        rows_idx=a.offsets if a.format == "coo" else 0,
-        indices=a.indices,
-        values=a.values,
-        offset_type=a.offset_type,
-        index_type=a.index_type,
-        base=a.base,
-        type=a.type,
+        **_sparse_operand(a),
         x=0,
         y=mc.values,
         n=a.cols,
