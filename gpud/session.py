@@ -423,6 +423,9 @@ class Session:
             self.find(addr, size, f"cusparse gather ({operand})")
         self.engine.enqueue(msg.stream, lambda: self.backend.sparse_transpose(msg))
 
+    def on_sparse_compress(self, msg: m.SparseCompress, bulk: list[Any]) -> Later | None:
+        return self.on_sparse_from_dense(msg, bulk)
+
     def on_sparse_gemm(self, msg: m.SparseGemm, bulk: list[Any]) -> Later | None:
         return self.on_sparse_from_dense(msg, bulk)  # the same shape: checked extents, a count answered in order
 
@@ -430,10 +433,10 @@ class Session:
         return self.on_sparse_from_dense(msg, bulk)  # the same shape: checked extents, a count answered in order
 
     def on_sparse_from_dense(
-        self, msg: m.SparseFromDense | m.SparseGeam | m.SparseGemm, bulk: list[Any]
+        self, msg: m.SparseFromDense | m.SparseGeam | m.SparseGemm | m.SparseCompress, bulk: list[Any]
     ) -> Later | None:
-        """cuSPARSE operations whose result's size is data (SpGEMM, csrgeam2, DenseToSparse): the ``count`` phase
-        answers it once the stream reaches it; the other phase writes, queued."""
+        """cuSPARSE operations whose result's size is data (SpGEMM, csrgeam2, DenseToSparse, csr2csr_compress): the
+        ``count`` phase answers it once the stream reaches it; the other phase writes, queued."""
         for operand, addr, size, _ in msg.extents():
             self.find(addr, size, f"cusparse {msg.kind.removeprefix('sparse_')} ({operand})")
         out: list[int] = []

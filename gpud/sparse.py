@@ -290,8 +290,39 @@ def geam_numpy(s: Any) -> int:
     return int(s.c_nnz)
 
 
+def compress_numpy(s: Any) -> int:
+    """Run a ``SparseCompress``: the entries whose absolute value passes ``tol``, counted per row or written."""
+    from proto import errors as codes
+    from proto.errors import CudaError
+
+    typ = NUMPY[s.type]
+    offsets = _array(s.offsets, s.m + 1, np.int32).astype(np.int64)
+    if offsets[0] != s.base or offsets[-1] != s.nnz + s.base or (np.diff(offsets) < 0).any():
+        raise CudaError(codes.INVALID_VALUE, f"nnz_compress: the row offsets must rise from {s.base} to nnz + {s.base}")
+    keep = np.abs(_array(s.values, s.nnz, typ)) > s.tol
+    row_of = np.repeat(np.arange(s.m), np.diff(offsets))
+    per_row = np.bincount(row_of[keep], minlength=s.m).astype(np.int32) if s.nnz else np.zeros(s.m, np.int32)
+    total = int(per_row.sum())
+    if s.count:
+        _array(s.per_row, s.m, np.int32)[...] = per_row
+        return total
+    if total != s.c_nnz:
+        raise CudaError(codes.INVALID_VALUE, f"csr2csr_compress: {total} entries pass tol, not the {s.c_nnz} C holds")
+    _array(s.c_values, total, typ)[...] = _array(s.values, s.nnz, typ)[keep]
+    _array(s.c_indices, total, np.int32)[...] = _array(s.indices, s.nnz, np.int32)[keep]
+    out = _array(s.c_offsets, s.m + 1, np.int32)
+    out[0] = s.base
+    out[1:] = np.cumsum(per_row) + s.base
+    return total
+
+
 # wire kind -> the product that runs it (gpud/backends/cpu.py)
-PRODUCTS = {"sparse_gemm": spgemm_numpy, "sparse_geam": geam_numpy, "sparse_from_dense": from_dense_numpy}
+PRODUCTS = {
+    "sparse_gemm": spgemm_numpy,
+    "sparse_geam": geam_numpy,
+    "sparse_from_dense": from_dense_numpy,
+    "sparse_compress": compress_numpy,
+}
 
 # wire kind -> the conversion that runs it (gpud/backends/cpu.py)
 CONVERSIONS = {"sparse_transpose": transpose_numpy, "sparse_sort": sort_numpy, "sparse_gather": gather_numpy}

@@ -861,6 +861,49 @@ class SparseGeam(_Req, tag="sparse_geam", kw_only=True):
         return [(addr, size) for _, addr, size, written in self.extents() if written]
 
 
+class SparseCompress(_Req, tag="sparse_compress", kw_only=True):
+    """cusparse<t>nnz_compress (``count``: each row's entries with absolute value over ``tol``, written to
+    ``per_row``, and their total answered) and cusparse<t>csr2csr_compress (those entries written as the CSR
+    matrix ``c_*``), int32 indices, in stream order. gpud checks the row offsets before it slices rows by them."""
+
+    queued = True
+    count: bool = False
+    m: Size
+    n: Size = 0
+    nnz: Size
+    values: U64
+    offsets: U64
+    indices: U64 = 0
+    per_row: U64 = 0
+    c_nnz: Size = 0
+    c_values: U64 = 0
+    c_indices: U64 = 0
+    c_offsets: U64 = 0
+    tol: float = 0.0
+    type: GeamType
+    base: Literal[0, 1] = 0
+    stream: Handle = DEFAULT_STREAM
+
+    def extents(self) -> list[tuple[str, int, int, bool]]:
+        from proto.blas import ITEM
+
+        item = ITEM[self.type]
+        out = [("values", self.values, self.nnz * item, False), ("offsets", self.offsets, (self.m + 1) * 4, False)]
+        if self.count:
+            out.append(("nnz per row", self.per_row, self.m * 4, True))
+        else:
+            out += [
+                ("indices", self.indices, self.nnz * 4, False),
+                ("C values", self.c_values, self.c_nnz * item, True),
+                ("C indices", self.c_indices, self.c_nnz * 4, True),
+                ("C offsets", self.c_offsets, (self.m + 1) * 4, True),
+            ]
+        return [e for e in out if e[2]]
+
+    def writes(self, bulk: list[Any]) -> list[tuple[int, int]]:
+        return [(addr, size) for _, addr, size, written in self.extents() if written]
+
+
 RandDist = Literal["bits", "uniform", "normal", "lognormal", "poisson"]
 RandType = Literal["u32", "f32", "f64"]
 

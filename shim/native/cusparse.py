@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import ctypes
 import itertools
-from ctypes import c_int, c_int64, c_size_t, c_void_p
+from ctypes import c_int, c_int64, c_size_t, c_uint64, c_void_p
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from proto import errors as codes
 from proto.codec import ProtocolError, check
@@ -23,6 +23,7 @@ from proto.errors import CudaError
 from proto.messages import (
     GeamType,
     IndexType,
+    SparseCompress,
     SparseFormat,
     SparseFromDense,
     SparseGather,
@@ -989,3 +990,72 @@ def cusparseXcsrgeam2Nnz(h, m, n, da, nnz_a, oa, ia, db, nnz_b, ob, ib, dc, oc, 
             STATE.driver().memcpy_htod(int(nnz_out), int(nnz).to_bytes(4, "little", signed=True))
         else:
             put_i32(nnz_out, nnz)
+
+
+# ---------------------------------------------------------------------------- nnz_compress, csr2csr_compress
+# Their tolerance is a float by value: wooly_native.c writes these entry points out and hands it on as an
+# IEEE-754 double bit pattern (the trampolines forward integer-class arguments only: NOTE [trampolines]).
+def _tolerance(bits: int) -> float:
+    import struct
+
+    return float(struct.unpack("<d", int(bits).to_bytes(8, "little"))[0])
+
+
+def _compress_checked(h: int | None, msg: SparseCompress, what: str) -> SparseCompress:
+    handle = _h(h)
+    drv = STATE.driver()
+    msg.stream = drv._stream(handle.stream)
+    for operand, addr, size, _ in msg.extents():
+        drv._check_range(addr, size, f"{what} ({operand})")
+    return msg
+
+
+def _read_i32(addr: int | None, n: int, what: str) -> list[int]:
+    if n <= 0:
+        return []
+    if not addr:
+        raise CudaError(codes.INVALID_VALUE, f"{what} is NULL")
+    return list((ctypes.c_int32 * n).from_buffer_copy(bytes(STATE.driver().memcpy_dtoh(int(addr), 4 * n))))
+
+
+def _compress_api(t: str) -> None:
+    typ = _GEAM_TYPES[t]
+
+    def nnz_compress(h, m, descr, values, offsets, per_row, nnz_out, tol) -> None:  # noqa: ANN001
+        """Each row's surviving entries (device) and their total (host, or device in device pointer mode)."""
+        what = f"cusparse{t}nnz_compress"
+        if m < 0:
+            raise CudaError(codes.INVALID_VALUE, f"{what}: m {m}")
+        base: Literal[0, 1] = 1 if _get(descr, MatDescr).base else 0
+        rows = _read_i32(offsets, m + 1, f"{what}: the row offsets")
+        msg = SparseCompress(
+            count=True, m=m, nnz=max(rows[m] - base, 0), values=int(values or 0), offsets=int(offsets or 0),
+            per_row=int(per_row or 0), tol=_tolerance(tol), type=typ, base=base,
+        )  # fmt: skip
+        total = int(STATE.driver().conn.call(_compress_checked(h, msg, what))[0] or 0)
+        if nnz_out:
+            if _h(h).pointer_mode == 1:
+                STATE.driver().memcpy_htod(int(nnz_out), total.to_bytes(4, "little", signed=True))
+            else:
+                put_i32(nnz_out, total)
+
+    def csr2csr(h, m, n, descr, values, indices, offsets, nnz, per_row, c_values, c_indices, c_offsets, tol) -> None:  # noqa: ANN001
+        what = f"cusparse{t}csr2csr_compress"
+        if m < 0 or n < 0 or nnz < 0:
+            raise CudaError(codes.INVALID_VALUE, f"{what}: m {m}, n {n}, nnz {nnz}")
+        base: Literal[0, 1] = 1 if _get(descr, MatDescr).base else 0
+        counts = _read_i32(per_row, m, f"{what}: nnzPerRow")
+        msg = SparseCompress(
+            m=m, n=n, nnz=nnz, values=int(values or 0), offsets=int(offsets or 0), indices=int(indices or 0),
+            c_nnz=max(sum(counts), 0), c_values=int(c_values or 0), c_indices=int(c_indices or 0),
+            c_offsets=int(c_offsets or 0), tol=_tolerance(tol), type=typ, base=base,
+        )  # fmt: skip
+        cu_capture.post(_compress_checked(h, msg, what))
+
+    api(f"cusparse{t}nnz_compress", 0, P, I, P, P, P, P, P, c_uint64, library="cusparse")(nnz_compress)
+    args = (P, I, I, P, P, P, P, I, P, P, P, P, c_uint64)
+    api(f"cusparse{t}csr2csr_compress", 0, *args, library="cusparse")(csr2csr)
+
+
+for _t in _GEAM_TYPES:
+    _compress_api(_t)

@@ -129,15 +129,20 @@ CURAND_IN_C = frozenset(
 )
 
 
-# cuSPARSE entry points that return strings: written out in wooly_native.c
-CUSPARSE_IN_C = frozenset({"cusparseGetErrorName", "cusparseGetErrorString"})
+# cuSPARSE entry points that return strings or take a float by value (the compress tolerance): in wooly_native.c
+CUSPARSE_IN_C = frozenset(
+    {"cusparseGetErrorName", "cusparseGetErrorString"}
+    | {f"cusparse{t}{f}" for t in "SDCZ" for f in ("nnz_compress", "csr2csr_compress")}
+)
 
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "curand":  # gen_tables curand /path/libcurand.so.10
         generate_library(sys.argv[2], "curand", "cuRAND", CURAND_IN_C)
     elif len(sys.argv) > 1 and sys.argv[1] == "cusparse":  # gen_tables cusparse /path/libcusparse.so.12
-        generate_library(sys.argv[2], "cusparse", "cuSPARSE", CUSPARSE_IN_C, "that return strings")
+        generate_library(
+            sys.argv[2], "cusparse", "cuSPARSE", CUSPARSE_IN_C, "that return strings or take floats by value"
+        )
     elif len(sys.argv) > 1 and sys.argv[1] == "cusolver":  # gen_tables cusolver /path/libcusolver.so.11
         generate_library(sys.argv[2], "cusolver", "cuSOLVER")
     elif len(sys.argv) > 1 and sys.argv[1] == "cufft":  # gen_tables cufft /path/libcufft.so.11

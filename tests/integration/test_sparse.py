@@ -352,3 +352,32 @@ def test_csrgeam2(driver) -> None:
     with pytest.raises(CudaError) as err:
         driver.conn.call({**msg, "count": True, "a_values": 0, "b_values": 0, "b_offsets": src})
     assert err.value.name == "CUDA_ERROR_INVALID_VALUE"
+
+
+def test_compress(driver) -> None:
+    """sparse_compress (nnz_compress, csr2csr_compress): per-row counts of |value| > tol and their total, then the
+    surviving entries; row offsets that fall are refused before rows are sliced by them."""
+    a = sps.csr_matrix(np.array([[0.5, 2.0, 0.0], [0.1, 0.0, -3.0], [0.0, 0.0, 0.0]]))
+    a.data[0] = 0.05  # stored, under tol
+    vals, off, ind, per_row = _upload(
+        driver, a.data, a.indptr.astype(np.int32), a.indices.astype(np.int32), np.zeros(3, np.int32)
+    )
+    msg = dict(kind="sparse_compress", m=3, n=3, nnz=a.nnz, values=vals, offsets=off, type="f64", tol=0.2)
+    total = driver.conn.call({**msg, "count": True, "per_row": per_row})[0]
+    assert total == 2 and np.frombuffer(bytes(driver.memcpy_dtoh(per_row, 12)), np.int32).tolist() == [1, 1, 0]
+    cv, ci, co = _upload(driver, np.zeros(2), np.zeros(2, np.int32), np.zeros(4, np.int32))
+    driver.conn.post({**msg, "indices": ind, "c_nnz": 2, "c_values": cv, "c_indices": ci, "c_offsets": co})
+    got = sps.csr_matrix(
+        (
+            np.frombuffer(bytes(driver.memcpy_dtoh(cv, 16)), np.float64),
+            np.frombuffer(bytes(driver.memcpy_dtoh(ci, 8)), np.int32),
+            np.frombuffer(bytes(driver.memcpy_dtoh(co, 16)), np.int32),
+        ),
+        (3, 3),
+    )
+    assert np.array_equal(got.toarray(), [[0, 2.0, 0], [0, 0, -3.0], [0, 0, 0]])
+    bad = a.indptr.astype(np.int32)
+    bad[1] = 1 << 20
+    with pytest.raises(CudaError) as err:
+        driver.conn.call({**msg, "count": True, "per_row": per_row, "offsets": _upload(driver, bad)[0]})
+    assert err.value.name == "CUDA_ERROR_INVALID_VALUE"

@@ -383,6 +383,36 @@ CUresult curandCreatePoissonDistribution(double lambda, A out) {
 }
 #undef BOUND
 
+/* cuSPARSE's compress routines take their tolerance by value (float, double, or a complex of either, whose real
+ * part is the tolerance): handed on as an IEEE-754 double bit pattern (shim/native/cusparse.py). */
+typedef struct { float x, y; } wooly_cf;
+typedef struct { double x, y; } wooly_cd;
+#define SPARSE(sym) static int s = -1; if (s < 0) s = bind_slot(#sym, -1, 0); if (s < 0) return STATUS[library_of(#sym)][2]
+#define NNZ_COMPRESS(sym, T, get)                                                                          \
+    CUresult sym(A h, A m, A descr, A vals, A rowptr, A per_row, A nnz, T tol) {                            \
+        SPARSE(sym);                                                                                       \
+        return body(s, h, m, descr, vals, rowptr, per_row, nnz, bits(get), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, \
+                    0, 0, 0, 0, 0);                                                                        \
+    }
+#define CSR2CSR_COMPRESS(sym, T, get)                                                                      \
+    CUresult sym(A h, A m, A n, A descr, A vals, A cols, A rowptr, A nnz, A per_row, A c_vals, A c_cols,    \
+                 A c_rowptr, T tol) {                                                                      \
+        SPARSE(sym);                                                                                       \
+        return body(s, h, m, n, descr, vals, cols, rowptr, nnz, per_row, c_vals, c_cols, c_rowptr, bits(get), \
+                    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);                                                      \
+    }
+NNZ_COMPRESS(cusparseSnnz_compress, float, tol)
+NNZ_COMPRESS(cusparseDnnz_compress, double, tol)
+NNZ_COMPRESS(cusparseCnnz_compress, wooly_cf, tol.x)
+NNZ_COMPRESS(cusparseZnnz_compress, wooly_cd, tol.x)
+CSR2CSR_COMPRESS(cusparseScsr2csr_compress, float, tol)
+CSR2CSR_COMPRESS(cusparseDcsr2csr_compress, double, tol)
+CSR2CSR_COMPRESS(cusparseCcsr2csr_compress, wooly_cf, tol.x)
+CSR2CSR_COMPRESS(cusparseZcsr2csr_compress, wooly_cd, tol.x)
+#undef NNZ_COMPRESS
+#undef CSR2CSR_COMPRESS
+#undef SPARSE
+
 /* cuBLAS functions that return strings or sizes, not a status: answered here. */
 const char *cublasGetStatusName(int status) {
     switch (status) {
