@@ -712,6 +712,17 @@ def cusparseXcsrsort(h, m, n, nnz, descr, offsets, cols, p, buf) -> None:  # noq
     cu_capture.post(_sort(h, "cusparseXcsrsort", mode="csr", **fields))
 
 
+api("cusparseXcscsort_bufferSizeExt", 0, P, I, I, I, P, P, P, library="cusparse")(cusparseXcoosort_bufferSizeExt)
+
+
+@api("cusparseXcscsort", 0, P, I, I, I, P, P, P, P, P, library="cusparse")
+def cusparseXcscsort(h, m, n, nnz, descr, offsets, rows, p, buf) -> None:  # noqa: ANN001
+    """Row indices sorted within each column: csrsort's operation with the columns as its rows."""
+    base = 1 if _get(descr, MatDescr).base else 0
+    fields = dict(m=n, n=m, nnz=nnz, rows=int(offsets or 0), cols=int(rows or 0), perm=int(p or 0), base=base)
+    cu_capture.post(_sort(h, "cusparseXcscsort", mode="csr", **fields))
+
+
 @api("cusparseCreateSpVec", 0, P, I64, I64, P, P, I, I, I, library="cusparse")
 def cusparseCreateSpVec(out, size, nnz, indices, values, itype, base, vtype) -> None:  # noqa: ANN001
     if size < 0 or nnz < 0 or nnz > size or base not in (0, 1):
