@@ -48,6 +48,7 @@ from gpud.zygote import TIMEOUT_EXIT
 _PREGRANT = 4 << 20  # granted with each request, returned unused with its reply
 _HEADROOM = 1 << 30  # an executor's heap may pass its tenant's quota by this much (op temporaries)
 _READY_S = 120.0  # the zygote's torch import
+_CONFINE_S = 10.0  # a forked executor's report of its sandbox (milliseconds of prctl/landlock/seccomp)
 _SECRET = re.compile(r"TOKEN|SECRET|PASSWORD|_KEY$|^WOOLY_SERVER_KEY$", re.IGNORECASE)
 _MAX_ERRORS = 16
 
@@ -375,10 +376,14 @@ class Executors:
         """Read the executor's first word (NOTE [executor sandbox]): what confines it, logged once; a layer the
         kernel lacks is a warning, an executor that cannot say is failed before it serves anything."""
         try:
+            ex.ctl.settimeout(_CONFINE_S)  # the executors' lock is held: a silent executor must not stall them all
             msg, fds = ex.ctl.recv()
             chan._close_all(fds)
-        except (chan.ChannelClosed, OSError) as exc:
-            raise ex.fail(f"it ended before it was confined ({exc})") from None
+        except (chan.ChannelClosed, OSError) as exc:  # socket.timeout is an OSError
+            raise ex.fail(f"it did not say how it is confined ({exc or 'timed out'})") from None
+        finally:
+            if ex.failure is None:
+                ex.ctl.settimeout(None)
         ok = isinstance(msg, list) and len(msg) == 3 and msg[0] == "sandbox"
         if not ok or not all(isinstance(x, list) and all(isinstance(w, str) for w in x) for x in msg[1:]):
             raise ex.fail("it answered out of turn instead of saying how it is confined")

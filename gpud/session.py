@@ -403,36 +403,16 @@ class Session:
                 self.find(addr, ITEM[msg.type], f"cusparse spmv ({name})")
         self.engine.enqueue(msg.stream, lambda: self.backend.spmv(msg))
 
-    def on_sparse_indices(self, msg: m.SparseIndices, bulk: list[Any]) -> None:
+    # NOTE [vendor libraries]: cuSPARSE's conversions write where they are told once their source is checked;
+    # the operations whose result's size is data answer it (``count``) when the stream reaches them
+    def _sparse_conversion(self, msg: Any, bulk: list[Any]) -> None:
         for operand, addr, size, _ in msg.extents():
-            self.find(addr, size, f"cusparse index conversion ({operand})")
-        self.engine.enqueue(msg.stream, lambda: self.backend.sparse_indices(msg))
+            self.find(addr, size, f"cusparse {msg.kind.removeprefix('sparse_')} ({operand})")
+        self.engine.enqueue(msg.stream, lambda: self.backend.sparse_convert(msg))
 
-    def on_sparse_transpose(self, msg: m.SparseTranspose, bulk: list[Any]) -> None:
-        for operand, addr, size, _ in msg.extents():
-            self.find(addr, size, f"cusparse csr2csc ({operand})")
-        self.engine.enqueue(msg.stream, lambda: self.backend.sparse_transpose(msg))
+    on_sparse_indices = on_sparse_transpose = on_sparse_sort = on_sparse_gather = _sparse_conversion
 
-    def on_sparse_sort(self, msg: m.SparseSort, bulk: list[Any]) -> None:
-        for operand, addr, size, _ in msg.extents():
-            self.find(addr, size, f"cusparse sort ({operand})")
-        self.engine.enqueue(msg.stream, lambda: self.backend.sparse_transpose(msg))
-
-    def on_sparse_gather(self, msg: m.SparseGather, bulk: list[Any]) -> None:
-        for operand, addr, size, _ in msg.extents():
-            self.find(addr, size, f"cusparse gather ({operand})")
-        self.engine.enqueue(msg.stream, lambda: self.backend.sparse_transpose(msg))
-
-    def on_sparse_compress(self, msg: m.SparseCompress, bulk: list[Any]) -> Later | None:
-        return self.on_sparse_from_dense(msg, bulk)
-
-    def on_sparse_gemm(self, msg: m.SparseGemm, bulk: list[Any]) -> Later | None:
-        return self.on_sparse_from_dense(msg, bulk)  # the same shape: checked extents, a count answered in order
-
-    def on_sparse_geam(self, msg: m.SparseGeam, bulk: list[Any]) -> Later | None:
-        return self.on_sparse_from_dense(msg, bulk)  # the same shape: checked extents, a count answered in order
-
-    def on_sparse_from_dense(
+    def _sparse_counted(
         self, msg: m.SparseFromDense | m.SparseGeam | m.SparseGemm | m.SparseCompress, bulk: list[Any]
     ) -> Later | None:
         """cuSPARSE operations whose result's size is data (SpGEMM, csrgeam2, DenseToSparse, csr2csr_compress): the
@@ -440,7 +420,7 @@ class Session:
         for operand, addr, size, _ in msg.extents():
             self.find(addr, size, f"cusparse {msg.kind.removeprefix('sparse_')} ({operand})")
         out: list[int] = []
-        marker = self.engine.enqueue(msg.stream, lambda: out.append(self.backend.sparse_gemm(msg)))
+        marker = self.engine.enqueue(msg.stream, lambda: out.append(self.backend.sparse_counted(msg)))
         if not msg.count:
             return None
 
@@ -449,6 +429,8 @@ class Session:
             return (out[0] if out else 0), []
 
         return Later([marker], produce)
+
+    on_sparse_gemm = on_sparse_geam = on_sparse_from_dense = on_sparse_compress = _sparse_counted
 
     def on_rand_generate(self, msg: m.RandGenerate, bulk: list[Any]) -> None:
         from proto.rand import check

@@ -325,4 +325,9 @@ PRODUCTS = {
 }
 
 # wire kind -> the conversion that runs it (gpud/backends/cpu.py)
-CONVERSIONS = {"sparse_transpose": transpose_numpy, "sparse_sort": sort_numpy, "sparse_gather": gather_numpy}
+CONVERSIONS = {
+    "sparse_indices": indices_numpy,
+    "sparse_transpose": transpose_numpy,
+    "sparse_sort": sort_numpy,
+    "sparse_gather": gather_numpy,
+}

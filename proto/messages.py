@@ -57,8 +57,14 @@ class _Req(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, tag_field="
     rid: Handle = 0
 
     def writes(self, bulk: list[Any]) -> list[tuple[int, int]]:
-        """(address, bytes) of device memory this message writes; size ``POINTERS``: the allocation at the address."""
+        """(address, bytes) of device memory this message writes; size ``POINTERS``: the allocation at the address.
+        A message that lists its operands (``extents()``: operand, address, bytes, written) writes those marked
+        (``_written_extents``, bound to such classes below)."""
         return []
+
+
+def _written_extents(self: Any, bulk: list[Any]) -> list[tuple[int, int]]:
+    return [(addr, size) for _, addr, size, written in self.extents() if written]
 
 
 # ---------------------------------------------------------------- session
@@ -609,9 +615,6 @@ class SparseIndices(_Req, tag="sparse_indices", kw_only=True):
         src, dst = (self.m + 1, self.nnz) if self.to_coo else (self.nnz, self.m + 1)
         return [e for e in (("source", self.src, src * 4, False), ("destination", self.dst, dst * 4, True)) if e[2]]
 
-    def writes(self, bulk: list[Any]) -> list[tuple[int, int]]:
-        return [(addr, size) for _, addr, size, written in self.extents() if written]
-
 
 class SparseTranspose(_Req, tag="sparse_transpose", kw_only=True):
     """cusparseCsr2cscEx2, int32 indices, in stream order: an m x n CSR matrix (``offsets``, ``indices``,
@@ -647,9 +650,6 @@ class SparseTranspose(_Req, tag="sparse_transpose", kw_only=True):
         ]
         return [e for e in out if e[2]]
 
-    def writes(self, bulk: list[Any]) -> list[tuple[int, int]]:
-        return [(addr, size) for _, addr, size, written in self.extents() if written]
-
 
 class SparseSort(_Req, tag="sparse_sort", kw_only=True):
     """cuSPARSE's index sorts, int32, in stream order, each permuting ``perm`` (nnz) as it moves the entries:
@@ -678,9 +678,6 @@ class SparseSort(_Req, tag="sparse_sort", kw_only=True):
             out += [("offsets", self.rows, (self.m + 1) * 4, False), ("columns", self.cols, nnz4, True)]
         return [e for e in out if e[2]]
 
-    def writes(self, bulk: list[Any]) -> list[tuple[int, int]]:
-        return [(addr, size) for _, addr, size, written in self.extents() if written]
-
 
 class SparseGather(_Req, tag="sparse_gather", kw_only=True):
     """cusparseGather, in stream order: ``values[i] = y[indices[i] - base]`` for the nnz entries of a sparse vector
@@ -707,9 +704,6 @@ class SparseGather(_Req, tag="sparse_gather", kw_only=True):
             ("values", self.values, self.nnz * item, True),
         ]
         return [e for e in out if e[2]]
-
-    def writes(self, bulk: list[Any]) -> list[tuple[int, int]]:
-        return [(addr, size) for _, addr, size, written in self.extents() if written]
 
 
 class SparseGemm(_Req, tag="sparse_gemm", kw_only=True):
@@ -761,9 +755,6 @@ class SparseGemm(_Req, tag="sparse_gemm", kw_only=True):
             ]
         return [e for e in out if e[2]]
 
-    def writes(self, bulk: list[Any]) -> list[tuple[int, int]]:
-        return [(addr, size) for _, addr, size, written in self.extents() if written]
-
 
 class SparseFromDense(_Req, tag="sparse_from_dense", kw_only=True):
     """cusparseDenseToSparse, in stream order: the nonzeros of a dense rows x cols matrix (leading dimension
@@ -803,9 +794,6 @@ class SparseFromDense(_Req, tag="sparse_from_dense", kw_only=True):
                 ("values", self.out_values, self.nnz * item, True),
             ]
         return [e for e in out if e[2]]
-
-    def writes(self, bulk: list[Any]) -> list[tuple[int, int]]:
-        return [(addr, size) for _, addr, size, written in self.extents() if written]
 
 
 class SparseGeam(_Req, tag="sparse_geam", kw_only=True):
@@ -857,9 +845,6 @@ class SparseGeam(_Req, tag="sparse_geam", kw_only=True):
             ]
         return [e for e in out if e[2]]
 
-    def writes(self, bulk: list[Any]) -> list[tuple[int, int]]:
-        return [(addr, size) for _, addr, size, written in self.extents() if written]
-
 
 class SparseCompress(_Req, tag="sparse_compress", kw_only=True):
     """cusparse<t>nnz_compress (``count``: each row's entries with absolute value over ``tol``, written to
@@ -899,9 +884,6 @@ class SparseCompress(_Req, tag="sparse_compress", kw_only=True):
                 ("C offsets", self.c_offsets, (self.m + 1) * 4, True),
             ]
         return [e for e in out if e[2]]
-
-    def writes(self, bulk: list[Any]) -> list[tuple[int, int]]:
-        return [(addr, size) for _, addr, size, written in self.extents() if written]
 
 
 RandDist = Literal["bits", "uniform", "normal", "lognormal", "poisson"]
@@ -1289,6 +1271,8 @@ def _subclasses(cls: type[_Req]) -> list[type[_Req]]:
 
 for _cls in _subclasses(_Req):
     _cls.kind = str(_cls.__struct_config__.tag)
+    if hasattr(_cls, "extents") and _cls.writes is _Req.writes:
+        _cls.writes = _written_extents  # type: ignore[method-assign]
 
 MESSAGES: dict[str, type[_Req]] = {c.kind: c for c in _subclasses(_Req)}  # every message, by kind
 # the unions, from the classes (type checkers see ``Any``)

@@ -198,29 +198,21 @@ class Backend(ABC):
         raise CudaError(codes.NOT_SUPPORTED, f"cuSPARSE calls are not supported by the {self.kind} backend yet")
 
     @wrap_errors(codes.ILLEGAL_ADDRESS)
-    def sparse_indices(self, s: Any) -> None:
-        """A proto SparseIndices (cusparseXcsr2coo/Xcoo2csr, gpud/sparse.py), in stream order."""
-        self._sparse_indices(s)
+    def sparse_convert(self, s: Any) -> None:
+        """A proto SparseIndices, SparseTranspose, SparseSort or SparseGather (cuSPARSE's conversions,
+        gpud/sparse.py), in stream order."""
+        self._sparse_convert(s)
 
-    def _sparse_indices(self, s: Any) -> None:
+    def _sparse_convert(self, s: Any) -> None:
         raise CudaError(codes.NOT_SUPPORTED, f"cuSPARSE calls are not supported by the {self.kind} backend yet")
 
     @wrap_errors(codes.ILLEGAL_ADDRESS)
-    def sparse_gemm(self, s: Any) -> int:
-        """A proto SparseGemm (cusparseSpGEMM), SparseGeam (csrgeam2) or SparseFromDense (cusparseDenseToSparse),
-        gpud/sparse.py, in stream order: the result's nnz."""
-        return self._sparse_gemm(s)
+    def sparse_counted(self, s: Any) -> int:
+        """A proto SparseGemm, SparseGeam, SparseFromDense or SparseCompress (cuSPARSE's operations whose result's
+        size is data, gpud/sparse.py), in stream order: the result's nnz."""
+        return self._sparse_counted(s)
 
-    def _sparse_gemm(self, s: Any) -> int:
-        raise CudaError(codes.NOT_SUPPORTED, f"cuSPARSE calls are not supported by the {self.kind} backend yet")
-
-    @wrap_errors(codes.ILLEGAL_ADDRESS)
-    def sparse_transpose(self, s: Any) -> None:
-        """A proto SparseTranspose, SparseSort or SparseGather (cuSPARSE's conversions, gpud/sparse.py), in stream
-        order."""
-        self._sparse_transpose(s)
-
-    def _sparse_transpose(self, s: Any) -> None:
+    def _sparse_counted(self, s: Any) -> int:
         raise CudaError(codes.NOT_SUPPORTED, f"cuSPARSE calls are not supported by the {self.kind} backend yet")
 
     @wrap_errors(codes.ILLEGAL_ADDRESS)

@@ -349,20 +349,15 @@ class CpuBackend(Backend):
 
         spmv_numpy(s)
 
-    def _sparse_indices(self, s: Any) -> None:
-        from gpud.sparse import indices_numpy
-
-        indices_numpy(s)
-
-    def _sparse_gemm(self, s: Any) -> int:
-        from gpud.sparse import PRODUCTS
-
-        return PRODUCTS[s.kind](s)
-
-    def _sparse_transpose(self, s: Any) -> None:
+    def _sparse_convert(self, s: Any) -> None:
         from gpud.sparse import CONVERSIONS
 
         CONVERSIONS[s.kind](s)
+
+    def _sparse_counted(self, s: Any) -> int:
+        from gpud.sparse import PRODUCTS
+
+        return PRODUCTS[s.kind](s)
 
     def _rand(self, r: Any) -> None:
         from proto.rand import generate_numpy

@@ -407,27 +407,46 @@ def _spmv_message(h: int | None, op: int, alpha: Any, mat: Any, x: Any, beta: An
     return _finish(handle, msg, alpha, beta, "spmv")
 
 
-def _finish(handle: Handle, msg: SparseMv, alpha: Any, beta: Any, what: str) -> SparseMv:
-    """The scalars (host values or device pointers, by the handle's pointer mode), the stream, the range checks."""
-    if handle.pointer_mode == 1:
-        msg.scalars_on_device, msg.alpha_ptr, msg.beta_ptr = True, int(alpha or 0), int(beta or 0)
-    else:
-        import struct
-
-        for name, ptr in (("alpha", alpha), ("beta", beta)):
-            if not ptr:
-                raise CudaError(codes.INVALID_VALUE, f"{what}: {name} is NULL")
-            size, fmt = _SCALAR[msg.type]
-            v = struct.unpack(fmt, ctypes.string_at(int(ptr), size))
-            setattr(msg, name, [float(v[0]), float(v[1]) if len(v) > 1 else 0.0])
+def _queue(handle: Handle, msg: Any, what: str) -> Any:
+    """``msg`` on the handle's stream, every operand's extent checked against the program's allocations first
+    (gpud checks them again against the session's): the one place the client checks a cuSPARSE operation."""
     drv = STATE.driver()
     msg.stream = drv._stream(handle.stream)
     try:
-        for operand, addr, size, _ in extents(check(msg)):
-            drv._check_range(addr, size, f"{what} ({operand})")
+        ranges = msg.extents() if hasattr(msg, "extents") else extents(check(msg))
     except ProtocolError as exc:
         raise CudaError(codes.INVALID_VALUE, f"{what}: {exc.message}") from None
+    for operand, addr, size, _ in ranges:
+        drv._check_range(addr, size, f"{what} ({operand})")
     return msg
+
+
+def _scalar(handle: Handle, ptr: Any, typ: GeamType, what: str) -> list[float]:
+    """A scalar argument's value ([real, imaginary]): read from the host, or from the device in device pointer
+    mode (the operations that form their result on gpud from a value)."""
+    import struct
+
+    if not ptr:
+        raise CudaError(codes.INVALID_VALUE, f"{what} is NULL")
+    size, fmt = _SCALAR[typ]
+    if handle.pointer_mode == 1:
+        raw = bytes(STATE.driver().memcpy_dtoh(int(ptr), size))
+    else:
+        raw = ctypes.string_at(int(ptr), size)
+    v = struct.unpack(fmt, raw)
+    return [float(v[0]), float(v[1]) if len(v) > 1 else 0.0]
+
+
+def _finish(handle: Handle, msg: SparseMv, alpha: Any, beta: Any, what: str) -> SparseMv:
+    """The scalars (host values or device pointers, by the handle's pointer mode), the stream, the range checks."""
+    if handle.pointer_mode == 1:  # gpud reads them in stream order
+        msg.scalars_on_device, msg.alpha_ptr, msg.beta_ptr = True, int(alpha or 0), int(beta or 0)
+    else:
+        msg.alpha, msg.beta = (
+            _scalar(handle, alpha, msg.type, f"{what}: alpha"),
+            _scalar(handle, beta, msg.type, f"{what}: beta"),
+        )
+    return _queue(handle, msg, what)
 
 
 @api("cusparseSpMV_bufferSize", 0, P, I, P, P, P, P, P, I, I, P, library="cusparse")
@@ -554,19 +573,8 @@ def _indices_message(h: int | None, to_coo: bool, src: Any, nnz: int, m: int, ds
     what = "cusparseXcsr2coo" if to_coo else "cusparseXcoo2csr"
     if nnz < 0 or m < 0 or base not in (0, 1):
         raise CudaError(codes.INVALID_VALUE, f"{what}: nnz {nnz}, m {m}, base {base}")
-    drv = STATE.driver()
-    msg = SparseIndices(
-        to_coo=to_coo,
-        m=m,
-        nnz=nnz,
-        src=int(src or 0),
-        dst=int(dst or 0),
-        base=1 if base else 0,
-        stream=drv._stream(handle.stream),
-    )
-    for operand, addr, size, _ in msg.extents():
-        drv._check_range(addr, size, f"{what} ({operand})")
-    return msg
+    msg = SparseIndices(to_coo=to_coo, m=m, nnz=nnz, src=int(src or 0), dst=int(dst or 0), base=1 if base else 0)
+    return _queue(handle, msg, what)
 
 
 @api("cusparseXcsr2coo", 0, P, P, I, I, P, I, library="cusparse")
@@ -595,14 +603,7 @@ def _to_dense_message(h: int | None, mat: Any, c: Any, what: str) -> SparseMv:
         ldc=mc.ld,
         c_row_major=mc.order == 2,
     )
-    drv = STATE.driver()
-    msg.stream = drv._stream(handle.stream)
-    try:
-        for operand, addr, size, _ in extents(check(msg)):
-            drv._check_range(addr, size, f"{what} ({operand})")
-    except ProtocolError as exc:
-        raise CudaError(codes.INVALID_VALUE, f"{what}: {exc.message}") from None
-    return msg
+    return _queue(handle, msg, what)
 
 
 @api("cusparseSparseToDense_bufferSize", 0, P, P, P, I, P, library="cusparse")
@@ -635,7 +636,6 @@ def _transpose_message(
     what = "cusparseCsr2cscEx2"
     if nnz < 0 or m < 0 or n < 0 or base not in (0, 1) or action not in (0, 1):
         raise CudaError(codes.INVALID_VALUE, f"{what}: m {m}, n {n}, nnz {nnz}, base {base}, action {action}")
-    drv = STATE.driver()
     msg = SparseTranspose(
         m=m,
         n=n,
@@ -649,11 +649,8 @@ def _transpose_message(
         type=_value_type(vtype),
         numeric=action == 1,
         base=1 if base else 0,
-        stream=drv._stream(handle.stream),
     )
-    for operand, addr, size, _ in msg.extents():
-        drv._check_range(addr, size, f"{what} ({operand})")
-    return msg
+    return _queue(handle, msg, what)
 
 
 @api("cusparseCsr2cscEx2_bufferSize", 0, P, I, I, I, P, P, P, P, P, P, I, I, I, I, P, library="cusparse")
@@ -672,11 +669,7 @@ def _sort(h: int | None, what: str, **fields: Any) -> SparseSort:
     handle = _h(h)
     if min(int(fields.get(k, 0)) for k in ("m", "n", "nnz")) < 0:
         raise CudaError(codes.INVALID_VALUE, f"{what}: a negative size")
-    drv = STATE.driver()
-    msg = SparseSort(stream=drv._stream(handle.stream), **fields)
-    for operand, addr, size, _ in msg.extents():
-        drv._check_range(addr, size, f"{what} ({operand})")
-    return msg
+    return _queue(handle, SparseSort(**fields), what)
 
 
 @api("cusparseCreateIdentityPermutation", 0, P, I, P, library="cusparse")
@@ -744,7 +737,6 @@ def cusparseGather(h: int | None, y: int | None, x: int | None) -> None:
     dy, sx = _get(y, DnVec), _get(x, SpVec)
     if dy.type != sx.type or dy.size != sx.size:
         raise CudaError(codes.INVALID_VALUE, f"cusparseGather: y {dy.size} {dy.type}, x {sx.size} {sx.type}")
-    drv = STATE.driver()
     msg = SparseGather(
         size=sx.size,
         nnz=sx.nnz,
@@ -754,11 +746,8 @@ def cusparseGather(h: int | None, y: int | None, x: int | None) -> None:
         index_type=sx.index_type,
         type=sx.type,
         base=1 if sx.base else 0,
-        stream=drv._stream(handle.stream),
     )
-    for operand, addr, size, _ in msg.extents():
-        drv._check_range(addr, size, f"cusparseGather ({operand})")
-    cu_capture.post(msg)
+    cu_capture.post(_queue(handle, msg, "cusparseGather"))
 
 
 # ---------------------------------------------------------------------------- SpGEMM
@@ -815,25 +804,8 @@ def _spgemm_message(h, op_a, op_b, alpha, mat_a, mat_b, mat_c, compute, count) -
         base=1 if a.base else 0,
         type=a.type,
     )
-    if handle.pointer_mode == 1:  # alpha on the device: read it now (the product is formed on gpud from a value)
-        import struct
-
-        size, fmt = _SCALAR[a.type]
-        raw = STATE.driver().memcpy_dtoh(int(alpha or 0), size)
-        v = struct.unpack(fmt, bytes(raw))
-    else:
-        if not alpha:
-            raise CudaError(codes.INVALID_VALUE, "spgemm: alpha is NULL")
-        import struct
-
-        size, fmt = _SCALAR[a.type]
-        v = struct.unpack(fmt, ctypes.string_at(int(alpha), size))
-    msg.alpha = [float(v[0]), float(v[1]) if len(v) > 1 else 0.0]
-    drv = STATE.driver()
-    msg.stream = drv._stream(handle.stream)
-    for operand, addr, size, _ in msg.extents():
-        drv._check_range(addr, size, f"spgemm ({operand})")
-    return handle, msg
+    msg.alpha = _scalar(handle, alpha, a.type, "spgemm: alpha")
+    return handle, _queue(handle, msg, "spgemm")
 
 
 @api("cusparseSpGEMM_workEstimation", 0, P, I, I, P, P, P, P, P, I, I, P, P, P, library="cusparse")
@@ -888,11 +860,7 @@ def _from_dense_message(h: int | None, dense: Any, mat: Any, count: bool) -> Spa
         index_type=b.index_type,
         base=1 if b.base else 0,
     )
-    drv = STATE.driver()
-    msg.stream = drv._stream(handle.stream)
-    for operand, addr, size, _ in msg.extents():
-        drv._check_range(addr, size, f"cusparseDenseToSparse ({operand})")
-    return msg
+    return _queue(handle, msg, "cusparseDenseToSparse")
 
 
 @api("cusparseDenseToSparse_bufferSize", 0, P, P, P, I, P, library="cusparse")
@@ -944,26 +912,10 @@ def _geam_message(h, t, m, n, alpha, da, nnz_a, va, oa, ia, beta, db, nnz_b, vb,
         type=typ,
     )
     if not count:
-        import struct
-
-        size, fmt = _SCALAR[typ]
-        for name, ptr in (("alpha", alpha), ("beta", beta)):
-            if not ptr:
-                raise CudaError(codes.INVALID_VALUE, f"csrgeam2: {name} is NULL")
-            if handle.pointer_mode == 1:
-                v = struct.unpack(fmt, bytes(STATE.driver().memcpy_dtoh(int(ptr), size)))
-            else:
-                v = struct.unpack(fmt, ctypes.string_at(int(ptr), size))
-            setattr(msg, name, [float(v[0]), float(v[1]) if len(v) > 1 else 0.0])
-    drv = STATE.driver()
-    msg.stream = drv._stream(handle.stream)
-    return msg
-
-
-def _geam_checked(msg: SparseGeam) -> SparseGeam:
-    drv = STATE.driver()
-    for operand, addr, size, _ in msg.extents():
-        drv._check_range(addr, size, f"csrgeam2 ({operand})")
+        msg.alpha, msg.beta = (
+            _scalar(handle, alpha, typ, "csrgeam2: alpha"),
+            _scalar(handle, beta, typ, "csrgeam2: beta"),
+        )
     return msg
 
 
@@ -980,7 +932,7 @@ def _geam_api(t: str) -> None:
             bytes(STATE.driver().memcpy_dtoh(msg.c_offsets, 4 * (m + 1)))
         )
         msg.c_nnz = max(int(offsets[m]) - msg.c_base, 0)  # C's nnz, as csrgeam2Nnz wrote C's offsets
-        cu_capture.post(_geam_checked(msg))
+        cu_capture.post(_queue(_h(h), msg, "csrgeam2"))
 
     args = (P, I, I, P, P, I, P, P, P, P, P, I, P, P, P, P, P, P, P, P)
     api(f"cusparse{t}csrgeam2_bufferSizeExt", 0, *args, library="cusparse")(buffer_size)
@@ -995,7 +947,7 @@ for _t in _GEAM_TYPES:
 def cusparseXcsrgeam2Nnz(h, m, n, da, nnz_a, oa, ia, db, nnz_b, ob, ib, dc, oc, nnz_out, buf) -> None:  # noqa: ANN001
     """C's row offsets (written on the device) and nnz (to the host, or the device in device pointer mode)."""
     msg = _geam_message(h, "S", m, n, 0, da, nnz_a, 0, oa, ia, 0, db, nnz_b, 0, ob, ib, dc, 0, oc, 0, True)
-    nnz = int(STATE.driver().conn.call(_geam_checked(msg))[0] or 0)
+    nnz = int(STATE.driver().conn.call(_queue(_h(h), msg, "csrgeam2"))[0] or 0)
     if nnz_out:
         if _h(h).pointer_mode == 1:
             STATE.driver().memcpy_htod(int(nnz_out), int(nnz).to_bytes(4, "little", signed=True))
@@ -1010,15 +962,6 @@ def _tolerance(bits: int) -> float:
     import struct
 
     return float(struct.unpack("<d", int(bits).to_bytes(8, "little"))[0])
-
-
-def _compress_checked(h: int | None, msg: SparseCompress, what: str) -> SparseCompress:
-    handle = _h(h)
-    drv = STATE.driver()
-    msg.stream = drv._stream(handle.stream)
-    for operand, addr, size, _ in msg.extents():
-        drv._check_range(addr, size, f"{what} ({operand})")
-    return msg
 
 
 def _read_i32(addr: int | None, n: int, what: str) -> list[int]:
@@ -1043,7 +986,7 @@ def _compress_api(t: str) -> None:
             count=True, m=m, nnz=max(rows[m] - base, 0), values=int(values or 0), offsets=int(offsets or 0),
             per_row=int(per_row or 0), tol=_tolerance(tol), type=typ, base=base,
         )  # fmt: skip
-        total = int(STATE.driver().conn.call(_compress_checked(h, msg, what))[0] or 0)
+        total = int(STATE.driver().conn.call(_queue(_h(h), msg, what))[0] or 0)
         if nnz_out:
             if _h(h).pointer_mode == 1:
                 STATE.driver().memcpy_htod(int(nnz_out), total.to_bytes(4, "little", signed=True))
@@ -1061,7 +1004,7 @@ def _compress_api(t: str) -> None:
             c_nnz=max(sum(counts), 0), c_values=int(c_values or 0), c_indices=int(c_indices or 0),
             c_offsets=int(c_offsets or 0), tol=_tolerance(tol), type=typ, base=base,
         )  # fmt: skip
-        cu_capture.post(_compress_checked(h, msg, what))
+        cu_capture.post(_queue(_h(h), msg, what))
 
     api(f"cusparse{t}nnz_compress", 0, P, I, P, P, P, P, P, c_uint64, library="cusparse")(nnz_compress)
     args = (P, I, I, P, P, P, P, I, P, P, P, P, c_uint64)

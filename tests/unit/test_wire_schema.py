@@ -84,3 +84,34 @@ def test_a_message_declares_what_it_writes(msg, bulk, want) -> None:  # type: ig
 def test_passive_and_queued_are_declared_by_the_classes() -> None:
     assert m.Ping.passive and m.Sync.passive and not m.Launch.passive and not m.MemAlloc.passive
     assert m.Launch.queued and m.MemFree.queued and not m.MemAlloc.queued and not m.CtxSynchronize.queued
+
+
+def test_messages_listing_their_operands_declare_what_they_write() -> None:
+    """A message with ``extents()`` writes exactly the operands it marks written (what dedup's copy-on-write and
+    the hypervisor read): the cuSPARSE conversions and counted operations."""
+    from proto import messages as m
+
+    listed = [c for c in m.MESSAGES.values() if hasattr(c, "extents")]
+    assert {c.kind for c in listed} >= {"sparse_sort", "sparse_gemm", "sparse_compress", "sparse_indices"}
+    msg = m.SparseIndices(to_coo=True, m=4, nnz=6, src=0x1000, dst=0x2000)
+    assert msg.writes([]) == [(0x2000, 24)]
+    gemm = m.SparseGemm(
+        m=2,
+        k=2,
+        n=2,
+        a_nnz=1,
+        a_offsets=8,
+        a_indices=16,
+        a_values=24,
+        b_nnz=1,
+        b_offsets=32,
+        b_indices=40,
+        b_values=48,
+        c_nnz=1,
+        c_offsets=56,
+        c_indices=64,
+        c_values=72,
+        type="f64",
+    )
+    assert gemm.writes([]) == [(56, 12), (64, 4), (72, 8)]
+    assert m.SparseGemm(**{**{f: getattr(gemm, f) for f in gemm.__struct_fields__}, "count": True}).writes([]) == []
