@@ -552,7 +552,11 @@ class MoveIn:
             raise CudaError(codes.INVALID_VALUE, "move_in: too many or too large tensor storages")
         self.blobs = [bytearray(n) for n in msg.blobs]
         info = SessionInfo(tenant=msg.tenant, pid=msg.pid, host_id=msg.host_id, program=msg.program, local=False)
-        s = self.session = Session(server, msg.session, b"\0move-" + self.id.encode(), info, server.backends[0])
+        # NOTE [session devices]: the device its memory was pre-copied to, else the one gpud places it on
+        backend = (
+            prep.backend if prep is not None and prep.backend is not None else server.place_device(-1, msg.tenant)[0]
+        )
+        s = self.session = Session(server, msg.session, b"\0move-" + self.id.encode(), info, backend)
         base, size = msg.arena
         total = sum(sz for _, sz in msg.regions)
         server.hv.admit(msg.tenant, "", msg.tenant)  # room for it (the move order vouched for the tenant)
@@ -592,7 +596,7 @@ class MoveIn:
                 self._fill(msg, prep.written if prep is not None else {})
         except BaseException:
             if prep is not None:
-                prep.release(s.backend)
+                prep.release()
             s.closed = True
             s.free_all()  # gives back what was placed, and the arena
             if reserved > placed:
@@ -707,11 +711,12 @@ class Prep:
     written: dict[int, bytes] = field(default_factory=dict)  # chunk address -> digest of what is there
     starts: list[int] = field(default_factory=list)  # sorted starts of ``allocs``
     until: float = field(default_factory=lambda: time.monotonic() + PREP_S)
+    backend: Any = None  # the device the session will run on here (NOTE [session devices])
 
-    def release(self, backend: Any) -> None:
+    def release(self) -> None:
         """Give back what no session took over."""
         for a in self.allocs.values():
-            backend.free(a)
+            self.backend.free(a)
         self.allocs.clear()
         if self.arena is not None:
             self.arena.close()
@@ -770,7 +775,7 @@ class Moves:
                 raise CudaError(codes.INVALID_HANDLE, f"move_in: no prep {msg.prep!r} of this session from this peer")
         mi = MoveIn(self.server, msg, bulk, prep)
         if prep is not None:
-            prep.release(self.server.backends[0])  # what the session did not keep
+            prep.release()  # what the session did not keep
         mi.peer = identity  # type: ignore[attr-defined]
         self.incoming[mi.id] = mi
         self.by_peer.setdefault(identity, set()).add(mi.id)
@@ -790,14 +795,14 @@ class Moves:
             raise CudaError(codes.INVALID_VALUE, f"move_prep: session {msg.session} is here already")
         for pid, p in list(self.preps.items()):
             if p.session == msg.session:
-                self.preps.pop(pid).release(self.server.backends[0])  # a newer move of the same session
+                self.preps.pop(pid).release()  # a newer move of the same session
         quota = self.server.hv.tenant(msg.tenant).quota
         if sum(n for _, n in msg.regions) > quota:
             raise CudaError(
                 codes.OUT_OF_MEMORY, f"move_prep: the session holds more than tenant {msg.tenant!r} may here"
             )
         prep = Prep(identity, msg.session)
-        backend = self.server.backends[0]
+        backend = prep.backend = self.server.place_device(-1, msg.tenant)[0]
         if msg.regions:
             base, size = msg.arena
             try:
@@ -808,7 +813,7 @@ class Moves:
                     prep.allocs[int(start)] = backend.alloc(int(n), prep.arena, at=int(start))
                 prep.starts = sorted(prep.allocs)
             except CudaError as exc:
-                prep.release(backend)
+                prep.release()
                 raise CudaError(
                     codes.INVALID_VALUE,
                     f"move_prep: the session's memory (0x{base:x}+{size}) cannot be placed here: {exc.message}",
@@ -824,7 +829,7 @@ class Moves:
         prep = self._prep_chunk(identity, msg.prep, msg.addr, n)
         if chunk_digest(data) != msg.digest:
             return {"kept": False}  # torn while it was read: sent again at the freeze
-        self.server.backends[0].copyin(msg.addr, data)
+        prep.backend.copyin(msg.addr, data)
         prep.written[msg.addr] = msg.digest
         return {"kept": True}
 
@@ -850,7 +855,7 @@ class Moves:
             with dedup.lock:
                 c = dedup.store.get(("xxh3_128", d, n))
                 if c is not None:
-                    self.server.backends[0].copyin_from(addr, n, c.mem.addr)
+                    prep.backend.copyin_from(addr, n, c.mem.addr)
                     prep.written[addr] = d
             held.append(c is not None)
         return {"held": held}
@@ -950,7 +955,7 @@ class Moves:
         now = time.monotonic()
         for pid, p in list(self.preps.items()):
             if now > p.until:
-                self.preps.pop(pid).release(self.server.backends[0])
+                self.preps.pop(pid).release()
         for token, (s, deadline) in list(self.resumable.items()):
             if now > deadline:
                 del self.resumable[token]

@@ -360,7 +360,8 @@ class Server:
             self.hv.admit(msg.tenant, msg.token, key_tenant)
             # NOTE [proven locality] (gpud/shm.py): a claim is not proof; the session is local once it proves it
             info = SessionInfo(tenant=msg.tenant, pid=msg.pid, host_id=msg.host_id, program=msg.program, local=False)
-            session = Session(self, sid, identity, info, self.backends[0])
+            backend, why = self.place_device(msg.device, msg.tenant)
+            session = Session(self, sid, identity, info, backend)
             if msg.reservation:
                 session.ext["pool.reservation"] = msg.reservation  # claimed by the pool agent (NOTE [node agent])
         proof = ""
@@ -377,6 +378,8 @@ class Server:
                 pid=msg.pid,
                 claims_local=claims_local,
                 program=msg.program,
+                device=session.backend.ordinal,
+                why=why,
             )
         caps = self.capabilities()
         ckpt = self.hv.tenant(msg.tenant).policy.checkpoint
@@ -391,10 +394,56 @@ class Server:
             heartbeat_s=C.HEARTBEAT_INTERVAL_S,
             capabilities=caps,
             devices=[b.info() for b in self.backends],
+            device=session.backend.ordinal,
             local_proof=proof,
             checkpoint_s=ckpt.interval_s if ckpt is not None else 0.0,
         )
         self._send(identity, encode(reply))
+
+    def place_device(self, want: int = -1, tenant: str = "") -> tuple[Backend, str]:
+        """NOTE [session devices]: the device a new session (or one moving in) runs on, and why.
+
+        A session runs on one device, as a CUDA program started with CUDA_VISIBLE_DEVICES=N does: its client sees
+        that device as its only one (ordinal 0 in its own numbering; ``DeviceInfo.ordinal`` keeps gpud's). A
+        client may ask for one (``WOOLY_DEVICE``, its first ``CUDA_VISIBLE_DEVICES`` entry, or the device a pool
+        reservation was made on); a device gpud does not have is CUDA's invalid-device error at hello. Otherwise
+        gpud places it on the device with the most free memory (what is resident there, dedup'd bytes once), then the
+        fewest sessions, then the lowest ordinal: tenants spread over a node's GPUs instead of piling onto the first
+        one. A tenant policy's ``devices`` narrows the choice (asking for another is CUDA_ERROR_NOT_PERMITTED).
+        Before this, every session ran on the first device, whatever the pool's reservation or the program said."""
+        allowed = self.hv.config.policy(tenant).devices if tenant else None
+        if want >= 0:
+            for b in self.backends:
+                if b.ordinal == want:
+                    if allowed is not None and want not in allowed:
+                        raise CudaError(
+                            codes.NOT_PERMITTED,
+                            f"device {want} was asked for, tenant {tenant!r} may use devices {sorted(allowed)} only",
+                        )
+                    return b, "asked for"
+            n = len(self.backends)
+            raise CudaError(
+                codes.INVALID_DEVICE,
+                f"device {want} was asked for, this gpud has {n} device(s) (ordinals 0 to {n - 1})",
+            )
+        candidates = [b for b in self.backends if allowed is None or b.ordinal in allowed]
+        if not candidates:
+            raise CudaError(
+                codes.INVALID_DEVICE,
+                f"tenant {tenant!r} may use devices {sorted(allowed or [])}, none of which this gpud has "
+                f"(ordinals 0 to {len(self.backends) - 1})",
+            )
+        if len(candidates) == 1:
+            return candidates[0], "the only device" if len(self.backends) == 1 else "the tenant's only device"
+        sessions: dict[int, int] = {}
+        for s in self.sessions.values():
+            sessions[s.backend.ordinal] = sessions.get(s.backend.ordinal, 0) + 1
+        if self.moves is not None:
+            for mi in self.moves.incoming.values():
+                sessions[mi.session.backend.ordinal] = sessions.get(mi.session.backend.ordinal, 0) + 1
+        free = {b.ordinal: b.total_memory - self.hv.physical[b.ordinal] for b in self.backends}
+        best = min(candidates, key=lambda b: (-free[b.ordinal], sessions.get(b.ordinal, 0), b.ordinal))
+        return best, f"most free memory ({free[best.ordinal]} bytes), {sessions.get(best.ordinal, 0)} session(s) there"
 
     def capabilities(self) -> list[str]:
         from gpud.session import EXTENSIONS

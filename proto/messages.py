@@ -82,6 +82,8 @@ class Hello(_Req, tag="hello", kw_only=True):
     capabilities: Annotated[list[Name], Meta(max_length=64)] = msgspec.field(default_factory=list)
     reservation: Name = ""  # NOTE [pool client] (woolyhv/pool/client.py): the pool reservation this session claims
     resume: Name = ""  # NOTE [migration] (gpud/migrate.py): take over the session that moved here under this token
+    # NOTE [session devices] (gpud/server.py): the device ordinal this session asks for; -1: gpud places it
+    device: Annotated[int, Meta(ge=-1, le=1023)] = -1
 
 
 class DeviceInfo(_Msg, kw_only=True):
@@ -104,7 +106,8 @@ class HelloReply(_Req, tag="hello_reply", kw_only=True):
     host_id: Name
     heartbeat_s: float
     capabilities: list[Name] = msgspec.field(default_factory=list)
-    devices: list[DeviceInfo] = msgspec.field(default_factory=list)
+    devices: list[DeviceInfo] = msgspec.field(default_factory=list)  # all of gpud's devices
+    device: int = 0  # NOTE [session devices]: the ordinal of the one the session runs on
     local_proof: Name = ""  # NOTE [proven locality] (gpud/shm.py): the file a same-host client creates
     checkpoint_s: float = 0.0  # NOTE [checkpoints] (gpud/checkpoint.py): the client keeps a replay log when > 0
 

@@ -141,6 +141,13 @@ class ClientSettings(KeySettings):
         "key takes the session without a token (default: a fresh pair per connection)",
     )
     insecure: bool = Field(False, description="speak to a `tcp://` gpud in clear (one started `--insecure`)")
+    device: Annotated[int, _range(-1, 1023, "expected a device ordinal from 0 to 1023, or -1 (gpud places it)")] = (
+        Field(
+            -1,
+            description="the gpud device the session runs on (the program sees it as its one device); `-1`: the "
+            "first `CUDA_VISIBLE_DEVICES` entry if it is a number, else gpud places it (a pool places it itself)",
+        )
+    )
     timeout_s: Seconds = Field(
         4.0, description="seconds of gpud silence after which a call fails with `CUDA_ERROR_DEVICE_UNAVAILABLE`"
     )

@@ -81,6 +81,7 @@ class Connection:
         capabilities: Sequence[str] = (),
         server_key: str = "",
         reservation: str = "",
+        device: int = -1,
         probe_s: float = 0.0,
         replay_log_mb: int = 1024,
     ) -> None:
@@ -135,12 +136,16 @@ class Connection:
         self.moves = 0
         self.on_move: list[Any] = []  # callbacks(conn) after the session moved to another node
         self._creds = (tenant, token, reservation, list(capabilities), program or " ".join(sys.argv)[:200])
+        self._device = device
         self.server_key = server_key
         self.round_trips = 0
         self.batches = 0
         reply, _ = self.call(self._hello(), timeout_s=connect_timeout_s)
         self.session: str = reply.session
-        self.devices: list[dict[str, Any]] = [msgspec.structs.asdict(d) for d in reply.devices]
+        self.node_devices: list[dict[str, Any]] = []  # all of gpud's devices (``wooly devices``)
+        self.devices: list[dict[str, Any]] = []  # the session's view: its one device (NOTE [session devices])
+        self.device = 0  # gpud's ordinal of that device
+        self._take_devices(reply)
         self.server_version: str = reply.server_version
         self.server_capabilities: list[str] = reply.capabilities
         self.same_host = reply.host_id == host_id() and self._prove_local(reply.local_proof)
@@ -149,6 +154,13 @@ class Connection:
         _CONNECTIONS.add(self)
         self._hb = threading.Thread(target=self._heartbeat, name="wooly-heartbeat", daemon=True)
         self._hb.start()
+
+    def _take_devices(self, reply: m.HelloReply) -> None:
+        if not reply.devices:
+            return
+        self.node_devices = [msgspec.structs.asdict(d) for d in reply.devices]
+        self.device = reply.device
+        self.devices = [d for d in self.node_devices if d["ordinal"] == reply.device][:1]
 
     def _hello(self, resume: str = "") -> m.Hello:
         tenant, token, reservation, caps, program = self._creds
@@ -163,6 +175,7 @@ class Connection:
             capabilities=caps,
             reservation=reservation,
             resume=resume,
+            device=-1 if resume else self._device,
         )
 
     def _probe(self, endpoint: str, probe_s: float) -> None:
@@ -439,7 +452,7 @@ class Connection:
             )
             raise self._dead
         self.server_capabilities = reply.capabilities
-        self.devices = [msgspec.structs.asdict(d) for d in reply.devices] or self.devices
+        self._take_devices(reply)
         self.moves += 1
         self._seq = executed
         self._record = []

@@ -63,7 +63,7 @@ def driver() -> Driver:
                 codes.NO_DEVICE,
                 "no gpud to talk to: set WOOLY_SERVER=tcp://host:5555 or run the program with `wooly run`",
             )
-        endpoint, server_key, reservation = s.server, "", ""
+        endpoint, server_key, reservation, device = s.server, "", "", requested_device(s.device)
         if s.server.startswith("pool://"):  # NOTE [pool client] (woolyhv/pool/client.py)
             from woolyhv.pool.client import PoolError, place_for_settings
 
@@ -74,6 +74,7 @@ def driver() -> Driver:
             except ConfigError as exc:
                 raise CudaError(codes.NOT_INITIALIZED, str(exc)) from None
             endpoint, server_key, reservation = placed.endpoint, placed.server_key, placed.reservation
+            device = placed.device  # the device the reservation was made on
         try:
             conn = Connection(
                 endpoint,
@@ -83,6 +84,7 @@ def driver() -> Driver:
                 connect_timeout_s=s.connect_timeout_s,
                 server_key=server_key,
                 reservation=reservation,
+                device=device,
                 probe_s=s.probe_s,
                 replay_log_mb=s.replay_log_mb,
             )
@@ -92,6 +94,16 @@ def driver() -> Driver:
             raise
         _driver = Driver(conn)
         return _driver
+
+
+def requested_device(setting: int) -> int:
+    """NOTE [session devices] (gpud/server.py): the gpud device a program asks for: ``WOOLY_DEVICE``, else the first
+    entry of ``CUDA_VISIBLE_DEVICES`` when it is an ordinal (a script written for a multi-GPU machine that picks its
+    GPU that way gets that device of gpud), else -1 (gpud places the session)."""
+    if setting >= 0:
+        return setting
+    first = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    return int(first) if first.isdigit() and int(first) <= 1023 else -1
 
 
 def connect(endpoint: str, **kwargs) -> Driver:

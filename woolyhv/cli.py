@@ -16,7 +16,7 @@ app = typer.Typer(
 )
 
 
-def _make_backends(kind: str, cpu_memory: int, bounds_check: bool = True):
+def _make_backends(kind: str, cpu_memory: int, bounds_check: bool = True, cpu_devices: int = 1):
     from gpud.backends.cpu import CpuBackend
     from proto.settings import ConfigError
 
@@ -39,7 +39,9 @@ def _make_backends(kind: str, cpu_memory: int, bounds_check: bool = True):
             if am:
                 am_note = f"amdsmi sees {len(am)} device(s), but gpud has no ROCm execution backend yet"
             log.event("gpud.backend", chosen="cpu", why=f"nvidia: {nv_note}; amd: {am_note}")
-        return [CpuBackend(0, memory_bytes=cpu_memory or None, bounds_check=bounds_check)]
+        # --cpu-devices N: N devices on the host's cores (NOTE [session devices]), the host's memory split among them
+        each = cpu_memory or (_host_memory() // cpu_devices if cpu_devices > 1 else 0)
+        return [CpuBackend(i, memory_bytes=each or None, bounds_check=bounds_check) for i in range(cpu_devices)]
     if kind == "nvidia":
         from gpud.backends import nvidia
 
@@ -50,6 +52,12 @@ def _make_backends(kind: str, cpu_memory: int, bounds_check: bool = True):
     raise ConfigError(f"--backend={kind!r}: expected one of auto, cpu, nvidia")
 
 
+def _host_memory() -> int:
+    from gpud.backends.cpu import _host_memory_bytes
+
+    return _host_memory_bytes()
+
+
 @app.command()
 def gpud(
     listen: Annotated[list[str], typer.Option(help="endpoint(s) to bind: tcp://0.0.0.0:5555, ipc:///path")] = [  # noqa: B006
@@ -58,7 +66,8 @@ def gpud(
     backend: Annotated[str, typer.Option(help="auto, cpu or nvidia")] = "auto",
     log_level: Annotated[str, typer.Option(help="debug, info, warning")] = "info",
     owner_pid: Annotated[int | None, typer.Option(help="exit when this process exits (embedded mode)")] = None,
-    cpu_memory: Annotated[int, typer.Option(help="bytes the CPU backend offers (0 = host RAM)")] = 0,
+    cpu_memory: Annotated[int, typer.Option(help="bytes each CPU device offers (0 = host RAM, split among them)")] = 0,
+    cpu_devices: Annotated[int, typer.Option(help="CPU backend: devices to offer (sessions are spread over them)")] = 1,
     config: Annotated[
         str | None, typer.Option(help="hypervisor config file (TOML or YAML): tenants, quotas ...")
     ] = None,
@@ -146,6 +155,10 @@ def gpud(
         raise ConfigError(f"--log-level={log_level!r}: expected one of debug, info, warning, error")
     if cpu_memory < 0:
         raise ConfigError(f"--cpu-memory={cpu_memory}: expected a number of bytes >= 0 (0: the host's memory)")
+    if not 1 <= cpu_devices <= 64:
+        raise ConfigError(f"--cpu-devices={cpu_devices}: expected a whole number of devices from 1 to 64")
+    if cpu_devices > 1 and backend == "nvidia":
+        raise ConfigError(f"--cpu-devices={cpu_devices}: only the CPU backend has devices to choose the number of")
 
     if join:  # the pool's flags are checked before anything is bound
         from woolyhv.pool.join import check_join
@@ -185,7 +198,10 @@ def gpud(
         hv_config.aten.executors = executors
     try:
         server = Server(
-            listen, _make_backends(backend, cpu_memory, bounds_check), hypervisor=hv_config, insecure=insecure
+            listen,
+            _make_backends(backend, cpu_memory, bounds_check, cpu_devices),
+            hypervisor=hv_config,
+            insecure=insecure,
         )
     except ListenError as exc:
         raise ConfigError(str(exc)) from None
@@ -222,7 +238,7 @@ def devices(
                 "total_mem": d["total_mem"],
                 "detail": f"sm_{d['compute_capability'][0]}{d['compute_capability'][1]}",
             }
-            for d in conn.devices
+            for d in conn.node_devices
         ]
         conn.close()
         result = {"server": server, "devices": devs}
@@ -315,7 +331,7 @@ def ps(
             f"device {d['ordinal']} {d['backend']} {d['name']}: {_human(d['used'])} / {_human(d['total_mem'])} used"
         )
     typer.echo(
-        f"{'session':12}  {'tenant':10}  {'pid':>7}  {'memory':>10}  {'allocs':>6}  {'mods':>4}  {'strm':>4}  {'evts':>4}  {'age':>8}  {'moves':>5}  {'checkpoint':24}  program"
+        f"{'session':12}  {'tenant':10}  {'pid':>7}  {'dev':>3}  {'memory':>10}  {'allocs':>6}  {'mods':>4}  {'strm':>4}  {'evts':>4}  {'age':>8}  {'moves':>5}  {'checkpoint':24}  program"
     )
     now = time.time()
     for s in info["sessions"]:
@@ -325,7 +341,7 @@ def ps(
             "checkpoint": {"at": ck["at"], "standby": ck["standby"]} if ck.get("at") else {},
         }
         typer.echo(
-            f"{s['session']:12}  {s['tenant'][:10]:10}  {s['pid']:>7}  {_human(s['memory_used']):>10}  {s['allocations']:>6}  "
+            f"{s['session']:12}  {s['tenant'][:10]:10}  {s['pid']:>7}  {s.get('device', 0):>3}  {_human(s['memory_used']):>10}  {s['allocations']:>6}  "
             f"{s['modules']:>4}  {s['streams']:>4}  {s['events']:>4}  {s['age_s']:>7.1f}s  {s.get('moves', 0):>5}  "
             f"{_checkpoint(row, now):24}  {s['program'][:40]}"
         )

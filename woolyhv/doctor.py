@@ -149,7 +149,9 @@ class Doctor:
         from shim.client import Connection
 
         s = self.s
-        endpoint, key, reservation = s.server, "", ""
+        from shim.runtime import requested_device
+
+        endpoint, key, reservation, device = s.server, "", "", requested_device(s.device)
         if not endpoint:
             from woolyhv.launcher import start_gpud
 
@@ -179,6 +181,7 @@ class Doctor:
                 )
                 placed = pc.place(PlaceRequest(tenant=s.tenant, memory=1 << 20, deadline_s=5.0, program="wooly doctor"))
                 endpoint, key, reservation = placed.endpoint, placed.server_key, placed.reservation
+                device = placed.device
                 self.add(OK, "placement", f"node {placed.node} at {endpoint} (decision {placed.decision})")
             except PoolError as exc:
                 self.add(
@@ -202,6 +205,7 @@ class Doctor:
                 probe_s=s.probe_s,
                 server_key=key,
                 reservation=reservation,
+                device=device,
                 program="wooly doctor",
             )
         except CudaError as exc:
@@ -228,8 +232,12 @@ class Doctor:
     def backend(self) -> bool:
         from gpud import discovery
 
-        devs = self.conn.devices
-        names = ", ".join(f"{d['backend']}:{d['name']}" for d in devs)
+        devs = self.conn.node_devices
+        names = ", ".join(
+            f"{d['backend']}:{d['name']}"
+            + (" (this session's)" if len(devs) > 1 and d["ordinal"] == self.conn.device else "")
+            for d in devs
+        )
         nv, nv_note = discovery.nvidia()
         status, fix = OK, ""
         if devs and all(d["backend"] == "cpu" for d in devs):

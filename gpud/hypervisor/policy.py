@@ -44,6 +44,7 @@ A config file looks like this (TOML; the same keys work in YAML)::
     max_kernel_s = 30             # a kernel running longer fails with CUDA_ERROR_LAUNCH_TIMEOUT (0 = no limit)
     token = "s3cret"
     keys = ["<z85 public key>"]   # client keys bound to alice (`wooly keys --client NAME`): no token needed with one
+    devices = [0, 1]              # the devices alice's sessions may run on (default: any; `devices=0;1` in a spec)
 
 CLI flags (``wooly gpud --tenant alice:quota=6GiB,weight=3 --metrics-port 9400``) override the file.
 """
@@ -98,6 +99,18 @@ class TenantPolicy(_Cfg):
     keys: list[str] = Field(default_factory=list)  # client public keys (Z85) bound to this tenant (gpud/zap.py)
     sleepable: bool = True  # may be put to sleep at all
     checkpoint: CheckpointPolicy | None = None  # NOTE [checkpoints]; ``checkpoint=10`` in a --tenant spec
+    # NOTE [session devices] (gpud/server.py): the device ordinals its sessions may run on; None: any of them
+    devices: list[Annotated[int, Field(ge=0, le=1023)]] | None = Field(None, max_length=1024)
+
+    @field_validator("devices", mode="before")
+    @classmethod
+    def _devices(cls, v: Any) -> Any:
+        if isinstance(v, str):  # ``devices=0;1`` in a --tenant spec
+            try:
+                return [int(x) for x in v.replace(";", " ").split()]
+            except ValueError:
+                raise ValueError(f"devices: {v!r} is not a list of device ordinals (devices=0;1)") from None
+        return v
 
     @field_validator("checkpoint", mode="before")
     @classmethod

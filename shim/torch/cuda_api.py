@@ -31,18 +31,12 @@ from shim.torch.cuda_memory import (
 
 
 def _devices() -> list[dict[str, Any]]:
-    devs = S.stream().driver.devices
+    """The session's view: its one device (NOTE [session devices] in gpud/server.py; CUDA_VISIBLE_DEVICES chose it
+    at hello, and an empty one hides it)."""
     vis = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if vis is None or vis.strip() == "":
-        return devs if vis is None else []
-    out = []
-    for part in vis.split(","):
-        part = part.strip()
-        if part.isdigit() and int(part) < len(devs):
-            out.append(devs[int(part)])
-        else:
-            break  # CUDA stops at the first invalid entry
-    return out
+    if vis is not None and vis.strip() == "":
+        return []
+    return list(S.stream().driver.devices)
 
 
 def _dev(device: Any = None) -> dict[str, Any]:
@@ -83,14 +77,18 @@ def is_available() -> bool:
         return True
     except CudaError as exc:
         _absent = str(exc)
-        print(f"wooly: torch.cuda.is_available() is False: {exc.name}: {exc.message}", file=sys.stderr)
+        print(f"wooly: no CUDA device for this program: {exc.name}: {exc.message}", file=sys.stderr)
         return False
 
 
 def device_count() -> int:
+    """0 when there is no session (no gpud, or it refused the hello: a device it lacks), said once as
+    ``is_available`` says it; CUDA without a driver counts none the same way."""
+    if not is_available():
+        return 0
     try:
         return len(_devices())
-    except Exception:  # noqa: BLE001 - no gpud: no devices, as CUDA without a driver
+    except Exception:  # noqa: BLE001 - the connection went away since: no devices
         return 0
 
 
@@ -101,6 +99,14 @@ def get_device_name(device: Any = None) -> str:
 def get_device_capability(device: Any = None) -> tuple[int, int]:
     cc = _dev(device)["compute_capability"]
     return int(cc[0]), int(cc[1])
+
+
+def _pci(text: str) -> tuple[int, int, int]:
+    try:
+        domain, bus, rest = text.split(":")
+        return int(domain, 16), int(bus, 16), int(rest.split(".")[0], 16)
+    except ValueError:
+        return 0, 0, 0
 
 
 class DeviceProperties:
@@ -118,6 +124,14 @@ class DeviceProperties:
         self.gcnArchName = "NVIDIA"
         self.max_threads_per_multi_processor = int(attrs.get(39, 2048))
         self.regs_per_multiprocessor = 65536
+        self.clock_rate = int(attrs.get(13, 0))
+        self.memory_clock_rate = int(attrs.get(36, 0))
+        self.memory_bus_width = int(attrs.get(37, 0))
+        self.shared_memory_per_block = int(attrs.get(8, 49152))
+        self.shared_memory_per_multiprocessor = int(attrs.get(81, 0))
+        # where the device sits ("dddd:bb:dd.f"): which of gpud's devices this session runs on
+        domain, bus, dev = _pci(str(d.get("pci_bus_id", "")))
+        self.pci_domain_id, self.pci_bus_id, self.pci_device_id = domain, bus, dev
 
     def __repr__(self) -> str:
         return (

@@ -98,11 +98,9 @@ def check_ordinal(dev: Any) -> None:
 
         n = device_count()
         if not 0 <= idx < n:
-            raise RuntimeError(f"CUDA error: invalid device ordinal (cuda:{idx} requested, {n} device(s) on this gpud)")
-        if idx != 0:
             raise RuntimeError(
-                f"wooly: cuda:{idx}: one device per session is supported yet (use cuda:0, or select "
-                "the device with CUDA_VISIBLE_DEVICES)"
+                f"CUDA error: invalid device ordinal (cuda:{idx} requested, {n} device(s) visible: a session runs on "
+                "one gpud device; pick it with WOOLY_DEVICE or CUDA_VISIBLE_DEVICES)"
             )
 
 

@@ -1,0 +1,156 @@
+"""A gpud with several devices (NOTE [session devices] in gpud/server.py): each session runs on one, placed by free
+memory unless the program asks for one, and sees it as its only device; a device gpud lacks is CUDA's invalid-device
+error. Run against a real gpud offering two CPU devices (``--cpu-devices 2``)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from proto.errors import CudaError
+from shim.client import Connection
+from shim.driver import Driver
+from woolyhv.top import admin_call
+
+ROOT = Path(__file__).resolve().parents[2]
+DEV_MEM = 256 << 20
+
+
+@pytest.fixture(scope="module")
+def gpud2() -> Iterator[str]:
+    from woolyhv.launcher import start_gpud
+
+    endpoint, proc = start_gpud(
+        log_level="warning",
+        extra_args=["--cpu-devices", "2", "--cpu-memory", str(DEV_MEM), "--tenant", "pinned:devices=1"],
+    )
+    yield endpoint
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def _used(endpoint: str) -> dict[int, int]:
+    return {d["ordinal"]: d["used"] for d in admin_call(endpoint)["devices"]}
+
+
+def _session_device(endpoint: str, conn: Connection) -> int:
+    (row,) = [s for s in admin_call(endpoint)["sessions"] if s["session"] == conn.session]
+    return int(row["device"])
+
+
+def test_sessions_spread_by_free_memory(gpud2: str) -> None:
+    a = Driver(Connection(gpud2))
+    b = c = None
+    try:
+        assert a.conn.device == 0  # a tie: the lowest ordinal
+        assert [d["ordinal"] for d in a.conn.node_devices] == [0, 1]
+        assert len(a.conn.devices) == 1 and a.conn.devices[0]["ordinal"] == 0  # its one device
+        assert a.device_get_count() == 1
+        p = a.mem_alloc(64 << 20)
+        a.memcpy_htod(p, bytes(1 << 20))
+        a.ctx_synchronize()
+        assert _used(gpud2)[0] >= 64 << 20 and _used(gpud2)[1] == 0
+        b = Driver(Connection(gpud2))
+        assert b.conn.device == 1  # more free memory there
+        assert _session_device(gpud2, b.conn) == 1
+        q = b.mem_alloc(96 << 20)
+        b.memcpy_htod(q, b"\x07" * 4096)
+        assert _used(gpud2)[1] >= 96 << 20
+        c = Driver(Connection(gpud2))
+        assert c.conn.device == 0  # 192 MiB free on device 0 against 160 MiB on device 1
+        # the data path is the device's: what b wrote on device 1 reads back
+        assert bytes(b.memcpy_dtoh(q, 4096)) == b"\x07" * 4096
+    finally:
+        for d in (a, b, c):
+            if d is not None:
+                d.conn.close()
+
+
+def test_asked_for_device_and_a_missing_one(gpud2: str) -> None:
+    d = Driver(Connection(gpud2, device=1))
+    try:
+        assert d.conn.device == 1 and _session_device(gpud2, d.conn) == 1
+        props = d.conn.devices[0]
+        assert props["ordinal"] == 1 and props["pci_bus_id"] == "0000:00:01.0"
+        assert props["total_mem"] == DEV_MEM
+        free, total = d.mem_get_info()
+        assert total == DEV_MEM and 0 < free <= DEV_MEM
+    finally:
+        d.conn.close()
+    with pytest.raises(CudaError) as err:
+        Connection(gpud2, device=2)
+    assert err.value.name == "CUDA_ERROR_INVALID_DEVICE"
+    assert "device 2 was asked for, this gpud has 2 device(s)" in err.value.message
+
+
+def test_a_tenant_policy_narrows_the_devices(gpud2: str) -> None:
+    a = Connection(gpud2, tenant="pinned")
+    try:
+        assert a.device == 1  # the tenant's only device, whatever the other has free
+    finally:
+        a.close()
+    with pytest.raises(CudaError) as err:
+        Connection(gpud2, tenant="pinned", device=0)
+    assert err.value.name == "CUDA_ERROR_NOT_PERMITTED"
+    assert "tenant 'pinned' may use devices [1] only" in err.value.message
+
+
+def _wooly(*args: str, timeout: float = 60, **env: str) -> subprocess.CompletedProcess[str]:
+    """``python -m <args>`` with this checkout importable and ``env`` added."""
+    e = dict(os.environ)
+    e["PYTHONPATH"] = str(ROOT) + (os.pathsep + e["PYTHONPATH"] if e.get("PYTHONPATH") else "")
+    e.update({"OMP_WAIT_POLICY": "PASSIVE", **env})
+    return subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, env=e, timeout=timeout)
+
+
+def _run(endpoint: str, code: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return _wooly("woolyhv", "run", "python", "-c", code, timeout=180, WOOLY_SERVER=endpoint, **env)
+
+
+TORCH_PROBE = """
+import torch
+print("count", torch.cuda.device_count())
+print("pci", torch.cuda.get_device_properties(0).pci_device_id)
+x = torch.arange(6.0, device="cuda").reshape(2, 3)
+print("sum", float((x @ x.T).sum()))
+try:
+    torch.ones(2, device="cuda:1")
+except RuntimeError as exc:
+    print("cuda1", str(exc).splitlines()[0])
+"""
+
+
+def test_torch_program_picks_its_device(gpud2: str) -> None:
+    pytest.importorskip("torch")
+    p = _run(gpud2, TORCH_PROBE, CUDA_VISIBLE_DEVICES="1")
+    assert p.returncode == 0, p.stderr[-3000:]
+    out = p.stdout
+    assert "count 1" in out
+    assert "pci 1" in out  # gpud's device 1, the program's only one
+    assert "sum 83.0" in out  # [[0,1,2],[3,4,5]] @ its transpose is [[5,14],[14,50]]
+    assert "cuda1 CUDA error: invalid device ordinal (cuda:1 requested, 1 device(s) visible" in out
+    p = _run(gpud2, "import torch; print('count', torch.cuda.device_count())", WOOLY_DEVICE="7")
+    text = p.stdout + p.stderr
+    assert "count 0" in text
+    assert "CUDA_ERROR_INVALID_DEVICE" in text and "device 7 was asked for" in text
+
+
+def test_cli_lists_every_device_and_refuses_bad_counts(gpud2: str) -> None:
+    p = _wooly("woolyhv", "devices", "--server", gpud2, "--json")
+    assert p.returncode == 0, p.stderr
+    assert '"index": 1' in p.stdout and '"index": 0' in p.stdout
+    gpud = ("gpud", "--listen", "ipc:///tmp/wooly-nodev.sock", "--backend", "cpu")
+    p = _wooly(*gpud, "--cpu-devices", "0")
+    assert p.returncode != 0
+    assert "--cpu-devices=0: expected a whole number of devices from 1 to 64" in p.stderr
+    p = _wooly(*gpud, "--tenant", "x:devices=a")
+    assert p.returncode != 0
+    assert "devices: 'a' is not a list of device ordinals (devices=0;1)" in p.stderr, p.stderr
