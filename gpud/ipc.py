@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpud.errors import CudaError, codes
-from gpud.session import CLOSE_HOOKS, KEEP_HOOKS, Region, Session, extension
+from gpud.session import CLOSE_HOOKS, KEEP_HOOKS, Event, Region, Session, extension
 from gpud.streams import when_all
 from proto import messages as m
 
@@ -128,5 +128,60 @@ def _close(session: Session) -> None:
             _release(session, e, all_opens=True)
 
 
+# NOTE [ipc events]: cuIpcGetEventHandle of an event created with CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING
+# gives a 64-byte handle (a random token, as for memory); cuIpcOpenEventHandle in another session of the same tenant
+# makes a handle of that session name the same gpud event, so a record on either side is what a wait, query or
+# synchronise on the other sees (markers work across sessions' streams). The token stops opening when its exporting
+# session ends; an opened event lives on until the importer destroys it. A wait on it holds only the importer's
+# own stream, and only a session of the exporter's tenant can open it.
+EMAGIC = b"WOOLYEVT"
+_CU_EVENT_DISABLE_TIMING, _CU_EVENT_INTERPROCESS = 0x2, 0x4
+_events: dict[bytes, tuple[Session, Event]] = {}
+
+
+@extension("ipc_event_get")
+def ipc_event_get(session: Session, msg: m.IpcEventGet, bulk: list[Any]) -> bytes:
+    ev = session._event(msg.event)
+    if not ev.flags & _CU_EVENT_INTERPROCESS or not ev.flags & _CU_EVENT_DISABLE_TIMING:
+        raise CudaError(
+            codes.INVALID_VALUE,
+            "cuIpcGetEventHandle: the event was not created with CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING",
+        )
+    with _lock:
+        if not ev.ipc_token:
+            ev.ipc_token = secrets.token_bytes(24)
+            _events[ev.ipc_token] = (session, ev)
+            session.ext.setdefault("ipc_event_tokens", []).append(ev.ipc_token)
+            session.ext["ipc_exported"] = True  # its handles name this gpud: the session cannot move
+        return EMAGIC + ev.ipc_token + bytes(32)
+
+
+@extension("ipc_event_open")
+def ipc_event_open(session: Session, msg: m.IpcEventOpen, bulk: list[Any]) -> None:
+    h = msg.handle
+    with _lock:
+        found = _events.get(h[8:32]) if h[:8] == EMAGIC and not any(h[32:]) else None
+        if found is None:
+            raise CudaError(
+                codes.INVALID_VALUE, "cuIpcOpenEventHandle: not a valid IPC event handle, or its process has ended"
+            )
+        owner, ev = found
+        if owner is session:
+            raise CudaError(codes.INVALID_CONTEXT, "cuIpcOpenEventHandle: the event belongs to this context already")
+        if owner.info.tenant != session.info.tenant:
+            raise CudaError(codes.INVALID_VALUE, "cuIpcOpenEventHandle: the handle belongs to another tenant")
+    if msg.event in session.events:
+        raise CudaError(codes.INVALID_HANDLE, f"event handle {msg.event} is already in use")
+    session.room(len(session.events), "events")
+    session.events[msg.event] = ev
+
+
+def _close_events(session: Session) -> None:
+    with _lock:
+        for token in session.ext.get("ipc_event_tokens", ()):
+            _events.pop(token, None)
+
+
 KEEP_HOOKS.append(_keep)
 CLOSE_HOOKS.append(_close)
+CLOSE_HOOKS.append(_close_events)

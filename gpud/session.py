@@ -63,6 +63,7 @@ INLINE_BYTES = 4 << 20
 class Event:
     flags: int
     marker: Marker | None = None
+    ipc_token: bytes = b""  # NOTE [ipc events] (gpud/ipc.py): set once it has an IPC handle
 
 
 @dataclass

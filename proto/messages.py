@@ -1138,6 +1138,18 @@ class IpcClose(_Req, tag="ipc_close", kw_only=True):
     addr: U64
 
 
+# NOTE [ipc events] (gpud/ipc.py): ``ipc_event_get`` turns an event created with CU_EVENT_INTERPROCESS into a
+# 64-byte handle; ``ipc_event_open`` in another session of the same tenant makes ``event`` (a handle the client
+# chose) name that same event there. Returns: handle bytes / nothing.
+class IpcEventGet(_Req, tag="ipc_event_get", kw_only=True):
+    event: Handle
+
+
+class IpcEventOpen(_Req, tag="ipc_event_open", kw_only=True):
+    handle: IpcHandle
+    event: Handle
+
+
 # ---------------------------------------------------------------- ATen (the PyTorch face)
 # NOTE [aten wire]: one op is a 4-element list ``[name, args, kwargs, outs]``: ``name`` is an ATen
 # overload ("aten.add.Tensor") or a wooly pseudo-op ("wooly.free", "wooly.upload", "wooly.seed"),

@@ -357,6 +357,17 @@ class Driver:
             raise CudaError(codes.INVALID_HANDLE, f"invalid event handle {h}")
         return h
 
+    def ipc_get_event_handle(self, event: int) -> bytes:
+        """NOTE [ipc events] (gpud/ipc.py): a 64-byte handle another process of this tenant can open."""
+        handle, _ = self.conn.call(m.IpcEventGet(event=self._event(event)))
+        return bytes(handle)
+
+    def ipc_open_event_handle(self, handle: bytes) -> int:
+        h = self._new_id()
+        self.conn.call(m.IpcEventOpen(handle=bytes(handle), event=h))
+        self.events.add(h)
+        return h
+
     def event_record(self, event: int, stream: int = 0) -> None:
         self.conn.post(m.EventRecord(event=self._event(event), stream=self._stream(stream)))
 

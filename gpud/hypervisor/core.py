@@ -195,7 +195,17 @@ class Hypervisor:
 
     def committed(self, ordinal: int) -> int:
         """Memory handed out: resident on the device plus moved out by sleep (dedup'd bytes once)."""
-        return self.physical[ordinal] + sum(t.slept_bytes for t in self.tenants.values())
+        if len(self.total) == 1:
+            return self.physical[ordinal] + sum(t.slept_bytes for t in self.tenants.values())
+        # NOTE [session devices]: what slept from this device (a tenant's sessions may sit on several)
+        return self.physical[ordinal] + sum(
+            item.size
+            for t in self.tenants.values()
+            if t.slept_bytes
+            for s in t.sessions.values()
+            if s.backend.ordinal == ordinal
+            for item in s.ext.get("hv.slept", ())
+        )
 
     def make_room(self, requester: Tenant, ordinal: int, size: int) -> None:
         """Sleep idle lower-priority tenants until ``size`` bytes fit (priority-aware victim choice)."""

@@ -414,3 +414,35 @@ else:  # AArch64 (AAPCS64) passes a struct larger than 16 bytes as a pointer to 
 @api("cuIpcCloseMemHandle", 4010, D)
 def cuIpcCloseMemHandle(ptr: int) -> None:
     STATE.driver().ipc_close_mem_handle(ptr)
+
+
+# NOTE [ipc events] (gpud/ipc.py)
+_CU_EVENT_IPC_FLAGS = 0x6  # CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING: what an opened event was created with
+
+
+@api("cuIpcGetEventHandle", 4010, P, P)
+def cuIpcGetEventHandle(handle_out: int, event: int | None) -> None:
+    if not handle_out:
+        raise CudaError(codes.INVALID_VALUE, "cuIpcGetEventHandle: handle pointer is NULL")
+    ctypes.memmove(handle_out, STATE.driver().ipc_get_event_handle(int(event or 0)), _IPC_SIZE)
+
+
+def _open_event(out: int, handle: bytes) -> None:
+    if not out:
+        raise CudaError(codes.INVALID_VALUE, "cuIpcOpenEventHandle: output pointer is NULL")
+    STATE.require_current()
+    h = STATE.driver().ipc_open_event_handle(handle)
+    STATE.event_flags[h] = _CU_EVENT_IPC_FLAGS
+    put_u64(out, h)
+
+
+if platform.machine() in ("x86_64", "AMD64"):
+    # the 64-byte handle by value: on the stack after the five unused argument registers (as cuIpcOpenMemHandle)
+    @api("cuIpcOpenEventHandle", 4010, P, *([c_uint64] * 13))
+    def cuIpcOpenEventHandle(out: int, _r1: int, _r2: int, _r3: int, _r4: int, _r5: int, *words: int) -> None:
+        _open_event(out, b"".join(int(w).to_bytes(8, "little") for w in words))
+else:
+
+    @api("cuIpcOpenEventHandle", 4010, P, P)
+    def cuIpcOpenEventHandle(out: int, handle: int) -> None:
+        _open_event(out, ctypes.string_at(handle, _IPC_SIZE))

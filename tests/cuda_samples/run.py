@@ -7,8 +7,12 @@
 The checkout is github:NVIDIA/cuda-samples (fetch it; nothing here downloads). The samples taken are
 those of ``0_Introduction``, ``2_Concepts_and_Techniques``, ``3_CUDA_Features`` and ``4_CUDA_Libraries``
 that need no graphics, no MPI/NvSci and no second GPU (EXCLUDED says why each other one is left out).
-Each is built three ways: nvcc's default (static cudart), ``-cudart shared``, and PTX only
-(``-gencode arch=compute_80,code=compute_80``), then run with its own folder as the working directory
+Each is built four ways: nvcc's default (static cudart), ``-cudart shared``, PTX only
+(``-gencode arch=compute_80,code=compute_80``), and ``cmake``: the architectures the sample's own CMakeLists.txt
+lists (``CMAKE_CUDA_ARCHITECTURES``, machine code and PTX for each, as CMake builds them) up to the virtual
+device's compute capability 8.0, the ones a driver would choose from for it (nvcc's default is sm_75 alone, and a
+sample may take another code path below sm_80: reduction's default kernel sums with ``__reduce_add_sync`` from
+sm_80 on and with shuffles from lanes outside its mask below, which is undefined), then run with its own folder as the working directory
 against one CPU gpud. A sample passes when it exits 0 and prints its own pass line (for the few whose
 sources print none, exit status 0 alone: ``judged_by`` in each record says which). A sample that
 cannot be built here (a CUDA library that is not installed) is recorded as ``unbuilt`` with the
@@ -38,7 +42,20 @@ WAYS = {
     "static": [],
     "shared": ["-cudart", "shared"],
     "ptx": ["-gencode", "arch=compute_80,code=compute_80"],
+    "cmake": [],  # the sample's own architectures: cmake_arch_flags
 }
+DEVICE_CC = 80  # what the CPU gpud reports
+
+
+def cmake_arch_flags(cmake: str) -> list[str]:
+    """``--generate-code`` for each architecture of ``set(CMAKE_CUDA_ARCHITECTURES ...)`` up to DEVICE_CC (both
+    machine code and PTX, as CMake does for a bare number); nvcc's default where the file names none."""
+    found = re.search(r"set\(CMAKE_CUDA_ARCHITECTURES\s+([^)]*)\)", cmake)
+    archs = [int(a) for a in re.findall(r"\b(\d+)\b", found.group(1))] if found else []
+    flags = []
+    for a in sorted(x for x in archs if x <= DEVICE_CC):
+        flags += ["-gencode", f"arch=compute_{a},code=[sm_{a},compute_{a}]"]
+    return flags
 EXCLUDED = {
     **dict.fromkeys(
         [
@@ -157,7 +174,8 @@ def build(checkout: str, cat: str, name: str, way: str, outdir: str) -> tuple[st
         names = {os.path.basename(t) for t in listed.group(1).split()}
         files = named or [f for f in files if os.path.basename(f) in names] or files
     files = [f for f in files if not re.search(r"(_win|_mac|_gl)\.", os.path.basename(f))]
-    flags = ["-std=c++17", "--extended-lambda", "-I", os.path.join(checkout, "Common"), "-I", src, *WAYS[way]]
+    way_flags = cmake_arch_flags(cmake) if way == "cmake" else WAYS[way]
+    flags = ["-std=c++17", "--extended-lambda", "-I", os.path.join(checkout, "Common"), "-I", src, *way_flags]
     for inc in ("inc", "include"):
         if os.path.isdir(os.path.join(src, inc)):
             flags += ["-I", os.path.join(src, inc)]
@@ -201,7 +219,7 @@ def build(checkout: str, cat: str, name: str, way: str, outdir: str) -> tuple[st
     # built here with this way's architecture flags, so "static"/"shared" carry nvcc's default PTX too
     for kind, out_name in re.findall(r'set\(CUDA_(FATBIN|PTX)_FILE\s+"[^"]*/([\w.]+)"', cmake):
         for kernel in sorted(kernels):
-            arch = [] if way == "shared" else WAYS[way]
+            arch = [] if way == "shared" else way_flags
             steps.append(
                 [
                     _nvcc(),

@@ -103,6 +103,19 @@ def test_a_tenant_policy_narrows_the_devices(gpud2: str) -> None:
     assert "tenant 'pinned' may use devices [1] only" in err.value.message
 
 
+@pytest.mark.parametrize("device", [5000, -2, "1", 1.5])
+def test_a_hostile_hello_device_is_an_error_and_gpud_serves_on(gpud2: str, device: object) -> None:
+    from proto import constants as C
+    from proto.codec import encode_body
+    from tests.integration.test_bad_input import alive, raw_roundtrip
+
+    hello = {"kind": "hello", "rid": 1, "protocol": C.PROTOCOL_VERSION, "client_version": "x", "device": device}
+    body = raw_roundtrip(gpud2, encode_body(hello))
+    assert body["kind"] == "error" and body["name"] == "CUDA_ERROR_INVALID_VALUE", body
+    assert "device" in body["message"]
+    assert alive(gpud2)
+
+
 def _wooly(*args: str, timeout: float = 60, **env: str) -> subprocess.CompletedProcess[str]:
     """``python -m <args>`` with this checkout importable and ``env`` added."""
     e = dict(os.environ)

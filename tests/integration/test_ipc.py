@@ -148,3 +148,58 @@ def test_memory_kept_for_an_importer_goes_back_when_it_closes(gpud) -> None:  # 
     finally:
         a.conn.close()
         b.conn.close()
+
+
+def test_ipc_event_orders_another_process_stream(gpud) -> None:  # noqa: ANN001
+    """NOTE [ipc events]: a stream of the importer that waits on the exporter's event sees the exporter's work done."""
+    big, n = 64 << 20, 16 << 20
+    a = connect(gpud.endpoint, tenant="t")
+    b = connect(gpud.endpoint, tenant="t")
+    other = connect(gpud.endpoint, tenant="other")
+    try:
+        shared = a.mem_alloc(n)
+        a.memset(shared, 0, 1, n)
+        x, y = a.mem_alloc(big), a.mem_alloc(big)
+        a.memset(x, 0, 1, big)
+        a.memset(y, 0, 1, big)
+        a.ctx_synchronize()
+        ev = a.event_create(0x6)  # CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING
+        h = a.ipc_get_event_handle(ev)
+        assert len(h) == 64 and a.ipc_get_event_handle(ev) == h
+        q = b.ipc_open_mem_handle(a.ipc_get_mem_handle(shared))
+        bev = b.ipc_open_event_handle(h)
+        sa = a.stream_create(flags=1)
+        for _ in range(30):  # delay the exporter's stream (without the wait, b reads zeros)
+            a.memcpy_dtod(y, x, big, stream=sa)
+        a.memset(shared, 0x5A, 1, n, stream=sa)
+        a.event_record(ev, sa)
+        a.synchronize_errors()  # gpud has taken the record before b's wait arrives
+        sb = b.stream_create(flags=1)
+        b.stream_wait_event(sb, bev)
+        got = np.frombuffer(bytes(b.memcpy_dtoh(q, n, stream=sb)), dtype=np.uint8)
+        assert (got == 0x5A).all()
+        b.event_synchronize(bev)
+        assert b.event_query(bev)
+        b.event_destroy(bev)  # the importer's name for it goes; the exporter's event stays
+        assert a.event_query(ev)
+        with pytest.raises(CudaError) as e:
+            other.ipc_open_event_handle(h)  # another tenant
+        assert e.value.name == "CUDA_ERROR_INVALID_VALUE" and "another tenant" in e.value.message
+        with pytest.raises(CudaError) as e:
+            a.ipc_open_event_handle(h)  # its own event
+        assert e.value.name == "CUDA_ERROR_INVALID_CONTEXT"
+        with pytest.raises(CudaError) as e:
+            b.ipc_open_event_handle(bytes(64))
+        assert e.value.name == "CUDA_ERROR_INVALID_VALUE"
+        plain = a.event_create(0)
+        with pytest.raises(CudaError) as e:
+            a.ipc_get_event_handle(plain)
+        assert e.value.name == "CUDA_ERROR_INVALID_VALUE" and "CU_EVENT_INTERPROCESS" in e.value.message
+        b.ipc_close_mem_handle(q)
+        a.conn.close()  # the exporter ends: its handle stops opening
+        with pytest.raises(CudaError) as e:
+            b.ipc_open_event_handle(h)
+        assert "its process has ended" in e.value.message
+    finally:
+        for d in (a, b, other):
+            d.conn.close()
