@@ -56,6 +56,8 @@ def cmake_arch_flags(cmake: str) -> list[str]:
     for a in sorted(x for x in archs if x <= DEVICE_CC):
         flags += ["-gencode", f"arch=compute_{a},code=[sm_{a},compute_{a}]"]
     return flags
+
+
 EXCLUDED = {
     **dict.fromkeys(
         [
@@ -220,6 +222,8 @@ def build(checkout: str, cat: str, name: str, way: str, outdir: str) -> tuple[st
     for kind, out_name in re.findall(r'set\(CUDA_(FATBIN|PTX)_FILE\s+"[^"]*/([\w.]+)"', cmake):
         for kernel in sorted(kernels):
             arch = [] if way == "shared" else way_flags
+            if kind == "PTX" and way == "cmake" and arch:  # -ptx takes one virtual architecture: the highest
+                arch = ["-arch", arch[-1].split(",")[0].replace("arch=", "")]
             steps.append(
                 [
                     _nvcc(),
