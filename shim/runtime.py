@@ -99,9 +99,14 @@ def driver() -> Driver:
 def requested_device(setting: int) -> int:
     """NOTE [session devices] (gpud/server.py): the gpud device a program asks for: ``WOOLY_DEVICE``, else the first
     entry of ``CUDA_VISIBLE_DEVICES`` when it is an ordinal (a script written for a multi-GPU machine that picks its
-    GPU that way gets that device of gpud), else -1 (gpud places the session)."""
+    GPU that way gets that device of gpud), else -1 (gpud places the session). Not for the embedded gpud of
+    ``wooly run``: it inherited CUDA_VISIBLE_DEVICES, and its own driver has already applied it."""
     if setting >= 0:
         return setting
+    from proto.settings import internal
+
+    if internal("WOOLY_EMBEDDED") == "1":
+        return -1
     first = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
     return int(first) if first.isdigit() and int(first) <= 1023 else -1
 

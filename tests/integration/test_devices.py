@@ -167,3 +167,16 @@ def test_cli_lists_every_device_and_refuses_bad_counts(gpud2: str) -> None:
     p = _wooly(*gpud, "--tenant", "x:devices=a")
     assert p.returncode != 0
     assert "devices: 'a' is not a list of device ordinals (devices=0;1)" in p.stderr, p.stderr
+
+
+def test_the_requested_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    from shim.runtime import requested_device
+
+    monkeypatch.delenv("WOOLY_EMBEDDED", raising=False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,0")
+    assert requested_device(-1) == 1 and requested_device(0) == 0  # WOOLY_DEVICE first
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-5d1f")
+    assert requested_device(-1) == -1  # a UUID: gpud places it
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    monkeypatch.setenv("WOOLY_EMBEDDED", "1")  # wooly run's own gpud applied it already
+    assert requested_device(-1) == -1
