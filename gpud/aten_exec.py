@@ -103,6 +103,32 @@ def resolve(name: str, permit_unsafe: bool = False) -> tuple[Any, bool, bool, in
     return hit
 
 
+_DECOMPOSED: dict[str, Any] = {}
+
+
+def decomposition(name: str) -> Any:
+    """PyTorch's own decomposition of an op that this gpud's torch has no kernel for on its device, or None.
+
+    NOTE [decomposed ops]: a client's C++ composites choose kernels by the client's build: a CUDA build (what
+    ``pip install torch`` gives on Linux) picks the fused kernels it has CUDA code for (``_fused_rms_norm``
+    and its backward, say), which a CPU gpud's torch does not have for CPU tensors. Where torch._decomp has
+    the op written in other ops, that runs instead (the same math; within the op's tolerances, not always
+    bit-equal to a CPU run's composite). Only after the op itself raised NotImplementedError ("Could not run
+    ... with arguments from the 'CPU' backend"), so an op with a kernel always runs its kernel."""
+    if name in _DECOMPOSED:
+        return _DECOMPOSED[name]
+    found = None
+    mt = _NAME_RE.match(name)
+    if mt is not None:
+        from torch._decomp import decomposition_table
+
+        packet = getattr(torch.ops.aten, mt.group(1), None)
+        op = getattr(packet, mt.group(2) or "default", None) if packet is not None else None
+        found = decomposition_table.get(op) if isinstance(op, torch._ops.OpOverload) else None
+    _DECOMPOSED[name] = found
+    return found
+
+
 def dtype_of(name: Any) -> torch.dtype:
     return _DEC.dtype(name)
 
@@ -332,7 +358,16 @@ class Executor:
                 guard(name, a, k)
             if has_gen and k.get("generator") is None:
                 k["generator"] = self.gen
-            return self._with_default_gen(fn, a, k) if default_gen else fn(*a, **k)
+            try:
+                return self._with_default_gen(fn, a, k) if default_gen else fn(*a, **k)
+            except NotImplementedError:
+                dec = decomposition(name)
+                if dec is None:
+                    raise
+                if default_gen or (has_gen and k.get("generator") is self.gen):
+                    k.pop("generator", None)  # decompositions draw from the default generator: the session's
+                    return self._with_default_gen(dec, a, k)
+                return dec(*a, **k)
         except CudaError:
             raise
         except MemoryError as exc:

@@ -45,6 +45,7 @@ def zygote_main(fd: int) -> None:
     _set_name("wooly-zygote")
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # gpud's terminal's ^C is gpud's to handle
     import torch
+    import torch._decomp  # noqa: F401 - NOTE [decomposed ops]
 
     import gpud.aten_exec  # noqa: F401 - preloaded for every executor
     import gpud.aten_portable  # noqa: F401

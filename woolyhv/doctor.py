@@ -44,7 +44,7 @@ t = time.monotonic()
 import torch
 out = {"torch": torch.__version__, "import_s": round(time.monotonic() - t, 3)}
 from shim.torch import device as _dev
-out["device_library"] = _dev.why_not() or "active"
+out["device_library"] = _dev.why_not() or ("active (over this CUDA build's own)" if _dev.CUDA_BUILD else "active")
 t = time.monotonic()
 out["available"] = torch.cuda.is_available()
 if out["available"]:
@@ -348,11 +348,11 @@ class Doctor:
         else:
             lib = r["device_library"]
             self.add(
-                OK if lib == "active" else WARN,
+                OK if lib.startswith("active") else WARN,
                 "torch",
                 f"torch {r['torch']} on {r['name']}: first op {r['first_op_ms']} ms, then {r['op_ms']} ms an op "
                 f"(a sync each); cuda device library: {lib}; program start {time.monotonic() - t:.1f} s",
-                "" if lib == "active" else "install g++ (the face compiles its device library at first use)",
+                "" if lib.startswith("active") else "install g++ (the face compiles its device library at first use)",
             )
         return False
 

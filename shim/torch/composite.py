@@ -10,11 +10,14 @@ local CPU run bit for bit and an attention call is 1 op forward and 1 op backwar
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from typing import Any
 
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from shim.torch import device as _device
 from shim.torch.tensor import RemoteTensor
 
 _aten = torch.ops.aten
@@ -113,16 +116,23 @@ def _patch_sdpa() -> None:
             and dropout_p == 0.0
         ):
             return _FlashAttention.apply(query, key, value, dropout_p, is_causal, attn_mask, scale)
-        return orig(
-            query,
-            key,
-            value,
-            attn_mask=attn_mask,
-            dropout_p=dropout_p,
-            is_causal=is_causal,
-            scale=scale,
-            enable_gqa=enable_gqa,
-        )
+        with (
+            sdpa_kernel(SDPBackend.MATH)
+            # A CUDA build's composite would pick a kernel for a GPU on this side (there is none): the math
+            # path, as the CPU build takes for remote tensors, whatever gpud runs on.
+            if _device.CUDA_BUILD and isinstance(query, RemoteTensor)
+            else contextlib.nullcontext()
+        ):
+            return orig(
+                query,
+                key,
+                value,
+                attn_mask=attn_mask,
+                dropout_p=dropout_p,
+                is_causal=is_causal,
+                scale=scale,
+                enable_gqa=enable_gqa,
+            )
 
     F.scaled_dot_product_attention = scaled_dot_product_attention
 

@@ -1,4 +1,4 @@
-"""The CUDA device of a CPU build of PyTorch: a small native library, built on first use.
+"""The CUDA device of a client's PyTorch (a CPU build, or a CUDA build without a GPU): a small native library.
 
 NOTE [a cuda device in a CPU build] (the C++ side is shim/torch/native/cuda_device.cpp): remote
 tensors live on device ``cuda:N`` in C++ too, so C++ composites (LSTM, ``torch.where`` with
@@ -7,6 +7,15 @@ Python scalars, index ops, dlpack...) see CUDA tensors and create their helper t
 a Python fallback registered for that key (``register_fallback``) sends it to gpud like any
 other op. The library must be loaded before torch creates its CUDA hooks, so ``load()`` runs
 from the import hook just before ``import torch`` executes.
+
+A CUDA build of PyTorch on a machine without a GPU (what ``pip install torch`` gives on Linux)
+is handled the same way: its libtorch_cuda is loaded first, then the library's hooks (at a higher
+registry priority) and device guard replace the ones that would ask a missing driver. Its CUDA
+kernels stay registered, so the fallback is not reached by factories that have one (``empty``,
+``empty_strided``, ``tril_indices``...): those are overridden for the CUDA key one by one
+(``cuda_build_factories``, found from the dispatcher), and SDPA takes the math path on remote
+tensors as on the CPU build (shim/torch/composite.py), since the build's own kernel choice would
+ask about a GPU on this side.
 
 Without a C++ compiler (or with ``WOOLY_TORCH_CUDA_DEVICE=0``) the face falls back to wrapper
 tensors on the ``meta`` device that only *report* ``cuda`` (FACTS option C): scripts whose C++
@@ -20,6 +29,7 @@ import hashlib
 import importlib.util
 import os
 import sys
+import warnings
 
 from proto import settings as config
 from shim.native.build import NativeBuildError, cache_base, compile_atomically, find_compiler
@@ -27,6 +37,7 @@ from shim.native.build import NativeBuildError, cache_base, compile_atomically, 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.join(HERE, "native", "cuda_device.cpp")
 ACTIVE = False  # remote tensors are on cuda:N in C++ (else: on meta, reporting cuda)
+CUDA_BUILD = False  # the client's torch is a CUDA build (its CUDA registrations replaced by ours)
 _lib: ctypes.CDLL | None = None
 _why_not = ""
 
@@ -79,7 +90,7 @@ def build(tdir: str, out: str) -> str:
                 "-g0",
                 "-shared",
                 "-fPIC",
-                "-std=c++17",
+                "-std=c++20",
                 "-w",
                 "-I",
                 os.path.join(tdir, "include"),
@@ -100,7 +111,7 @@ def build(tdir: str, out: str) -> str:
 
 def load() -> bool:
     """Load the library ahead of ``import torch`` (idempotent). True when remote tensors are on cuda."""
-    global ACTIVE, _lib, _why_not
+    global ACTIVE, CUDA_BUILD, _lib, _why_not
     if _lib is not None or _why_not:
         return ACTIVE
     if not config.client().torch_cuda_device:
@@ -119,10 +130,12 @@ def load() -> bool:
     try:
         if not os.path.exists(path):
             build(tdir, path)
+        cuda_build = os.path.join(tdir, "lib", "libtorch_cuda.so")
+        if os.path.exists(cuda_build):  # its registrations first, so that ours replace them
+            ctypes.CDLL(cuda_build, mode=ctypes.RTLD_GLOBAL)
+            CUDA_BUILD = True
         _lib = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
         ACTIVE = _lib.wooly_install_cuda_device(1) == 0
-        if not ACTIVE:
-            _why_not = "this torch has its own CUDA device guard (a CUDA build)"
     except (OSError, RuntimeError) as exc:
         _why_not = str(exc)
         print(
@@ -149,12 +162,55 @@ def register_fallback() -> None:
     def cuda_fallback(op, *args, **kwargs):
         return dispatch(op, args, kwargs)
 
-    global _fallback_lib
+    global _fallback_lib, _factory_lib
     _fallback_lib = torch.library.Library("_", "IMPL")  # noqa: PLW0603 - kept alive: dropping it unregisters
     _fallback_lib.fallback(cuda_fallback, "CUDA")
+    factories = cuda_build_factories()
+    if factories:
+        _factory_lib = torch.library.Library("aten", "IMPL")  # noqa: PLW0603
+        with warnings.catch_warnings():  # "Overriding a previously registered kernel": that is the point
+            warnings.simplefilter("ignore")
+            for op in factories:
+                _factory_lib.impl(
+                    op._schema.name.split("::")[1] + (f".{op._overloadname}" if op._overloadname != "default" else ""),
+                    _to_gpud(op),
+                    "CUDA",
+                )
+
+
+def _to_gpud(op):
+    from shim.torch.dispatch import dispatch
+
+    def kernel(*args, **kwargs):
+        return dispatch(op, args, kwargs)
+
+    return kernel
+
+
+def cuda_build_factories() -> list:
+    """The aten ops a CUDA build of torch runs with its own CUDA kernel though no tensor argument is remote.
+
+    On a CUDA build without a GPU (what ``pip install torch`` gives on Linux) the fallback above is reached only
+    by ops with no CUDA kernel, so a composite's ``at::empty(..., self.options())`` would run torch's CUDA
+    allocator and fail ("Allocator not initialized"). Those ops are the factories: a CUDA kernel and no tensor
+    in the schema (``empty``, ``empty_strided``, ``tril_indices``...), found from the dispatcher rather than
+    listed, so a later torch's are found too. Every other op a composite calls has a remote tensor argument
+    once its helper tensors come from gpud, and reaches the Python key first. Empty on the CPU build."""
+    import torch
+
+    found = []
+    for name in torch._C._dispatch_get_all_op_names():
+        if not name.startswith("aten::") or not torch._C._dispatch_has_kernel_for_dispatch_key(name, "CUDA"):
+            continue
+        base, _, overload = name[len("aten::") :].partition(".")
+        op = getattr(getattr(torch.ops.aten, base, None), overload or "default", None)
+        if op is not None and not any("Tensor" in str(a.type) for a in op._schema.arguments):
+            found.append(op)
+    return found
 
 
 _fallback_lib = None
+_factory_lib = None
 
 
 if __name__ == "__main__":  # build ahead of time, into prebuilt_path (containers/build.py)

@@ -3,7 +3,8 @@
 // NOTE [a cuda device in a CPU build]: remote tensors are wrapper tensors whose C++ TensorImpl
 // sits on device cuda:N (shim/torch/tensor.py), so every device check, every helper tensor a C++
 // composite creates with `self.device()`, and dlpack see a CUDA tensor. The CPU build of PyTorch
-// ships no CUDA runtime, so two registrations are missing and are made here:
+// ships no CUDA runtime, so two registrations are missing and are made here (a CUDA build on a
+// machine without a GPU has both, but they ask a driver that is not there: they are replaced):
 //   * a device guard for DeviceType::CUDA (the autograd engine starts a worker thread per CUDA
 //     device and sets the current device/stream through it). It keeps the current device per
 //     thread and has one stream per device: wooly orders a session's work on gpud, so streams
@@ -19,6 +20,7 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <atomic>
+#include <memory>
 
 namespace {
 using c10::Device;
@@ -73,24 +75,34 @@ struct WoolyCudaHooks final : at::CUDAHooksInterface {
   }
   DeviceIndex maybeExchangeDevice(DeviceIndex d) const override { return exchangeDevice(d); }
   bool isPinnedPtr(const void*) const override { return false; }
+  // No cuDNN on this side (a CUDA build asks for its version before choosing an attention kernel;
+  // the default answer throws): cuDNN-backed choices are made by gpud's torch.
+  bool hasCuDNN() const override { return false; }
+  long versionCuDNN() const override { return 0; }
+  long versionRuntimeCuDNN() const override { return 0; }
 };
 
 WoolyCudaGuard guard;
 }  // namespace
 
-// Registered when the library is loaded, which must happen before torch first asks for its CUDA
-// hooks (it caches the answer): shim/torch loads it ahead of `import torch`.
-namespace at {
-C10_REGISTER_TYPED_CLASS(CUDAHooksRegistry, "CUDAHooks", WoolyCudaHooks)
-}
-
-// Install the device guard for `n` devices. 0: installed; 1: a real CUDA guard is present (a
-// CUDA build of torch): nothing is changed.
+// Install the hooks and the device guard for `n` devices; returns 0.
+//
+// The CPU build registers neither, so this is called ahead of `import torch`, before torch first
+// asks for its CUDA hooks (it keeps the first answer). A CUDA build registers its own at load time
+// (a client without a GPU or a driver, as `pip install torch` gives on Linux): shim/torch/device.py
+// loads libtorch_cuda first and calls this right after, so the hooks registered here at a higher
+// priority replace torch's before anything has asked for them, and the guard replaces its guard
+// (one that asks the CUDA runtime for the current device, which fails without a driver). The real
+// CUDA kernels of such a build stay registered: remote tensors reach gpud through the Python key
+// ahead of them, and the factories a composite calls are routed to gpud by shim/torch/device.py.
 extern "C" int wooly_install_cuda_device(int n) {
   device_count = n < 1 ? 1 : n;
-  auto& slot = c10::impl::device_guard_impl_registry[static_cast<size_t>(DeviceType::CUDA)];
-  const c10::impl::DeviceGuardImplInterface* prev = slot.load();
-  if (prev != nullptr && prev != &guard) return 1;
-  slot.store(&guard);
+  at::CUDAHooksRegistry()->Register(
+      "CUDAHooks",
+      [](at::CUDAHooksArgs args) -> std::unique_ptr<at::CUDAHooksInterface> {
+        return std::make_unique<WoolyCudaHooks>(args);
+      },
+      c10::REGISTRY_PREFERRED);
+  c10::impl::device_guard_impl_registry[static_cast<size_t>(DeviceType::CUDA)].store(&guard);
   return 0;
 }

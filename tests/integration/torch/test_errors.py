@@ -19,7 +19,8 @@ def ops_run(gpud: str):
 
 def test_unsupported_op_names_it(ops_run) -> None:
     out = check(ops_run)
-    assert "NotImplementedError: Could not run 'aten::_fused_dropout'" in out
+    assert "NotImplementedError: Could not run 'aten::batch_norm_stats'" in out
+    assert "fused_dropout True torch.uint8" in out
 
 
 def test_op_error_is_runtime_error_and_session_survives(ops_run) -> None:

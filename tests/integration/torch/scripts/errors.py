@@ -10,10 +10,13 @@ import torch
 mode = sys.argv[1]
 x = torch.randn(8, device="cuda")
 if mode == "ops":
-    try:
-        torch.ops.aten._fused_dropout(x, 0.5)[0].sum().item()
+    try:  # a CUDA-only kernel with no CPU kernel and no decomposition (SyncBatchNorm's statistics)
+        torch.ops.aten.batch_norm_stats(x.view(2, 4), 1e-5)[0].sum().item()
     except NotImplementedError as exc:
         print("NotImplementedError:", exc)
+    # a CUDA-only kernel that PyTorch decomposes: a CPU gpud runs the decomposition (NOTE [decomposed ops])
+    out, mask = torch.ops.aten._fused_dropout(x, 0.5)
+    print("fused_dropout", torch.equal(out.cpu(), x.cpu() * mask.cpu() * 2.0), mask.dtype)
     try:
         (x.view(2, 4) @ torch.randn(3, 3, device="cuda")).sum().item()
     except RuntimeError as exc:

@@ -94,3 +94,15 @@ def fraction():
 
 row("memory_fraction", fraction)
 row("peak", lambda: (torch.cuda.reset_peak_memory_stats(), torch.cuda.max_memory_allocated() >= 0)[1])
+
+
+def record_stream():  # a data prefetcher's pattern: copy on a side stream, hand the tensor to the main one
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        batch = torch.arange(3.0).cuda(non_blocking=True) * 2
+    torch.cuda.current_stream().wait_stream(side)
+    batch.record_stream(torch.cuda.current_stream())
+    return batch.tolist()
+
+
+row("record_stream", record_stream)

@@ -98,12 +98,23 @@ def batch(name: str, device: str):
     return {"input_ids": ids, "labels": ids}
 
 
+# timm's most used families: a ResNet, an EfficientNet (depthwise convolutions, squeeze-excitation, SiLU), a
+# ConvNeXt (7x7 depthwise convolutions, LayerNorm over channels) and a ViT, at 32x32 inputs.
+TIMM = {
+    "timm": ("resnet18", {}),
+    "timm_efficientnet": ("efficientnet_b0", {}),
+    "timm_convnext": ("convnext_atto", {}),
+    "timm_vit": ("vit_tiny_patch16_224", {"img_size": 32, "patch_size": 8}),
+}
+
+
 def run(name: str, device: str) -> dict:
     torch.manual_seed(0)
-    if name == "timm":
+    if name.startswith("timm"):
         import timm
 
-        model = timm.create_model("resnet18", num_classes=4, pretrained=False)
+        arch, kw = TIMM[name]
+        model = timm.create_model(arch, num_classes=4, pretrained=False, **kw)
         data = {"x": torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(1)).to(device)}
         labels = torch.tensor([0, 3]).to(device)
         fwd = lambda m: torch.nn.functional.cross_entropy(m(data["x"]), labels)  # noqa: E731
