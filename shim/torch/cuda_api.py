@@ -391,26 +391,6 @@ def patch() -> None:
                     setattr(mod, name, fn)
     _patch_accelerator()
     _patch_cudnn()
-    _patch_record_stream()
-
-
-def _patch_record_stream() -> None:
-    """``Tensor.record_stream(s)`` (data prefetchers, FSDP) on a remote tensor: nothing to do, since gpud runs
-    a session's work in order and frees a tensor after the work queued before its free; and the streams
-    here are Python objects, which the C++ binding would refuse ("unknown parameter type")."""
-    from shim.torch.tensor import RemoteTensor
-
-    orig = torch.Tensor.record_stream
-    if getattr(orig, "_wooly", False):
-        return
-
-    def record_stream(self: Any, stream: Any) -> None:
-        if isinstance(self, RemoteTensor):
-            return None
-        return orig(self, stream)
-
-    record_stream._wooly = True  # type: ignore[attr-defined]
-    torch.Tensor.record_stream = record_stream  # type: ignore[method-assign,assignment]
 
 
 def _patch_accelerator() -> None:

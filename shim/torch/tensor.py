@@ -57,6 +57,11 @@ class RemoteTensor(torch.Tensor):
     def get_device(self) -> int:
         return 0
 
+    def record_stream(self, stream: Any) -> None:
+        """Nothing to do (data prefetchers, FSDP): gpud runs a session's work in order and frees a tensor after
+        the work queued before the free. The streams here are Python objects, which torch's binding refuses."""
+        return None
+
     def data_ptr(self) -> int:
         return (self._h << 20) + self.storage_offset() * self.element_size()  # type: ignore[return-value]
 

@@ -53,6 +53,22 @@ def test_timm_model(gpud: str, name: str) -> None:
     _same(local[name], remote[name])
 
 
+TRAINER = ROOT / "tests" / "integration" / "torch" / "scripts" / "hf_trainer.py"
+
+
+def test_hf_trainer(gpud: str) -> None:
+    """transformers' Trainer (accelerate picks the device): on cuda:0 under wooly run, the host run's losses."""
+    pytest.importorskip("accelerate")
+    local = json.loads(check(run_local(TRAINER, "cpu", timeout=300)).strip().splitlines()[-1])
+    remote = json.loads(check(run_wooly(gpud, TRAINER, "cuda", timeout=300)).strip().splitlines()[-1])
+    assert local["device"] == "cpu" and remote["device"] == "cuda:0"
+    assert remote["losses"] == local["losses"] and len(local["losses"]) == 4
+    assert remote["eval_loss"] == local["eval_loss"]
+    # mixed precision (GradScaler + autocast through accelerate): trains, close to the float32 run
+    amp = json.loads(check(run_wooly(gpud, TRAINER, "cuda", "fp16", timeout=300)).strip().splitlines()[-1])
+    assert amp["losses"] == pytest.approx(local["losses"], rel=1e-3)
+
+
 # Each row of issue 19's table: works, or fails with an error naming what is unsupported.
 EXPECTED = {
     "lstm": "OK",
