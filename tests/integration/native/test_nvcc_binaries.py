@@ -195,6 +195,12 @@ def test_the_jit_linker_links_ptx_modules(tmp_path: pytest.TempPathFactory, wool
     assert run.returncode == 0 and run.stdout.strip().endswith("PASS"), run.stdout + run.stderr
 
 
+def test_curand_sobol(tmp_path: pytest.TempPathFactory, wooly_gpud: str, native_lib: str) -> None:
+    """cuRAND's 32-bit Sobol generator and direction vectors (NOTE [sobol]): the numbers a kernel steps from the
+    table equal the host API's, host and device generators agree, misuse gets cuRAND's status codes."""
+    _build_and_pass(tmp_path, wooly_gpud, "curand_sobol.cu", f"-L{native_lib}", "-lcurand")
+
+
 def test_curand_host_generators_match_device_ones(
     tmp_path: pytest.TempPathFactory, wooly_gpud: str, native_lib: str
 ) -> None:
