@@ -57,6 +57,9 @@ def spmv_numpy(s: Any) -> None:
         a = sp.csc_matrix((values, indices - s.base, offsets - s.base), shape=shape, copy=False)
     else:
         a = sp.coo_matrix((values, (rows_idx - s.base, indices - s.base)), shape=shape)
+    if s.solve:
+        _spsv(s, a, typ)
+        return
     if s.op == 1:
         a = a.T
     elif s.op == 2:
@@ -89,6 +92,75 @@ def spmv_numpy(s: Any) -> None:
     y = _array(s.y, ny, typ)
     prod = (a @ x) * alpha if alpha != 0 and s.nnz else np.zeros(ny, typ)
     y[...] = prod if beta == 0 else prod + beta * y  # beta == 0: y is not read (it may hold NaNs)
+
+
+def _spsv(s: Any, a: Any, typ: Any) -> None:
+    """cusparseSpSV_solve: y = alpha op(T)^-1 x, T the lower or upper triangle of A (ones on its diagonal when
+    ``unit``); entries of the other triangle are ignored, as cuSPARSE ignores them. A zero on T's diagonal
+    gives NaNs in y (a GPU's substitution divides by it: infinities and NaNs), not an error."""
+    import scipy.sparse as sp
+    from scipy.sparse.linalg import spsolve_triangular
+
+    t = (sp.tril(a) if s.lower else sp.triu(a)).tocsr()
+    if s.unit:
+        t = (t - sp.diags(t.diagonal()) + sp.identity(s.rows, dtype=t.dtype)).tocsr()
+    lower = s.lower
+    if s.op:
+        t = (t.conj().T if s.op == 2 else t.T).tocsr()
+        lower = not lower
+    if s.scalars_on_device:
+        alpha = _device_scalar(s.alpha_ptr, s.type, False)
+    else:
+        alpha = complex(*s.alpha)
+    if s.type not in ("c64", "c128"):
+        alpha = alpha.real
+    x = _array(s.x, s.rows, typ).copy()
+    y = _array(s.y, s.rows, typ)
+    if not s.rows:
+        return
+    try:
+        with np.errstate(all="ignore"):
+            y[...] = np.asarray(spsolve_triangular(t, x * alpha, lower=lower), dtype=typ)
+    except np.linalg.LinAlgError:  # a zero on the diagonal
+        y[...] = np.nan
+
+
+def ilu0_numpy(s: Any) -> int:
+    """Run a ``SparseIlu0`` on a checked copy of the index arrays: ILU(0) in place (the IKJ order, over each row's
+    entries left of the diagonal), in float64 or complex128, written back in the matrix's type. Returns the first
+    row with a structural or numerical zero pivot (counting from ``base``), or -1."""
+    import types
+
+    offsets = _array(s.offsets, s.m + 1, np.int32).astype(np.int64)
+    indices = _array(s.indices, s.nnz, np.int32).astype(np.int64)
+    shape = types.SimpleNamespace(format="csr", rows=s.m, cols=s.m, nnz=s.nnz, base=s.base)
+    check_indices(shape, offsets, None, indices)
+    off = (offsets - s.base).tolist()
+    col = (indices - s.base).tolist()
+    values = _array(s.values, s.nnz, NUMPY[s.type])
+    a = values.tolist()
+    where = [{col[p]: p for p in range(off[i], off[i + 1])} for i in range(s.m)]
+    diag = [where[i].get(i, -1) for i in range(s.m)]
+    zero = -1
+    for i in range(s.m):
+        row = where[i]
+        for p in range(off[i], off[i + 1]):
+            k = col[p]
+            if k >= i:
+                break
+            dk = diag[k]
+            if dk < 0 or a[dk] == 0:
+                continue  # the pivot row k was reported; cuSPARSE goes on
+            a[p] /= a[dk]
+            lik = a[p]
+            for q in range(dk + 1, off[k + 1]):  # row k right of its diagonal
+                t = row.get(col[q])
+                if t is not None:
+                    a[t] -= lik * a[q]
+        if zero < 0 and (diag[i] < 0 or a[diag[i]] == 0):
+            zero = i + s.base
+    values[...] = np.asarray(a, dtype=values.dtype)
+    return zero
 
 
 def transpose_numpy(s: Any) -> None:
@@ -322,6 +394,7 @@ PRODUCTS = {
     "sparse_geam": geam_numpy,
     "sparse_from_dense": from_dense_numpy,
     "sparse_compress": compress_numpy,
+    "sparse_ilu0": ilu0_numpy,
 }
 
 # wire kind -> the conversion that runs it (gpud/backends/cpu.py)

@@ -582,6 +582,9 @@ class SparseMv(_Req, tag="sparse_mv", kw_only=True):
     y: U64
     n: Size = 0  # SpMM: the columns of op(B) and C (0: SpMV)
     to_dense: bool = False  # cusparseSparseToDense: C = A (n = cols, no B, no scalars)
+    solve: bool = False  # cusparseSpSV_solve: y = alpha op(T)^-1 x, T A's triangle (square A; beta unused)
+    lower: bool = True  # SpSV: the triangle of A that T is (CUSPARSE_SPMAT_FILL_MODE)
+    unit: bool = False  # SpSV: T's diagonal is ones, whatever A holds there (CUSPARSE_SPMAT_DIAG_TYPE)
     op_b: Trans = 0
     ldb: Size = 0
     ldc: Size = 0
@@ -598,6 +601,34 @@ class SparseMv(_Req, tag="sparse_mv", kw_only=True):
         from proto.sparse import extents
 
         return [(addr, size) for _, addr, size, written in extents(self) if written]
+
+
+class SparseIlu0(_Req, tag="sparse_ilu0", kw_only=True):
+    """cusparse<t>csrilu02: the incomplete LU factorisation with no fill-in of a square CSR matrix (int32 indices,
+    sorted in each row), in place in ``values`` (L's unit diagonal implied, U's on the diagonal), in stream order;
+    answers the first row whose pivot is zero (-1: none), which cusparseXcsrilu02_zeroPivot reports. gpud checks
+    the index arrays before it follows them."""
+
+    queued = True
+    count: bool = True  # the zero pivot is answered when the stream reaches the factorisation
+    m: Size
+    nnz: Size
+    values: U64
+    offsets: U64
+    indices: U64
+    type: GeamType
+    base: Literal[0, 1] = 0
+    stream: Handle = DEFAULT_STREAM
+
+    def extents(self) -> list[tuple[str, int, int, bool]]:
+        from proto.blas import ITEM
+
+        out = [
+            ("offsets", self.offsets, (self.m + 1) * 4, False),
+            ("indices", self.indices, self.nnz * 4, False),
+            ("values", self.values, self.nnz * ITEM[self.type], True),
+        ]
+        return [e for e in out if e[2]]
 
 
 class SparseIndices(_Req, tag="sparse_indices", kw_only=True):

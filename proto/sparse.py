@@ -45,6 +45,8 @@ def extents(s: Any) -> list[tuple[str, int, int, bool]]:
         raise CudaError(codes.INVALID_VALUE, f"spmv: nnz = {s.nnz} exceeds rows x cols = {s.rows} x {s.cols}")
     nx, ny = lengths(s)
     item, idx = ITEM[s.type], INDEX[s.index_type]
+    if s.solve and (s.rows != s.cols or s.n or s.to_dense or s.format == "csc"):
+        raise CudaError(codes.INVALID_VALUE, f"spsv: A must be a square CSR or COO matrix, not {s.rows} x {s.cols}")
     if s.n:  # SpMM: B and C are matrices (SparseToDense: C only, A's own shape)
         (bshape, cshape) = dense(s)
         nx = 0 if s.to_dense else matrix_bytes("B", bshape, s.ldb, s.b_row_major, item) // item

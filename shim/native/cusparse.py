@@ -5,8 +5,9 @@ mode, diagonal type) and the generic API's descriptors (``cusparseSpMatDescr_t``
 ``cusparseDnVecDescr_t``, ``cusparseDnMatDescr_t``) live here, on the client, as cuSPARSE keeps them on the host.
 ``cusparseSpMV`` and ``cusparseSpMM`` are queued on the handle's stream as one ``sparse_mv`` operation carrying the
 descriptors' geometry and addresses (``cusparseSparseToDense`` too), ``cusparseXcsr2coo``/``Xcoo2csr`` as one
-``sparse_indices``; gpud checks the index arrays before it follows them. Every other cuSPARSE entry point returns
-CUSPARSE_STATUS_NOT_SUPPORTED and names itself once on stderr.
+``sparse_indices``; ``cusparseSpSV_solve`` is a ``sparse_mv`` with ``solve``, ``cusparse<t>csrilu02`` one
+``sparse_ilu0`` whose zero pivot is answered; gpud checks the index arrays before it follows them. Every other
+cuSPARSE entry point returns CUSPARSE_STATUS_NOT_SUPPORTED and names itself once on stderr.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from proto.messages import (
     SparseGather,
     SparseGeam,
     SparseGemm,
+    SparseIlu0,
     SparseIndices,
     SparseMv,
     SparseSort,
@@ -38,7 +40,7 @@ from proto.messages import (
 from proto.sparse import extents
 from shim.native import cu_capture
 from shim.native.cublas import _SCALAR
-from shim.native.registry import api, put_i32, put_u64
+from shim.native.registry import StatusError, api, put_i32, put_u64
 from shim.native.state import STATE
 
 P = c_void_p
@@ -1013,3 +1015,140 @@ def _compress_api(t: str) -> None:
 
 for _t in _GEAM_TYPES:
     _compress_api(_t)
+
+
+# ---------------------------------------------------------------------------- SpSV, ILU(0)
+@dataclass
+class SpSVDescr:
+    """cusparseSpSVDescr_t: nothing to keep (gpud solves at cusparseSpSV_solve; the analysis is a check)."""
+
+
+@api("cusparseSpSV_createDescr", 0, P, library="cusparse")
+def cusparseSpSV_createDescr(out: int) -> None:
+    _new(out, SpSVDescr())
+
+
+@api("cusparseSpSV_destroyDescr", 0, P, library="cusparse")
+def cusparseSpSV_destroyDescr(d: int | None) -> None:
+    _drop(d, SpSVDescr)
+
+
+def _spsv_message(h: int | None, op: int, alpha: Any, mat: Any, x: Any, y: Any, compute: int, d: Any) -> SparseMv:
+    """y = alpha op(T)^-1 x as a ``sparse_mv`` with ``solve``: T is A's triangle by its FILL_MODE and DIAG_TYPE
+    attributes (cuSPARSE's defaults: lower, non-unit)."""
+    handle = _h(h)
+    _get(d, SpSVDescr)
+    a, vx, vy = _get(mat, SpMat), _get(x, DnVec), _get(y, DnVec)
+    trans = _OPS.get(op)
+    if trans is None:
+        raise CudaError(codes.INVALID_VALUE, f"spsv: operation {op} (0 N, 1 T, 2 C)")
+    if not (a.type == vx.type == vy.type == _value_type(compute)):
+        raise CudaError(codes.NOT_SUPPORTED, f"spsv: A {a.type}, x {vx.type}, y {vy.type}: only one type")
+    if a.rows != a.cols or a.format == "csc":
+        raise CudaError(codes.INVALID_VALUE, f"spsv: A must be a square CSR or COO matrix ({a.rows} x {a.cols})")
+    if vx.size != a.rows or vy.size != a.rows:
+        raise CudaError(codes.INVALID_VALUE, f"spsv: x has {vx.size} elements, y {vy.size} (want {a.rows})")
+    msg = SparseMv(
+        **_sparse_operand(a),
+        op=trans,
+        x=vx.values,
+        y=vy.values,
+        solve=True,
+        lower=a.attributes.get(0, 0) == 0,  # CUSPARSE_FILL_MODE_LOWER
+        unit=a.attributes.get(1, 0) == 1,  # CUSPARSE_DIAG_TYPE_UNIT
+    )
+    if handle.pointer_mode == 1:
+        msg.scalars_on_device, msg.alpha_ptr = True, int(alpha or 0)
+    else:
+        msg.alpha = _scalar(handle, alpha, msg.type, "spsv: alpha")
+    return _queue(handle, msg, "spsv")
+
+
+@api("cusparseSpSV_bufferSize", 0, P, I, P, P, P, P, I, I, P, P, library="cusparse")
+def cusparseSpSV_bufferSize(h, op, alpha, mat, x, y, compute, alg, d, out) -> None:  # noqa: ANN001
+    _h(h)
+    put_u64(out, 0)  # the node's solve needs no work area from the program
+
+
+@api("cusparseSpSV_analysis", 0, P, I, P, P, P, P, I, I, P, P, library="cusparse")
+def cusparseSpSV_analysis(h, op, alpha, mat, x, y, compute, alg, d, buf) -> None:  # noqa: ANN001
+    _spsv_message(h, op, alpha, mat, x, y, compute, d)  # checked; nothing to prepare
+
+
+@api("cusparseSpSV_solve", 0, P, I, P, P, P, P, I, I, P, library="cusparse")
+def cusparseSpSV_solve(h, op, alpha, mat, x, y, compute, alg, d) -> None:  # noqa: ANN001
+    cu_capture.post(_spsv_message(h, op, alpha, mat, x, y, compute, d))
+
+
+@dataclass
+class Ilu02Info:
+    """csrilu02Info_t: the zero pivot of the last factorisation (-1: none)."""
+
+    zero_pivot: int = -1
+
+
+@api("cusparseCreateCsrilu02Info", 0, P, library="cusparse")
+def cusparseCreateCsrilu02Info(out: int) -> None:
+    _new(out, Ilu02Info())
+
+
+@api("cusparseDestroyCsrilu02Info", 0, P, library="cusparse")
+def cusparseDestroyCsrilu02Info(d: int | None) -> None:
+    _drop(d, Ilu02Info)
+
+
+ZERO_PIVOT = 9  # CUSPARSE_STATUS_ZERO_PIVOT
+
+
+@api("cusparseXcsrilu02_zeroPivot", 0, P, P, P, library="cusparse")
+def cusparseXcsrilu02_zeroPivot(h: int | None, info: int | None, out: int | None) -> None:
+    _h(h)
+    pivot = _get(info, Ilu02Info).zero_pivot
+    if out:
+        if _h(h).pointer_mode == 1:
+            STATE.driver().memcpy_htod(int(out), pivot.to_bytes(4, "little", signed=True))
+        else:
+            put_i32(out, pivot)
+    if pivot >= 0:
+        raise StatusError(ZERO_PIVOT, f"cusparseXcsrilu02_zeroPivot: A({pivot},{pivot}) is zero")
+
+
+def _ilu02_api(t: str) -> None:
+    typ = _GEAM_TYPES[t]
+
+    def check(h: Any, m: int, nnz: int, descr: Any, info: Any, what: str) -> MatDescr:
+        _h(h)
+        _get(info, Ilu02Info)
+        d = _get(descr, MatDescr)
+        if m < 0 or nnz < 0:
+            raise CudaError(codes.INVALID_VALUE, f"{what}: m {m}, nnz {nnz}")
+        if d.type != 0:
+            raise CudaError(codes.INVALID_VALUE, f"{what}: the matrix type must be GENERAL, not {d.type}")
+        return d
+
+    def buffer_size(h, m, nnz, descr, values, offsets, indices, info, out) -> None:  # noqa: ANN001
+        check(h, m, nnz, descr, info, f"cusparse{t}csrilu02_bufferSize")
+        put_i32(out, 128)  # cuSPARSE wants a non-empty buffer; the node's factorisation uses none of it
+
+    def analysis(h, m, nnz, descr, values, offsets, indices, info, policy, buf) -> None:  # noqa: ANN001
+        check(h, m, nnz, descr, info, f"cusparse{t}csrilu02_analysis")
+
+    def factor(h, m, nnz, descr, values, offsets, indices, info, policy, buf) -> None:  # noqa: ANN001
+        """In place, in stream order; its zero pivot is answered when the stream reaches it (kept for
+        cusparseXcsrilu02_zeroPivot)."""
+        what = f"cusparse{t}csrilu02"
+        d = check(h, m, nnz, descr, info, what)
+        msg = SparseIlu0(
+            m=m, nnz=nnz, values=int(values or 0), offsets=int(offsets or 0), indices=int(indices or 0),
+            type=typ, base=1 if d.base else 0,
+        )  # fmt: skip
+        _get(info, Ilu02Info).zero_pivot = int(STATE.driver().conn.call(_queue(_h(h), msg, what))[0])
+
+    args = (P, I, I, P, P, P, P, P)
+    api(f"cusparse{t}csrilu02_bufferSize", 0, *args, P, library="cusparse")(buffer_size)
+    api(f"cusparse{t}csrilu02_analysis", 0, *args, I, P, library="cusparse")(analysis)
+    api(f"cusparse{t}csrilu02", 0, *args, I, P, library="cusparse")(factor)
+
+
+for _t in _GEAM_TYPES:
+    _ilu02_api(_t)

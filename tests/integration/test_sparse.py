@@ -381,3 +381,68 @@ def test_compress(driver) -> None:
     with pytest.raises(CudaError) as err:
         driver.conn.call({**msg, "count": True, "per_row": per_row, "offsets": _upload(driver, bad)[0]})
     assert err.value.name == "CUDA_ERROR_INVALID_VALUE"
+
+
+def _laplace(n: int) -> sps.csr_matrix:
+    """The 2-D five-point Laplacian on an n x n grid (cuda-samples conjugateGradientPrecond's matrix)."""
+    t = sps.diags([-1.0, 4.0, -1.0], [-1, 0, 1], (n, n))
+    return (sps.kron(sps.identity(n), t) + sps.kron(sps.diags([-1.0, -1.0], [-1, 1], (n, n)), sps.identity(n))).tocsr()
+
+
+@pytest.mark.parametrize(
+    ("lower", "unit", "op"), [(True, False, 0), (True, True, 0), (False, False, 0), (False, True, 1)]
+)
+def test_spsv_solves_the_triangle(driver, lower: bool, unit: bool, op: int) -> None:
+    """sparse_mv with ``solve`` (cusparseSpSV_solve): y = alpha op(T)^-1 x, T the triangle of a general matrix
+    (the other triangle's entries ignored), its diagonal taken as ones when ``unit``."""
+    a = sps.random(30, 30, density=0.2, format="csr", random_state=7, dtype=np.float64) + sps.identity(30) * 3
+    a = a.tocsr()
+    dense = a.toarray()
+    t = np.tril(dense) if lower else np.triu(dense)
+    if unit:
+        np.fill_diagonal(t, 1.0)
+    x, y = np.linspace(1, 2, 30), np.zeros(30)
+    addrs = _upload(driver, a.indptr.astype(np.int32), a.indices.astype(np.int32), a.data, x, y)
+    msg = _msg(a, "csr", addrs, x=addrs[3], y=addrs[4], solve=True, lower=lower, unit=unit, op=op, alpha=[2.0, 0.0])
+    driver.conn.post(msg)
+    got = np.frombuffer(bytes(driver.memcpy_dtoh(addrs[4], y.nbytes)), np.float64)
+    assert np.allclose(got, np.linalg.solve(t if op == 0 else t.T, 2.0 * x))
+    with pytest.raises(CudaError, match="square"):  # a solve needs a square matrix
+        driver.conn.call({**msg, "cols": 29})
+
+
+def test_ilu0(driver) -> None:
+    """sparse_ilu0 (cusparse<t>csrilu02): L U equals A on A's pattern (the definition of ILU(0)), in place; a
+    zero pivot is answered; index arrays reaching outside the matrix are refused before they are followed."""
+    a = _laplace(6)
+    a.data[:] += np.linspace(0, 0.5, a.nnz)  # not symmetric
+    vals, off, ind = _upload(driver, a.data.copy(), a.indptr.astype(np.int32), a.indices.astype(np.int32))
+    msg = dict(kind="sparse_ilu0", m=36, nnz=a.nnz, values=vals, offsets=off, indices=ind, type="f64")
+    assert driver.conn.call(msg)[0] == -1
+    f = sps.csr_matrix((np.frombuffer(bytes(driver.memcpy_dtoh(vals, a.data.nbytes)), np.float64), a.indices, a.indptr))
+    lu = np.tril(f.toarray(), -1) + np.eye(36)
+    product = lu @ np.triu(f.toarray())
+    pattern = a.toarray() != 0
+    assert np.allclose(product[pattern], a.toarray()[pattern])
+    assert not np.allclose(product, a.toarray())  # fill-in was dropped: an exact LU would match everywhere
+    z = a.copy()
+    z.data[list(z.indices[: z.indptr[1]]).index(0)] = 0.0  # A(0,0) = 0: no update reaches row 0
+    zv = _upload(driver, z.data.copy())[0]
+    assert driver.conn.call({**msg, "values": zv})[0] == 0
+    assert (
+        driver.conn.call(
+            {
+                **msg,
+                "values": _upload(driver, z.data.copy())[0],
+                "base": 1,
+                "offsets": _upload(driver, (a.indptr + 1).astype(np.int32))[0],
+                "indices": _upload(driver, (a.indices + 1).astype(np.int32))[0],
+            }
+        )[0]
+        == 1
+    )
+    bad = a.indices.astype(np.int32)
+    bad[5] = 1 << 20
+    with pytest.raises(CudaError) as err:
+        driver.conn.call({**msg, "indices": _upload(driver, bad)[0]})
+    assert err.value.name == "CUDA_ERROR_INVALID_VALUE"

@@ -201,6 +201,12 @@ def test_curand_sobol(tmp_path: pytest.TempPathFactory, wooly_gpud: str, native_
     _build_and_pass(tmp_path, wooly_gpud, "curand_sobol.cu", f"-L{native_lib}", "-lcurand")
 
 
+def test_cusparse_ilu0_and_spsv(tmp_path: pytest.TempPathFactory, wooly_gpud: str, native_lib: str) -> None:
+    """cusparse<t>csrilu02, its zero pivot, and cusparseSpSV_* with the factors' FILL_MODE/DIAG_TYPE, through the
+    native library (cuda-samples conjugateGradientPrecond's calls): L U y = b solves A y = b."""
+    _build_and_pass(tmp_path, wooly_gpud, "cusparse_ilu.cu", f"-L{native_lib}", "-lcusparse")
+
+
 def test_curand_host_generators_match_device_ones(
     tmp_path: pytest.TempPathFactory, wooly_gpud: str, native_lib: str
 ) -> None:

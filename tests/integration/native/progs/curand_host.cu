@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <cuda_runtime.h>
 
+#include "check.h"
+
 // cuRAND's C API as its header declares it (the toolkit here ships without the library's headers)
 extern "C" {
 typedef void *curandGenerator_t;
@@ -17,14 +19,6 @@ int curandGenerateNormal(curandGenerator_t gen, float *out, size_t n, float mean
 int curandDestroyGenerator(curandGenerator_t gen);
 }
 
-#define CHECK(call)                                                                                          \
-    do {                                                                                                     \
-        int s_ = (int)(call);                                                                                \
-        if (s_ != 0) {                                                                                       \
-            printf("FAIL %s:%d %s: status %d\n", __FILE__, __LINE__, #call, s_);                             \
-            exit(1);                                                                                         \
-        }                                                                                                    \
-    } while (0)
 
 int main()
 {

@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <cuda_runtime.h>
 
+#include "check.h"
+
 extern "C" {
 typedef void *curandGenerator_t;
 typedef unsigned int curandDirectionVectors32_t[32];
@@ -22,14 +24,6 @@ int curandDestroyGenerator(curandGenerator_t gen);
 enum { QUASI_SOBOL32 = 201, QUASI_SCRAMBLED_SOBOL32 = 202, JOEKUO6 = 101 };
 enum { TYPE_ERROR = 103, OUT_OF_RANGE = 104, LENGTH_NOT_MULTIPLE = 105 };
 
-#define CHECK(call)                                                                                          \
-    do {                                                                                                     \
-        int s_ = (int)(call);                                                                                \
-        if (s_ != 0) {                                                                                       \
-            printf("FAIL %s:%d %s: status %d\n", __FILE__, __LINE__, #call, s_);                             \
-            exit(1);                                                                                         \
-        }                                                                                                    \
-    } while (0)
 #define EXPECT(call, want)                                                                                   \
     do {                                                                                                     \
         int s_ = (int)(call);                                                                                \

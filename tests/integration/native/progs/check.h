@@ -1,0 +1,14 @@
+// What the test programs here share: CHECK(call) prints the failing call with its status (a CUDA error or a
+// library's status code) and exits 1.
+#pragma once
+#include <cstdio>
+#include <cstdlib>
+
+#define CHECK(call)                                                                                          \
+    do {                                                                                                     \
+        int s_ = (int)(call);                                                                                \
+        if (s_ != 0) {                                                                                       \
+            printf("FAIL %s:%d %s: status %d\n", __FILE__, __LINE__, #call, s_);                             \
+            exit(1);                                                                                         \
+        }                                                                                                    \
+    } while (0)
