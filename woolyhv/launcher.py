@@ -73,8 +73,16 @@ def wait_ready(endpoint: str, proc: subprocess.Popen[bytes] | None, wait_s: floa
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"gpud did not create {path} within {wait_s:.0f} s")
                 time.sleep(0.02)
-        if not insecure:
-            curve.secure_client(sock, endpoint)
+        while not insecure:
+            try:
+                curve.secure_client(sock, endpoint)
+                break
+            except ValueError:
+                # a gpud started on a fresh host writes this user's key pair before it binds: until then there is
+                # no key to expect (WOOLY_SERVER_KEY unset), which is not yet an error
+                if proc is None or proc.poll() is not None or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.02)
         sock.connect(endpoint)
         while True:
             sock.send_multipart(encode(m.Ping()))
