@@ -12,6 +12,14 @@ every parameter) are compared too. One JSON line per sample goes to ``--out``:
 ``mismatch`` is a silently wrong result (the remote run succeeded and differs) and is what the
 suite must never show; ``error`` is an exception raised by the remote run (it names the op);
 ``skip`` is a sample whose CPU reference itself failed, or an op whose values are random.
+
+The comparison is PyTorch's own CPU-versus-CUDA test (``TestCommon.test_compare_cpu`` for an OpInfo,
+``TestModule.test_cpu_gpu_parity`` for a ModuleInfo), so the entry's decorators for that test on
+``cuda`` apply as they do in PyTorch's CI on a GPU (``parity_rules``): a ``toleranceOverride`` for
+the dtype replaces the default tolerances, and a sample of an entry the database marks
+``expectedFailure`` for that test and dtype (the GPU kernel takes another numerical path than the
+CPU one: ``nn.LinearCrossEntropyLoss`` in bfloat16) that differs is ``xfail``, counted apart, never
+as a pass.
 """
 
 from __future__ import annotations
@@ -89,7 +97,33 @@ def to_host(x: Any) -> Any:
     return tree_map(lambda t: t.detach().cpu() if isinstance(t, torch.Tensor) else t, x)
 
 
-def compare(ref: Any, got: Any, *, shapes_only: bool = False) -> None:
+Tol = tuple[float, float] | None  # (atol, rtol) of a toleranceOverride, None: assert_close's defaults for the dtype
+
+
+def parity_rules(entry: Any, cls_name: str, test_name: str, dtype: torch.dtype) -> tuple[Tol, bool]:
+    """The tolerance override and the expected-failure mark PyTorch's database gives ``test_name`` (its
+    CPU-versus-CUDA test) on cuda for ``dtype``: ``((atol, rtol) or None, expected_failure)``."""
+    tol: Tol = None
+    xfail = False
+    for info in getattr(entry, "decorators", ()) or ():
+        if not hasattr(info, "is_active") or not info.is_active(cls_name, test_name, "cuda", dtype, {}):
+            continue
+        for dec in info.decorators:
+            override = getattr(dec, "d", None)
+            if isinstance(override, dict) and dtype in override:
+                given = override[dtype]
+                if isinstance(given, (int, float)):  # a precisionOverride: an absolute tolerance alone
+                    tol = (float(given), torch.testing._comparison.default_tolerances(dtype)[0])
+                else:
+                    tol = (float(given.atol), float(given.rtol))
+            elif (
+                getattr(dec, "__name__", "") == "expectedFailure" and getattr(dec, "__module__", "") == "unittest.case"
+            ):
+                xfail = True
+    return tol, xfail
+
+
+def compare(ref: Any, got: Any, *, shapes_only: bool = False, tol: Tol = None) -> None:
     rl, rs = tree_flatten(ref)
     gl, gs = tree_flatten(got)
     if rs != gs and len(rl) != len(gl):
@@ -104,7 +138,16 @@ def compare(ref: Any, got: Any, *, shapes_only: bool = False) -> None:
                 if a.shape != b.shape or a.dtype != b.dtype:
                     raise AssertionError(f"shape/dtype {tuple(a.shape)}/{a.dtype} vs {tuple(b.shape)}/{b.dtype}")
                 continue
-            torch.testing.assert_close(b, a, equal_nan=True, check_device=False, check_stride=False, check_layout=False)
+            torch.testing.assert_close(
+                b,
+                a,
+                equal_nan=True,
+                check_device=False,
+                check_stride=False,
+                check_layout=False,
+                atol=tol[0] if tol is not None else None,
+                rtol=tol[1] if tol is not None else None,
+            )
         elif isinstance(a, float) and isinstance(b, float):
             torch.testing.assert_close(b, a, equal_nan=True)
         elif a != b and not (a is None or b is None):
@@ -156,7 +199,13 @@ def _snapshot(x: Any) -> Any:
 
 
 def _against_reference(
-    ref: Any, ref_grads: list[Any], remote: Any, timeout_s: float, random: bool, grad: bool
+    ref: Any,
+    ref_grads: list[Any],
+    remote: Any,
+    timeout_s: float,
+    random: bool,
+    grad: bool,
+    rules: tuple[Tol, bool] = (None, False),
 ) -> tuple[str, str]:
     """Run ``remote() -> (output, grads)`` on cuda under a timeout and compare it with the reference."""
     signal.setitimer(signal.ITIMER_REAL, timeout_s)
@@ -169,16 +218,21 @@ def _against_reference(
         return "error", _message(exc)
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
+    tol, xfail = rules
     try:
-        compare(to_host(ref), got_h, shapes_only=random)
+        compare(to_host(ref), got_h, shapes_only=random, tol=tol)
         if grad and not random:
-            compare(to_host(ref_grads), grads_h)
+            compare(to_host(ref_grads), grads_h, tol=tol)
     except AssertionError as exc:
+        if xfail:
+            return "xfail", "PyTorch's database expects this CPU/CUDA comparison to fail: " + _message(exc)
         return "mismatch", _message(exc)
     return "pass", ""
 
 
-def run_sample(fn: Any, sample: Any, name: str, grad: bool, timeout_s: float) -> tuple[str, str]:
+def run_sample(
+    fn: Any, sample: Any, name: str, grad: bool, timeout_s: float, rules: tuple[Tol, bool] = (None, False)
+) -> tuple[str, str]:
     """(status, message) of one sample: reference on the host, the same on 'cuda'."""
     random = _is_random(name)
     inputs = _snapshot((sample.input, sample.args, sample.kwargs))
@@ -197,7 +251,7 @@ def run_sample(fn: Any, sample: Any, name: str, grad: bool, timeout_s: float) ->
         got = fn(rinput, *rargs, **rkwargs)
         return got, (_grads(got, _leaves_requiring_grad((rinput, rargs, rkwargs))) if grad and not random else [])
 
-    return _against_reference(ref, ref_grads, remote, timeout_s, random, grad)
+    return _against_reference(ref, ref_grads, remote, timeout_s, random, grad, rules)
 
 
 def run_ops(names: list[str], dtypes: list[torch.dtype], grad: bool, out: Any, timeout_s: float, limit: int) -> None:
@@ -233,9 +287,10 @@ def run_ops(names: list[str], dtypes: list[torch.dtype], grad: bool, out: Any, t
                     },
                 )
                 continue
+            rules = parity_rules(op, "TestCommon", "test_compare_cpu", dt)
             for i, sample in enumerate(samples[:limit]):
                 t0 = time.perf_counter()
-                status, msg = run_sample(op, sample, full, use_grad, timeout_s)
+                status, msg = run_sample(op, sample, full, use_grad, timeout_s, rules)
                 _record(
                     out,
                     {
@@ -259,7 +314,9 @@ class _ModuleCall:
         return self.module(*args, **kwargs)
 
 
-def run_module_sample(mi: Any, minput: Any, training: bool, grad: bool, timeout_s: float) -> tuple[str, str]:
+def run_module_sample(
+    mi: Any, minput: Any, training: bool, grad: bool, timeout_s: float, rules: tuple[Tol, bool] = (None, False)
+) -> tuple[str, str]:
     cargs, ckw = minput.constructor_input.args, minput.constructor_input.kwargs
     fargs, fkw = minput.forward_input.args, minput.forward_input.kwargs
     inputs = _snapshot((fargs, fkw))
@@ -284,7 +341,7 @@ def run_module_sample(mi: Any, minput: Any, training: bool, grad: bool, timeout_
         return got, (_grads(got, _leaves_requiring_grad((rargs, rkw)) + rparams) if grad else [])
 
     random = training and any(r in mi.name.lower() for r in ("dropout", "rrelu"))
-    return _against_reference(ref, ref_grads, remote, timeout_s, random, grad)
+    return _against_reference(ref, ref_grads, remote, timeout_s, random, grad, rules)
 
 
 def run_modules(
@@ -301,6 +358,7 @@ def run_modules(
             if dt not in mi.dtypes:
                 continue
             use_grad = grad and dt.is_floating_point
+            rules = parity_rules(mi, "TestModule", "test_cpu_gpu_parity", dt)
             for training in (True, False):
                 try:
                     inputs = mi.module_inputs_func(
@@ -323,7 +381,7 @@ def run_modules(
                     if minput.forward_input is None:
                         continue
                     t0 = time.perf_counter()
-                    status, msg = run_module_sample(mi, minput, training, use_grad, timeout_s)
+                    status, msg = run_module_sample(mi, minput, training, use_grad, timeout_s, rules)
                     _record(
                         out,
                         {
