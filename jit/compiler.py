@@ -23,10 +23,11 @@ TRANSLATOR_VERSION = "wooly-jit-2"
 
 
 def _source_digest() -> str:
-    """Hash of the translator's own source: a changed translator never reuses stale cache entries."""
+    """Hash of the translator's own source (and the PTX libraries it appends, jit/texture_lib.ptx): a changed
+    translator never reuses stale cache entries."""
     h = hashlib.sha256(TRANSLATOR_VERSION.encode())
     root = Path(__file__).resolve().parent
-    for p in sorted(root.rglob("*.py")):
+    for p in sorted([*root.rglob("*.py"), *root.rglob("*.ptx")]):
         h.update(p.relative_to(root).as_posix().encode())
         h.update(p.read_bytes())
     return h.hexdigest()[:16]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from jit import devrt
+from jit import devrt, texture
 from jit.emit import to_llvm
 from jit.passes import (
     branch_tables,
@@ -48,9 +48,9 @@ SPEED_ONLY = (lockstep_loops, index_versioning)
 
 
 def front_end(ptx: str | bytes, quick: bool = False) -> A.Module:
-    """Parse (with the device runtime functions it calls, jit/devrt.py) and run AST_PASSES; ``quick``: without the
-    SPEED_ONLY ones."""
-    mod = parse(devrt.supply(ptx))
+    """Parse (with the device runtime functions it calls, jit/devrt.py, and its texture and surface statements
+    rewritten, jit/texture.py) and run AST_PASSES; ``quick``: without the SPEED_ONLY ones."""
+    mod = parse(devrt.supply(texture.supply(ptx)))
     counted = False
     for p in AST_PASSES:
         if p in SPEED_ONLY:

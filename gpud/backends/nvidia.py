@@ -1,6 +1,7 @@
 """The NVIDIA backend: the node's own CUDA driver through cuda-bindings.
 
-Kernels arrive as PTX and go to the driver as they are (its JIT compiles them for the GPU); the
+Kernels arrive as PTX and go to the driver as they are (its JIT compiles them for the GPU), except that texture and
+surface statements become calls of the JIT's PTX texture library (NOTE [textures]); the
 kernelParams layout the client needs comes from parsing the PTX ``.entry`` declarations. Device
 memory is real device memory, so copies stage through host buffers. Each operation runs to
 completion on the calling stream worker (gpud's StreamEngine provides CUDA stream semantics across
@@ -146,8 +147,13 @@ class NvidiaBackend(Backend):
     def _load_module(self, image: bytes, fmt: str) -> Module:
         cu = self._bind()
         data = bytes(image)
-        if fmt == "ptx" and not data.endswith(b"\0"):
-            data += b"\0"
+        if fmt == "ptx":
+            # texture and surface objects are descriptors in the tenant's memory on every backend, the GPU's too:
+            # the module's tex/suld/sust become calls of the PTX texture library (NOTE [textures], jit/texture.py)
+            from jit import texture
+
+            supplied = texture.supply(data.rstrip(b"\0"))
+            data = (supplied if isinstance(supplied, bytes) else supplied.encode()) + b"\0"
         mod = _check(cu.cuModuleLoadData(data), "cuModuleLoadData")
         layouts = entry_layouts(data.rstrip(b"\0")) if fmt == "ptx" else {}
         return Module(functions={}, globals={}, native=(mod, layouts), kernel_names=list(layouts))

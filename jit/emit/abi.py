@@ -55,7 +55,9 @@ T_LSP, T_LEND = (
 )  # .func frame stack of a bounds-checked kernel (NOTE [checked .func stack], jit/emit/cpu/func.py)
 T_LLO, T_LHI = 18, 19  # the worker's .local area of a bounds-checked kernel (NOTE [state space checks], bounds.py)
 T_STACK_FLOOR = 20  # the lowest native stack address a .func call may reach (NOTE [bounded recursion], cpu/func.py)
-T_SLOTS = 21
+T_HINTS = 21  # the worker's bounds-check hints of .func access sites (NOTE [.func hints], jit/emit/bounds.py)
+T_SLOTS = 22
+FUNC_HINTS = 256  # .func access sites of a module that get a worker-lifetime hint; later ones get a per-call one
 # per-thread scheduler record (bytes)
 R_PC, R_PARK, R_XA, R_XB, R_XC, R_XMASK, R_XPRED, R_RVAL, R_RPRED, R_DONE, R_SLOTS = (
     0,

@@ -114,10 +114,15 @@ def emit_check(
     b = fl.b
     L = fl.env.launch_ctx(fl)
     # per access site: [start, end) of the range this site matched last, in memory (see the NOTE); starts empty
-    hint = fl.ab.alloca(I64, size=2, name="bc_hint")
-    hint_hi = fl.ab.gep(hint, [_i64(1)], source_etype=I64)
-    fl.ab.store(_i64(1), hint)
-    fl.ab.store(_i64(0), hint_hi)
+    site_hint = getattr(fl.env, "site_hint", None)
+    hint = site_hint(fl) if site_hint is not None else None
+    if hint is not None:  # NOTE [.func hints]
+        hint_hi = fl.ab.gep(hint, [_i64(1)], source_etype=I64)
+    else:
+        hint = fl.ab.alloca(I64, size=2, name="bc_hint")
+        hint_hi = fl.ab.gep(hint, [_i64(1)], source_etype=I64)
+        fl.ab.store(_i64(1), hint)
+        fl.ab.store(_i64(0), hint_hi)
     addr = b.ptrtoint(ptr, I64)
     end = b.add(addr, nbytes)
     lo, hi = b.load(hint, typ=I64), b.load(hint_hi, typ=I64)
@@ -135,6 +140,27 @@ def emit_check(
     b.cmpxchg(b.gep(L, [_i64(L_BADADDR)], source_etype=I64), _i64(0), addr, "monotonic", "monotonic")
     fl.env.trap(fl, CUDA_ERROR_ILLEGAL_ADDRESS)
     b.position_at_end(cont)
+
+
+# NOTE [.func hints]
+# A hint in a .func's own frame would start empty at every call, so a small function called in a loop (the texture
+# library's fetches, jit/texture.py, or any __noinline__ helper) would search the table at each of its accesses: 7x
+# slower texture reads. Instead each kernel invocation (one worker of a launch) keeps an array of FUNC_HINTS hints in
+# its frame, zeroed at its start, and passes it to every .func through the thread context (tc[T_HINTS]); each .func
+# access site of the module owns one slot of it (sites past FUNC_HINTS fall back to a per-call hint). A zeroed hint
+# [0, 0) admits only a zero-byte access at address 0, which touches nothing. The array belongs to one worker (its
+# threads run one at a time on one OS thread) and one launch, so a hint is always a range of the running launch's
+# own table: sharing slots across threads and calls only saves searches, never widens what is allowed.
+def init_func_hints(b: ir.IRBuilder, tc: ir.Value, ab: ir.IRBuilder) -> None:
+    """Give a kernel invocation a zeroed .func hint array (in its entry block ``ab``) and publish it in the thread
+    context."""
+    from jit.emit.abi import FUNC_HINTS, T_HINTS
+    from jit.lower.types import opaque_alloca
+
+    ty = ir.ArrayType(I64, 2 * FUNC_HINTS)
+    hints = opaque_alloca(ab, ty, "fhints")
+    b.store(ir.Constant(ty, None), hints)
+    b.store(b.ptrtoint(hints, I64), b.gep(tc, [_i64(T_HINTS)], source_etype=I64))
 
 
 # NOTE [rooted bounds checks]

@@ -65,6 +65,7 @@ class ModuleCodegen:
     def __init__(self, mod: A.Module, triple: str = "", bounds_check: bool = False) -> None:
         self.ast = mod
         self.bounds_check = bounds_check  # NOTE [bounds checking] in jit/emit/bounds.py
+        self.func_hint_sites = 0  # .func access sites given a slot of the worker's hint array (NOTE [.func hints])
         # True where a block's shared memory is only ever touched by the one OS thread running the block (the CPU
         # target): `atom`/`red` on .shared then need no lock prefix (see ops_atomic.atomic)
         self.private_shared = False

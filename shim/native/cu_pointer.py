@@ -159,24 +159,32 @@ _M2D = struct.Struct("<QQi4xQQQQ QQi4xQQQQ QQ")  # CUDA_MEMCPY2D
 MT_HOST, MT_DEVICE, MT_ARRAY, MT_UNIFIED = 1, 2, 3, 4
 
 
-def _side(mtype: int, host: int, device: int, what: str) -> tuple[bool, int]:
+def _side(mtype: int, host: int, device: int, arr: int, what: str) -> tuple[bool, int, int | None, int | None]:
+    """(on the device, base address, pitch, rows) of one side of a copy; pitch and rows are a CUDA array's own
+    (None: the descriptor's)."""
     if mtype == MT_HOST:
-        return False, host
+        return False, host, None, None
     if mtype == MT_DEVICE:
-        return True, device
+        return True, device, None, None
     if mtype == MT_UNIFIED:
-        return cu_memory.device_range(device) is not None, device
-    raise CudaError(codes.NOT_SUPPORTED, f"{what}: CUDA arrays are not supported")
+        return cu_memory.device_range(device) is not None, device, None, None
+    if mtype == MT_ARRAY:
+        from shim.native import cu_texture
+
+        base, pitch, rows = cu_texture.array_side(arr, what)
+        return True, base, pitch, rows
+    raise CudaError(codes.INVALID_VALUE, f"{what}: unknown memory type {mtype}")
 
 
 def memcpy2d(desc: int, stream: int, what: str) -> None:
     if not desc:
         raise CudaError(codes.INVALID_VALUE, f"{what}: pCopy is NULL")
-    (sx, sy, stype, shost, sdev, _sarr, spitch, dx, dy, dtype, dhost, ddev, _darr, dpitch, width, height) = _M2D.unpack(
+    (sx, sy, stype, shost, sdev, sarr, spitch, dx, dy, dtype, dhost, ddev, darr, dpitch, width, height) = _M2D.unpack(
         ctypes.string_at(desc, _M2D.size)
     )
-    s_is_dev, sbase = _side(stype, shost, sdev, what)
-    d_is_dev, dbase = _side(dtype, dhost, ddev, what)
+    s_is_dev, sbase, s_pitch, _ = _side(stype, shost, sdev, sarr, what)
+    d_is_dev, dbase, d_pitch, _ = _side(dtype, dhost, ddev, darr, what)
+    spitch, dpitch = s_pitch or spitch, d_pitch or dpitch
     if width > spitch and height > 1 or width > dpitch and height > 1:
         raise CudaError(codes.INVALID_VALUE, f"{what}: WidthInBytes {width} exceeds a pitch")
     src0 = sbase + sy * spitch + sx
@@ -192,16 +200,18 @@ _M3D = struct.Struct("<QQQQi4xQQQQQQ QQQQi4xQQQQQQ QQQ")  # CUDA_MEMCPY3D (200 b
 
 
 def memcpy3d(desc: int, stream: int, what: str) -> None:
-    """A CUDA_MEMCPY3D between host and device memory (arrays are not supported): one copy when both sides are
-    packed, else row by row of each slice."""
+    """A CUDA_MEMCPY3D between host memory, device memory and CUDA arrays: one copy when both sides are packed, else
+    row by row of each slice."""
     if not desc:
         raise CudaError(codes.INVALID_VALUE, f"{what}: pCopy is NULL")
     f = _M3D.unpack(ctypes.string_at(desc, _M3D.size))
-    sx, sy, sz, _slod, stype, shost, sdev, _sarr, _r0, spitch, sheight = f[:11]
-    dx, dy, dz, _dlod, dtype, dhost, ddev, _darr, _r1, dpitch, dheight = f[11:22]
+    sx, sy, sz, _slod, stype, shost, sdev, sarr, _r0, spitch, sheight = f[:11]
+    dx, dy, dz, _dlod, dtype, dhost, ddev, darr, _r1, dpitch, dheight = f[11:22]
     width, height, depth = f[22:]
-    s_is_dev, sbase = _side(stype, shost, sdev, what)
-    d_is_dev, dbase = _side(dtype, dhost, ddev, what)
+    s_is_dev, sbase, s_pitch, s_rows = _side(stype, shost, sdev, sarr, what)
+    d_is_dev, dbase, d_pitch, d_rows = _side(dtype, dhost, ddev, darr, what)
+    spitch, sheight = s_pitch or spitch, s_rows or sheight
+    dpitch, dheight = d_pitch or dpitch, d_rows or dheight
     if not width or not height or not depth:
         return
     spitch, dpitch = spitch or width, dpitch or width

@@ -32,6 +32,7 @@ API_MODULES = (
     "shim.native.cu_link",
     "shim.native.cu_launch",
     "shim.native.cu_graph",
+    "shim.native.cu_texture",
     "shim.native.nvml",
     "shim.native.cublas",
     "shim.native.cublasxt",

@@ -8,12 +8,14 @@ from __future__ import annotations
 from llvmlite import ir
 
 from jit.emit.abi import (
+    FUNC_HINTS,
     L_DYN,
     L_ERROR,
     L_GLOBALS,
     SHARED_UNIT,
     T_CTAID,
     T_EXITED,
+    T_HINTS,
     T_LCTX,
     T_LEND,
     T_LHI,
@@ -75,6 +77,7 @@ class FuncEnv:
         self.local: ir.Value | None = None
         self._shared_window: ir.Value | None = None
         self._local_span: tuple[ir.Value, ir.Value] | None = None
+        self._hints: ir.Value | None = None
 
     def _slot(self, fl: FuncLowering, slot: int) -> ir.Value:
         return ld_slot(fl.b, self.tc, slot)
@@ -192,6 +195,17 @@ class FuncEnv:
 
     def launch_ctx(self, fl: FuncLowering) -> ir.Value:
         return fl.b.inttoptr(self._slot(fl, T_LCTX), PTR)
+
+    def site_hint(self, fl: FuncLowering) -> ir.Value | None:
+        """NOTE [.func hints] (jit/emit/bounds.py): this access site's slot in the worker's hint array, or None when
+        the module's sites have used them all (the site then keeps a per-call hint)."""
+        i = self.cg.func_hint_sites
+        if i >= FUNC_HINTS:
+            return None
+        self.cg.func_hint_sites = i + 1
+        if self._hints is None:
+            self._hints = fl.ab.inttoptr(ld_slot(fl.ab, self.tc, T_HINTS), PTR)
+        return fl.ab.gep(self._hints, [_i64(2 * i)], source_etype=I64)
 
     def os_yield(self, fl: FuncLowering) -> None:
         from jit.emit.cpu.grid import os_yield

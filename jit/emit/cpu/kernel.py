@@ -65,6 +65,10 @@ def emit_kernel(cg: ModuleCodegen, fn: A.Function, env: EntryEnv, meta: KernelMe
     scratch = b.inttoptr(ld_slot(b, W, W_SCRATCH), PTR)
     env.nt32 = b.mul(b.mul(env.ntid[0], env.ntid[1]), env.ntid[2])
     env.tc = opaque_alloca(ab, ir.ArrayType(I64, T_SLOTS), "tctx")
+    if cg.bounds_check:  # NOTE [.func hints] (jit/emit/bounds.py): empty ([1, 0)) until a site's first search
+        from jit.emit.bounds import init_func_hints
+
+        init_func_hints(b, env.tc, ab)
     stride = meta.local_bytes + meta.func_stack  # a thread's area: its .local, then its .func frames
     if not env.sched and meta.local_bytes and not cg.bounds_check:
         env.local = opaque_alloca(ab, ir.ArrayType(I8, meta.local_bytes), "local", cg.local_align(fn))

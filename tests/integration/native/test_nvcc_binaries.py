@@ -213,3 +213,12 @@ def test_curand_host_generators_match_device_ones(
     """curandCreateGeneratorHost runs proto/rand.py's definition on the client: the same seed gives the same
     uniform and normal numbers on the host as on the device (cuda-samples MersenneTwisterGP11213 compares them)."""
     _build_and_pass(tmp_path, wooly_gpud, "curand_host.cu", f"-L{native_lib}", "-lcurand")
+
+
+def test_textures_and_surfaces(tmp_path: pytest.TempPathFactory, wooly_gpud: str) -> None:
+    """CUDA arrays (2D, 3D, layered, cubemap) filled by cudaMemcpy2DToArray/cudaMemcpy3D, texture objects (bilinear
+    with a texture unit's 8-bit weights, wrap/clamp/border, normalized and element-type reads of uchar4, linear
+    memory with tex1Dfetch), surface objects (surf2Dwrite, surf2Dread with zero and clamp boundaries), the objects'
+    descriptors read back, misuse refused, and a forged texture handle failing its launch with
+    cudaErrorIllegalAddress (NOTE [textures])."""
+    _build_and_pass(tmp_path, wooly_gpud, "texture_app.cu")
