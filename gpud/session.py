@@ -414,7 +414,9 @@ class Session:
     on_sparse_indices = on_sparse_transpose = on_sparse_sort = on_sparse_gather = _sparse_conversion
 
     def _sparse_counted(
-        self, msg: m.SparseFromDense | m.SparseGeam | m.SparseGemm | m.SparseCompress | m.SparseIlu0, bulk: list[Any]
+        self,
+        msg: m.SparseFromDense | m.SparseGeam | m.SparseGemm | m.SparseCompress | m.SparseIlu0 | m.SparseSolve,
+        bulk: list[Any],
     ) -> Later | None:
         """cuSPARSE operations whose result's size is data (SpGEMM, csrgeam2, DenseToSparse, csr2csr_compress): the
         ``count`` phase answers it once the stream reaches it; the other phase writes, queued."""
@@ -432,6 +434,7 @@ class Session:
         return Later([marker], produce)
 
     on_sparse_gemm = on_sparse_geam = on_sparse_from_dense = on_sparse_compress = on_sparse_ilu0 = _sparse_counted
+    on_sparse_solve = _sparse_counted
 
     def on_rand_generate(self, msg: m.RandGenerate, bulk: list[Any]) -> None:
         from proto.rand import check

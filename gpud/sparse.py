@@ -232,7 +232,7 @@ def sort_numpy(s: Any) -> None:
 
 
 def gather_numpy(s: Any) -> None:
-    """Run a ``SparseGather`` on a checked copy of the indices."""
+    """Run a ``SparseGather`` (or its scatter) on a checked copy of the indices."""
     from proto import errors as codes
     from proto.errors import CudaError
 
@@ -240,7 +240,10 @@ def gather_numpy(s: Any) -> None:
     if s.nnz and (idx.min() < 0 or idx.max() >= s.size):
         raise CudaError(codes.INVALID_VALUE, f"gather: an index lies outside [{s.base}, {s.size + s.base})")
     typ = NUMPY[s.type]
-    _array(s.values, s.nnz, typ)[...] = _array(s.y, s.size, typ)[idx]
+    if s.scatter:
+        _array(s.y, s.size, typ)[idx] = _array(s.values, s.nnz, typ)
+    else:
+        _array(s.values, s.nnz, typ)[...] = _array(s.y, s.size, typ)[idx]
 
 
 SPGEMM_MAX_PRODUCTS = 1 << 26  # partial products one SpGEMM may form on gpud (host memory, ~16 bytes each)
@@ -388,6 +391,27 @@ def compress_numpy(s: Any) -> int:
     return total
 
 
+def solve_numpy(s: Any) -> int:
+    """Run a ``SparseSolve`` on checked copies of the index arrays (NOTE [sparse solves], proto/spsolve.py): writes x
+    unless A is singular; returns the singularity (-1: none)."""
+    from proto import errors as codes
+    from proto import spsolve
+    from proto.errors import CudaError
+
+    offsets = _array(s.offsets, s.m + 1, np.int32).copy()
+    indices = _array(s.indices, s.nnz, np.int32).copy()
+    try:
+        a = spsolve.csr(s.m, s.n, offsets, indices, _array(s.values, s.nnz, np.float64).copy(), s.base)
+    except ValueError as exc:
+        raise CudaError(codes.INVALID_VALUE, f"cusolverSp csr{s.method}: {exc}") from None
+    if not s.b and not s.x:
+        return spsolve.factor(s.method, a, s.tol, s.mu)[1]
+    x, singularity = spsolve.solve(s.method, a, _array(s.b, s.m, np.float64).copy(), s.tol, s.mu)
+    if x is not None:
+        _array(s.x, s.n, np.float64)[...] = x
+    return singularity
+
+
 # wire kind -> the product that runs it (gpud/backends/cpu.py)
 PRODUCTS = {
     "sparse_gemm": spgemm_numpy,
@@ -395,6 +419,7 @@ PRODUCTS = {
     "sparse_from_dense": from_dense_numpy,
     "sparse_compress": compress_numpy,
     "sparse_ilu0": ilu0_numpy,
+    "sparse_solve": solve_numpy,
 }
 
 # wire kind -> the conversion that runs it (gpud/backends/cpu.py)

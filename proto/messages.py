@@ -631,6 +631,39 @@ class SparseIlu0(_Req, tag="sparse_ilu0", kw_only=True):
         return [e for e in out if e[2]]
 
 
+class SparseSolve(_Req, tag="sparse_solve", kw_only=True):
+    """cusolverSp's device solvers (csrlsvchol/csrlsvqr, the csrchol*/csrqr* families): x with (A - mu I) x = b for
+    an m x n CSR matrix in float64 (int32 indices), in stream order (NOTE [sparse solves], proto/spsolve.py);
+    answers the singularity (-1: invertible under ``tol``). ``b`` = ``x`` = 0: factorise only, for the zero pivot.
+    x is left as it was when A is singular. gpud checks the index arrays before it follows them."""
+
+    queued = True
+    count: bool = True
+    method: Literal["chol", "lu", "qr"]
+    m: Size
+    n: Size
+    nnz: Size
+    values: U64
+    offsets: U64
+    indices: U64
+    b: U64 = 0
+    x: U64 = 0
+    tol: float = 0.0
+    mu: float = 0.0
+    base: Literal[0, 1] = 0
+    stream: Handle = DEFAULT_STREAM
+
+    def extents(self) -> list[tuple[str, int, int, bool]]:
+        out = [
+            ("offsets", self.offsets, (self.m + 1) * 4, False),
+            ("indices", self.indices, self.nnz * 4, False),
+            ("values", self.values, self.nnz * 8, False),
+        ]
+        if self.b or self.x:
+            out += [("b", self.b, self.m * 8, False), ("x", self.x, self.n * 8, True)]
+        return [e for e in out if e[2]]
+
+
 class SparseIndices(_Req, tag="sparse_indices", kw_only=True):
     """cusparseXcsr2coo (``to_coo``) and cusparseXcoo2csr, int32, in stream order: CSR row offsets (m + 1) to COO
     row indices (nnz), or back. gpud copies and checks the source before it writes (offsets rising from ``base``
@@ -715,7 +748,8 @@ class SparseSort(_Req, tag="sparse_sort", kw_only=True):
 
 class SparseGather(_Req, tag="sparse_gather", kw_only=True):
     """cusparseGather, in stream order: ``values[i] = y[indices[i] - base]`` for the nnz entries of a sparse vector
-    of ``size`` over a dense vector ``y`` of ``size`` elements; gpud checks the copied indices first."""
+    of ``size`` over a dense vector ``y`` of ``size`` elements; with ``scatter`` (cusparseScatter) the other way,
+    ``y[indices[i] - base] = values[i]``. gpud checks the copied indices first."""
 
     queued = True
     size: Size
@@ -726,6 +760,7 @@ class SparseGather(_Req, tag="sparse_gather", kw_only=True):
     index_type: IndexType = "i32"
     type: GeamType
     base: Literal[0, 1] = 0
+    scatter: bool = False
     stream: Handle = DEFAULT_STREAM
 
     def extents(self) -> list[tuple[str, int, int, bool]]:
@@ -734,8 +769,8 @@ class SparseGather(_Req, tag="sparse_gather", kw_only=True):
         item, idx = ITEM[self.type], 4 if self.index_type == "i32" else 8
         out = [
             ("indices", self.indices, self.nnz * idx, False),
-            ("y", self.y, self.size * item, False),
-            ("values", self.values, self.nnz * item, True),
+            ("y", self.y, self.size * item, self.scatter),
+            ("values", self.values, self.nnz * item, not self.scatter),
         ]
         return [e for e in out if e[2]]
 

@@ -138,6 +138,11 @@ def _drop(key: int | None, kind: type) -> None:
         del _objects[int(key)]
 
 
+def mat_descr(key: int | None) -> MatDescr:
+    """A cusparseMatDescr_t by its handle (cuSOLVER's sparse API describes its matrices with them)."""
+    return _get(key, MatDescr)
+
+
 def _h(h: int | None) -> Handle:
     handle = _handles.get(int(h or 0))
     if handle is None:
@@ -733,12 +738,11 @@ def cusparseDestroySpVec(d: int | None) -> None:
     _drop(d, SpVec)
 
 
-@api("cusparseGather", 0, P, P, P, library="cusparse")
-def cusparseGather(h: int | None, y: int | None, x: int | None) -> None:
+def _gather(h: int | None, y: int | None, x: int | None, scatter: bool, what: str) -> None:
     handle = _h(h)
     dy, sx = _get(y, DnVec), _get(x, SpVec)
     if dy.type != sx.type or dy.size != sx.size:
-        raise CudaError(codes.INVALID_VALUE, f"cusparseGather: y {dy.size} {dy.type}, x {sx.size} {sx.type}")
+        raise CudaError(codes.INVALID_VALUE, f"{what}: y {dy.size} {dy.type}, x {sx.size} {sx.type}")
     msg = SparseGather(
         size=sx.size,
         nnz=sx.nnz,
@@ -748,8 +752,19 @@ def cusparseGather(h: int | None, y: int | None, x: int | None) -> None:
         index_type=sx.index_type,
         type=sx.type,
         base=1 if sx.base else 0,
+        scatter=scatter,
     )
-    cu_capture.post(_queue(handle, msg, "cusparseGather"))
+    cu_capture.post(_queue(handle, msg, what))
+
+
+@api("cusparseGather", 0, P, P, P, library="cusparse")
+def cusparseGather(h: int | None, y: int | None, x: int | None) -> None:
+    _gather(h, y, x, False, "cusparseGather")
+
+
+@api("cusparseScatter", 0, P, P, P, library="cusparse")
+def cusparseScatter(h: int | None, x: int | None, y: int | None) -> None:
+    _gather(h, y, x, True, "cusparseScatter")
 
 
 # ---------------------------------------------------------------------------- SpGEMM

@@ -39,6 +39,7 @@ API_MODULES = (
     "shim.native.cufft",
     "shim.native.curand",
     "shim.native.cusolver",
+    "shim.native.cusolver_sp",
     "shim.native.cusparse",
 )
 

@@ -136,6 +136,14 @@ CUSPARSE_IN_C = frozenset(
 )
 
 
+# cuSOLVER's sparse entry points that take a double by value (tolerance, shift): in wooly_native.c
+CUSOLVER_IN_C = frozenset(
+    {f"cusolverSpDcsrlsv{k}{h}" for k in ("lu", "qr", "chol") for h in ("Host", "") if (k, h) != ("lu", "")}
+    | {"cusolverSpDcsrqrSetupHost", "cusolverSpDcsrqrSetup"}
+    | {f"cusolverSpDcsr{k}ZeroPivot{h}" for k in ("chol", "qr") for h in ("Host", "")}
+)
+
+
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "curand":  # gen_tables curand /path/libcurand.so.10
         generate_library(sys.argv[2], "curand", "cuRAND", CURAND_IN_C)
@@ -144,7 +152,7 @@ if __name__ == "__main__":
             sys.argv[2], "cusparse", "cuSPARSE", CUSPARSE_IN_C, "that return strings or take floats by value"
         )
     elif len(sys.argv) > 1 and sys.argv[1] == "cusolver":  # gen_tables cusolver /path/libcusolver.so.11
-        generate_library(sys.argv[2], "cusolver", "cuSOLVER")
+        generate_library(sys.argv[2], "cusolver", "cuSOLVER", CUSOLVER_IN_C, "that take doubles by value")
     elif len(sys.argv) > 1 and sys.argv[1] == "cufft":  # gen_tables cufft /path/libcufft.so.11
         generate_library(sys.argv[2], "cufft", "cuFFT")
     elif len(sys.argv) > 1 and sys.argv[1] == "cublas":  # gen_tables cublas /path/libcublas.so.12 /path/cublasLt.h

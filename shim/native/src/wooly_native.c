@@ -413,6 +413,43 @@ CSR2CSR_COMPRESS(cusparseZcsr2csr_compress, wooly_cd, tol.x)
 #undef CSR2CSR_COMPRESS
 #undef SPARSE
 
+/* cuSOLVER's sparse API takes its tolerance and shift by value (double): handed on as an IEEE-754 double bit
+ * pattern (shim/native/cusolver_sp.py). */
+#define SOLVER(sym) static int s = -1; if (s < 0) s = bind_slot(#sym, -1, 0); if (s < 0) return STATUS[library_of(#sym)][2]
+#define LSV(sym)                                                                                           \
+    CUresult sym(A h, A n, A nnz, A descr, A vals, A rowptr, A cols, A b, double tol, A reorder, A x, A sing) { \
+        SOLVER(sym);                                                                                       \
+        return body(s, h, n, nnz, descr, vals, rowptr, cols, b, bits(tol), reorder, x, sing, 0, 0, 0, 0, 0, 0, \
+                    0, 0, 0, 0, 0, 0);                                                                     \
+    }
+#define QR_SETUP(sym)                                                                                      \
+    CUresult sym(A h, A m, A n, A nnz, A descr, A vals, A rowptr, A cols, double mu, A info) {             \
+        SOLVER(sym);                                                                                       \
+        return body(s, h, m, n, nnz, descr, vals, rowptr, cols, bits(mu), info, 0, 0, 0, 0, 0, 0, 0, 0, 0, \
+                    0, 0, 0, 0, 0);                                                                        \
+    }
+#define ZERO_PIVOT(sym)                                                                                    \
+    CUresult sym(A h, A info, double tol, A position) {                                                    \
+        SOLVER(sym);                                                                                       \
+        return body(s, h, info, bits(tol), position, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, \
+                    0, 0);                                                                                 \
+    }
+LSV(cusolverSpDcsrlsvluHost)
+LSV(cusolverSpDcsrlsvqrHost)
+LSV(cusolverSpDcsrlsvcholHost)
+LSV(cusolverSpDcsrlsvqr)
+LSV(cusolverSpDcsrlsvchol)
+QR_SETUP(cusolverSpDcsrqrSetupHost)
+QR_SETUP(cusolverSpDcsrqrSetup)
+ZERO_PIVOT(cusolverSpDcsrcholZeroPivotHost)
+ZERO_PIVOT(cusolverSpDcsrcholZeroPivot)
+ZERO_PIVOT(cusolverSpDcsrqrZeroPivotHost)
+ZERO_PIVOT(cusolverSpDcsrqrZeroPivot)
+#undef LSV
+#undef QR_SETUP
+#undef ZERO_PIVOT
+#undef SOLVER
+
 /* cuBLAS functions that return strings or sizes, not a status: answered here. */
 const char *cublasGetStatusName(int status) {
     switch (status) {

@@ -222,3 +222,10 @@ def test_textures_and_surfaces(tmp_path: pytest.TempPathFactory, wooly_gpud: str
     descriptors read back, misuse refused, and a forged texture handle failing its launch with
     cudaErrorIllegalAddress (NOTE [textures])."""
     _build_and_pass(tmp_path, wooly_gpud, "texture_app.cu")
+
+
+def test_cusolver_sparse(tmp_path: pytest.TempPathFactory, wooly_gpud: str, native_lib: str) -> None:
+    """cuSOLVER's sparse API through the native library (NOTE [sparse solves]): csrlsv{chol,lu,qr} on the host and
+    the device (Cholesky reading the lower triangle only), the low-level csrchol (device) and csrqr (host, shifted)
+    families, csrperm's map, symrcm, singular and indefinite matrices reported, bad indices refused."""
+    _build_and_pass(tmp_path, wooly_gpud, "cusolver_sp.cu", f"-L{native_lib}", "-lcusolver")

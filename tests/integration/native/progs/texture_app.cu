@@ -7,14 +7,6 @@
 
 #include "check.h"
 
-#define EXPECT(cond)                                                                                         \
-    do {                                                                                                     \
-        if (!(cond)) {                                                                                       \
-            printf("FAIL %s:%d %s\n", __FILE__, __LINE__, #cond);                                            \
-            exit(1);                                                                                         \
-        }                                                                                                    \
-    } while (0)
-
 const int W = 13, H = 7;
 
 __global__ void sample2d(cudaTextureObject_t t, float *out, float dx, float dy, int normalized, float shift) {
