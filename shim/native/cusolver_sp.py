@@ -1,5 +1,5 @@
-"""cuSOLVER's sparse API (cusolverSp and its low-level csrchol/csrqr families) in double precision (NOTE [sparse
-solves], proto/spsolve.py).
+"""cuSOLVER's sparse API (cusolverSp, its low-level csrchol/csrqr/csrlu families) and refactorisation (cusolverRf) in
+double precision (NOTE [sparse solves], proto/spsolve.py).
 
 The ``*Host`` functions take host arrays and run on the client with proto/spsolve.py, as cuSOLVER runs them on the
 CPU. The device functions become one ``sparse_solve`` operation on the handle's stream, run in gpud on the
@@ -20,7 +20,9 @@ from typing import Any
 
 import numpy as np
 
+from proto import errors as codes
 from proto import spsolve
+from proto.errors import CudaError
 from proto.messages import SparseSolve
 from shim.native import cusparse
 from shim.native.cusolver import Handles
@@ -78,11 +80,11 @@ def _message(**fields: Any) -> SparseSolve:
     return SparseSolve(**fields)
 
 
-def _device_solve(h: int | None, msg: SparseSolve, what: str) -> int:
-    """Queue ``msg`` on the handle's stream (its operands checked against the program's allocations first); the
-    singularity, once the stream reaches it."""
+def _device_solve(h: int | None, msg: SparseSolve, what: str, stream: int | None = None) -> int:
+    """Queue ``msg`` on the handle's stream (or ``stream``), its operands checked against the program's allocations
+    first; the singularity, once the stream reaches it."""
     drv = STATE.driver()
-    msg.stream = drv._stream(_h(h).stream)
+    msg.stream = drv._stream(_h(h).stream if stream is None else stream)
     for operand, addr, size, _ in msg.extents():
         drv._check_range(addr, size, f"{what} ({operand})")
     return int(drv.conn.call(msg)[0])
@@ -382,3 +384,341 @@ def _low_level(method: str, host: bool) -> None:
 for _m in ("chol", "qr"):
     _low_level(_m, True)
     _low_level(_m, False)
+
+
+# ---------------------------------------------------------------------------- csrlu* (host): P B Q^T = L U
+def _lu_info(key: int | None, what: str) -> Info:
+    return _info(key, "lu", True, what)
+
+
+@api("cusolverSpCreateCsrluInfoHost", 0, P, library="cusolver")
+def cusolverSpCreateCsrluInfoHost(out: int) -> None:
+    if not out:
+        raise StatusError(INVALID_VALUE, "cusolverSpCreateCsrluInfoHost: info is NULL")
+    key = next(_info_ids)
+    _infos[key] = Info("lu", True)
+    put_u64(out, key)
+
+
+@api("cusolverSpDestroyCsrluInfoHost", 0, P, library="cusolver")
+def cusolverSpDestroyCsrluInfoHost(key: int | None) -> None:
+    _lu_info(key, "cusolverSpDestroyCsrluInfoHost")
+    del _infos[int(key or 0)]
+
+
+@api("cusolverSpXcsrluAnalysisHost", 0, P, I, I, P, P, P, P, library="cusolver")
+def cusolverSpXcsrluAnalysisHost(h, n, nnz, descr, offsets, indices, key) -> None:  # noqa: ANN001
+    what = "cusolverSpXcsrluAnalysisHost"
+    _h(h)
+    info = _lu_info(key, what)
+    a = _host_matrix(n, n, nnz, _descr(descr, what), None, offsets, indices, what)
+    info.offsets, info.indices = a.indptr.copy(), a.indices.copy()
+    info.m = info.n = n
+    info.nnz, info.factored = nnz, False
+
+
+@api("cusolverSpDcsrluBufferInfoHost", 0, P, I, I, P, P, P, P, P, P, P, library="cusolver")
+def cusolverSpDcsrluBufferInfoHost(h, n, nnz, descr, values, offsets, indices, key, internal, workspace) -> None:  # noqa: ANN001
+    what = "cusolverSpDcsrluBufferInfoHost"
+    _h(h)
+    info = _lu_info(key, what)
+    if info.m < 0:
+        raise StatusError(INVALID_VALUE, f"{what}: the info has not been analysed")
+    info.values = _doubles(values, info.nnz, f"{what}: csrValA").copy()
+    put_u64(internal, 8 * (info.nnz + info.n + 1))
+    put_u64(workspace, 8 * info.n + 64)
+
+
+@api("cusolverSpDcsrluFactorHost", 0, P, I, I, P, P, P, P, P, D, P, library="cusolver")
+def cusolverSpDcsrluFactorHost(h, n, nnz, descr, values, offsets, indices, key, threshold, buf) -> None:  # noqa: ANN001
+    """SuperLU with partial pivoting (``pivot_threshold`` its diagonal preference) on a COLAMD ordering."""
+    import scipy.sparse as sp
+    from scipy.sparse.linalg import splu
+
+    what = "cusolverSpDcsrluFactorHost"
+    _h(h)
+    info = _lu_info(key, what)
+    if info.m < 0:
+        raise StatusError(INVALID_VALUE, f"{what}: the info has not been analysed")
+    info.values = _doubles(values, info.nnz, f"{what}: csrValA").copy()
+    a = sp.csr_matrix((info.values, info.indices, info.offsets), shape=(info.n, info.n))
+    try:
+        info.lu = splu(a.tocsc(), permc_spec="COLAMD", diag_pivot_thresh=min(max(_f64(threshold), 0.0), 1.0))
+        d = np.abs(info.lu.U.diagonal())
+        small = np.flatnonzero(d == 0)
+        info.singular = int(np.flatnonzero(info.lu.perm_c == small[0])[0]) if len(small) else -1
+    except RuntimeError:
+        info.lu, info.singular = None, 0
+    info.factored = True
+
+
+@api("cusolverSpDcsrluZeroPivotHost", 0, P, P, D, P, library="cusolver")
+def cusolverSpDcsrluZeroPivotHost(h, key, tol, out) -> None:  # noqa: ANN001
+    what = "cusolverSpDcsrluZeroPivotHost"
+    _h(h)
+    info = _lu_info(key, what)
+    if not info.factored:
+        raise StatusError(INVALID_VALUE, f"{what}: the matrix has not been factorised")
+    s = info.singular
+    if info.lu is not None:
+        small = np.flatnonzero(np.abs(info.lu.U.diagonal()) <= _f64(tol))
+        s = int(np.flatnonzero(info.lu.perm_c == small[0])[0]) if len(small) else -1
+    put_i32(out, s)
+
+
+@api("cusolverSpDcsrluSolveHost", 0, P, I, P, P, P, P, library="cusolver")
+def cusolverSpDcsrluSolveHost(h, n, b, x, key, buf) -> None:  # noqa: ANN001
+    what = "cusolverSpDcsrluSolveHost"
+    _h(h)
+    info = _lu_info(key, what)
+    if not info.factored or info.lu is None or n != info.n:
+        raise StatusError(INVALID_VALUE, f"{what}: no factorisation of an {n} x {n} matrix to solve with")
+    _doubles(x, n, f"{what}: x")[...] = info.lu.solve(_doubles(b, n, f"{what}: b").copy())
+
+
+def _lu_factors(info: Info, what: str) -> tuple[Any, Any, np.ndarray, np.ndarray]:
+    """(L strictly below its unit diagonal, U, p, q) in CSR with P B Q^T = L U, (P B)(i, :) = B(p[i], :) and
+    (B Q^T)(:, j) = B(:, q[j])."""
+    import scipy.sparse as sp
+
+    if not info.factored or info.lu is None:
+        raise StatusError(INVALID_VALUE, f"{what}: the matrix has not been factorised (or is singular)")
+    lower = sp.tril(info.lu.L, -1, format="csr")
+    upper = sp.csr_matrix(info.lu.U)
+    lower.sort_indices()
+    upper.sort_indices()
+    return lower, upper, np.argsort(info.lu.perm_r), np.argsort(info.lu.perm_c)
+
+
+@api("cusolverSpXcsrluNnzHost", 0, P, P, P, P, library="cusolver")
+def cusolverSpXcsrluNnzHost(h, nnz_l, nnz_u, key) -> None:  # noqa: ANN001
+    what = "cusolverSpXcsrluNnzHost"
+    _h(h)
+    lower, upper, _, _ = _lu_factors(_lu_info(key, what), what)
+    put_i32(nnz_l, lower.nnz)
+    put_i32(nnz_u, upper.nnz)
+
+
+@api("cusolverSpDcsrluExtractHost", 0, P, P, P, P, P, P, P, P, P, P, P, P, P, library="cusolver")
+def cusolverSpDcsrluExtractHost(h, p, q, d_l, v_l, rp_l, ci_l, d_u, v_u, rp_u, ci_u, key, buf) -> None:  # noqa: ANN001
+    """L (implicit unit diagonal) and U in CSR with each descriptor's base, and P, Q (from 0)."""
+    what = "cusolverSpDcsrluExtractHost"
+    _h(h)
+    info = _lu_info(key, what)
+    lower, upper, perm_p, perm_q = _lu_factors(info, what)
+    n = info.n
+    _ints(p, n, f"{what}: P")[...] = perm_p
+    _ints(q, n, f"{what}: Q")[...] = perm_q
+    for mat, descr, vals, rows, cols, name in ((lower, d_l, v_l, rp_l, ci_l, "L"), (upper, d_u, v_u, rp_u, ci_u, "U")):
+        base = _descr(descr, f"{what} ({name})")
+        _ints(rows, n + 1, f"{what}: csrRowPtr{name}")[...] = mat.indptr + base
+        _ints(cols, mat.nnz, f"{what}: csrColInd{name}")[...] = mat.indices + base
+        _doubles(vals, mat.nnz, f"{what}: csrVal{name}")[...] = mat.data
+
+
+# ---------------------------------------------------------------------------- cusolverRf
+@dataclass
+class Rf:
+    """cusolverRfHandle_t: A's pattern and values in device memory of its own (refactorised from the values
+    ResetValues copies in; solved by a ``sparse_solve`` with LU, which equals solving with the L U of P A Q^T)."""
+
+    zero: float = 0.0
+    boost: float = 0.0
+    algs: tuple[int, int] = (0, 0)
+    matrix_format: tuple[int, int] = (0, 0)
+    fast_mode: int = 0
+    n: int = -1
+    nnz: int = 0
+    arrays: tuple[int, int, int] = (0, 0, 0)  # device: offsets, indices, values
+    singular: int = -1
+    analysed: bool = False
+
+
+_rf: dict[int, Rf] = {}
+_rf_ids = iter(range(0x5B60000, 1 << 62))
+
+
+def _rf_handle(h: int | None, what: str) -> Rf:
+    rf = _rf.get(int(h or 0))
+    if rf is None:
+        raise CudaError(codes.NOT_INITIALIZED, f"{what}: invalid cusolverRf handle 0x{int(h or 0):x}")
+    return rf
+
+
+@api("cusolverRfCreate", 0, P, library="cusolver")
+def cusolverRfCreate(out: int) -> None:
+    if not STATE.initialized:
+        STATE.init()
+    key = next(_rf_ids)
+    _rf[key] = Rf()
+    put_u64(out, key)
+
+
+def _free_arrays(rf: Rf) -> None:
+    for addr in rf.arrays:
+        if addr:
+            STATE.driver().mem_free(addr)
+    rf.arrays = (0, 0, 0)
+
+
+@api("cusolverRfDestroy", 0, P, library="cusolver")
+def cusolverRfDestroy(h: int | None) -> None:
+    _free_arrays(_rf_handle(h, "cusolverRfDestroy"))
+    del _rf[int(h or 0)]
+
+
+@api("cusolverRfSetNumericProperties", 0, P, D, D, library="cusolver")
+def cusolverRfSetNumericProperties(h: int | None, zero: int, boost: int) -> None:
+    rf = _rf_handle(h, "cusolverRfSetNumericProperties")
+    rf.zero, rf.boost = _f64(zero), _f64(boost)
+
+
+@api("cusolverRfGetNumericProperties", 0, P, P, P, library="cusolver")
+def cusolverRfGetNumericProperties(h: int | None, zero: int, boost: int) -> None:
+    rf = _rf_handle(h, "cusolverRfGetNumericProperties")
+    for addr, value in ((zero, rf.zero), (boost, rf.boost)):
+        if not addr:
+            raise StatusError(INVALID_VALUE, "cusolverRfGetNumericProperties: output is NULL")
+        ctypes.c_double.from_address(addr).value = value
+
+
+def _rf_pair(name: str, attr: str, allowed: tuple[range, range]) -> None:
+    def set_pair(h: int | None, a: int, b: int) -> None:
+        rf = _rf_handle(h, f"cusolverRfSet{name}")
+        if a not in allowed[0] or b not in allowed[1]:
+            raise StatusError(INVALID_VALUE, f"cusolverRfSet{name}: ({a}, {b}) is not a valid choice")
+        setattr(rf, attr, (a, b))
+
+    def get_pair(h: int | None, a: int, b: int) -> None:
+        first, second = getattr(_rf_handle(h, f"cusolverRfGet{name}"), attr)
+        put_i32(a, first)
+        put_i32(b, second)
+
+    api(f"cusolverRfSet{name}", 0, P, I, I, library="cusolver")(set_pair)
+    api(f"cusolverRfGet{name}", 0, P, P, P, library="cusolver")(get_pair)
+
+
+_rf_pair("Algs", "algs", (range(0, 3), range(0, 3)))
+_rf_pair("MatrixFormat", "matrix_format", (range(0, 2), range(0, 4)))
+
+
+@api("cusolverRfSetResetValuesFastMode", 0, P, I, library="cusolver")
+def cusolverRfSetResetValuesFastMode(h: int | None, mode: int) -> None:
+    if mode not in (0, 1):
+        raise StatusError(INVALID_VALUE, f"cusolverRfSetResetValuesFastMode: mode {mode}")
+    _rf_handle(h, "cusolverRfSetResetValuesFastMode").fast_mode = mode
+
+
+@api("cusolverRfGetResetValuesFastMode", 0, P, P, library="cusolver")
+def cusolverRfGetResetValuesFastMode(h: int | None, out: int) -> None:
+    put_i32(out, _rf_handle(h, "cusolverRfGetResetValuesFastMode").fast_mode)
+
+
+def _rf_setup(rf: Rf, n: int, offsets: np.ndarray, indices: np.ndarray, values: np.ndarray, what: str) -> None:
+    try:
+        spsolve.csr(n, n, offsets, indices, values, 0)
+    except ValueError as exc:
+        raise StatusError(INVALID_VALUE, f"{what}: A: {exc}") from None
+    drv = STATE.driver()
+    _free_arrays(rf)
+    arrays = []
+    for arr in (offsets.astype(np.int32), indices.astype(np.int32), values.astype(np.float64)):
+        addr = drv.mem_alloc(max(arr.nbytes, 8))
+        drv.memcpy_htod(addr, arr.tobytes())
+        arrays.append(addr)
+    rf.arrays = (arrays[0], arrays[1], arrays[2])
+    rf.n, rf.nnz, rf.analysed = n, len(indices), False
+
+
+_SETUP_ARGS = (I, I, P, P, P, I, P, P, P, I, P, P, P, P, P, P)
+
+
+@api("cusolverRfSetupHost", 0, *_SETUP_ARGS, library="cusolver")
+def cusolverRfSetupHost(n, nnz, rp, ci, vals, nnz_l, rp_l, ci_l, v_l, nnz_u, rp_u, ci_u, v_u, p, q, h) -> None:  # noqa: ANN001
+    """A (base 0), and L, U, P, Q with P A Q^T = L U: A is kept in device memory of the handle's own; the factors
+    are checked for their extent only (every solve refactorises A)."""
+    what = "cusolverRfSetupHost"
+    rf = _rf_handle(h, what)
+    if n < 0 or nnz < 0 or nnz_l < 0 or nnz_u < 0:
+        raise StatusError(INVALID_VALUE, f"{what}: n {n}, nnzA {nnz}, nnzL {nnz_l}, nnzU {nnz_u}")
+    for perm, name in ((p, "P"), (q, "Q")):
+        if not np.array_equal(np.sort(_ints(perm, n, f"{what}: {name}")), np.arange(n)):
+            raise StatusError(INVALID_VALUE, f"{what}: {name} is not a permutation of 0..{n - 1}")
+    _rf_setup(
+        rf, n, _ints(rp, n + 1, f"{what}: csrRowPtrA").copy(), _ints(ci, nnz, f"{what}: csrColIndA").copy(),
+        _doubles(vals, nnz, f"{what}: csrValA").copy(), what,
+    )  # fmt: skip
+
+
+@api("cusolverRfSetupDevice", 0, *_SETUP_ARGS, library="cusolver")
+def cusolverRfSetupDevice(n, nnz, rp, ci, vals, nnz_l, rp_l, ci_l, v_l, nnz_u, rp_u, ci_u, v_u, p, q, h) -> None:  # noqa: ANN001
+    what = "cusolverRfSetupDevice"
+    rf = _rf_handle(h, what)
+    if n < 0 or nnz < 0:
+        raise StatusError(INVALID_VALUE, f"{what}: n {n}, nnzA {nnz}")
+    drv = STATE.driver()
+
+    def fetch(addr: int | None, count: int, dtype: Any, name: str) -> np.ndarray:
+        size = count * np.dtype(dtype).itemsize
+        drv._check_range(int(addr or 0), size, f"{what} ({name})")
+        return np.frombuffer(bytes(drv.memcpy_dtoh(int(addr or 0), size)), dtype).copy()
+
+    _rf_setup(
+        rf, n, fetch(rp, n + 1, np.int32, "csrRowPtrA"), fetch(ci, nnz, np.int32, "csrColIndA"),
+        fetch(vals, nnz, np.float64, "csrValA"), what,
+    )  # fmt: skip
+
+
+def _rf_ready(h: int | None, what: str) -> Rf:
+    rf = _rf_handle(h, what)
+    if rf.n < 0:
+        raise StatusError(INVALID_VALUE, f"{what}: call cusolverRfSetupHost or cusolverRfSetupDevice first")
+    return rf
+
+
+@api("cusolverRfAnalyze", 0, P, library="cusolver")
+def cusolverRfAnalyze(h: int | None) -> None:
+    _rf_ready(h, "cusolverRfAnalyze").analysed = True
+
+
+@api("cusolverRfResetValues", 0, I, I, P, P, P, P, P, P, library="cusolver")
+def cusolverRfResetValues(n, nnz, rp, ci, vals, p, q, h) -> None:  # noqa: ANN001
+    """A's new values (same pattern), copied in stream order into the handle's own array."""
+    from shim.native import cu_memory
+
+    what = "cusolverRfResetValues"
+    rf = _rf_ready(h, what)
+    if (n, nnz) != (rf.n, rf.nnz):
+        raise StatusError(INVALID_VALUE, f"{what}: n {n}, nnzA {nnz}, but the handle was set up with {rf.n}, {rf.nnz}")
+    cu_memory.dtod(rf.arrays[2], int(vals or 0), nnz * 8, 0, what)
+
+
+def _rf_message(rf: Rf, b: int = 0, x: int = 0) -> SparseSolve:
+    offsets, indices, values = rf.arrays
+    return _message(
+        method="lu", m=rf.n, n=rf.n, nnz=rf.nnz, values=values, offsets=offsets, indices=indices, b=b, x=x,
+        tol=rf.zero, base=0,
+    )  # fmt: skip
+
+
+@api("cusolverRfRefactor", 0, P, library="cusolver")
+def cusolverRfRefactor(h: int | None) -> None:
+    what = "cusolverRfRefactor"
+    rf = _rf_ready(h, what)
+    if not rf.analysed:
+        raise StatusError(INVALID_VALUE, f"{what}: call cusolverRfAnalyze first")
+    rf.singular = _device_solve(None, _rf_message(rf), what, stream=0)  # cusolverRf has no stream
+    if rf.singular >= 0:
+        raise StatusError(6, f"{what}: a zero pivot at column {rf.singular}")  # CUSOLVER_STATUS_EXECUTION_FAILED
+
+
+@api("cusolverRfSolve", 0, P, P, P, I, P, I, P, I, library="cusolver")
+def cusolverRfSolve(h, p, q, nrhs, temp, ldt, xf, ldxf) -> None:  # noqa: ANN001
+    """x = A^-1 f in place in XF for each of ``nrhs`` columns."""
+    what = "cusolverRfSolve"
+    rf = _rf_ready(h, what)
+    if nrhs < 1 or ldxf < rf.n or ldt < rf.n:
+        raise StatusError(INVALID_VALUE, f"{what}: nrhs {nrhs}, ldt {ldt}, ldxf {ldxf} for n {rf.n}")
+    for k in range(nrhs):
+        column = int(xf or 0) + 8 * k * ldxf
+        _device_solve(None, _rf_message(rf, column, column), what, stream=0)

@@ -141,6 +141,7 @@ CUSOLVER_IN_C = frozenset(
     {f"cusolverSpDcsrlsv{k}{h}" for k in ("lu", "qr", "chol") for h in ("Host", "") if (k, h) != ("lu", "")}
     | {"cusolverSpDcsrqrSetupHost", "cusolverSpDcsrqrSetup"}
     | {f"cusolverSpDcsr{k}ZeroPivot{h}" for k in ("chol", "qr") for h in ("Host", "")}
+    | {"cusolverSpDcsrluZeroPivotHost", "cusolverSpDcsrluFactorHost", "cusolverRfSetNumericProperties"}
 )
 
 

@@ -445,6 +445,17 @@ ZERO_PIVOT(cusolverSpDcsrcholZeroPivotHost)
 ZERO_PIVOT(cusolverSpDcsrcholZeroPivot)
 ZERO_PIVOT(cusolverSpDcsrqrZeroPivotHost)
 ZERO_PIVOT(cusolverSpDcsrqrZeroPivot)
+ZERO_PIVOT(cusolverSpDcsrluZeroPivotHost)
+CUresult cusolverSpDcsrluFactorHost(A h, A n, A nnz, A descr, A vals, A rowptr, A cols, A info, double threshold,
+                                    A buf) {
+    SOLVER(cusolverSpDcsrluFactorHost);
+    return body(s, h, n, nnz, descr, vals, rowptr, cols, info, bits(threshold), buf, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                0, 0, 0);
+}
+CUresult cusolverRfSetNumericProperties(A h, double zero, double boost) {
+    SOLVER(cusolverRfSetNumericProperties);
+    return body(s, h, bits(zero), bits(boost), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+}
 #undef LSV
 #undef QR_SETUP
 #undef ZERO_PIVOT

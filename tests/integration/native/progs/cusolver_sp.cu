@@ -1,6 +1,7 @@
 // cuSOLVER's sparse API (NOTE [sparse solves]): csrlsv{chol,lu,qr} on the host and on the device, the low-level
-// csrchol/csrqr families (analysis, buffer sizes, factorisation, zero pivot, solve; QR with a shift), csrperm and
-// symrcm, singular matrices and bad indices. Every x is checked on the host against A x = b. Prints PASS.
+// csrchol/csrqr families (analysis, buffer sizes, factorisation, zero pivot, solve; QR with a shift), csrperm,
+// symrcm, the host LU (its extracted factors) and cusolverRf, singular matrices and bad indices. Every x is checked
+// on the host against A x = b. Prints PASS.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -42,6 +43,27 @@ int cusolverSpDcsrqrSetupHost(handle_t, int, int, int, handle_t, const double *,
 int cusolverSpDcsrqrFactorHost(handle_t, int, int, int, double *, double *, handle_t, void *);
 int cusolverSpDcsrqrZeroPivotHost(handle_t, handle_t, double, int *);
 int cusolverSpDcsrqrSolveHost(handle_t, int, int, double *, double *, handle_t, void *);
+int cusolverSpCreateCsrluInfoHost(handle_t *);
+int cusolverSpXcsrluAnalysisHost(handle_t, int, int, handle_t, const int *, const int *, handle_t);
+int cusolverSpDcsrluBufferInfoHost(handle_t, int, int, handle_t, const double *, const int *, const int *, handle_t,
+                                   size_t *, size_t *);
+int cusolverSpDcsrluFactorHost(handle_t, int, int, handle_t, const double *, const int *, const int *, handle_t, double,
+                               void *);
+int cusolverSpDcsrluZeroPivotHost(handle_t, handle_t, double, int *);
+int cusolverSpDcsrluSolveHost(handle_t, int, const double *, double *, handle_t, void *);
+int cusolverSpXcsrluNnzHost(handle_t, int *, int *, handle_t);
+int cusolverSpDcsrluExtractHost(handle_t, int *, int *, handle_t, double *, int *, int *, handle_t, double *, int *,
+                                int *, handle_t, void *);
+int cusolverRfCreate(handle_t *);
+int cusolverRfDestroy(handle_t);
+int cusolverRfSetNumericProperties(handle_t, double, double);
+int cusolverRfGetNumericProperties(handle_t, double *, double *);
+int cusolverRfSetupHost(int, int, int *, int *, double *, int, int *, int *, double *, int, int *, int *, double *,
+                        int *, int *, handle_t);
+int cusolverRfAnalyze(handle_t);
+int cusolverRfResetValues(int, int, int *, int *, double *, int *, int *, handle_t);
+int cusolverRfRefactor(handle_t);
+int cusolverRfSolve(handle_t, int *, int *, int, double *, int, double *, int);
 int cusolverSpXcsrsymrcmHost(handle_t, int, int, handle_t, const int *, const int *, int *);
 int cusolverSpXcsrperm_bufferSizeHost(handle_t, int, int, int, handle_t, const int *, const int *, const int *,
                                       const int *, size_t *);
@@ -200,6 +222,57 @@ int main() {
     CHECK(cusolverSpXcsrsymrcmHost(h, N, s.nnz, descr, s.rp, s.ci, order));
     for (int i = 0; i < N; i++) seen[order[i]]++;
     for (int i = 0; i < N; i++) EXPECT(seen[i] == 1);
+
+    // the host LU: P A Q^T = L U (L's unit diagonal implicit), then cusolverRf refactorising new values of A
+    handle_t linfo;
+    CHECK(cusolverSpCreateCsrluInfoHost(&linfo));
+    CHECK(cusolverSpXcsrluAnalysisHost(h, N, g.nnz, descr, g.rp, g.ci, linfo));
+    CHECK(cusolverSpDcsrluBufferInfoHost(h, N, g.nnz, descr, g.v, g.rp, g.ci, linfo, &internal, &work));
+    void *lbuf = malloc(work);
+    CHECK(cusolverSpDcsrluFactorHost(h, N, g.nnz, descr, g.v, g.rp, g.ci, linfo, 1.0, lbuf));
+    CHECK(cusolverSpDcsrluZeroPivotHost(h, linfo, 1e-12, &sing));
+    EXPECT(sing == -1);
+    CHECK(cusolverSpDcsrluSolveHost(h, N, b, x, linfo, lbuf));
+    EXPECT(residual(g, x, b) < 1e-12);
+    int nnz_l, nnz_u, lp[N], lq[N];
+    CHECK(cusolverSpXcsrluNnzHost(h, &nnz_l, &nnz_u, linfo));
+    int *l_rp = (int *)malloc(sizeof(int) * (N + 1)), *l_ci = (int *)malloc(sizeof(int) * nnz_l);
+    int *u_rp = (int *)malloc(sizeof(int) * (N + 1)), *u_ci = (int *)malloc(sizeof(int) * nnz_u);
+    double *l_v = (double *)malloc(sizeof(double) * nnz_l), *u_v = (double *)malloc(sizeof(double) * nnz_u);
+    CHECK(cusolverSpDcsrluExtractHost(h, lp, lq, descr, l_v, l_rp, l_ci, descr, u_v, u_rp, u_ci, linfo, lbuf));
+    static double dense_a[N][N], dense_l[N][N], dense_u[N][N];
+    for (int i = 0; i < N; i++) {
+        dense_l[i][i] = 1.0;
+        for (int k = g.rp[i]; k < g.rp[i + 1]; k++) dense_a[i][g.ci[k]] = g.v[k];
+        for (int k = l_rp[i]; k < l_rp[i + 1]; k++) { EXPECT(l_ci[k] < i); dense_l[i][l_ci[k]] = l_v[k]; }
+        for (int k = u_rp[i]; k < u_rp[i + 1]; k++) { EXPECT(u_ci[k] >= i); dense_u[i][u_ci[k]] = u_v[k]; }
+    }
+    for (int i = 0; i < N; i++)
+        for (int j = 0; j < N; j++) {
+            double lu = 0.0;
+            for (int k = 0; k < N; k++) lu += dense_l[i][k] * dense_u[k][j];
+            EXPECT(fabs(lu - dense_a[lp[i]][lq[j]]) < 1e-12);
+        }
+    handle_t rf;
+    CHECK(cusolverRfCreate(&rf));
+    double zero, boost;
+    CHECK(cusolverRfSetNumericProperties(rf, 1e-14, 1e-13));
+    CHECK(cusolverRfGetNumericProperties(rf, &zero, &boost));
+    EXPECT(zero == 1e-14 && boost == 1e-13);
+    CHECK(cusolverRfSetupHost(N, g.nnz, g.rp, g.ci, g.v, nnz_l, l_rp, l_ci, l_v, nnz_u, u_rp, u_ci, u_v, lp, lq, rf));
+    CHECK(cusolverRfAnalyze(rf));
+    Csr twice = g;
+    for (int k = 0; k < twice.nnz; k++) twice.v[k] *= 2.0;
+    int *g_rp = upload(g.rp, N + 1), *g_ci = upload(g.ci, g.nnz), *d_p = upload(lp, N), *d_q = upload(lq, N);
+    double *t_v = upload(twice.v, twice.nnz), *d_t;
+    CHECK(cudaMalloc(&d_t, N * sizeof(double)));
+    CHECK(cusolverRfResetValues(N, g.nnz, g_rp, g_ci, t_v, d_p, d_q, rf));
+    CHECK(cusolverRfRefactor(rf));
+    CHECK(cudaMemcpy(d_x, b, sizeof(b), cudaMemcpyHostToDevice));
+    CHECK(cusolverRfSolve(rf, d_p, d_q, 1, d_t, N, d_x, N));
+    CHECK(cudaMemcpy(x, d_x, sizeof(x), cudaMemcpyDeviceToHost));
+    EXPECT(residual(twice, x, b) < 1e-12);  // the new values, not the ones set up
+    CHECK(cusolverRfDestroy(rf));
 
     // a column index outside the matrix is refused (CUSOLVER_STATUS_INVALID_VALUE), nothing read past it
     Csr bad = make(false);
