@@ -22,7 +22,8 @@
 # normalized-float reads of 8- and 16-bit integer formats scale to [0, 1] or [-1, 1]. A rewritten statement keeps its
 # line (one line in, one line out), so errors still name the tenant's line. Not offered: mipmaps (``tex.level``,
 # ``tex.grad``), ``tld4`` gathers and formatted surface stores (``sust.p``): those stay as they are and the JIT
-# refuses them by name (CUDA_ERROR_NOT_SUPPORTED).
+# refuses them by name (CUDA_ERROR_NOT_SUPPORTED), as it does the legacy texture and surface references (a
+# ``.texref``/``.surfref`` symbol in place of the object register; removed from CUDA 12).
 """
 
 from __future__ import annotations
@@ -38,24 +39,25 @@ LIB_PATH = os.path.join(HERE, "texture_lib.ptx")
 SRC_PATH = os.path.join(HERE, "texture_lib.cu")
 
 _REG = r"[%\w$.]+"
+_HANDLE = r"%[\w$.]+"  # an object is a register; a .texref/.surfref symbol is left for the JIT to refuse
 _PRED = r"(?P<pred>@!?%[\w$]+\s+)?"
 _TEX = re.compile(
     _PRED + r"tex\.(?P<geo>1d|2d|3d|a1d|a2d|cube|acube)\.v4\.(?P<rt>f32|s32|u32)\.(?P<ct>f32|s32)\s+"
-    r"\{(?P<dst>[^}]*)\}\s*,\s*\[\s*(?P<h>" + _REG + r")\s*,\s*\{(?P<c>[^}]*)\}\s*\]\s*;"
+    r"\{(?P<dst>[^}]*)\}\s*,\s*\[\s*(?P<h>" + _HANDLE + r")\s*,\s*\{(?P<c>[^}]*)\}\s*\]\s*;"
 )
 _SULD = re.compile(
     _PRED + r"suld\.b\.(?P<geo>1d|2d|3d|a1d|a2d)(?:\.(?:ca|cg|cs|cv))?(?:\.(?P<vec>v2|v4))?\.(?P<t>b8|b16|b32|b64)"
     r"(?:\.(?P<mode>trap|clamp|zero))?\s+(?:\{(?P<dst>[^}]*)\}|(?P<dst1>" + _REG + r"))\s*,\s*"
-    r"\[\s*(?P<h>" + _REG + r")\s*,\s*\{(?P<c>[^}]*)\}\s*\]\s*;"
+    r"\[\s*(?P<h>" + _HANDLE + r")\s*,\s*\{(?P<c>[^}]*)\}\s*\]\s*;"
 )
 _SUST = re.compile(
     _PRED + r"sust\.b\.(?P<geo>1d|2d|3d|a1d|a2d)(?:\.(?:wb|cg|cs|wt))?(?:\.(?P<vec>v2|v4))?\.(?P<t>b8|b16|b32|b64)"
-    r"(?:\.(?P<mode>trap|clamp|zero))?\s+\[\s*(?P<h>" + _REG + r")\s*,\s*\{(?P<c>[^}]*)\}\s*\]\s*,\s*"
+    r"(?:\.(?P<mode>trap|clamp|zero))?\s+\[\s*(?P<h>" + _HANDLE + r")\s*,\s*\{(?P<c>[^}]*)\}\s*\]\s*,\s*"
     r"(?:\{(?P<src>[^}]*)\}|(?P<src1>" + _REG + r"))\s*;"
 )
 _QUERY = re.compile(
     _PRED + r"(?P<op>txq|suq)(?:\.level)?\.(?P<what>width|height|depth|array_size|num_mipmap_levels)\.b32\s+"
-    r"(?P<d>" + _REG + r")\s*,\s*\[\s*(?P<h>" + _REG + r")\s*\]\s*;"
+    r"(?P<d>" + _REG + r")\s*,\s*\[\s*(?P<h>" + _HANDLE + r")\s*\]\s*;"
 )
 _MODES = {"trap": 0, "clamp": 1, "zero": 2, None: 0}
 _DIMS = {"1d": 1, "a1d": 1, "2d": 2, "a2d": 2, "3d": 3, "cube": 2, "acube": 2}
