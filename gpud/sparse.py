@@ -402,11 +402,11 @@ def solve_numpy(s: Any) -> int:
     indices = _array(s.indices, s.nnz, np.int32).copy()
     try:
         a = spsolve.csr(s.m, s.n, offsets, indices, _array(s.values, s.nnz, np.float64).copy(), s.base)
-    except ValueError as exc:
+        if not s.b and not s.x:
+            return spsolve.factor(s.method, a, s.tol, s.mu)[1]
+        x, singularity = spsolve.solve(s.method, a, _array(s.b, s.m, np.float64).copy(), s.tol, s.mu)
+    except ValueError as exc:  # bad indices, or a shape the method does not take
         raise CudaError(codes.INVALID_VALUE, f"cusolverSp csr{s.method}: {exc}") from None
-    if not s.b and not s.x:
-        return spsolve.factor(s.method, a, s.tol, s.mu)[1]
-    x, singularity = spsolve.solve(s.method, a, _array(s.b, s.m, np.float64).copy(), s.tol, s.mu)
     if x is not None:
         _array(s.x, s.n, np.float64)[...] = x
     return singularity

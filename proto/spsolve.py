@@ -50,7 +50,9 @@ def factor(kind: str, a: Any, tol: float, mu: float = 0.0) -> tuple[Any, int]:
 
     m, n = a.shape
     if m != n:
-        return None, -1
+        if kind != "qr" or m < n:
+            raise ValueError(f"{kind} needs a square matrix (QR: at least as many rows as columns), not {m} x {n}")
+        return None, -1  # a tall QR system: solved by least squares, nothing to factorise here
     a = a - mu * sp.identity(n, format="csr") if mu else a
     if kind == "chol":  # Cholesky reads A's lower triangle only, as cuSOLVER's does
         low = sp.tril(a, format="csr")

@@ -8,7 +8,7 @@ from ctypes import c_int, c_uint, c_uint64, c_void_p
 
 from proto import errors as codes
 from proto.errors import CudaError
-from shim.native import cu_memory
+from shim.native import cu_memory, cu_texture
 from shim.native.registry import api
 from shim.native.state import STATE
 
@@ -169,8 +169,6 @@ def _side(mtype: int, host: int, device: int, arr: int, what: str) -> tuple[bool
     if mtype == MT_UNIFIED:
         return cu_memory.device_range(device) is not None, device, None, None
     if mtype == MT_ARRAY:
-        from shim.native import cu_texture
-
         base, pitch, rows = cu_texture.array_side(arr, what)
         return True, base, pitch, rows
     raise CudaError(codes.INVALID_VALUE, f"{what}: unknown memory type {mtype}")

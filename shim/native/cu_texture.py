@@ -11,6 +11,7 @@ backend, and a handle a kernel forges can reach no further than its own memory.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import struct
 from ctypes import c_size_t, c_uint64, c_void_p
 from dataclasses import dataclass
@@ -105,10 +106,9 @@ def _create(out: int, width: int, height: int, depth: int, fmt: int, channels: i
     if max(width, height, depth) > MAX_EXTENT:
         raise CudaError(codes.INVALID_VALUE, f"{what}: extent {width} x {height} x {depth} exceeds {MAX_EXTENT}")
     a = Array(0, width, height, depth, fmt, channels, flags)
-    base = STATE.driver().mem_alloc(a.size)
-    a = Array(base, width, height, depth, fmt, channels, flags)
-    _arrays[base] = a
-    put_u64(out, base)
+    a = dataclasses.replace(a, base=STATE.driver().mem_alloc(a.size))
+    _arrays[a.base] = a
+    put_u64(out, a.base)
 
 
 @api("cuArrayCreate", 3020, P, P)

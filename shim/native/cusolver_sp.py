@@ -25,7 +25,7 @@ from proto import spsolve
 from proto.errors import CudaError
 from proto.messages import SparseSolve
 from shim.native import cusparse
-from shim.native.cusolver import Handles
+from shim.native.cusolver import Handle, Handles
 from shim.native.registry import StatusError, api, put_i32, put_u64
 from shim.native.state import STATE
 
@@ -81,13 +81,10 @@ def _message(**fields: Any) -> SparseSolve:
 
 
 def _device_solve(h: int | None, msg: SparseSolve, what: str, stream: int | None = None) -> int:
-    """Queue ``msg`` on the handle's stream (or ``stream``), its operands checked against the program's allocations
-    first; the singularity, once the stream reaches it."""
-    drv = STATE.driver()
-    msg.stream = drv._stream(_h(h).stream if stream is None else stream)
-    for operand, addr, size, _ in msg.extents():
-        drv._check_range(addr, size, f"{what} ({operand})")
-    return int(drv.conn.call(msg)[0])
+    """Queue ``msg`` on the handle's stream (or ``stream``) through cuSPARSE's checked queue (every operand's extent
+    checked against the program's allocations first); the singularity, once the stream reaches it."""
+    handle = _h(h) if stream is None else Handle(stream=stream)
+    return int(STATE.driver().conn.call(cusparse.queue(handle, msg, what))[0])
 
 
 # ---------------------------------------------------------------------------- host utilities
@@ -227,23 +224,28 @@ def _info(key: int | None, method: str, host: bool, what: str) -> Info:
     return info
 
 
-def _low_level(method: str, host: bool) -> None:
-    suffix = "Host" if host else ""
-    family = f"csr{method}Info{suffix}"
+def _info_lifecycle(method: str, host: bool) -> None:
+    """cusolverSpCreateCsr<method>Info[Host] and its Destroy."""
+    name = f"Csr{method}Info{'Host' if host else ''}"
 
     def create(out: int) -> None:
         if not out:
-            raise StatusError(INVALID_VALUE, f"cusolverSpCreate{family[0].upper()}{family[1:]}: info is NULL")
+            raise StatusError(INVALID_VALUE, f"cusolverSpCreate{name}: info is NULL")
         key = next(_info_ids)
         _infos[key] = Info(method, host)
         put_u64(out, key)
 
     def destroy(key: int | None) -> None:
-        _info(key, method, host, f"cusolverSpDestroy{family}")
+        _info(key, method, host, f"cusolverSpDestroy{name}")
         del _infos[int(key or 0)]
 
-    api(f"cusolverSpCreate{family[0].upper()}{family[1:]}", 0, P, library="cusolver")(create)
-    api(f"cusolverSpDestroy{family[0].upper()}{family[1:]}", 0, P, library="cusolver")(destroy)
+    api(f"cusolverSpCreate{name}", 0, P, library="cusolver")(create)
+    api(f"cusolverSpDestroy{name}", 0, P, library="cusolver")(destroy)
+
+
+def _low_level(method: str, host: bool) -> None:
+    suffix = "Host" if host else ""
+    _info_lifecycle(method, host)
 
     def analyse(h: Any, m: int, n: int, nnz: int, descr: Any, offsets: Any, indices: Any, key: Any, what: str) -> None:
         _h(h)
@@ -391,19 +393,7 @@ def _lu_info(key: int | None, what: str) -> Info:
     return _info(key, "lu", True, what)
 
 
-@api("cusolverSpCreateCsrluInfoHost", 0, P, library="cusolver")
-def cusolverSpCreateCsrluInfoHost(out: int) -> None:
-    if not out:
-        raise StatusError(INVALID_VALUE, "cusolverSpCreateCsrluInfoHost: info is NULL")
-    key = next(_info_ids)
-    _infos[key] = Info("lu", True)
-    put_u64(out, key)
-
-
-@api("cusolverSpDestroyCsrluInfoHost", 0, P, library="cusolver")
-def cusolverSpDestroyCsrluInfoHost(key: int | None) -> None:
-    _lu_info(key, "cusolverSpDestroyCsrluInfoHost")
-    del _infos[int(key or 0)]
+_info_lifecycle("lu", True)
 
 
 @api("cusolverSpXcsrluAnalysisHost", 0, P, I, I, P, P, P, P, library="cusolver")

@@ -414,7 +414,7 @@ def _spmv_message(h: int | None, op: int, alpha: Any, mat: Any, x: Any, beta: An
     return _finish(handle, msg, alpha, beta, "spmv")
 
 
-def _queue(handle: Handle, msg: Any, what: str) -> Any:
+def queue(handle: Any, msg: Any, what: str) -> Any:
     """``msg`` on the handle's stream, every operand's extent checked against the program's allocations first
     (gpud checks them again against the session's): the one place the client checks a cuSPARSE operation."""
     drv = STATE.driver()
@@ -453,7 +453,7 @@ def _finish(handle: Handle, msg: SparseMv, alpha: Any, beta: Any, what: str) -> 
             _scalar(handle, alpha, msg.type, f"{what}: alpha"),
             _scalar(handle, beta, msg.type, f"{what}: beta"),
         )
-    return _queue(handle, msg, what)
+    return queue(handle, msg, what)
 
 
 @api("cusparseSpMV_bufferSize", 0, P, I, P, P, P, P, P, I, I, P, library="cusparse")
@@ -581,7 +581,7 @@ def _indices_message(h: int | None, to_coo: bool, src: Any, nnz: int, m: int, ds
     if nnz < 0 or m < 0 or base not in (0, 1):
         raise CudaError(codes.INVALID_VALUE, f"{what}: nnz {nnz}, m {m}, base {base}")
     msg = SparseIndices(to_coo=to_coo, m=m, nnz=nnz, src=int(src or 0), dst=int(dst or 0), base=1 if base else 0)
-    return _queue(handle, msg, what)
+    return queue(handle, msg, what)
 
 
 @api("cusparseXcsr2coo", 0, P, P, I, I, P, I, library="cusparse")
@@ -610,7 +610,7 @@ def _to_dense_message(h: int | None, mat: Any, c: Any, what: str) -> SparseMv:
         ldc=mc.ld,
         c_row_major=mc.order == 2,
     )
-    return _queue(handle, msg, what)
+    return queue(handle, msg, what)
 
 
 @api("cusparseSparseToDense_bufferSize", 0, P, P, P, I, P, library="cusparse")
@@ -657,7 +657,7 @@ def _transpose_message(
         numeric=action == 1,
         base=1 if base else 0,
     )
-    return _queue(handle, msg, what)
+    return queue(handle, msg, what)
 
 
 @api("cusparseCsr2cscEx2_bufferSize", 0, P, I, I, I, P, P, P, P, P, P, I, I, I, I, P, library="cusparse")
@@ -676,7 +676,7 @@ def _sort(h: int | None, what: str, **fields: Any) -> SparseSort:
     handle = _h(h)
     if min(int(fields.get(k, 0)) for k in ("m", "n", "nnz")) < 0:
         raise CudaError(codes.INVALID_VALUE, f"{what}: a negative size")
-    return _queue(handle, SparseSort(**fields), what)
+    return queue(handle, SparseSort(**fields), what)
 
 
 @api("cusparseCreateIdentityPermutation", 0, P, I, P, library="cusparse")
@@ -754,7 +754,7 @@ def _gather(h: int | None, y: int | None, x: int | None, scatter: bool, what: st
         base=1 if sx.base else 0,
         scatter=scatter,
     )
-    cu_capture.post(_queue(handle, msg, what))
+    cu_capture.post(queue(handle, msg, what))
 
 
 @api("cusparseGather", 0, P, P, P, library="cusparse")
@@ -822,7 +822,7 @@ def _spgemm_message(h, op_a, op_b, alpha, mat_a, mat_b, mat_c, compute, count) -
         type=a.type,
     )
     msg.alpha = _scalar(handle, alpha, a.type, "spgemm: alpha")
-    return handle, _queue(handle, msg, "spgemm")
+    return handle, queue(handle, msg, "spgemm")
 
 
 @api("cusparseSpGEMM_workEstimation", 0, P, I, I, P, P, P, P, P, I, I, P, P, P, library="cusparse")
@@ -877,7 +877,7 @@ def _from_dense_message(h: int | None, dense: Any, mat: Any, count: bool) -> Spa
         index_type=b.index_type,
         base=1 if b.base else 0,
     )
-    return _queue(handle, msg, "cusparseDenseToSparse")
+    return queue(handle, msg, "cusparseDenseToSparse")
 
 
 @api("cusparseDenseToSparse_bufferSize", 0, P, P, P, I, P, library="cusparse")
@@ -949,7 +949,7 @@ def _geam_api(t: str) -> None:
             bytes(STATE.driver().memcpy_dtoh(msg.c_offsets, 4 * (m + 1)))
         )
         msg.c_nnz = max(int(offsets[m]) - msg.c_base, 0)  # C's nnz, as csrgeam2Nnz wrote C's offsets
-        cu_capture.post(_queue(_h(h), msg, "csrgeam2"))
+        cu_capture.post(queue(_h(h), msg, "csrgeam2"))
 
     args = (P, I, I, P, P, I, P, P, P, P, P, I, P, P, P, P, P, P, P, P)
     api(f"cusparse{t}csrgeam2_bufferSizeExt", 0, *args, library="cusparse")(buffer_size)
@@ -964,7 +964,7 @@ for _t in _GEAM_TYPES:
 def cusparseXcsrgeam2Nnz(h, m, n, da, nnz_a, oa, ia, db, nnz_b, ob, ib, dc, oc, nnz_out, buf) -> None:  # noqa: ANN001
     """C's row offsets (written on the device) and nnz (to the host, or the device in device pointer mode)."""
     msg = _geam_message(h, "S", m, n, 0, da, nnz_a, 0, oa, ia, 0, db, nnz_b, 0, ob, ib, dc, 0, oc, 0, True)
-    nnz = int(STATE.driver().conn.call(_queue(_h(h), msg, "csrgeam2"))[0] or 0)
+    nnz = int(STATE.driver().conn.call(queue(_h(h), msg, "csrgeam2"))[0] or 0)
     if nnz_out:
         if _h(h).pointer_mode == 1:
             STATE.driver().memcpy_htod(int(nnz_out), int(nnz).to_bytes(4, "little", signed=True))
@@ -1003,7 +1003,7 @@ def _compress_api(t: str) -> None:
             count=True, m=m, nnz=max(rows[m] - base, 0), values=int(values or 0), offsets=int(offsets or 0),
             per_row=int(per_row or 0), tol=_tolerance(tol), type=typ, base=base,
         )  # fmt: skip
-        total = int(STATE.driver().conn.call(_queue(_h(h), msg, what))[0] or 0)
+        total = int(STATE.driver().conn.call(queue(_h(h), msg, what))[0] or 0)
         if nnz_out:
             if _h(h).pointer_mode == 1:
                 STATE.driver().memcpy_htod(int(nnz_out), total.to_bytes(4, "little", signed=True))
@@ -1021,7 +1021,7 @@ def _compress_api(t: str) -> None:
             c_nnz=max(sum(counts), 0), c_values=int(c_values or 0), c_indices=int(c_indices or 0),
             c_offsets=int(c_offsets or 0), tol=_tolerance(tol), type=typ, base=base,
         )  # fmt: skip
-        cu_capture.post(_queue(_h(h), msg, what))
+        cu_capture.post(queue(_h(h), msg, what))
 
     api(f"cusparse{t}nnz_compress", 0, P, I, P, P, P, P, P, c_uint64, library="cusparse")(nnz_compress)
     args = (P, I, I, P, P, P, P, I, P, P, P, P, c_uint64)
@@ -1076,7 +1076,7 @@ def _spsv_message(h: int | None, op: int, alpha: Any, mat: Any, x: Any, y: Any, 
         msg.scalars_on_device, msg.alpha_ptr = True, int(alpha or 0)
     else:
         msg.alpha = _scalar(handle, alpha, msg.type, "spsv: alpha")
-    return _queue(handle, msg, "spsv")
+    return queue(handle, msg, "spsv")
 
 
 @api("cusparseSpSV_bufferSize", 0, P, I, P, P, P, P, I, I, P, P, library="cusparse")
@@ -1157,7 +1157,7 @@ def _ilu02_api(t: str) -> None:
             m=m, nnz=nnz, values=int(values or 0), offsets=int(offsets or 0), indices=int(indices or 0),
             type=typ, base=1 if d.base else 0,
         )  # fmt: skip
-        _get(info, Ilu02Info).zero_pivot = int(STATE.driver().conn.call(_queue(_h(h), msg, what))[0])
+        _get(info, Ilu02Info).zero_pivot = int(STATE.driver().conn.call(queue(_h(h), msg, what))[0])
 
     args = (P, I, I, P, P, P, P, P)
     api(f"cusparse{t}csrilu02_bufferSize", 0, *args, P, library="cusparse")(buffer_size)

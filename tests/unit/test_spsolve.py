@@ -91,3 +91,26 @@ def test_scatter_writes_the_dense_vector() -> None:
     indices[0] = 7
     with pytest.raises(Exception, match="outside"):
         gather_numpy(msg)
+
+
+@pytest.mark.parametrize(("method", "m", "n", "rhs"), [("lu", 3, 5, True), ("chol", 5, 3, True), ("qr", 3, 5, True),
+                                                       ("chol", 5, 3, False)])  # fmt: skip
+def test_gpud_refuses_a_shape_the_method_does_not_take(method: str, m: int, n: int, rhs: bool) -> None:
+    """A hostile client's sparse_solve with a shape its method cannot solve is CUDA_ERROR_INVALID_VALUE in gpud,
+    not an exception that escapes the operation; x is not written."""
+    from gpud.sparse import solve_numpy
+    from proto.errors import CudaError
+
+    offsets = np.arange(m + 1, dtype=np.int32)
+    indices = np.zeros(m, np.int32)
+    values = np.ones(m)
+    b, x = np.ones(m), np.full(n, 7.0)
+    msg = types.SimpleNamespace(
+        method=method, m=m, n=n, nnz=m, values=values.ctypes.data, offsets=offsets.ctypes.data,
+        indices=indices.ctypes.data, b=b.ctypes.data if rhs else 0, x=x.ctypes.data if rhs else 0, tol=0.0, mu=0.0,
+        base=0,
+    )  # fmt: skip
+    with pytest.raises(CudaError) as ei:
+        solve_numpy(msg)
+    assert ei.value.code == 1 and method in str(ei.value)
+    assert (x == 7.0).all()
