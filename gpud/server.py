@@ -395,16 +395,24 @@ class Server:
             capabilities=caps,
             devices=[b.info() for b in self.backends],
             device=session.backend.ordinal,
+            usable=self.usable_devices(msg.tenant),
             local_proof=proof,
             checkpoint_s=ckpt.interval_s if ckpt is not None else 0.0,
         )
         self._send(identity, encode(reply))
 
+    def usable_devices(self, tenant: str) -> list[int]:
+        """The ordinals a tenant may open sessions on (its policy's ``devices``, else every device): the devices a
+        program of that tenant sees (NOTE [devices of a program] in shim/runtime.py)."""
+        allowed = self.hv.config.policy(tenant).devices if tenant else None
+        return [b.ordinal for b in self.backends if allowed is None or b.ordinal in allowed]
+
     def place_device(self, want: int = -1, tenant: str = "") -> tuple[Backend, str]:
         """NOTE [session devices]: the device a new session (or one moving in) runs on, and why.
 
         A session runs on one device, as a CUDA program started with CUDA_VISIBLE_DEVICES=N does: its client sees
-        that device as its only one (ordinal 0 in its own numbering; ``DeviceInfo.ordinal`` keeps gpud's). A
+        that device as its first (ordinal 0 in its own numbering; ``DeviceInfo.ordinal`` keeps gpud's; a PyTorch
+        program opens a session per further device it uses, NOTE [devices of a program] in shim/runtime.py). A
         client may ask for one (``WOOLY_DEVICE``, its first ``CUDA_VISIBLE_DEVICES`` entry, or the device a pool
         reservation was made on); a device gpud does not have is CUDA's invalid-device error at hello. Otherwise
         gpud places it on the device with the most free memory (what is resident there, dedup'd bytes once), then the

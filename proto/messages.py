@@ -108,6 +108,7 @@ class HelloReply(_Req, tag="hello_reply", kw_only=True):
     capabilities: list[Name] = msgspec.field(default_factory=list)
     devices: list[DeviceInfo] = msgspec.field(default_factory=list)  # all of gpud's devices
     device: int = 0  # NOTE [session devices]: the ordinal of the one the session runs on
+    usable: list[int] = msgspec.field(default_factory=list)  # the ordinals the tenant may open sessions on
     local_proof: Name = ""  # NOTE [proven locality] (gpud/shm.py): the file a same-host client creates
     checkpoint_s: float = 0.0  # NOTE [checkpoints] (gpud/checkpoint.py): the client keeps a replay log when > 0
 

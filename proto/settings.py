@@ -144,8 +144,9 @@ class ClientSettings(KeySettings):
     device: Annotated[int, _range(-1, 1023, "expected a device ordinal from 0 to 1023, or -1 (gpud places it)")] = (
         Field(
             -1,
-            description="the gpud device the session runs on (the program sees it as its one device); `-1`: the "
-            "first `CUDA_VISIBLE_DEVICES` entry if it is a number, else gpud places it (a pool places it itself)",
+            description="the gpud device the session runs on (the program then sees it as its one device); `-1`: the "
+            "first `CUDA_VISIBLE_DEVICES` entry if it is a number, else gpud places it (a pool places it itself), "
+            "and a PyTorch program sees the tenant's other devices after it",
         )
     )
     timeout_s: Seconds = Field(

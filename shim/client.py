@@ -145,6 +145,7 @@ class Connection:
         self.node_devices: list[dict[str, Any]] = []  # all of gpud's devices (``wooly devices``)
         self.devices: list[dict[str, Any]] = []  # the session's view: its one device (NOTE [session devices])
         self.device = 0  # gpud's ordinal of that device
+        self.usable: list[int] = []  # gpud's ordinals the tenant may open sessions on (shim/runtime.py)
         self._take_devices(reply)
         self.server_version: str = reply.server_version
         self.server_capabilities: list[str] = reply.capabilities
@@ -161,6 +162,7 @@ class Connection:
         self.node_devices = [msgspec.structs.asdict(d) for d in reply.devices]
         self.device = reply.device
         self.devices = [d for d in self.node_devices if d["ordinal"] == reply.device][:1]
+        self.usable = list(reply.usable) or [d["ordinal"] for d in self.node_devices]
 
     def _hello(self, resume: str = "") -> m.Hello:
         tenant, token, reservation, caps, program = self._creds

@@ -14,6 +14,8 @@ _lock = threading.Lock()
 _driver: Driver | None = None
 _forked_from: int | None = None  # set in a child forked after its parent connected
 _absent: CudaError | None = None  # no gpud accepted a connection: every later first use fails the same, at once
+_visible: list[int] | None = None  # gpud's ordinal of the program's cuda:0, cuda:1 ... (NOTE [devices of a program])
+_more: dict[int, Driver] = {}  # the sessions of cuda:1, cuda:2 ... once used
 
 
 def _after_fork_in_child() -> None:
@@ -22,12 +24,16 @@ def _after_fork_in_child() -> None:
     drops them unused and, like a child of a real CUDA process, gets CUDA_ERROR_NOT_INITIALIZED from every call
     (numba turns that into "CUDA initialized before forking"). A child forked before any connection connects on
     its own. Fork-started workers that never call CUDA (PyTorch DataLoader workers) are not affected."""
-    global _driver, _forked_from, _lock
+    global _driver, _forked_from, _lock, _visible
     _lock = threading.Lock()  # another thread may have held it at fork time
     if _driver is not None:
         _forked_from = _driver.conn.pid
         _driver.conn.abandon()
         _driver = None
+    for d in _more.values():
+        d.conn.abandon()
+    _more.clear()
+    _visible = None
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -109,6 +115,83 @@ def requested_device(setting: int) -> int:
         return -1
     first = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
     return int(first) if first.isdigit() and int(first) <= 1023 else -1
+
+
+def visible() -> list[int]:
+    """NOTE [devices of a program]: the program's CUDA devices, as gpud's ordinals: ``visible()[i]`` is ``cuda:i``.
+
+    A session runs on one device (NOTE [session devices] in gpud/server.py); a program that uses several (``cuda:1``,
+    ``DataParallel``) has one session per device it touches, opened on first use (``device_driver``), all of the
+    same tenant on the same gpud. ``cuda:0`` is the process's session (the device gpud placed it on, or the one it
+    asked for); the others follow in gpud's order, as ``CUDA_VISIBLE_DEVICES=2,0,1`` renumbers a real machine's:
+    - ``CUDA_VISIBLE_DEVICES`` listing ordinals: those, in that order, up to the first that gpud lacks or the tenant
+      may not use (CUDA stops at the first invalid entry too);
+    - ``WOOLY_DEVICE=N``, or a pool placement (a reservation is for one device): that device only;
+    - otherwise every device the tenant may use (its policy's ``devices``, gpud's ``usable`` in the hello reply).
+    Devices are never shared out behind the program's back: each session is placed, counted and isolated as any
+    other, and tensors move between them through the client (a copy between devices is a download and an upload)."""
+    global _visible
+    if _visible is not None:
+        return _visible
+    conn = driver().conn
+    from proto.settings import client as settings
+    from proto.settings import internal
+
+    s = settings()
+    usable = [o for o in conn.usable if any(d["ordinal"] == o for d in conn.node_devices)]
+    order = [conn.device]
+    vis = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    entries = [e.strip() for e in vis.split(",")] if vis.strip() and internal("WOOLY_EMBEDDED") != "1" else []
+    if s.server.startswith("pool://") or s.device >= 0:
+        pass
+    elif entries and entries[0].isdigit():
+        for e in entries[1:]:
+            if not e.isdigit() or int(e) not in usable or int(e) in order:
+                break
+            order.append(int(e))
+    else:
+        order += [o for o in usable if o != conn.device]
+    _visible = order[:16]  # (the C++ device guard counts at most 16: shim/torch/device.py MAX_DEVICES_AT_START)
+    return _visible
+
+
+def device_driver(index: int) -> Driver:
+    """The driver of the program's ``cuda:index`` (NOTE [devices of a program]); ``cuda:0``'s is ``driver()``."""
+    if index == 0:
+        return driver()
+    d = _more.get(index)
+    if d is not None:
+        if not d.conn.alive:
+            raise CudaError(codes.DEVICE_UNAVAILABLE, f"the connection to gpud for cuda:{index} was lost")
+        return d
+    order = visible()
+    if not 0 <= index < len(order):
+        raise CudaError(
+            codes.INVALID_DEVICE,
+            f"invalid device ordinal: cuda:{index} was asked for, this program has {len(order)} device(s)",
+        )
+    base = driver()
+    with _lock:
+        d = _more.get(index)
+        if d is None:
+            from proto.settings import client as settings
+
+            s = settings()
+            c = base.conn
+            d = _more[index] = Driver(
+                Connection(
+                    c.endpoint,
+                    tenant=s.tenant,
+                    token=s.token,
+                    timeout_s=s.timeout_s,
+                    connect_timeout_s=s.connect_timeout_s,
+                    server_key=c.server_key,
+                    device=order[index],
+                    probe_s=s.probe_s,
+                    replay_log_mb=s.replay_log_mb,
+                )
+            )
+        return d
 
 
 def connect(endpoint: str, **kwargs) -> Driver:

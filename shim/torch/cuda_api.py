@@ -31,12 +31,16 @@ from shim.torch.cuda_memory import (
 
 
 def _devices() -> list[dict[str, Any]]:
-    """The session's view: its one device (NOTE [session devices] in gpud/server.py; CUDA_VISIBLE_DEVICES chose it
-    at hello, and an empty one hides it)."""
+    """The program's devices, ``cuda:0`` first (NOTE [devices of a program] in shim/runtime.py; an empty
+    CUDA_VISIBLE_DEVICES hides them all)."""
     vis = os.environ.get("CUDA_VISIBLE_DEVICES")
     if vis is not None and vis.strip() == "":
         return []
-    return list(S.stream().driver.devices)
+    from shim.runtime import visible
+
+    conn = S.stream().driver.conn
+    by_ordinal = {d["ordinal"]: d for d in conn.node_devices}
+    return [by_ordinal[o] for o in visible() if o in by_ordinal] or list(conn.devices)
 
 
 def _dev(device: Any = None) -> dict[str, Any]:
@@ -47,16 +51,8 @@ def _dev(device: Any = None) -> dict[str, Any]:
     return devs[idx]
 
 
-def _index(device: Any) -> int:
-    if device is None:
-        return 0
-    if isinstance(device, int):
-        return device
-    if isinstance(device, str):
-        device = torch.device(device)
-    if isinstance(device, torch.device):
-        return device.index or 0
-    return int(getattr(device, "idx", 0) or 0)
+_index = S.index_of
+_stream_of = S.stream_of
 
 
 _absent: str | None = None  # why gpud is not there (said once), as CUDA without a driver says False
@@ -148,7 +144,7 @@ def get_device_properties(device: Any = None) -> DeviceProperties:
 
 
 def synchronize(device: Any = None) -> None:
-    S.stream().call([W.OP_SYNC, [], {}, []], "synchronize")
+    _stream_of(device).call([W.OP_SYNC, [], {}, []], "synchronize")
 
 
 def manual_seed(seed: int) -> None:
@@ -163,7 +159,7 @@ def seed() -> None:
     _state["initial_seed"] = s
 
 
-_state: dict[str, Any] = {"device": 0, "initial_seed": 67280421310721}
+_state: dict[str, Any] = {"initial_seed": 67280421310721}
 
 
 def initial_seed() -> int:
@@ -171,46 +167,52 @@ def initial_seed() -> int:
 
 
 def get_rng_state(device: Any = None) -> torch.Tensor:
-    value, _ = S.stream().call([W.OP_GET_RNG, [], {}, []], "get_rng_state")
+    value, _ = _stream_of(device).call([W.OP_GET_RNG, [], {}, []], "get_rng_state")
     return torch.frombuffer(bytearray(value), dtype=torch.uint8).clone()
 
 
 def set_rng_state(new_state: torch.Tensor, device: Any = None) -> None:
     data = bytes(new_state.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
-    S.stream().push([W.OP_SET_RNG, [data], {}, []])
+    _stream_of(device).push([W.OP_SET_RNG, [data], {}, []])
 
 
 def get_rng_state_all() -> list[torch.Tensor]:
-    return [get_rng_state()]
+    return [get_rng_state(i) for i in range(device_count())]
 
 
 def set_rng_state_all(states: list[torch.Tensor]) -> None:
-    if states:
-        set_rng_state(states[0])
+    for i, st in enumerate(states):
+        set_rng_state(st, i)
 
 
 def current_device() -> int:
-    return int(_state["device"])
+    return S.current_device()
 
 
 def set_device(device: Any) -> None:
+    """The calling thread's current device, kept by the C++ device guard (NOTE [a cuda device in a CPU build])."""
     idx = _index(device)
     if idx < 0:
         return
-    _state["device"] = idx
+    if idx:
+        _dev(idx)  # CUDA refuses an ordinal it lacks at once
+    if S.GUARD["active"]:
+        torch._C._accelerator_setDeviceIndex(idx)
 
 
 class device:  # noqa: N801 - torch.cuda.device
     def __init__(self, device: Any) -> None:
-        self.idx = _index(device)
-        self.prev = 0
+        self.idx = -1 if device is None else _index(device)
+        self.prev = -1
 
     def __enter__(self) -> None:
-        self.prev = _state["device"]
-        _state["device"] = self.idx
+        if self.idx >= 0:
+            self.prev = current_device()
+            set_device(self.idx)
 
     def __exit__(self, *exc: Any) -> None:
-        _state["device"] = self.prev
+        if self.prev >= 0:
+            set_device(self.prev)
 
 
 device_of = device
@@ -220,30 +222,40 @@ class Event:
     def __init__(
         self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False, external: bool = False
     ) -> None:
-        st = S.stream()
+        st = self._st = S.stream(S.current_device())  # an event belongs to the device current at its creation
         self._drv = st.driver
         self.enable_timing = enable_timing
         # CU_EVENT_DISABLE_TIMING = 2
         self._h = st.driver_call(self._drv.event_create, 0 if enable_timing else 2)
         self.recorded = False
 
+    @property
+    def device(self) -> torch.device:
+        return torch.device("cuda", self._st.device)
+
     def record(self, stream: Any = None) -> None:
-        S.stream().driver_call(self._drv.event_record, self._h, 0)
+        self._st.driver_call(self._drv.event_record, self._h, 0)
         self.recorded = True
 
     def wait(self, stream: Any = None) -> None:
-        pass  # one in-order stream on gpud: waiting is implied
+        """A stream of another device waits for this event: its session waits for this one's work (a round
+        trip); on the same device nothing is needed, gpud runs a session's work in order."""
+        target = stream.device_index if stream is not None else S.current_device()
+        if target != self._st.device and self.recorded:
+            self.synchronize()
 
     def query(self) -> bool:
-        return bool(S.stream().driver_call(self._drv.event_query, self._h))
+        return bool(self._st.driver_call(self._drv.event_query, self._h))
 
     def synchronize(self) -> None:
-        S.stream().driver_call(self._drv.event_synchronize, self._h)
+        self._st.driver_call(self._drv.event_synchronize, self._h)
 
     def elapsed_time(self, end_event: Event) -> float:
         if not (self.enable_timing and end_event.enable_timing):
             raise RuntimeError("CUDA error: both events must be created with enable_timing=True")
-        st = S.stream()
+        if end_event._st is not self._st:
+            raise RuntimeError("CUDA error: invalid resource handle (the two events are on different devices)")
+        st = self._st
         st.driver_call(self._drv.event_synchronize, end_event._h)
         return float(st.driver_call(self._drv.event_elapsed_time, self._h, end_event._h))
 
@@ -267,20 +279,24 @@ class Stream:
         self.device_type = 1
 
     def synchronize(self) -> None:
-        synchronize()
+        synchronize(self.device_index)
 
     def is_capturing(self) -> bool:
         return False
 
     def query(self) -> bool:
-        synchronize()
+        synchronize(self.device_index)
         return True
 
     def wait_event(self, event: Event) -> None:
-        pass
+        event.wait(self)
 
     def wait_stream(self, stream: Any) -> None:
-        pass
+        """Work queued here after this call runs after ``stream``'s: the same device's is in order already;
+        another device's is waited for now (its session synchronised)."""
+        other = getattr(stream, "device_index", None)
+        if other is not None and other != self.device_index:
+            synchronize(other)
 
     def record_event(self, event: Event | None = None) -> Event:
         event = event or Event()
@@ -294,23 +310,24 @@ class Stream:
         pass
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Stream)
+        return isinstance(other, Stream) and other.device_index == self.device_index
 
     def __hash__(self) -> int:
-        return 0
+        return self.device_index
 
     def __repr__(self) -> str:
         return f"<torch.cuda.Stream device={self.device} cuda_stream=0x0>"
 
 
-_DEFAULT_STREAM: Stream | None = None
+_DEFAULT_STREAMS: dict[int, Stream] = {}
 
 
 def current_stream(device: Any = None) -> Stream:
-    global _DEFAULT_STREAM
-    if _DEFAULT_STREAM is None:
-        _DEFAULT_STREAM = Stream()
-    return _DEFAULT_STREAM
+    idx = _index(device)
+    st = _DEFAULT_STREAMS.get(idx)
+    if st is None:
+        st = _DEFAULT_STREAMS[idx] = Stream(idx)
+    return st
 
 
 default_stream = current_stream
@@ -391,6 +408,7 @@ def patch() -> None:
                     setattr(mod, name, fn)
     _patch_accelerator()
     _patch_cudnn()
+    _patch_comm()
 
 
 def _patch_accelerator() -> None:
@@ -434,3 +452,111 @@ def _patch_cudnn() -> None:
     # No cuDNN kernels run on this side: C++ composites pick their native paths (gpud runs them),
     # and nn.RNN's flatten_parameters skips its cuDNN weight layout (without a warning).
     cudnn.is_acceptable = lambda tensor: False
+
+
+# ---------------------------------------------------------------------- several devices: torch.cuda.comm
+# NOTE [devices of a program] (shim/runtime.py): nn.DataParallel and torch.cuda.comm move tensors between the
+# program's devices. Their C++ versions copy with the CUDA runtime (absent here) or NCCL (gpud has no NCCL between
+# sessions), so they are answered here: a copy to another device goes through the client, and a group of tensors
+# travels as one flat buffer per dtype (one download, one upload), as the CUDA version coalesces its copies.
+def _to_dev(t: torch.Tensor, dev: int) -> torch.Tensor:
+    return t if getattr(t, "_d", None) == dev and t.device.type == "cuda" else t.to(torch.device("cuda", dev))
+
+
+def _dev_index(d: Any) -> int:
+    from torch._utils import _get_device_index
+
+    return _get_device_index(d, True)
+
+
+def comm_broadcast(tensor: torch.Tensor, devices: Any = None, *, out: Any = None) -> tuple[torch.Tensor, ...]:
+    if (devices is None) == (out is None):
+        raise RuntimeError(
+            f"Exactly one of 'devices' and 'out' must be specified, but got devices={devices} and out={out}"
+        )
+    if out is not None:
+        for o in out:
+            o.copy_(tensor)
+        return tuple(out)
+    return tuple(_to_dev(tensor, _dev_index(d)) for d in devices)
+
+
+def comm_broadcast_coalesced(tensors: Any, devices: Any, buffer_size: int = 10485760) -> list[tuple[torch.Tensor, ...]]:
+    from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+    devs = [_dev_index(d) for d in devices]
+    tensors = list(tensors)
+    for t in tensors:
+        if getattr(t, "_d", -1) != devs[0]:
+            raise RuntimeError(f"all tensors must be on devices[0]: {devs[0]}")
+    outs: list[tuple[torch.Tensor, ...]] = [tuple(tensors)]
+    groups: dict[Any, list[int]] = {}
+    for i, t in enumerate(tensors):
+        groups.setdefault((t.dtype, t.is_sparse), []).append(i)
+    for d in devs[1:]:
+        row: list[Any] = [None] * len(tensors)
+        for (_, sparse), idx in groups.items():
+            if sparse:
+                for i in idx:
+                    row[i] = tensors[i].to(torch.device("cuda", d))
+                continue
+            with torch.no_grad():
+                flat = _flatten_dense_tensors([tensors[i] for i in idx]).to(torch.device("cuda", d))
+                for i, part in zip(idx, _unflatten_dense_tensors(flat, [tensors[i] for i in idx]), strict=True):
+                    row[i] = part
+        outs.append(tuple(row))
+    return outs
+
+
+def comm_scatter(
+    tensor: torch.Tensor,
+    devices: Any = None,
+    chunk_sizes: Any = None,
+    dim: int = 0,
+    streams: Any = None,
+    *,
+    out: Any = None,
+) -> tuple[torch.Tensor, ...]:
+    if out is not None:
+        sizes = [o.size(dim) for o in out]
+        for o, part in zip(out, tensor.split(sizes, dim), strict=True):
+            o.copy_(part)
+        return tuple(out)
+    devs = [_dev_index(d) for d in devices]
+    if chunk_sizes is None:
+        parts = tensor.chunk(len(devs), dim)
+    else:
+        if sum(chunk_sizes) != tensor.size(dim):
+            raise RuntimeError(
+                f"Chunk sizes must sum to the source tensor's size along dim {dim}: {list(chunk_sizes)} vs {tensor.size(dim)}"
+            )
+        parts = tensor.split(list(chunk_sizes), dim)
+    return tuple(_to_dev(p.contiguous(), d) for p, d in zip(parts, devs, strict=False))
+
+
+def comm_gather(tensors: Any, dim: int = 0, destination: Any = None, *, out: Any = None) -> torch.Tensor:
+    if out is not None:
+        out.copy_(torch.cat([t.to(out.device) for t in tensors], dim))
+        return out
+    if destination == -1 or (isinstance(destination, (str, torch.device)) and torch.device(destination).type == "cpu"):
+        return torch.cat([t.cpu() for t in tensors], dim)
+    dest = S.current_device() if destination is None else _dev_index(destination)
+    return torch.cat([_to_dev(t, dest) for t in tensors], dim)
+
+
+def _patch_comm() -> None:
+    import torch.nn.parallel.comm as comm
+
+    table = {
+        "broadcast": comm_broadcast,
+        "broadcast_coalesced": comm_broadcast_coalesced,
+        "scatter": comm_scatter,
+        "gather": comm_gather,
+    }
+    mods = [comm] + [m for m in (sys.modules.get("torch.cuda.comm"),) if m is not None]
+    for mod in mods:
+        for name, fn in table.items():
+            setattr(mod, name, fn)
+    nccl = sys.modules.get("torch.cuda.nccl")
+    if nccl is not None:  # a CUDA build has NCCL: it would run on this side, on tensors that are gpud's
+        setattr(nccl, "is_available", lambda tensors: False)  # noqa: B010

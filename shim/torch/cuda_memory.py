@@ -29,21 +29,21 @@ _STATS = (
 _POOLS = ("all", "small_pool", "large_pool")
 
 
-def _stats() -> dict[str, Any]:
-    value, _ = S.stream().call([W.OP_STATS, [], {}, []], "memory stats")
+def _stats(device: Any = None) -> dict[str, Any]:
+    value, _ = S.stream_of(device).call([W.OP_STATS, [], {}, []], "memory stats")
     return value
 
 
 def memory_allocated(device: Any = None) -> int:
-    return int(_stats()["allocated"])
+    return int(_stats(device)["allocated"])
 
 
 def max_memory_allocated(device: Any = None) -> int:
-    return int(_stats()["peak"])
+    return int(_stats(device)["peak"])
 
 
 def memory_stats(device: Any = None) -> dict[str, Any]:
-    s = _stats()
+    s = _stats(device)
     cur, peak = int(s["allocated"]), int(s["peak"])
     n = int(s.get("tensors", 0))
     out: dict[str, Any] = {}
@@ -93,11 +93,11 @@ def memory_stats_as_nested_dict(device: Any = None) -> dict[str, Any]:
 
 
 def reset_peak_memory_stats(device: Any = None) -> None:
-    S.stream().call([W.OP_RESET_PEAK, [], {}, []], "reset_peak_memory_stats")
+    S.stream_of(device).call([W.OP_RESET_PEAK, [], {}, []], "reset_peak_memory_stats")
 
 
 def mem_get_info(device: Any = None) -> tuple[int, int]:
-    st = S.stream()
+    st = S.stream_of(device)
     # Ops stream ahead: let the queued ones (allocations, frees) run so the figures include them,
     # as they would with CUDA's synchronous allocations (the tenant's virtual GPU: docs/hypervisor.md).
     st.call([W.OP_SYNC, [], {}, []], "mem_get_info")
@@ -109,11 +109,13 @@ def set_per_process_memory_fraction(fraction: float, device: Any = None) -> None
     if not isinstance(fraction, (int, float)) or isinstance(fraction, bool) or not 0 <= fraction <= 1:
         raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
     _, total = mem_get_info(device)
-    S.stream().call([W.OP_SET_LIMIT, [int(total * float(fraction))], {}, []], "set_per_process_memory_fraction")
+    S.stream_of(device).call(
+        [W.OP_SET_LIMIT, [int(total * float(fraction))], {}, []], "set_per_process_memory_fraction"
+    )
 
 
 def get_per_process_memory_fraction(device: Any = None) -> float:
-    s = _stats()
+    s = _stats(device)
     limit = s.get("limit")
     if not limit:
         return 1.0
@@ -121,8 +123,7 @@ def get_per_process_memory_fraction(device: Any = None) -> float:
 
 
 def empty_cache() -> None:
-    st = S.current()
-    if st is not None:
+    for st in S.opened():
         st.flush()  # frees of dropped tensors reach gpud now
 
 

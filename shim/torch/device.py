@@ -39,6 +39,10 @@ SRC = os.path.join(HERE, "native", "cuda_device.cpp")
 ACTIVE = False  # remote tensors are on cuda:N in C++ (else: on meta, reporting cuda)
 CUDA_BUILD = False  # the client's torch is a CUDA build (its CUDA registrations replaced by ours)
 _lib: ctypes.CDLL | None = None
+# The device count the C++ guard starts with, until the program's first session says how many it has: the autograd
+# engine starts one thread per device at its first backward pass and never more, so a backward pass run before the
+# session opened (a CPU one) must not fix it at one (NOTE [devices of a program] in shim/runtime.py).
+MAX_DEVICES_AT_START = 16
 _why_not = ""
 
 
@@ -135,7 +139,11 @@ def load() -> bool:
             ctypes.CDLL(cuda_build, mode=ctypes.RTLD_GLOBAL)
             CUDA_BUILD = True
         _lib = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
-        ACTIVE = _lib.wooly_install_cuda_device(1) == 0
+        ACTIVE = _lib.wooly_install_cuda_device(MAX_DEVICES_AT_START) == 0
+        if ACTIVE:
+            from shim.torch import stream
+
+            stream.GUARD.update(active=True, set_count=set_device_count)
     except (OSError, RuntimeError) as exc:
         _why_not = str(exc)
         print(
@@ -144,6 +152,12 @@ def load() -> bool:
             file=sys.stderr,
         )
     return ACTIVE
+
+
+def set_device_count(n: int) -> None:
+    """Tell the C++ guard how many devices the program has (NOTE [devices of a program] in shim/runtime.py)."""
+    if _lib is not None and ACTIVE:
+        _lib.wooly_set_device_count(int(n))
 
 
 def why_not() -> str:

@@ -87,19 +87,33 @@ def info_of(func: Any) -> OpInfo:
     return info
 
 
-class _Enc:
-    """One pass over an op's arguments: the cache key, the wire form, host tensors to upload."""
+_MULTI = S.MULTI
 
-    __slots__ = ("key", "by_value", "temps")
+
+class _Enc:
+    """One pass over an op's arguments: the cache key, the wire form, host tensors to upload, the device.
+
+    ``dev`` is the device of the op's remote tensors (-1: none, a factory), ``want`` a CUDA device an argument
+    names (``device=cuda:1``, as C++ composites pass ``self.options()``). Host tensors are uploaded once the
+    device is known (``host``: their handles and tensors)."""
+
+    __slots__ = ("key", "by_value", "temps", "dev", "want", "host")
 
     def __init__(self, by_value: bool) -> None:
         self.key: list[Any] = []
         self.by_value = by_value
         self.temps: list[int] = []
+        self.dev = -1
+        self.want = -1
+        self.host: list[Any] = []
 
     def enc(self, v: Any) -> Any:
         if isinstance(v, RemoteTensor):
             self.key.append(v._k)
+            if _MULTI[0]:
+                self._device(v._d)
+            else:
+                self.dev = 0
             return v._x
         t = type(v)
         if t is int or t is bool or t is str or v is None:
@@ -118,7 +132,11 @@ class _Enc:
             return _DTYPE_EXT[v]
         if t is torch.device:
             self.key.append(v.type)
-            return _DEV_CUDA if v.type != "cpu" else _DEV_CPU
+            if v.type == "cpu":
+                return _DEV_CPU
+            if v.index is not None and v.type == "cuda":
+                self.want = v.index
+            return _DEV_CUDA
         if t is torch.memory_format:
             self.key.append(v)
             return _MEMFMT_EXT[v]
@@ -141,16 +159,43 @@ class _Enc:
         if v.dim() == 0 and v.device.type == "cpu":
             self.key.append(("cpu0", v.dtype))
             return _scalar_tensor(v)
-        from shim.torch.transfer import upload_handle
+        if v.layout != torch.strided:  # sparse: uploaded now, by constructor ops; ops on it run synchronously
+            from shim.torch.transfer import upload_handle
 
-        h = upload_handle(v)
-        self.temps.append(h)
-        if v.layout != torch.strided:  # sparse: ops on it run synchronously (_to_meta)
+            d = self.dev if self.dev >= 0 else S.current_device()
+            h = upload_handle(v, d)
+            self._device(d)
+            self.temps.append(h)
             self.key.append((T.SPARSE_COO, tuple(v.shape), v.dtype, v.layout))
             return S.tensor_ref(h)
+        h = S.new_handle()
+        self.host.append((h, v))
+        self.temps.append(h)
         c = v.contiguous()
         self.key.append((tuple(c.shape), tuple(c.stride()), 0, c.dtype))
         return S.tensor_ref(h)
+
+    def _device(self, d: int) -> None:
+        if self.dev != d:
+            if self.dev >= 0:
+                raise RuntimeError(
+                    "Expected all tensors to be on the same device, but found at least two devices, "
+                    f"cuda:{min(d, self.dev)} and cuda:{max(d, self.dev)}!"
+                )
+            self.dev = d
+
+    def device(self, dev: int) -> int:
+        """The device the op runs on: its remote tensors', else the one its factory was asked for (``dev``, or
+        an argument naming one), else the thread's current device; then its host tensors go there."""
+        d = self.dev
+        if d < 0:
+            d = dev if dev >= 0 else self.want if self.want >= 0 else S.current_device()
+        if self.host:
+            from shim.torch.transfer import upload_handle
+
+            for h, v in self.host:
+                upload_handle(v, d, h)
+        return d
 
 
 def _to_meta(v: Any) -> Any:
@@ -222,7 +267,8 @@ def _build(tree: Any, outs: list[Any]) -> Any:
     return built if is_list else tuple(built)
 
 
-def dispatch(func: Any, args: Any, kwargs: Any) -> Any:
+def dispatch(func: Any, args: Any, kwargs: Any, dev: int = -1) -> Any:
+    """Run ``func`` on gpud (``dev``: the device a factory was asked for, NOTE [factories])."""
     info = _INFO.get(func) or info_of(func)
     if info.on_client:
         return func.redispatch(_COMPOSITE, *args, **kwargs)
@@ -240,7 +286,8 @@ def dispatch(func: Any, args: Any, kwargs: Any) -> Any:
         if len(_CACHE) > 200_000:  # shapes that never repeat (growing sequences): start over
             _CACHE.clear()
         meta = _CACHE[key] = _infer(func, args, kwargs)
-    st = S.stream()
+    d = enc.dev if enc.dev >= 0 and not enc.host else enc.device(dev)
+    st = S.stream(d) if d else S.stream()
     if meta is SYNC:
         return _run_sync(func, info, args, kwargs, wargs, wkw, enc, st)
     tree, leaves = meta
@@ -257,7 +304,9 @@ def dispatch(func: Any, args: Any, kwargs: Any) -> Any:
             handles.append(0)
             continue
         h = S.new_handle()
-        outs.append(wrap(h, *leaf))
+        outs.append(
+            wrap(h, *leaf) if not d else wrap(h, leaf[0], leaf[1], leaf[2], leaf[3], leaf[4] if len(leaf) > 4 else 0, d)
+        )
         handles.append(h)
     st.push([info.name, wargs, wkw, handles])
     if enc.temps:
@@ -283,7 +332,7 @@ def _run_sync(func: Any, info: OpInfo, args: Any, kwargs: Any, wargs: Any, wkw: 
                 st.free(h)
                 pos, name = inplace[i]
                 return args[pos] if 0 <= pos < len(args) else kwargs[name]
-            return wrap(h, shape, stride, off, NAME_DTYPE[dt], bits[0] if bits else 0)
+            return wrap(h, shape, stride, off, NAME_DTYPE[dt], bits[0] if bits else 0, st.device)
         if isinstance(v, dict) and "s" in v:  # sparse, any layout (NOTE [sparse tensors] in gpud/aten_sparse.py)
             h, shape, sdim, ddim, nnz, coalesced, dt, *lay = v["s"]
             layout = SPARSE_LAYOUTS[lay[0]] if lay else torch.sparse_coo
@@ -295,7 +344,7 @@ def _run_sync(func: Any, info: OpInfo, args: Any, kwargs: Any, wargs: Any, wkw: 
                 obj = args[pos] if 0 <= pos < len(args) else kwargs[name]
                 obj.__dict__["_k"] = (T.SPARSE_COO, tuple(shape), sdim, ddim, nnz, coalesced, NAME_DTYPE[dt], layout)
                 return obj
-            return T.wrap_sparse(h, shape, sdim, ddim, nnz, coalesced, NAME_DTYPE[dt], layout)
+            return T.wrap_sparse(h, shape, sdim, ddim, nnz, coalesced, NAME_DTYPE[dt], layout, st.device)
         if isinstance(v, dict) and "c" in v:
             return complex(*v["c"])
         if isinstance(v, list):
@@ -339,12 +388,24 @@ def _apply_meta_inplace(func: Any, args: Any, kwargs: Any) -> None:
 # ---------------------------------------------------------------------- special cases
 def _to_copy(func: Any, info: OpInfo, args: Any, kwargs: Any) -> Any:
     dev = kwargs.get("device")
-    if dev is not None and torch.device(dev).type == "cpu":
+    if dev is None:
+        return NotImplemented
+    dev = torch.device(dev)
+    if dev.type == "cpu":
         from shim.torch.transfer import download
 
         out = download(args[0])
         dt = kwargs.get("dtype")
         return out.to(dt) if dt is not None and dt != out.dtype else out
+    x = args[0]
+    if isinstance(x, RemoteTensor) and dev.index is not None and dev.index != x._d:  # another device of ours
+        from shim.torch.transfer import between_devices
+
+        kw = dict(kwargs)
+        kw.pop("device")
+        kw.pop("non_blocking", None)
+        moved = between_devices(x, dev.index)
+        return torch.ops.aten._to_copy.default(moved, **kw) if kw else moved
     return NotImplemented
 
 
@@ -356,11 +417,15 @@ def _copy_(func: Any, info: OpInfo, args: Any, kwargs: Any) -> Any:
         with torch.no_grad():
             dst.copy_(download(src))
         return dst
+    if isinstance(src, RemoteTensor) and src._d != dst._d:  # between two devices: through the client
+        from shim.torch.transfer import between_devices
+
+        return func(dst, between_devices(src, dst._d), *args[2:], **kwargs)
     return NotImplemented
 
 
 def _local_scalar_dense(func: Any, info: OpInfo, args: Any, kwargs: Any) -> Any:
-    value, _ = S.stream().call([info.name, [args[0]._x], {}, []], "aten::_local_scalar_dense")
+    value, _ = S.for_tensor(args[0]).call([info.name, [args[0]._x], {}, []], "aten::_local_scalar_dense")
     if isinstance(value, dict) and "c" in value:
         return complex(*value["c"])
     return value

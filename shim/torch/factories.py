@@ -16,7 +16,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from shim.torch.dispatch import dispatch
-from shim.torch.tensor import RemoteTensor
+from shim.torch.tensor import CUDA, RemoteTensor
 from shim.torch.transfer import to_host, to_remote
 
 _FACTORIES = (
@@ -64,11 +64,13 @@ ORIGINAL: dict[str, Any] = {}
 
 
 class _FactoryMode(TorchDispatchMode):
-    pass
+    def __init__(self, dev: int) -> None:
+        super().__init__()
+        self.dev = dev  # the program's cuda:N the factory was asked for
 
 
 def _factory_dispatch(self: Any, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-    return dispatch(func, args, kwargs or {})
+    return dispatch(func, args, kwargs or {}, self.dev)
 
 
 # Set after the class exists: TorchDispatchMode.__init_subclass__ would wrap it in dynamo's
@@ -88,26 +90,33 @@ def is_cuda(dev: Any) -> bool:
     return False
 
 
-def check_ordinal(dev: Any) -> None:
-    """A CUDA device index the session does not have is CUDA's "invalid device ordinal" (cuda:0 costs nothing)."""
+def check_ordinal(dev: Any) -> int:
+    """The program's device index ``dev`` names (the current device when it names none); one the program does not
+    have is CUDA's "invalid device ordinal" (cuda:0 costs nothing). NOTE [devices of a program] (shim/runtime.py)."""
+    from shim.torch import stream as S
+
     if isinstance(dev, str):
         dev = torch.device(dev)
     idx = dev.index if isinstance(dev, torch.device) else dev if isinstance(dev, int) else None
+    if idx is None:
+        return S.current_device()
     if idx:
         from shim.torch.cuda_api import device_count
 
         n = device_count()
         if not 0 <= idx < n:
             raise RuntimeError(
-                f"CUDA error: invalid device ordinal (cuda:{idx} requested, {n} device(s) visible: a session runs on "
-                "one gpud device; pick it with WOOLY_DEVICE or CUDA_VISIBLE_DEVICES)"
+                f"CUDA error: invalid device ordinal (cuda:{idx} requested, {n} device(s) visible: the devices of "
+                "gpud this tenant may use, or those CUDA_VISIBLE_DEVICES lists)"
             )
+    return idx
 
 
-def remote_factory(name: str, orig: Any, args: Any, kwargs: dict[str, Any]) -> Any:
-    check_ordinal(kwargs.get("device"))
+def remote_factory(name: str, orig: Any, args: Any, kwargs: dict[str, Any], default: Any = None) -> Any:
+    asked = kwargs.get("device")
+    dev = check_ordinal(default if asked is None else asked)
     if name in _HOST_BUILT:
-        return _host_built(orig, args, kwargs)
+        return _host_built(orig, args, kwargs, dev)
     kwargs = dict(kwargs)
     kwargs["device"] = "meta"
     gen = kwargs.get("generator")
@@ -117,7 +126,7 @@ def remote_factory(name: str, orig: Any, args: Any, kwargs: dict[str, Any]) -> A
     requires_grad = kwargs.pop("requires_grad", False)
     pin = kwargs.pop("pin_memory", None)
     del pin
-    with _FactoryMode():
+    with _FactoryMode(dev):
         out = orig(*args, **kwargs)
     if requires_grad:
         out.requires_grad_(True)
@@ -128,7 +137,7 @@ def _is_original(orig: Any, name: str) -> bool:
     return orig is ORIGINAL.get(name)
 
 
-def _host_built(orig: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+def _host_built(orig: Any, args: Any, kwargs: dict[str, Any], dev: int) -> Any:
     kwargs = dict(kwargs)
     kwargs.pop("device", None)
     requires_grad = kwargs.pop("requires_grad", False)
@@ -137,15 +146,17 @@ def _host_built(orig: Any, args: Any, kwargs: dict[str, Any]) -> Any:
     if any(_is_original(orig, n) for n in _SPARSE_BUILT):  # built on the host, then uploaded (and checked)
         args = tuple(to_host(a) if isinstance(a, RemoteTensor) else a for a in args)
         kwargs = {k: to_host(v) if isinstance(v, RemoteTensor) else v for k, v in kwargs.items()}
-        out = to_remote(orig(*args, **kwargs))
+        out = to_remote(orig(*args, **kwargs), dev)
     elif isinstance(data, RemoteTensor):
         dt = kwargs.get("dtype")
         out = data if dt is None or dt == data.dtype else data.to(dt)
+        if data._d != dev:
+            out = out.to(CUDA[dev])
         if orig is ORIGINAL.get("tensor"):
             out = out.detach().clone()
     else:
         host = orig(data, *args[1:], **kwargs)
-        out = to_remote(host)
+        out = to_remote(host, dev)
     if requires_grad:
         out.requires_grad_(True)
     return out
@@ -174,7 +185,7 @@ def _patch_device_context() -> None:
         if func in D._device_constructors() and kwargs.get("device") is None and is_cuda(self.device):
             name = getattr(func, "__name__", "")
             orig = getattr(func, "__wooly_original__", func)
-            return remote_factory(name, orig, args, kwargs)
+            return remote_factory(name, orig, args, kwargs, self.device)
         return orig_tf(self, func, types, args, kwargs)
 
     D.DeviceContext.__torch_function__ = __torch_function__  # type: ignore[method-assign]
@@ -235,29 +246,37 @@ def _patch_tensor_methods() -> None:
             if device is not None and device.type == "cpu":
                 out = to_host(self)  # type: ignore[arg-type]
                 return orig_to(out, dtype=dtype) if dtype is not None else out
-            if (dtype is None or dtype == self.dtype) and not copy and memory_format in (None, torch.preserve_format):
+            elsewhere = device is not None and device.type == "cuda" and check_ordinal(device) != self._d  # type: ignore[attr-defined]
+            if (
+                (dtype is None or dtype == self.dtype)
+                and not copy
+                and memory_format in (None, torch.preserve_format)
+                and not elsewhere
+            ):
                 return self
             kw: dict[str, Any] = {"copy": copy}  # type: ignore[no-redef]
+            if elsewhere:
+                kw["device"] = device
             if dtype is not None:
                 kw["dtype"] = dtype
             if memory_format is not None:
                 kw["memory_format"] = memory_format
             return orig_to(self, **kw)
         if device is not None and device.type == "cuda":
-            check_ordinal(device)
+            dev = check_ordinal(device)
             src = self if dtype is None else orig_to(self, dtype=dtype)
-            return to_remote(src)
+            return to_remote(src, dev)
         return orig_to(self, *args, **kwargs)
 
     def cuda(
         self: torch.Tensor, device: Any = None, non_blocking: bool = False, memory_format: Any = torch.preserve_format
     ) -> Any:
-        check_ordinal(device)
+        dev = check_ordinal(device)
         if isinstance(self, RemoteTensor):
-            return self
+            return self if self._d == dev else orig_to(self, device=CUDA[dev])
         if isinstance(self, _Uninit):
             return _lazy_to_cuda(self)
-        return to_remote(self)
+        return to_remote(self, dev)
 
     def cpu(self: torch.Tensor, memory_format: Any = torch.preserve_format) -> Any:
         if isinstance(self, RemoteTensor):

@@ -68,7 +68,7 @@ class CUDAGraph:
             )
         if pool is not None:
             self._pool = tuple(pool) if isinstance(pool, tuple) else (0, int(pool))
-        st = S.stream()
+        st = S.stream(S.current_device())  # the current device's stream is captured (others run as they come)
         st.begin_capture(Capture())
         self._stream = st
 
@@ -129,7 +129,8 @@ def graph_pool_handle() -> tuple[int, int]:
 
 
 def is_current_stream_capturing() -> bool:
-    st = S.current()
+    d = S.current_device()
+    st = S.current() if d == 0 else S._streams.get(d)
     return st is not None and st.capture is not None
 
 

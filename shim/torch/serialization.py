@@ -129,6 +129,16 @@ def _patch_load() -> None:
     @functools.wraps(orig)
     def load(f: Any, map_location: Any = None, *args: Any, **kwargs: Any) -> Any:
         if _wants_cuda(map_location):
+            where = (
+                torch.device("cuda", map_location)
+                if type(map_location) is int
+                else torch.device(map_location)
+                if isinstance(map_location, (str, torch.device))
+                else None
+            )
+            if where is not None and where.index:  # map_location="cuda:1": that device of the program
+                with torch.cuda.device(where.index):
+                    return to_cuda(orig(f, *args, map_location="cpu", **kwargs))  # type: ignore[misc]
             return to_cuda(orig(f, *args, map_location="cpu", **kwargs))  # type: ignore[misc]
         if map_location is not None:
             return orig(f, map_location, *args, **kwargs)

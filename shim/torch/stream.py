@@ -37,10 +37,11 @@ tensor_ref = W.tensor_ref  # a tensor's wire form (NOTE [aten values] in proto/a
 
 
 class OpStream:
-    def __init__(self) -> None:
-        from shim.runtime import driver
+    def __init__(self, device: int = 0) -> None:
+        from shim.runtime import device_driver
 
-        self.driver = driver()
+        self.device = device  # the program's cuda:N (NOTE [devices of a program] in shim/runtime.py)
+        self.driver = device_driver(device)
         self.conn = self.driver.conn
         self._lock = threading.RLock()
         self._ops: list[list[Any]] = []
@@ -206,42 +207,119 @@ def as_torch_error(exc: CudaError, op_name: str = "") -> Exception:
     )
 
 
-_stream: OpStream | None = None
+_stream: OpStream | None = None  # cuda:0's, the stream of nearly every program
+_streams: dict[int, OpStream] = {}  # every device's, once used (cuda:0's too)
+MULTI = [False]  # a second device's stream exists: ops look at their tensors' devices (shim/torch/dispatch.py)
 _stream_lock = threading.Lock()
 _pending_seed: list[int] = []
 
 
-def stream() -> OpStream:
+def stream(device: int = 0) -> OpStream:
+    """The op stream of the program's ``cuda:device``, opened (with its session) on first use."""
     global _stream
-    s = _stream
-    if s is not None:
-        return s
+    if device == 0:
+        s = _stream
+        if s is not None:
+            return s
+    else:
+        s = _streams.get(device)
+        if s is not None:
+            return s
     with _stream_lock:
-        if _stream is None:
+        s = _streams.get(device)
+        if s is None:
             try:
-                s = OpStream()
+                s = OpStream(device)
             except CudaError as exc:
                 raise as_torch_error(exc) from None
             if _pending_seed:
                 s.push([W.OP_SEED, [_pending_seed[-1]], {}, []])
-            _stream = s
-        return _stream
+            _streams[device] = s
+            if device == 0:
+                _stream = s
+                _tell_guard()
+            else:
+                MULTI[0] = True
+        return s
+
+
+# Set by shim/torch/device.py when its C++ device guard is installed (NOTE [a cuda device in a CPU build]): the
+# guard keeps each thread's current device, and is told how many devices the program has.
+GUARD: dict[str, Any] = {"active": False, "set_count": None}
+
+
+def _tell_guard() -> None:
+    """The C++ device guard counts the program's devices (the autograd engine starts one thread per device)."""
+    from shim.runtime import visible
+
+    set_count = GUARD["set_count"]
+    if set_count is not None:
+        try:
+            set_count(len(visible()))
+        except CudaError:
+            pass
 
 
 def current() -> OpStream | None:
     return _stream
 
 
+def opened() -> list[OpStream]:
+    """The streams opened so far, by device."""
+    return [_streams[d] for d in sorted(_streams)]
+
+
+def current_device() -> int:
+    """The calling thread's current CUDA device (torch.cuda.set_device, ``with torch.cuda.device(i)``): kept by the
+    device guard in C++ (shim/torch/native/cuda_device.cpp), which the autograd engine and C++ composites use too."""
+    if not GUARD["active"]:
+        return 0
+    import torch
+
+    return int(torch._C._accelerator_getDeviceIndex())
+
+
+def index_of(device: Any) -> int:
+    """The program's device index ``device`` names (an int, "cuda:1", a torch.device, a torch.cuda.device); one
+    that names none is the current device."""
+    if device is None:
+        return current_device()
+    if isinstance(device, int):
+        return device
+    if isinstance(device, str):
+        import torch
+
+        device = torch.device(device)
+    idx = getattr(device, "index", None) if not hasattr(device, "idx") else device.idx
+    return current_device() if idx is None else int(idx)
+
+
+def stream_of(device: Any) -> OpStream:
+    """The stream of the device ``device`` names (an ordinal the program lacks: CUDA's invalid-device error)."""
+    return stream(index_of(device))
+
+
+def for_tensor(t: Any) -> OpStream:
+    """The stream of the device a remote tensor lives on."""
+    return stream(t._d)
+
+
+def free_later(t_device: int, h: int) -> None:
+    """Free handle ``h`` of device ``t_device`` with that stream's next batch (safe from ``__del__``)."""
+    s = _stream if t_device == 0 else _streams.get(t_device)
+    if s is not None:
+        s.frees.append(h)
+
+
 def seed(value: int) -> None:
-    """Seed gpud's generator for this session (now, or when the session starts)."""
+    """Seed gpud's generator of every device of the program (now, and for devices opened later)."""
     value = int(value) & ((1 << 64) - 1)
-    if _stream is None:
-        _pending_seed.append(value)
-    else:
-        _stream.push([W.OP_SEED, [value], {}, []])
+    _pending_seed[:] = [value]
+    for s in opened():
+        s.push([W.OP_SEED, [value], {}, []])
 
 
 @atexit.register
 def _close() -> None:
-    if _stream is not None:
-        _stream.close()
+    for s in opened():
+        s.close()

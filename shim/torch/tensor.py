@@ -19,6 +19,7 @@ from shim.torch import stream as S
 
 META = torch.device("meta")
 CUDA0 = torch.device("cuda", 0)
+CUDA = [torch.device("cuda", i) for i in range(64)]  # cuda:N, made once (``device`` is read often)
 
 
 class RemoteTensor(torch.Tensor):
@@ -26,6 +27,7 @@ class RemoteTensor(torch.Tensor):
     _h: int
     _x: Any
     _k: tuple[Any, ...]
+    _d: int = 0  # the program's cuda:N it lives on (NOTE [devices of a program] in shim/runtime.py)
 
     @staticmethod
     def __new__(cls, *args: Any, **kwargs: Any) -> RemoteTensor:  # noqa: PYI034
@@ -40,7 +42,7 @@ class RemoteTensor(torch.Tensor):
     # -------------------------------------------------------------- what the script sees
     @property
     def device(self) -> torch.device:  # type: ignore[override]
-        return CUDA0
+        return CUDA[self._d]
 
     @property
     def is_cuda(self) -> bool:  # type: ignore[override]
@@ -55,7 +57,7 @@ class RemoteTensor(torch.Tensor):
         return False
 
     def get_device(self) -> int:
-        return 0
+        return self._d
 
     def record_stream(self, stream: Any) -> None:
         """Nothing to do (data prefetchers, FSDP): gpud runs a session's work in order and frees a tensor after
@@ -69,9 +71,9 @@ class RemoteTensor(torch.Tensor):
         # The stream module is bound at definition: at interpreter exit this module's globals are already None.
         h = self.__dict__.get("_h")
         if h:
-            s = getattr(_streams, "_stream", None)
-            if s is not None:
-                s.frees.append(h)
+            free = getattr(_streams, "free_later", None)
+            if free is not None:
+                free(self._d, h)
 
     def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]
         import torch._tensor_str as ts
@@ -80,7 +82,7 @@ class RemoteTensor(torch.Tensor):
 
         cpu = download(self)
         if cpu.layout != torch.strided:  # torch prints a sparse tensor's parts; the device goes before the layout
-            return repr(cpu).replace("layout=", "device='cuda:0', layout=", 1)
+            return repr(cpu).replace("layout=", f"device='{self.device}', layout=", 1)
         with torch.no_grad():
             body = ts._tensor_str(cpu, len("tensor("))
         s = ts._str_intern(self, tensor_contents=body)
@@ -110,11 +112,13 @@ class RemoteTensor(torch.Tensor):
         alias = torch.ops.aten.alias.default(new)  # a handle of our own for the same data
         _DATA.__set__(self, new)  # type: ignore[attr-defined]
         d, a = self.__dict__, alias.__dict__
-        old = d.get("_h")
+        old, old_dev = d.get("_h"), self._d
         d["_h"], d["_x"], d["_k"] = a["_h"], a["_x"], a["_k"]
+        if new._d != old_dev:
+            d["_d"] = new._d
         a["_h"] = 0  # the alias object dies now; its handle lives on as ours
-        if old and S._stream is not None:
-            S._stream.frees.append(old)
+        if old:
+            S.free_later(old_dev, old)
 
     def __setitem__(self, index: Any, value: Any) -> None:
         # C++ indexing turns a Python number into a tensor on the wrapper's (meta) device, which
@@ -127,7 +131,8 @@ class RemoteTensor(torch.Tensor):
         if force:
             return self.detach().cpu().numpy()
         raise TypeError(
-            "can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu() to copy the tensor to host memory first."
+            f"can't convert {self.device} device type tensor to numpy. Use Tensor.cpu() to copy the tensor to host "
+            "memory first."
         )
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
@@ -198,9 +203,12 @@ def _plain(items: list[Any]) -> bool:
     return bool(items) and all(type(i) in (int, bool) or (type(i) is list and _plain(i)) for i in items)
 
 
-def wrap(h: int, shape: Any, stride: Any, offset: int, dtype: torch.dtype, bits: int = 0) -> RemoteTensor:
-    """The wrapper of handle ``h``. ``bits``: 1 = conjugate view, 2 = negative view, as the tensor on gpud is
-    (C++ must see them too: the Conjugate/Negative fallbacks resolve them before ops that cannot take them)."""
+def wrap(h: int, shape: Any, stride: Any, offset: int, dtype: torch.dtype, bits: int = 0, dev: int = 0) -> RemoteTensor:
+    """The wrapper of handle ``h`` of the program's ``cuda:dev``. ``bits``: 1 = conjugate view, 2 = negative view,
+    as the tensor on gpud is (C++ must see them too: the Conjugate/Negative fallbacks resolve them before ops that
+    cannot take them)."""
+    if dev:
+        return _wrap_on(h, shape, stride, offset, dtype, bits, dev)
     if 0 in shape:  # room to grow: resize_ and out= restride empty wrappers (dispatch._retarget)
         r = _make(
             RemoteTensor,
@@ -227,6 +235,26 @@ def wrap(h: int, shape: Any, stride: Any, offset: int, dtype: torch.dtype, bits:
     return r
 
 
+def _wrap_on(h: int, shape: Any, stride: Any, offset: int, dtype: torch.dtype, bits: int, dev: int) -> RemoteTensor:
+    where = CUDA[dev] if _device.ACTIVE else META
+    if 0 in shape:  # room to grow, as in ``wrap``
+        r = _make(
+            RemoteTensor, shape, strides=stride, storage_offset=offset, dtype=dtype, device=where, storage_size=_ROOM
+        )
+    else:
+        r = _make(RemoteTensor, shape, strides=stride, storage_offset=offset, dtype=dtype, device=where)
+    d = r.__dict__
+    d["_h"], d["_x"], d["_d"] = h, S.tensor_ref(h), dev
+    if bits & 1:
+        torch._C._set_conj(r, True)
+    if bits & 2:
+        torch._C._set_neg(r, True)
+    d["_k"] = (
+        (tuple(shape), tuple(stride), offset, dtype, bits) if bits else (tuple(shape), tuple(stride), offset, dtype)
+    )
+    return r
+
+
 def wrap_sparse(
     h: int,
     shape: Any,
@@ -236,15 +264,19 @@ def wrap_sparse(
     coalesced: bool,
     dtype: torch.dtype,
     layout: torch.layout = torch.sparse_coo,
+    dev: int = 0,
 ) -> RemoteTensor:
     """The wrapper of a sparse tensor on gpud, COO or compressed (NOTE [sparse tensors] in gpud/aten_sparse.py).
     Its metadata (``sparse_dim()``, ``_nnz()``, ``layout`` ...) is answered here; every op on it is a synchronous
     call, which describes the outputs (their nnz depends on the data)."""
+    where = CUDA[dev] if _device.ACTIVE else META
     if layout == torch.sparse_coo:
-        r = _make(RemoteTensor, shape, dtype=dtype, layout=layout, device=_WRAP_DEVICE)
+        r = _make(RemoteTensor, shape, dtype=dtype, layout=layout, device=where)
     else:  # torch answers a wrapper's compressed layout only through dispatch (prim.layout)
-        r = _make(RemoteTensor, shape, dtype=dtype, layout=layout, device=_WRAP_DEVICE, dispatch_layout=True)
+        r = _make(RemoteTensor, shape, dtype=dtype, layout=layout, device=where, dispatch_layout=True)
     d = r.__dict__
+    if dev:
+        d["_d"] = dev
     d["_h"] = h
     d["_x"] = S.tensor_ref(h)
     d["_k"] = (SPARSE_COO, tuple(shape), sparse_dim, dense_dim, nnz, bool(coalesced), dtype, layout)

@@ -10,7 +10,7 @@ import torch
 from proto import aten as W
 from shim import progress
 from shim.torch import stream as S
-from shim.torch.tensor import CUDA0, RemoteTensor, wrap
+from shim.torch.tensor import CUDA, RemoteTensor, wrap
 
 
 def _dtype_name(dt: torch.dtype) -> str:
@@ -22,11 +22,14 @@ def _dtype_name(dt: torch.dtype) -> str:
     return name
 
 
-def upload_handle(t: torch.Tensor) -> int:
-    """Queue a host tensor's bytes for gpud; returns the new tensor's handle."""
+def upload_handle(t: torch.Tensor, dev: int | None = None, h: int = 0) -> int:
+    """Queue a host tensor's bytes for gpud's copy of the program's ``cuda:dev`` (default: the current device);
+    returns the new tensor's handle (``h`` when given)."""
+    if dev is None:
+        dev = S.current_device()
     c = t.detach()
-    if c.layout in _SPARSE:
-        r = upload_sparse(c)
+    if c.layout in _SPARSE:  # (its handle is the one gpud's constructor op gets: ``h`` is not for it)
+        r = upload_sparse(c, dev)
         h = r.__dict__["_h"]
         r.__dict__["_h"] = 0  # the handle is the caller's now
         return h
@@ -41,35 +44,36 @@ def upload_handle(t: torch.Tensor) -> int:
     flat = c.reshape(-1)
     if flat.numel() and flat.stride(0) != 1:  # non-contiguous, or size-1 dims with odd strides
         flat = flat.clone()
-    h = S.new_handle()
+    h = h or S.new_handle()
+    st = S.stream(dev)
     raw = flat.view(torch.uint8) if c.numel() else torch.empty(0, dtype=torch.uint8)
     buf = raw.numpy()  # a view; the stream takes its bytes before upload returns
     n = buf.nbytes
     if n < progress.THRESHOLD:  # the hot path; a module move's bar (misc.py) is advanced here too
-        S.stream().upload(h, memoryview(buf), _dtype_name(c.dtype), list(c.shape))  # type: ignore[arg-type]
+        st.upload(h, memoryview(buf), _dtype_name(c.dtype), list(c.shape))  # type: ignore[arg-type]
     else:
         with progress.transfer(n, f"uploading a {n >> 20} MiB tensor"):
-            S.stream().upload(h, memoryview(buf), _dtype_name(c.dtype), list(c.shape))  # type: ignore[arg-type]
+            st.upload(h, memoryview(buf), _dtype_name(c.dtype), list(c.shape))  # type: ignore[arg-type]
     progress.advance(n)
     return h
 
 
-def upload_sparse(t: torch.Tensor) -> RemoteTensor:
+def upload_sparse(t: torch.Tensor, dev: int = 0) -> RemoteTensor:
     """A host sparse tensor (COO or compressed) on gpud: its indices and values travel as dense tensors and gpud
     builds the tensor from them, validating the indices (NOTE [sparse tensors] in gpud/aten_sparse.py)."""
     c = t.detach().cpu()
     if c.layout != torch.sparse_coo:
         compressed, plain = _compressed_parts(c)
         return torch.ops.aten.sparse_compressed_tensor.comp_plain_value_size(
-            upload(compressed),
-            upload(plain),
-            upload(c.values()),
+            upload(compressed, dev),
+            upload(plain, dev),
+            upload(c.values(), dev),
             list(c.shape),
             dtype=c.dtype,
             layout=c.layout,
-            device=CUDA0,
+            device=CUDA[dev],
         )
-    parts = upload(c._indices()), upload(c._values())
+    parts = upload(c._indices(), dev), upload(c._values(), dev)
     return torch.ops.aten._sparse_coo_tensor_with_dims_and_tensors.default(
         c.sparse_dim(),
         c.dense_dim(),
@@ -77,7 +81,7 @@ def upload_sparse(t: torch.Tensor) -> RemoteTensor:
         *parts,
         dtype=c.dtype,
         layout=torch.sparse_coo,
-        device=CUDA0,
+        device=CUDA[dev],
         is_coalesced=c.is_coalesced(),
     )
 
@@ -92,12 +96,21 @@ def _compressed_parts(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.ops.aten.ccol_indices.default(t), torch.ops.aten.row_indices.default(t)
 
 
-def upload(t: torch.Tensor) -> RemoteTensor:
+def upload(t: torch.Tensor, dev: int | None = None) -> RemoteTensor:
+    """A host tensor's copy on the program's ``cuda:dev`` (default: the current device)."""
+    if dev is None:
+        dev = S.current_device()
     if t.layout in _SPARSE:
-        return upload_sparse(t)
-    h = upload_handle(t)
+        return upload_sparse(t, dev)
+    h = upload_handle(t, dev)
     shape = tuple(t.shape)
-    return wrap(h, shape, _contiguous_strides(shape), 0, t.dtype)
+    return wrap(h, shape, _contiguous_strides(shape), 0, t.dtype, 0, dev)
+
+
+def between_devices(t: RemoteTensor, dev: int) -> RemoteTensor:
+    """A remote tensor's copy on another device of the program (NOTE [devices of a program] in shim/runtime.py):
+    its two sessions may be on different gpud devices, so the bytes go through the client."""
+    return upload(download(t), dev)
 
 
 def download(t: RemoteTensor) -> torch.Tensor:
@@ -113,7 +126,7 @@ def download(t: RemoteTensor) -> torch.Tensor:
         values = download(torch.ops.aten.values.default(t))
         return torch.sparse_compressed_tensor(compressed, plain, values, t._k[1], layout=t.layout)
 
-    value, bulk = S.stream().call([W.OP_FETCH, [t._x], {}, []], "copy to host")
+    value, bulk = S.for_tensor(t).call([W.OP_FETCH, [t._x], {}, []], "copy to host")
     dt_name, shape = value
     dtype = NAME_DTYPE[dt_name]
     data = bulk[0] if bulk else b""
@@ -137,28 +150,30 @@ class ToRemote(torch.autograd.Function):
     """Upload that autograd sees: the gradient flows back to the host tensor."""
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor) -> Any:
-        return upload(x)
+    def forward(ctx: Any, x: torch.Tensor, dev: int | None = None) -> Any:
+        return upload(x, dev)
 
     @staticmethod
     def backward(ctx: Any, g: Any) -> Any:
-        return download(g) if isinstance(g, RemoteTensor) else g
+        return (download(g) if isinstance(g, RemoteTensor) else g), None
 
 
 class ToHost(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: RemoteTensor) -> Any:
+        ctx.dev = x._d
         return download(x)
 
     @staticmethod
     def backward(ctx: Any, g: Any) -> Any:
-        return upload(g)
+        return upload(g, ctx.dev)
 
 
-def to_remote(t: torch.Tensor) -> RemoteTensor:
+def to_remote(t: torch.Tensor, dev: int | None = None) -> RemoteTensor:
+    """``t`` on the program's ``cuda:dev`` (default: the current device), the gradient flowing back to ``t``."""
     if t.requires_grad and torch.is_grad_enabled():
-        return ToRemote.apply(t)
-    return upload(t)
+        return ToRemote.apply(t, dev)
+    return upload(t, dev)
 
 
 def to_host(t: RemoteTensor) -> torch.Tensor:

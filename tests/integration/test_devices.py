@@ -180,3 +180,121 @@ def test_the_requested_device(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
     monkeypatch.setenv("WOOLY_EMBEDDED", "1")  # wooly run's own gpud applied it already
     assert requested_device(-1) == -1
+
+
+# NOTE [devices of a program] (shim/runtime.py): a program uses several of gpud's devices at once, one session each.
+TWO_DEVICES = """
+import sys, torch
+print("count", torch.cuda.device_count(), [torch.cuda.get_device_properties(i).pci_device_id for i in range(2)])
+a = torch.arange(6.0, device="cuda:0")
+b = torch.full((16 << 20,), 2.0, device="cuda:1")  # 64 MiB on the program's cuda:1
+print("devices", a.device, b.device, (b * 2).device)
+print("alloc", torch.cuda.memory_allocated(0) < (1 << 20), torch.cuda.memory_allocated(1) >= (64 << 20))
+c = a.to("cuda:1")
+print("moved", c.device, (c + b[:6]).cpu().tolist())
+try:
+    a + b[:6]
+except RuntimeError as exc:
+    print("mixed", exc)
+with torch.cuda.device(1):
+    print("context", torch.zeros(2, device="cuda").device, torch.cuda.current_device())
+print("after", torch.cuda.current_device(), torch.ones(1).cuda().device, torch.ones(1).cuda(1).device)
+w = torch.arange(3.0, requires_grad=True)
+(w.to("cuda:1") ** 2).sum().backward()  # the gradient flows back across the two sessions
+print("grad", w.grad.tolist())
+try:
+    torch.zeros(1, device="cuda:2")
+except RuntimeError as exc:
+    print("missing", str(exc).splitlines()[0])
+print("ready", flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_one_program_uses_two_devices(gpud2: str) -> None:
+    pytest.importorskip("torch")
+    e = dict(os.environ)
+    e.update(PYTHONPATH=str(ROOT), OMP_WAIT_POLICY="PASSIVE", WOOLY_SERVER=gpud2)
+    e.pop("CUDA_VISIBLE_DEVICES", None)
+    cmd = [sys.executable, "-m", "woolyhv", "run", "python", "-c", TWO_DEVICES]
+    p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=e)
+    try:
+        lines = []
+        assert p.stdout is not None and p.stdin is not None
+        while (line := p.stdout.readline()) and not line.startswith("ready"):
+            lines.append(line.strip())
+        assert line.startswith("ready"), (lines, p.stderr.read() if p.stderr else "")
+        used = _used(gpud2)
+        assert used[1] >= 64 << 20 > used[0]  # cuda:1's tensor is in gpud's device 1 (a tie placed cuda:0 on 0)
+        p.stdin.write("\n")
+        p.stdin.flush()
+        assert p.wait(60) == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+    out = "\n".join(lines)
+    assert "count 2 [0, 1]" in out
+    assert "devices cuda:0 cuda:1 cuda:1" in out
+    assert "alloc True True" in out
+    assert "moved cuda:1 [2.0, 3.0, 4.0, 5.0, 6.0, 7.0]" in out
+    assert (
+        "mixed Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cuda:1!" in out
+    )
+    assert "context cuda:1 1" in out
+    assert "after 0 cuda:0 cuda:1" in out
+    assert "grad [0.0, 2.0, 4.0]" in out
+    assert "missing CUDA error: invalid device ordinal (cuda:2 requested, 2 device(s) visible" in out
+
+
+DATA_PARALLEL = """
+import sys, torch, torch.nn as nn
+torch.manual_seed(0)
+on = sys.argv[1]
+model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 3))
+X, Y = torch.randn(64, 8), torch.randint(0, 3, (64,))
+sizes = []
+model[0].register_forward_hook(lambda m, i, o: sizes.append(tuple(i[0].shape)))
+if on == "cuda":
+    model = nn.DataParallel(model).to("cuda:0")
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(4):
+    loss = nn.functional.cross_entropy(model(X.to(on)), Y.to(on))
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    print("loss", repr(loss.item()))
+print("replicas", sorted(set(sizes)), len(sizes))
+"""
+
+
+def test_data_parallel_trains_as_on_the_host(gpud2: str) -> None:
+    """nn.DataParallel over the program's two devices: scatter, replicate, parallel_apply in threads, gather, and
+    the gradient reduction back onto cuda:0 — the losses of the host run, the batch split in two."""
+    pytest.importorskip("torch")
+    local = subprocess.run(
+        [sys.executable, "-c", DATA_PARALLEL, "cpu"], capture_output=True, text=True, timeout=120, cwd=str(ROOT)
+    )
+    assert local.returncode == 0, local.stderr
+    p = _wooly("woolyhv", "run", "python", "-c", DATA_PARALLEL, "cuda", timeout=240, WOOLY_SERVER=gpud2)
+    assert p.returncode == 0, p.stderr[-3000:]
+    want = [float(x.split()[1]) for x in local.stdout.splitlines() if x.startswith("loss")]
+    got = [float(x.split()[1]) for x in p.stdout.splitlines() if x.startswith("loss")]
+    assert len(got) == len(want) == 4
+    assert got == pytest.approx(want, rel=1e-5)
+    assert "replicas [(32, 8)] 8" in p.stdout  # each of 4 steps: two replicas of half the batch
+    assert "replicas [(64, 8)] 4" in local.stdout
+
+
+def test_a_tenant_or_cuda_visible_devices_limits_the_devices(gpud2: str) -> None:
+    pytest.importorskip("torch")
+    probe = (
+        "import torch; n = torch.cuda.device_count(); "
+        "print('seen', n, [torch.cuda.get_device_properties(i).pci_device_id for i in range(n)])"
+    )
+    p = _run(gpud2, probe, WOOLY_TENANT="pinned")
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "seen 1 [1]" in p.stdout  # the tenant may use device 1 only
+    p = _run(gpud2, probe, CUDA_VISIBLE_DEVICES="1,0")
+    assert "seen 2 [1, 0]" in p.stdout, p.stdout + p.stderr[-2000:]  # renumbered as CUDA renumbers
+    p = _run(gpud2, probe, WOOLY_DEVICE="1")
+    assert "seen 1 [1]" in p.stdout, p.stdout + p.stderr[-2000:]

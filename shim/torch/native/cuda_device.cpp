@@ -85,6 +85,10 @@ struct WoolyCudaHooks final : at::CUDAHooksInterface {
 WoolyCudaGuard guard;
 }  // namespace
 
+// The number of devices the program has (NOTE [devices of a program] in shim/runtime.py), known once its first
+// session is open: set before a backward pass starts the autograd engine's device threads (one per device).
+extern "C" void wooly_set_device_count(int n) { device_count = n < 1 ? 1 : n; }
+
 // Install the hooks and the device guard for `n` devices; returns 0.
 //
 // The CPU build registers neither, so this is called ahead of `import torch`, before torch first
