@@ -286,6 +286,9 @@ def dispatch(func: Any, args: Any, kwargs: Any, dev: int = -1) -> Any:
         if len(_CACHE) > 200_000:  # shapes that never repeat (growing sequences): start over
             _CACHE.clear()
         meta = _CACHE[key] = _infer(func, args, kwargs)
+    want = enc.want if enc.want >= 0 else dev
+    if want >= 0 and enc.dev >= 0 and want != enc.dev:  # zeros_like(x, device="cuda:1"), x on cuda:0
+        return _made_elsewhere(func, args, kwargs, enc.dev, want)
     d = enc.dev if enc.dev >= 0 and not enc.host else enc.device(dev)
     st = S.stream(d) if d else S.stream()
     if meta is SYNC:
@@ -356,6 +359,20 @@ def _run_sync(func: Any, info: OpInfo, args: Any, kwargs: Any, wargs: Any, wkw: 
         out = tuple(out)
     if info.meta_inplace:
         _apply_meta_inplace(func, args, kwargs)
+    return out
+
+
+def _made_elsewhere(func: Any, args: Any, kwargs: Any, dev: int, want: int) -> Any:
+    """An op on one device's tensors asked to make its result on another (``*_like``/``new_*`` with ``device=``):
+    made where its arguments are, then moved (NOTE [devices of a program] in shim/runtime.py)."""
+    from shim.torch.transfer import between_devices
+
+    kw = {k: (T.CUDA[dev] if isinstance(v, torch.device) and v.type == "cuda" else v) for k, v in kwargs.items()}
+    out = func(*args, **kw)
+    if isinstance(out, RemoteTensor):
+        return between_devices(out, want)
+    if isinstance(out, (list, tuple)):
+        return type(out)(between_devices(o, want) if isinstance(o, RemoteTensor) else o for o in out)
     return out
 
 

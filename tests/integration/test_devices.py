@@ -196,6 +196,8 @@ try:
     a + b[:6]
 except RuntimeError as exc:
     print("mixed", exc)
+print("like", torch.zeros_like(a, device="cuda:1").device, a.new_ones(2, device="cuda:1").device,
+      torch.full_like(a, 7, device="cuda:1").cpu().tolist())
 with torch.cuda.device(1):
     print("context", torch.zeros(2, device="cuda").device, torch.cuda.current_device())
 print("after", torch.cuda.current_device(), torch.ones(1).cuda().device, torch.ones(1).cuda(1).device)
@@ -240,6 +242,7 @@ def test_one_program_uses_two_devices(gpud2: str) -> None:
     assert (
         "mixed Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cuda:1!" in out
     )
+    assert "like cuda:1 cuda:1 [7.0, 7.0, 7.0, 7.0, 7.0, 7.0]" in out
     assert "context cuda:1 1" in out
     assert "after 0 cuda:0 cuda:1" in out
     assert "grad [0.0, 2.0, 4.0]" in out
