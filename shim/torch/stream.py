@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import itertools
+import os
 import threading
 import time
 from typing import Any
@@ -317,6 +318,22 @@ def seed(value: int) -> None:
     _pending_seed[:] = [value]
     for s in opened():
         s.push([W.OP_SEED, [value], {}, []])
+
+
+def _after_fork_in_child() -> None:
+    """NOTE [fork] (shim/runtime.py): a forked child (a DataLoader worker) has none of its parent's sessions. Their
+    streams are forgotten, not used: another thread of the parent may have held a stream's lock when it forked,
+    and a child that seeds its generator (every DataLoader worker calls torch.manual_seed) would wait for it
+    forever. A seed in the child is kept for a session it will never have; CUDA calls there fail as in a child of
+    a real CUDA process."""
+    global _stream, _stream_lock
+    _stream = None
+    _streams.clear()
+    MULTI[0] = False
+    _stream_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 @atexit.register

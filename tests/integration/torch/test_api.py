@@ -115,3 +115,4 @@ def test_python_children_of_the_program_use_cuda(gpud: str) -> None:
     assert "subprocess 0 True cuda:0 83.0" in out[0], out
     assert out[1] == "spawn [(0, 'cuda:0', 4.0), (1, 'cuda:0', 8.0)] [0, 0]", out
     assert out[2] == "parent 2.0", out
+    assert out[3] == "fork exited", out

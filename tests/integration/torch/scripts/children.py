@@ -1,10 +1,14 @@
 """Python child processes of a program under ``wooly run`` use cuda too (NOTE [child interpreters]): a
-``subprocess`` of ``sys.executable`` and a ``torch.multiprocessing`` spawn worker. Prints one line per child."""
+``subprocess`` of ``sys.executable`` and a ``torch.multiprocessing`` spawn worker. A forked child (a DataLoader
+worker) seeds its generator and works on the host without waiting for its parent's session (NOTE [fork]). Prints
+one line per child."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import threading
 
 import torch
 import torch.multiprocessing as mp
@@ -33,3 +37,33 @@ if __name__ == "__main__":
         p.join(60)
     print("spawn", got, [p.exitcode for p in procs])
     print("parent", torch.ones(2, device="cuda").sum().item())
+    # A fork while another thread holds the op stream's lock (the flusher does, now and then): the child must not
+    # wait for a lock nobody in it will release. Every DataLoader worker calls torch.manual_seed.
+    from shim.torch import stream as S
+
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with S.stream()._lock:
+            held.set()
+            release.wait(30)
+
+    t = threading.Thread(target=hold)
+    t.start()
+    held.wait(30)
+    pid = os.fork()
+    if pid == 0:
+        torch.manual_seed(3)
+        os._exit(0 if torch.randn(2).shape == (2,) else 1)
+    release.set()
+    t.join()
+    for _ in range(600):
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        threading.Event().wait(0.05)
+    else:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        status = -1
+    print("fork", "exited" if status == 0 else f"stuck or failed ({status})")
