@@ -190,17 +190,36 @@ _DATA = torch._C.TensorBase.data
 
 
 def _host_index(index: Any) -> Any:
-    """Python lists in an index become host tensors here: C++ would build them on the CPU and copy them to the
-    index's device through a kernel stub the CPU build lacks for CUDA. A host index tensor travels with the op."""
-    if type(index) is list and _plain(index):
-        return torch.tensor(index)
-    if type(index) is tuple and any(type(i) is list for i in index):
-        return tuple(torch.tensor(i) if type(i) is list and _plain(i) else i for i in index)
-    return index
+    """Python sequences in an index (lists, ranges, NumPy arrays; tuples inside a tuple index) become host tensors
+    here: C++ would build them on the CPU and copy them to the index's device through a kernel stub the CPU build
+    lacks for CUDA (the CUDA build's copy asks a driver that is not there: ``x[range(n), y] = v`` failed with
+    "CUDA error: invalid argument"). A host index tensor travels with the op."""
+    if type(index) is tuple:
+        if any(_sequence(i, True) for i in index):
+            return tuple(_as_index(i) if _sequence(i, True) else i for i in index)
+        return index
+    return _as_index(index) if _sequence(index, False) else index
+
+
+def _sequence(i: Any, inner: bool) -> bool:
+    t = type(i)
+    if t is list:
+        return _plain(i)
+    if t is range:
+        return True
+    if inner and t is tuple:  # (a tuple inside a tuple index is an index sequence, as a list is)
+        return _plain(list(i))
+    return t.__module__ == "numpy" and t.__name__ == "ndarray" and i.dtype.kind in "biu"
+
+
+def _as_index(i: Any) -> Any:
+    if type(i) is range or type(i) is tuple:
+        i = list(i)
+    return torch.as_tensor(i) if type(i) is not list else torch.tensor(i)
 
 
 def _plain(items: list[Any]) -> bool:
-    return bool(items) and all(type(i) in (int, bool) or (type(i) is list and _plain(i)) for i in items)
+    return bool(items) and all(type(i) in (int, bool) or (type(i) in (list, tuple) and _plain(list(i))) for i in items)
 
 
 def wrap(h: int, shape: Any, stride: Any, offset: int, dtype: torch.dtype, bits: int = 0, dev: int = 0) -> RemoteTensor:

@@ -51,5 +51,12 @@ buf.mul_(3)
 second = buf.to(dev, copy=True)
 buf.zero_()
 r.append((first + second).tolist())
+# Python sequences in an index: a range (pytorch/examples mnist_forward_forward), NumPy arrays, inner tuples.
+import numpy as np  # noqa: E402
+
+z = torch.zeros(4, 5, device=dev)
+z[range(4), torch.tensor([1, 2, 3, 4], device=dev)] = z.max() + 2
+z[np.array([1, 2]), 0] = 5.0
+r.append((z.tolist(), z[range(2)].shape[0], z[np.array([0, 3])].sum().item(), z[(0, 1), (1, 2)].tolist()))
 for a in r:
     print(a)
