@@ -176,8 +176,30 @@ def _patch_module_moves() -> None:
     torch.nn.Module.cuda = wrap(torch.nn.Module.cuda, False)  # type: ignore[method-assign]
 
 
+def _refuse_sharing(t: Any) -> Any:
+    raise RuntimeError(
+        "wooly: sharing a cuda tensor with another process (torch.multiprocessing, a multiprocessing queue or "
+        "Process argument) is not supported: its memory is on gpud, and the other process has a session of its "
+        "own; send t.cpu() and move it to cuda there, or keep cuda tensors in one process"
+    )
+
+
+def _patch_sharing() -> None:
+    """torch.multiprocessing shares a CUDA tensor with another process through CUDA IPC: the child works on the
+    same memory (hogwild training updates one model from several processes). A remote tensor cannot be shared that
+    way, and a copy would let each process train its own model silently, so the pickler torch.multiprocessing uses
+    refuses it by name (pytorch/examples mnist_hogwild --cuda failed with "bad value(s) in fds_to_keep": the
+    tensor was pickled as a temporary host copy whose file descriptor closed before the child started)."""
+    from multiprocessing.reduction import ForkingPickler
+
+    from shim.torch.tensor import RemoteTensor
+
+    ForkingPickler.register(RemoteTensor, _refuse_sharing)
+
+
 def patch() -> None:
     _patch_surface()
+    _patch_sharing()
     _patch_module_moves()
     _patch_foreach()
     _patch_compile()

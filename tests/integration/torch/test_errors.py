@@ -21,6 +21,7 @@ def test_unsupported_op_names_it(ops_run) -> None:
     out = check(ops_run)
     assert "NotImplementedError: Could not run 'aten::batch_norm_stats'" in out
     assert "fused_dropout True torch.uint8" in out
+    assert out.count("share: sharing a cuda tensor with another process (torch.multiprocessing") == 2
 
 
 def test_op_error_is_runtime_error_and_session_survives(ops_run) -> None:

@@ -22,6 +22,14 @@ if mode == "ops":
     except RuntimeError as exc:
         print("RuntimeError:", exc)
     print("after", torch.ones(2, device="cuda").sum().item())
+    import torch.multiprocessing as mp
+
+    q = mp.get_context("spawn").SimpleQueue()
+    for shared in (x, torch.nn.Linear(2, 2).cuda().weight):  # a tensor, a parameter: refused by name, not copied
+        try:
+            q.put(shared)
+        except RuntimeError as exc:
+            print("share:", str(exc).split(":")[1].strip())
     for _ in range(500):
         x = x * 1.0001 + 1
     print("exiting with queued work", flush=True)
