@@ -26,6 +26,13 @@ from gpud.errors import CudaError, codes
 from proto import aten as W
 
 _NAME_RE = re.compile(r"^aten\.([A-Za-z0-9_]+)(?:\.([A-Za-z0-9_]+))?$")
+# NOTE [extension operators]: operators of libraries other than ATen that models call on CUDA tensors and that
+# gpud runs with its own copy of the library, in the tenant's executor like any ATen op: torchvision's detection
+# ops (nms, roi_align, roi_pool, ps_roi_align, ps_roi_pool, deform_conv2d and their backward ops). The namespace is
+# imported on first use; a node without the library answers NOT_SUPPORTED naming it. Their kernels trust the
+# batch indices in ``rois`` and the ``argmax``/``channel_mapping`` a backward op is given: gpud/aten_guards.py
+# checks those (GUARDS keys ``torchvision::op``).
+_EXT_RE = re.compile(r"^(torchvision)\.([A-Za-z0-9_]+)(?:\.([A-Za-z0-9_]+))?$")
 # NOTE [unsafe ops]: every tenant's tensors live in gpud's heap, so an op that reads or writes out of bounds
 # reads or writes another tenant's memory. Refused, by name: ops that read files, and the sparse constructors
 # that skip validating their indices; run as the checked op they stand for: the ``_unsafe_*index*`` ops
@@ -73,6 +80,9 @@ def resolve(name: str, permit_unsafe: bool = False) -> tuple[Any, bool, bool, in
         return hit
     mt = _NAME_RE.match(name) if isinstance(name, str) else None
     if mt is None:
+        ext = _EXT_RE.match(name) if isinstance(name, str) else None
+        if ext is not None:
+            return _resolve_extension(name, ext.group(1), ext.group(2), ext.group(3) or "default")
         raise CudaError(codes.NOT_SUPPORTED, f"not an ATen operator name: {str(name)[:200]!r}")
     base, overload = mt.group(1), mt.group(2) or "default"
     if base in _DENIED:
@@ -99,6 +109,27 @@ def resolve(name: str, permit_unsafe: bool = False) -> tuple[Any, bool, bool, in
     # NOTE [checked equivalents], NOTE [sparse tensors]
     run: Any = CHECKED_EQUIVALENTS.get(base) or SPARSE_SUBSTITUTES.get(base, op)
     hit = (run, has_gen, not has_gen and (seeded or base in _DEFAULT_GEN_OPS), unsafe, guard_for(base, op._schema))
+    _OPS[name] = hit
+    return hit
+
+
+def _resolve_extension(name: str, lib: str, base: str, overload: str) -> tuple[Any, bool, bool, int, Any]:
+    """NOTE [extension operators]."""
+    try:
+        __import__(lib)  # registers the library's operators with torch
+    except ImportError:
+        raise CudaError(
+            codes.NOT_SUPPORTED,
+            f"{lib}::{base}: gpud's Python has no {lib} (install the {lib} that matches its torch {torch.__version__}"
+            " on the node)",
+        ) from None
+    try:
+        op = getattr(getattr(getattr(torch.ops, lib), base), overload)
+        if not isinstance(op, torch._ops.OpOverload):
+            raise AttributeError(name)
+    except (AttributeError, RuntimeError):
+        raise CudaError(codes.NOT_SUPPORTED, f"gpud's {lib} has no operator {lib}::{base}.{overload}") from None
+    hit = (op, False, False, -1, guard_for(f"{lib}::{base}", op._schema))
     _OPS[name] = hit
     return hit
 

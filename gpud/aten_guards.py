@@ -169,6 +169,43 @@ def coo_to_csr(name: str, named: dict[str, Any]) -> None:
 
 
 # base name -> check(op name, arguments by name)
+def _rois(name: str, rois: Any, batch: int) -> None:
+    """torchvision's ROI kernels read (and their backward ops write) plane ``int(rois[k, 0])`` of a batch of
+    ``batch`` without a check."""
+    if not isinstance(rois, torch.Tensor) or rois.dim() != 2 or rois.shape[1] != 5:
+        raise _bad(name, "rois must be a [K, 5] tensor (batch index, x1, y1, x2, y2)")
+    if rois.numel() and not rois.is_floating_point():
+        raise _bad(name, "rois must be floating point")
+    if rois.shape[0]:
+        first = rois[:, 0]
+        if not bool(torch.isfinite(first).all()) or int(first.min()) < 0 or int(first.max()) >= batch:
+            raise _bad(name, f"the batch indices in rois[:, 0] must lie in [0, {batch})")
+
+
+def roi_forward(name: str, named: dict[str, Any]) -> None:
+    x = named["input"]
+    if isinstance(x, torch.Tensor) and x.dim() == 4:
+        _rois(name, named["rois"], x.shape[0])
+
+
+def roi_backward(name: str, named: dict[str, Any]) -> None:
+    batch, channels = int(named["batch_size"]), int(named["channels"])
+    height, width = int(named["height"]), int(named["width"])
+    if min(batch, channels, height, width) < 0:
+        raise _bad(name, "batch_size, channels, height and width must be >= 0")
+    _rois(name, named["rois"], batch)
+    for what, top in (("argmax", height * width), ("channel_mapping", channels)):
+        v = named.get(what)
+        if isinstance(v, torch.Tensor) and v.numel():
+            if v.is_floating_point() or v.is_complex():
+                raise _bad(name, f"{what} must be an integer tensor")
+            if int(v.min()) < -1 or int(v.max()) >= top:
+                raise _bad(name, f"{what} must lie in [-1, {top})")
+            g = named.get("grad")
+            if isinstance(g, torch.Tensor) and v.shape != g.shape:
+                raise _bad(name, f"{what} must have the shape of grad")
+
+
 GUARDS: dict[str, Callable[[str, dict[str, Any]], None]] = {
     "_ctc_loss": ctc_loss,
     "_ctc_loss_backward": ctc_loss,
@@ -186,6 +223,15 @@ GUARDS: dict[str, Callable[[str, dict[str, Any]], None]] = {
     "_sparse_mm_reduce_impl_backward": sparse_mm_reduce_backward,
     "_convert_indices_from_csr_to_coo": csr_to_coo,
     "_convert_indices_from_coo_to_csr": coo_to_csr,
+    # NOTE [extension operators] (gpud/aten_exec.py)
+    "torchvision::roi_align": roi_forward,
+    "torchvision::roi_pool": roi_forward,
+    "torchvision::ps_roi_align": roi_forward,
+    "torchvision::ps_roi_pool": roi_forward,
+    "torchvision::_roi_align_backward": roi_backward,
+    "torchvision::_roi_pool_backward": roi_backward,
+    "torchvision::_ps_roi_align_backward": roi_backward,
+    "torchvision::_ps_roi_pool_backward": roi_backward,
 }
 
 

@@ -358,3 +358,50 @@ def test_storage_less_zeros_are_kept_as_real_tensors() -> None:
     assert not s.errors and not ex.tensors[1]._is_zerotensor()
     (dtype, shape), bulk = ex.run_call([W.OP_FETCH, [ref(1)], {}, []], [], 0)
     assert (dtype, shape, bytes(bulk[0])) == ("float32", [2, 3], bytes(24)) and s.used == 24
+
+
+def test_torchvision_roi_guards() -> None:
+    """NOTE [extension operators] (gpud/aten_exec.py): torchvision's ROI kernels read plane ``rois[k, 0]`` and their
+    backward ops write through ``argmax`` unchecked; gpud's guards refuse what would reach past the tensors."""
+    from gpud.aten_guards import GUARDS
+
+    x = torch.zeros(2, 3, 8, 8)
+    fwd = GUARDS["torchvision::roi_align"]
+    fwd("tv.roi_align", {"input": x, "rois": torch.tensor([[1.0, 0, 0, 4, 4], [0.0, 1, 1, 2, 2]])})  # in range
+    for bad in ([[2.0, 0, 0, 4, 4]], [[-1.0, 0, 0, 4, 4]], [[float("nan"), 0, 0, 1, 1]]):
+        with pytest.raises(CudaError, match=r"tv.roi_align: the batch indices in rois\[:, 0\] must lie in \[0, 2\)"):
+            fwd("tv.roi_align", {"input": x, "rois": torch.tensor(bad)})
+    with pytest.raises(CudaError, match="rois must be a"):
+        fwd("tv.roi_align", {"input": x, "rois": torch.zeros(3, 4)})
+    back = GUARDS["torchvision::_roi_pool_backward"]
+    named = {
+        "grad": torch.zeros(1, 3, 2, 2),
+        "rois": torch.tensor([[0.0, 0, 0, 4, 4]]),
+        "argmax": torch.zeros(1, 3, 2, 2, dtype=torch.int32),
+        "batch_size": 2,
+        "channels": 3,
+        "height": 8,
+        "width": 8,
+    }
+    back("tv.bwd", named)
+    with pytest.raises(CudaError, match=r"argmax must lie in \[-1, 64\)"):
+        back("tv.bwd", {**named, "argmax": torch.full((1, 3, 2, 2), 64, dtype=torch.int32)})
+    with pytest.raises(CudaError, match="argmax must have the shape of grad"):
+        back("tv.bwd", {**named, "argmax": torch.zeros(1, 3, 1, 1, dtype=torch.int32)})
+    with pytest.raises(CudaError, match="batch indices"):
+        back("tv.bwd", {**named, "batch_size": 0})
+
+
+def test_an_extension_operator_gpud_lacks_is_named() -> None:
+    from gpud.aten_exec import resolve
+
+    try:
+        import torchvision  # noqa: F401
+    except ImportError:
+        with pytest.raises(CudaError, match=r"torchvision::nms: gpud's Python has no torchvision \(install"):
+            resolve("torchvision.nms.default")
+    else:
+        with pytest.raises(CudaError, match=r"gpud's torchvision has no operator torchvision::no_such_op.default"):
+            resolve("torchvision.no_such_op.default")
+    with pytest.raises(CudaError, match="not an ATen operator name"):
+        resolve("os.system.default")

@@ -105,3 +105,20 @@ def test_fidelity_rows(gpud: str) -> None:
     # the LSTM's gradients equal the host's
     lstm_local = check(run_local(ROOT / "tests" / "integration" / "torch" / "scripts" / "fidelity_rows.py", "cpu"))
     assert [ln for ln in lstm_local.splitlines() if ln.startswith("OK lstm ")][0] == f"OK lstm {got['lstm'][3:]}"
+
+
+DETECTION = ROOT / "tests" / "integration" / "torch" / "scripts" / "detection.py"
+
+
+def test_torchvision_detection_ops(gpud: str) -> None:
+    """NOTE [extension operators] (gpud/aten_exec.py): torchvision's ops run on gpud with its torchvision; a
+    detection model's inference equals the host run, roi_align's gradient too, and a rois batch index out of
+    range is refused by gpud's guard."""
+    pytest.importorskip("torchvision", exc_type=ImportError)  # (its PyPI build wants CUDA torch: test_cuda_build.py)
+    local = json.loads(check(run_local(DETECTION, "cpu", timeout=300)).strip().splitlines()[-1])
+    remote = json.loads(check(run_wooly(gpud, DETECTION, "cuda", timeout=300)).strip().splitlines()[-1])
+    for key in ("n", "nms", "boxes", "scores", "roi", "roi_pool"):
+        assert remote[key] == local[key], key
+    assert remote["roi_grad"] == pytest.approx(local["roi_grad"], rel=1e-6)
+    want = "CUDA_ERROR_INVALID_VALUE: torchvision.roi_align.default: the batch indices in rois[:, 0] must lie in [0, 2)"
+    assert want in remote["bad_rois"], remote["bad_rois"]
