@@ -23,9 +23,15 @@ def apply() -> None:
     if _patched:
         return
     _patched = True
+    import os
+
     import torch  # noqa: F401
 
     from shim.torch import cuda_api, device, factories, misc
+
+    # Hugging Face's hub kernels (transformers >= 5 with the `kernels` package: loaded for CUDA models) are machine
+    # code for a GPU in this process, which there is not: the model runs its PyTorch layers, which gpud runs.
+    os.environ.setdefault("USE_HUB_KERNELS", "0")
 
     device.register_fallback()
     factories.patch()

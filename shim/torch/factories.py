@@ -117,6 +117,15 @@ def remote_factory(name: str, orig: Any, args: Any, kwargs: dict[str, Any], defa
     dev = check_ordinal(default if asked is None else asked)
     if name in _HOST_BUILT:
         return _host_built(orig, args, kwargs, dev)
+    first = args[0] if args else None
+    if (
+        name.endswith("_like")
+        and isinstance(first, torch.Tensor)
+        and not isinstance(first, RemoteTensor)
+        and first.layout == torch.strided
+        and (first.device.type == "meta" or first.is_contiguous())
+    ):
+        return _like_host(name, args, kwargs, dev)
     kwargs = dict(kwargs)
     kwargs["device"] = "meta"
     gen = kwargs.get("generator")
@@ -131,6 +140,25 @@ def remote_factory(name: str, orig: Any, args: Any, kwargs: dict[str, Any], defa
     if requires_grad:
         out.requires_grad_(True)
     return out
+
+
+def _like_host(name: str, args: Any, kwargs: dict[str, Any], dev: int) -> Any:
+    """``empty_like(t, device="cuda:1")`` of a host or meta tensor ``t`` (transformers fills a model built on the
+    meta device this way, one device per layer under ``device_map="auto"``): only ``t``'s shape and dtype are
+    used, so the matching factory makes the tensor on gpud (contiguous, as ``*_like`` gives for contiguous
+    input)."""
+    t, rest = args[0], args[1:]
+    kw = {k: v for k, v in kwargs.items() if k not in ("memory_format", "layout", "pin_memory")}
+    if kw.get("dtype") is None:
+        kw["dtype"] = t.dtype
+    kw["device"] = CUDA[dev]
+    base = name[: -len("_like")]
+    if base == "full":
+        return torch.full(tuple(t.shape), *rest, **kw)
+    if base == "randint":  # randint_like(t, high) / (t, low, high)
+        bounds = [int(b) for b in rest]
+        return torch.randint(*bounds, size=tuple(t.shape), **kw)  # type: ignore[call-overload]
+    return getattr(torch, base)(tuple(t.shape), *rest, **kw)
 
 
 def _is_original(orig: Any, name: str) -> bool:
