@@ -327,7 +327,7 @@ with torch.no_grad():
 
 def test_device_map_auto_splits_a_model_over_two_devices(tmp_path: Path) -> None:
     """transformers' ``device_map="auto"`` (accelerate's hooks move activations between devices): a Llama split
-    over cuda:0 and cuda:1 generates what the host run generates. (Devices of 4 GiB: transformers' allocator
+    over cuda:0 and cuda:1 generates what the host run generates. (Devices of 8 GiB: transformers' allocator
     warm-up asks for "total memory - 1.2 GiB", negative on the small devices of ``gpud2``, and so on a real GPU.)"""
     pytest.importorskip("transformers")
     pytest.importorskip("accelerate")
