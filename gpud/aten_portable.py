@@ -40,6 +40,23 @@ def _scores(q: torch.Tensor, k: torch.Tensor, is_causal: bool, mask: Any, scale:
     return att, s
 
 
+def _heads(q: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    """Grouped-query attention: key/value heads shared by ``q.shape[-3] // t.shape[-3]`` query heads each, as the
+    CPU kernel reads them."""
+    if q.dim() < 3 or t.dim() < 3 or t.shape[-3] == q.shape[-3]:
+        return t
+    if t.shape[-3] == 0 or q.shape[-3] % t.shape[-3]:
+        raise ValueError(f"{q.shape[-3]} query heads cannot share {t.shape[-3]} key/value heads")
+    return t.repeat_interleave(q.shape[-3] // t.shape[-3], dim=-3)
+
+
+def _unheads(d: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    """The gradient of ``_heads``: each shared head's gradient summed over the query heads that read it."""
+    if d.shape == t.shape:
+        return d
+    return d.unflatten(-3, (t.shape[-3], d.shape[-3] // t.shape[-3])).sum(-3)
+
+
 def sdpa_forward(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -52,6 +69,7 @@ def sdpa_forward(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     if dropout_p:
         raise NotImplementedError("attention dropout on a non-CPU gpud")
+    k, v = _heads(q, k), _heads(q, v)
     att, _ = _scores(q, k, is_causal, attn_mask, scale)
     lse = torch.logsumexp(att, dim=-1)
     out = torch.exp(att - lse.unsqueeze(-1)) @ v.to(att.dtype)
@@ -71,6 +89,8 @@ def sdpa_backward(
     attn_mask: Any = None,
     scale: Any = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    k0, v0 = k, v
+    k, v = _heads(q, k), _heads(q, v)
     att, s = _scores(q, k, is_causal, attn_mask, scale)
     ct = att.dtype
     p = torch.exp(att - lse.to(ct).unsqueeze(-1))
@@ -80,7 +100,7 @@ def sdpa_backward(
     ds = p * (dp - (g * out.to(ct)).sum(-1, keepdim=True))
     dq = (ds @ k.to(ct)) * s
     dk = (ds.transpose(-2, -1) @ q.to(ct)) * s
-    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
+    return dq.to(q.dtype), _unheads(dk, k0).to(k.dtype), _unheads(dv, v0).to(v.dtype)
 
 
 PORTABLE = {SDPA_FWD: sdpa_forward, SDPA_BWD: sdpa_backward}

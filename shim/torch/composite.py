@@ -112,7 +112,6 @@ def _patch_sdpa() -> None:
             and isinstance(value, RemoteTensor)
             and (attn_mask is None or isinstance(attn_mask, RemoteTensor) and attn_mask.dtype == query.dtype)
             and _host_choice(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa) == _FLASH
-            and not enable_gqa
             and dropout_p == 0.0
         ):
             return _FlashAttention.apply(query, key, value, dropout_p, is_causal, attn_mask, scale)

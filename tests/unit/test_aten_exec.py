@@ -278,11 +278,13 @@ def test_sync_call_describes_outputs() -> None:
 
 
 @pytest.mark.parametrize("causal", [True, False])
-def test_portable_sdpa_matches_the_cpu_kernel(causal: bool) -> None:
+@pytest.mark.parametrize("kv_heads", [6, 2])  # 2: grouped-query attention, 3 query heads per key/value head
+def test_portable_sdpa_matches_the_cpu_kernel(causal: bool, kv_heads: int) -> None:
     from gpud.aten_portable import sdpa_backward, sdpa_forward
 
     g = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(2, 3, 5, 8, generator=g, dtype=torch.float64) for _ in range(3))
+    q = torch.randn(2, 6, 5, 8, generator=g, dtype=torch.float64)
+    k, v = (torch.randn(2, kv_heads, 5, 8, generator=g, dtype=torch.float64) for _ in range(2))
     aten = torch.ops.aten
     out, lse = aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal)
     out2, lse2 = sdpa_forward(q, k, v, 0.0, causal)
@@ -291,7 +293,7 @@ def test_portable_sdpa_matches_the_cpu_kernel(causal: bool) -> None:
     ref = aten._scaled_dot_product_flash_attention_for_cpu_backward(grad, q, k, v, out, lse, 0.0, causal)
     got = sdpa_backward(grad, q, k, v, out, lse, 0.0, causal)
     for a, b in zip(ref, got, strict=True):
-        assert torch.allclose(a, b, atol=1e-10)
+        assert a.shape == b.shape and torch.allclose(a, b, atol=1e-10)
 
 
 def test_failure_does_not_cascade() -> None:
