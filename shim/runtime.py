@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+from typing import Any
 
 from proto import errors as codes
 from proto.errors import CudaError
@@ -82,24 +83,29 @@ def driver() -> Driver:
             endpoint, server_key, reservation = placed.endpoint, placed.server_key, placed.reservation
             device = placed.device  # the device the reservation was made on
         try:
-            conn = Connection(
-                endpoint,
-                tenant=s.tenant,
-                token=s.token,
-                timeout_s=s.timeout_s,
-                connect_timeout_s=s.connect_timeout_s,
-                server_key=server_key,
-                reservation=reservation,
-                device=device,
-                probe_s=s.probe_s,
-                replay_log_mb=s.replay_log_mb,
-            )
+            conn = _connection(s, endpoint, server_key, device, reservation)
         except CudaError as exc:
             if exc.code == codes.NO_DEVICE:  # nothing listens: like cuInit without a driver, for good
                 _absent = exc
             raise
         _driver = Driver(conn)
         return _driver
+
+
+def _connection(s: Any, endpoint: str, server_key: str, device: int, reservation: str = "") -> Connection:
+    """A session for this process's settings ``s`` on ``device`` (-1: gpud places it)."""
+    return Connection(
+        endpoint,
+        tenant=s.tenant,
+        token=s.token,
+        timeout_s=s.timeout_s,
+        connect_timeout_s=s.connect_timeout_s,
+        server_key=server_key,
+        reservation=reservation,
+        device=device,
+        probe_s=s.probe_s,
+        replay_log_mb=s.replay_log_mb,
+    )
 
 
 def requested_device(setting: int) -> int:
@@ -177,20 +183,7 @@ def device_driver(index: int) -> Driver:
             from proto.settings import client as settings
 
             s = settings()
-            c = base.conn
-            d = _more[index] = Driver(
-                Connection(
-                    c.endpoint,
-                    tenant=s.tenant,
-                    token=s.token,
-                    timeout_s=s.timeout_s,
-                    connect_timeout_s=s.connect_timeout_s,
-                    server_key=c.server_key,
-                    device=order[index],
-                    probe_s=s.probe_s,
-                    replay_log_mb=s.replay_log_mb,
-                )
-            )
+            d = _more[index] = Driver(_connection(s, base.conn.endpoint, base.conn.server_key, order[index]))
         return d
 
 
