@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import runpy
+import shutil
 import sys
 
 # An uncaught exception while the program's gpud is gone (the node died, its host or the network went) is reported
@@ -62,9 +63,12 @@ def _main() -> None:
         runpy.run_module(args[1], run_name="__main__", alter_sys=True)
         return
     script = args[0]
+    if not os.path.exists(script) and os.sep not in script:
+        script = shutil.which(script) or script  # a Python program on PATH: torchrun, accelerate, a console script
     if not os.path.exists(script):
-        print(f"wooly run: {script}: no such file", file=sys.stderr)
+        print(f"wooly run: {args[0]}: no such file", file=sys.stderr)
         raise SystemExit(2)
+    args[0] = script
     sys.argv = args
     sys.path[0] = os.path.dirname(os.path.abspath(script))
     runpy.run_path(script, run_name="__main__")

@@ -125,9 +125,29 @@ def native_program(argv: list[str]) -> str | None:
         return None
     if head.startswith(b"\x7fELF"):
         return path
-    if head.startswith(b"#!") and b"python" not in head.split(b"\n", 1)[0] and os.access(path, os.X_OK):
+    if not head.startswith(b"#!") or not os.access(path, os.X_OK):
+        return None
+    line = head.split(b"\n", 1)[0]
+    if b"python" not in line:
+        return path
+    interpreter = _shebang_python(line.decode(errors="replace"))
+    if interpreter and os.path.dirname(interpreter) != os.path.dirname(os.path.abspath(sys.executable)):
+        # a Python program of another environment (its console script names that environment's interpreter): it runs
+        # there, as it would without wooly; its interpreter gets the faces as any Python child does (NOTE [child
+        # interpreters] in shim/autostart/sitecustomize.py)
         return path
     return None
+
+
+def _shebang_python(line: str) -> str | None:
+    """The interpreter a ``#!`` line names, as a path (``/usr/bin/env python3`` looked up on PATH)."""
+    words = line[2:].split()
+    if not words:
+        return None
+    if os.path.basename(words[0]) == "env":
+        names = [w for w in words[1:] if not w.startswith("-") and "=" not in w]
+        return shutil.which(names[0]) if names else None
+    return os.path.abspath(words[0])
 
 
 def libpython() -> str | None:

@@ -1,0 +1,59 @@
+"""How ``wooly run`` decides what runs its program: this interpreter (a Python file, ``-m module``, a Python program
+on PATH of this environment) or the program itself (a native binary, a script of another interpreter)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from woolyhv.launcher import native_program
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _script(path: Path, first: str, body: str = "") -> Path:
+    path.write_text(f"{first}\n{body}")
+    path.chmod(0o755)
+    return path
+
+
+def test_python_of_this_environment_runs_here(tmp_path: Path) -> None:
+    here = _script(tmp_path / "tool", f"#!{sys.executable}")
+    env_here = _script(tmp_path / "tool2", "#!/usr/bin/env python3")
+    assert native_program([str(here)]) is None
+    assert native_program(["-m", "torch.distributed.run"]) is None
+    assert native_program([str(tmp_path / "plain.py")]) is None  # no such file yet: the bootstrap reports it
+    which = native_program([str(env_here)])
+    py3 = shutil.which("python3")
+    assert (which is None) == (py3 is not None and os.path.dirname(py3) == os.path.dirname(sys.executable))
+
+
+def test_other_interpreters_and_binaries_run_themselves(tmp_path: Path) -> None:
+    other = _script(tmp_path / "console", "#!/opt/another-env/bin/python")  # a console script of another venv
+    shell = _script(tmp_path / "job.sh", "#!/bin/sh")
+    assert native_program([str(other)]) == str(other)
+    assert native_program([str(shell)]) == str(shell)
+    assert native_program([sys.executable]) == sys.executable  # `wooly run python train.py`: an ELF binary
+
+
+def test_a_python_program_on_path_is_found(tmp_path: Path) -> None:
+    """``wooly run torchrun ...``: a console script named without a path is looked up on PATH."""
+    _script(tmp_path / "wooly-test-tool", f"#!{sys.executable}", "import sys\nprint('ran', sys.argv[1:])\n")
+    env = dict(os.environ, PATH=f"{tmp_path}{os.pathsep}{os.environ.get('PATH', '')}", PYTHONPATH=str(ROOT))
+    p = subprocess.run(
+        [sys.executable, "-m", "woolyhv.bootstrap", "wooly-test-tool", "x"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert p.returncode == 0, p.stderr
+    assert "ran ['x']" in p.stdout
+    missing = subprocess.run(
+        [sys.executable, "-m", "woolyhv.bootstrap", "wooly-no-such-tool"], capture_output=True, text=True, env=env
+    )
+    assert missing.returncode == 2
+    assert "wooly run: wooly-no-such-tool: no such file" in missing.stderr
