@@ -184,12 +184,49 @@ _MATMUL_DTYPE = {
 }
 
 
+# softmax/log_softmax of a float16 or bfloat16 input with a float32 result (``half_to_float``, what PyTorch's
+# ``softmax(x, dim, dtype=torch.float32)`` calls on CUDA, as autocast does), and their backwards with a gradient
+# wider than the input: CUDA kernels that read the narrow type and compute in float32. CPU's refuse the conversion;
+# the same is the float32 kernel on the widened input, and the gradient narrowed after.
+def _half_to_float(op: Any) -> Any:
+    def run(x: torch.Tensor, dim: int, half_to_float: bool, *, out: torch.Tensor | None = None) -> torch.Tensor:
+        if half_to_float and x.dtype in (torch.float16, torch.bfloat16):
+            r = op(x.to(torch.float32), dim, False)
+        else:
+            r = op(x, dim, half_to_float)
+        return r if out is None else out.copy_(r)
+
+    return run
+
+
+def _narrowed_grad(op: Any) -> Any:
+    def run(
+        grad: torch.Tensor, output: torch.Tensor, dim: int, input_dtype: torch.dtype, *, grad_input: Any = None
+    ) -> torch.Tensor:
+        if input_dtype != grad.dtype:
+            r = op(grad, output, dim, grad.dtype).to(input_dtype)
+        else:
+            r = op(grad, output, dim, input_dtype)
+        return r if grad_input is None else grad_input.copy_(r)
+
+    return run
+
+
+_SOFTMAX = {
+    "_softmax": _half_to_float(torch.ops.aten._softmax.default),
+    "_log_softmax": _half_to_float(torch.ops.aten._log_softmax.default),
+    "_softmax_backward_data": _narrowed_grad(torch.ops.aten._softmax_backward_data.default),
+    "_log_softmax_backward_data": _narrowed_grad(torch.ops.aten._log_softmax_backward_data.default),
+}
+
+
 def _no_cudnn(*args: Any, **kwargs: Any) -> bool:
     return False  # cuDNN's and MIOpen's CTC losses are GPU kernels: the native _ctc_loss runs instead
 
 
 CUDA_ONLY = {
     **_MATMUL_DTYPE,
+    **_SOFTMAX,
     "_use_cudnn_ctc_loss": _no_cudnn,
     "_use_miopen_ctc_loss": _no_cudnn,
     "_thnn_fused_lstm_cell": lstm_cell,

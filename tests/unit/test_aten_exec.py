@@ -407,3 +407,32 @@ def test_an_extension_operator_gpud_lacks_is_named() -> None:
             resolve("torchvision.no_such_op.default")
     with pytest.raises(CudaError, match="not an ATen operator name"):
         resolve("os.system.default")
+
+
+@pytest.mark.parametrize("op", ["_softmax", "_log_softmax"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_to_float_softmax_runs_on_a_cpu_gpud(op: str, dtype: str) -> None:
+    """``softmax(x_half, dtype=float32)`` under autocast is CUDA's ``_softmax(x, dim, half_to_float=True)`` (and its
+    backward with a float32 gradient for a half input), which CPU kernels refuse: the executor runs the float32
+    kernel on the widened input, and narrows the gradient to the input's type."""
+    ex, s = make()
+    half = msgpack.ExtType(W.EXT_DTYPE, dtype.encode())
+    ex.run_batch(
+        [
+            ["aten.ones.default", [[3, 5]], {"dtype": half}, [1]],
+            ["aten.mul.Scalar", [ref(1), 0.5], {}, [2]],
+            [f"aten.{op}.default", [ref(2), 1, True], {}, [3]],
+            ["aten.ones_like.default", [ref(3)], {}, [4]],
+            [f"aten.{op}_backward_data.default", [ref(4), ref(3), 1, half], {}, [5]],
+        ],
+        [],
+        0,
+    )
+    assert not s.errors, s.errors
+    out, grad = ex.tensors[3], ex.tensors[5]
+    assert out.dtype == torch.float32 and grad.dtype == getattr(torch, dtype)
+    fn = getattr(torch.ops.aten, op).default
+    want = fn(torch.full((3, 5), 0.5), 1, False)
+    assert torch.equal(out, want)
+    back = getattr(torch.ops.aten, f"{op}_backward_data").default
+    assert torch.equal(grad, back(torch.ones(3, 5), want, 1, torch.float32).to(getattr(torch, dtype)))
