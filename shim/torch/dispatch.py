@@ -47,6 +47,7 @@ _CPU = torch.device("cpu")
 
 
 _COMPOSITE = torch._C.DispatchKeySet(torch._C.DispatchKey.CompositeExplicitAutograd)
+_BACKEND = torch._C.DispatchKeySet(torch._C.DispatchKey.CUDA)
 
 
 class OpInfo:
@@ -55,11 +56,17 @@ class OpInfo:
     def __init__(self, func: Any) -> None:
         self.name = str(func)  # "aten.add.Tensor"
         schema = func._schema
-        # Ops outside aten (torch's own Python custom ops, such as torch_nn::_linear_cross_entropy_*) are run
-        # here by their composite kernel, whose ATen ops come back to us: gpud runs only the aten namespace.
-        self.on_client = func.namespace != "aten" and torch._C._dispatch_has_kernel_for_dispatch_key(
+        # Ops outside aten run here, redispatched below the Python key (``on_client``: to these keys): torch's own
+        # Python custom ops (torch_nn::_linear_cross_entropy_*) by their composite kernel, whose ATen ops come back
+        # to us (gpud runs only the aten namespace); a collective (c10d::) by its CUDA kernel, which hands it to the
+        # process group's backend for cuda (NOTE [collectives] in shim/torch/collectives.py).
+        self.on_client: Any = None
+        if func.namespace == "c10d":
+            self.on_client = _BACKEND
+        elif func.namespace != "aten" and torch._C._dispatch_has_kernel_for_dispatch_key(
             schema.name, "CompositeExplicitAutograd"
-        )
+        ):
+            self.on_client = _COMPOSITE
         self.short = schema.name.split("::", 1)[-1]
         self.float_by_value = any(s in self.short for s in _FLOAT_SHAPED)
         self.meta_inplace = self.short in _META_INPLACE
@@ -270,8 +277,8 @@ def _build(tree: Any, outs: list[Any]) -> Any:
 def dispatch(func: Any, args: Any, kwargs: Any, dev: int = -1) -> Any:
     """Run ``func`` on gpud (``dev``: the device a factory was asked for, NOTE [factories])."""
     info = _INFO.get(func) or info_of(func)
-    if info.on_client:
-        return func.redispatch(_COMPOSITE, *args, **kwargs)
+    if info.on_client is not None:
+        return func.redispatch(info.on_client, *args, **kwargs)
     special = _SPECIAL.get(info.short)
     if special is not None:
         r = special(func, info, args, kwargs)

@@ -357,3 +357,33 @@ def _device_map_auto(gpud2: str, tmp_path: Path) -> None:
 
     assert pick(p.stdout, "gen") == pick(local.stdout, "gen")  # greedy generation: the same tokens
     assert pick(p.stdout, "logits") == pick(local.stdout, "logits")  # to the bit (grouped-query SDPA fused, as here)
+
+
+DDP_SCRIPT = ROOT / "tests" / "integration" / "torch" / "scripts" / "ddp_train.py"
+
+
+def test_distributed_data_parallel_trains_as_on_the_host(gpud2: str) -> None:
+    """A torchrun program with two ranks that asks for NCCL (NOTE [collectives] in shim/torch/collectives.py): each
+    rank a process and a session of its own, one per device; DistributedDataParallel broadcasts rank 0's parameters,
+    reduces the gradients in several buckets, and trains exactly as the same program on the host with Gloo: every
+    loss equal to the bit, and so the parameters; the collectives a program calls by hand give the host's values on
+    cuda tensors."""
+    pytest.importorskip("torch")
+    run = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(DDP_SCRIPT)]
+    local = subprocess.run([sys.executable, *run, "cpu"], capture_output=True, text=True, timeout=300, cwd=str(ROOT))
+    assert local.returncode == 0, local.stderr[-3000:]
+    p = _wooly("woolyhv", "run", *run, "cuda", timeout=400, WOOLY_SERVER=gpud2)
+    assert p.returncode == 0, p.stderr[-4000:]
+
+    def lines(out: str, prefix: str) -> list[str]:
+        return sorted(x for x in out.splitlines() if x.startswith(prefix))
+
+    assert len(lines(local.stdout, "rank")) == 10
+    assert lines(p.stdout, "rank") == lines(local.stdout, "rank")  # every rank's every loss
+    for key in ("same", "params", "broadcast", "gather_into", "reduce_scatter", "max", "int64"):
+        assert lines(p.stdout, key) == lines(local.stdout, key), key
+    assert "same True" in p.stdout
+    assert "all_reduce [0.0, 3.0, 6.0, 9.0, 12.0, 15.0] cuda" in p.stdout
+    assert "recv [7.0, 8.0] cuda" in p.stdout
+    assert "avg [1.5, 3.0]" in p.stdout
+    assert "backend wooly" in p.stdout
