@@ -1,12 +1,12 @@
 """torch.save / torch.load of cuda tensors, as on a real GPU.
 
-NOTE [saving]: ``torch.save`` of a cuda tensor writes the standard file format with the storage tagged
-``cuda:0``, exactly what PyTorch writes on a GPU machine: a PyTorch without wooly loads the file (with a
+NOTE [saving]: ``torch.save`` of a cuda tensor writes the standard file format with the storage tagged with its
+device (``cuda:0``, ``cuda:1``), exactly what PyTorch writes on a GPU machine: a PyTorch without wooly loads the file (with a
 GPU, or with ``map_location``), and ``torch.load`` under wooly puts those tensors back on gpud while
 tensors saved from the CPU stay on the CPU. The bytes are downloaded once, at save time
 (``RemoteTensor.__reduce_ex__`` pickles a host copy and records it here so the tagger recognises its
 storage). Loading reads every storage to the host first (``map_location`` keeps it there) and uploads
-the ones tagged for cuda afterwards, one upload per storage, so tensors that shared a storage in the
+the ones tagged for cuda afterwards to the device of their tag, one upload per storage, so tensors that shared a storage in the
 file still share one remote storage (a view of an uploaded base) and tied weights stay tied.
 """
 
@@ -25,16 +25,20 @@ from shim.torch.tensor import RemoteTensor
 _SAVED: weakref.WeakValueDictionary[int, torch.UntypedStorage] = weakref.WeakValueDictionary()
 
 
-def saved_from_gpud(cpu: torch.Tensor) -> torch.Tensor:
-    """Mark a host copy of a remote tensor so that torch.save tags its storage ``cuda:0``."""
+def saved_from_gpud(cpu: torch.Tensor, device: int = 0) -> torch.Tensor:
+    """Mark a host copy of a remote tensor of the program's ``cuda:<device>`` so that torch.save tags its storage
+    with that device."""
     storage = cpu.untyped_storage()
+    storage._wooly_device = device  # type: ignore[attr-defined]  # the storage's Python object is kept per storage
     _SAVED[storage._cdata] = storage
     return cpu
 
 
 def _tag(storage: Any) -> str | None:
     cdata = getattr(storage, "_cdata", None)
-    return "cuda:0" if cdata is not None and _SAVED.get(cdata) is storage else None
+    if cdata is None or _SAVED.get(cdata) is not storage:
+        return None
+    return f"cuda:{getattr(storage, '_wooly_device', 0)}"
 
 
 def _wants_cuda(map_location: Any) -> bool:
@@ -46,8 +50,8 @@ def _wants_cuda(map_location: Any) -> bool:
 class _Uploader:
     """Moves the loaded objects that belong on gpud there, one upload per storage (see NOTE [saving])."""
 
-    def __init__(self, storages: set[int] | None) -> None:
-        self.storages = storages  # data_ptrs of host storages to upload; None = every tensor
+    def __init__(self, storages: dict[int, int] | None) -> None:
+        self.storages = storages  # data_ptr of a host storage to upload -> its device; None = every tensor, current
         self.bases: dict[int, torch.Tensor] = {}  # host storage data_ptr -> the remote flat storage
         self.memo: dict[int, Any] = {}
 
@@ -59,11 +63,12 @@ class _Uploader:
     def tensor(self, t: torch.Tensor) -> torch.Tensor:
         st = t.untyped_storage()
         base = self.bases.get(st.data_ptr())
+        device = None if self.storages is None else self.storages.get(st.data_ptr())
         if base is None:
-            base = self.bases[st.data_ptr()] = torch.empty(0, dtype=torch.uint8).set_(st).cuda()
+            base = self.bases[st.data_ptr()] = torch.empty(0, dtype=torch.uint8).set_(st).cuda(device)
         size = t.element_size()
         if base.numel() % size or (t.storage_offset() + _span(t)) * size > base.numel():
-            return t.detach().cuda()
+            return t.detach().cuda(device)
         return base.view(t.dtype).as_strided(t.shape, t.stride(), t.storage_offset())
 
     def __call__(self, obj: Any) -> Any:
@@ -142,11 +147,18 @@ def _patch_load() -> None:
             return to_cuda(orig(f, *args, map_location="cpu", **kwargs))  # type: ignore[misc]
         if map_location is not None:
             return orig(f, map_location, *args, **kwargs)
-        tagged: set[int] = set()
+        tagged: dict[int, int] = {}
 
         def locate(storage: Any, location: str) -> Any:
             if location.startswith("cuda"):
-                tagged.add(storage.data_ptr())
+                index = torch.device(location).index or 0
+                count = torch.cuda.device_count()
+                if index >= count:  # PyTorch's own words for a file from a machine with more GPUs
+                    raise RuntimeError(
+                        f"Attempting to deserialize object on CUDA device {index} but torch.cuda.device_count() is "
+                        f"{count}. Please use torch.load with map_location to map your storages to an existing device."
+                    )
+                tagged[storage.data_ptr()] = index
             return storage
 
         obj = orig(f, *args, map_location=locate, **kwargs)  # type: ignore[misc]

@@ -144,11 +144,11 @@ class RemoteTensor(torch.Tensor):
         return download(self).tolist()
 
     def __reduce_ex__(self, proto: Any) -> Any:
-        # NOTE [saving] in shim/torch/serialization.py: a host copy whose storage torch.save tags cuda:0.
+        # NOTE [saving] in shim/torch/serialization.py: a host copy whose storage torch.save tags cuda:N.
         from shim.torch.serialization import saved_from_gpud
         from shim.torch.transfer import download
 
-        cpu = saved_from_gpud(download(self))
+        cpu = saved_from_gpud(download(self), self._d)
         if getattr(self, "_is_param", False):
             return torch.nn.Parameter(cpu, self.requires_grad).__reduce_ex__(proto)
         if self.requires_grad:

@@ -387,3 +387,52 @@ def test_distributed_data_parallel_trains_as_on_the_host(gpud2: str) -> None:
     assert "recv [7.0, 8.0] cuda" in p.stdout
     assert "avg [1.5, 3.0]" in p.stdout
     assert "backend wooly" in p.stdout
+
+
+SAVE_TWO = """
+import sys, torch
+path = sys.argv[1]
+if sys.argv[2] == "save":
+    a = torch.arange(4.0, device="cuda:0")
+    b = torch.arange(3.0, device="cuda:1") * 10
+    torch.save({"a": a, "b": b, "tied": b}, path)
+else:
+    got = torch.load(path)
+    print("loaded", {k: (str(v.device), v.tolist()) for k, v in sorted(got.items())})
+    print("tied", got["tied"] is got["b"])
+"""
+
+
+def test_save_tags_each_storage_with_its_device_and_load_puts_it_back(gpud2: str, tmp_path: Path) -> None:
+    """NOTE [saving]: a GPU's torch.save writes the storage's device (cuda:1), which a PyTorch without wooly reads
+    with map_location; torch.load under wooly puts each storage back on its device, a tensor saved twice loaded once; a program that
+    has fewer devices gets PyTorch's error for a file from a bigger machine."""
+    pytest.importorskip("torch")
+    f = str(tmp_path / "two.pt")
+    p = _wooly("woolyhv", "run", "python", "-c", SAVE_TWO, f, "save", timeout=180, WOOLY_SERVER=gpud2)
+    assert p.returncode == 0, p.stderr[-3000:]
+    host = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, torch; locs = []\n"
+            "d = torch.load(sys.argv[1], map_location=lambda s, loc: (locs.append(loc), s)[1])\n"
+            "print(sorted(locs), d['b'].tolist())",
+            f,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert host.returncode == 0, host.stderr
+    assert "['cuda:0', 'cuda:1'] [0.0, 10.0, 20.0]" in host.stdout
+    p = _wooly("woolyhv", "run", "python", "-c", SAVE_TWO, f, "load", timeout=180, WOOLY_SERVER=gpud2)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert (
+        "loaded {'a': ('cuda:0', [0.0, 1.0, 2.0, 3.0]), 'b': ('cuda:1', [0.0, 10.0, 20.0]), "
+        "'tied': ('cuda:1', [0.0, 10.0, 20.0])}" in p.stdout
+    )
+    assert "tied True" in p.stdout
+    p = _wooly("woolyhv", "run", "python", "-c", SAVE_TWO, f, "load", timeout=180, WOOLY_SERVER=gpud2, WOOLY_DEVICE="0")
+    assert p.returncode != 0
+    assert "Attempting to deserialize object on CUDA device 1 but torch.cuda.device_count() is 1" in p.stderr
