@@ -78,6 +78,11 @@ class DeviceCollectives(dist.ProcessGroup):
         super().__init__(rank, size)  # type: ignore[call-arg]  # the (rank, size) constructor of a Python group
         self._rank, self._size = rank, size
         self._host: Any = dist.ProcessGroupGloo(store, rank, size, timeout)
+        # PyTorch keeps a Python group as the group itself; its name, its backends by device (DeviceMesh, FSDP2,
+        # functional collectives ask) are the C++ group's, which come from registered backends: Gloo's, for both
+        # devices. Every collective is this class's own (above all, CUDA tensors never reach Gloo directly).
+        for device in ("cpu", "cuda"):
+            self._register_backend(torch.device(device), dist.ProcessGroup.BackendType.CUSTOM, self._host)
 
     def getBackendName(self) -> str:  # noqa: N802 - PyTorch's name
         return NAME
@@ -295,9 +300,17 @@ def install() -> None:
 
         def patched(*args: Any, **kwargs: Any) -> Any:
             if "backend" in kwargs:
-                kwargs["backend"] = routed(kwargs["backend"])
+                kwargs["backend"] = backend = routed(kwargs["backend"])
             elif len(args) > position:
-                args = (*args[:position], routed(args[position]), *args[position + 1 :])
+                backend = routed(args[position])
+                args = (*args[:position], backend, *args[position + 1 :])
+            else:
+                backend = dist.Backend.default_device_backend_map.get("cuda")
+            if backend == NAME:
+                # ``device_id`` binds a group to a device for NCCL's eager connection and communicator splits; this
+                # group is its own backend (PyTorch keeps a Python group as it is, with no per-device backends to
+                # look up), and there is nothing to connect ahead
+                kwargs.pop("device_id", None)
             return real(*args, **kwargs)
 
         patched.__wrapped__ = real  # type: ignore[attr-defined]

@@ -137,13 +137,23 @@ class DeviceProperties:
         )
 
 
+def _lazy_init() -> None:
+    S.INITIALIZED[0] = True
+
+
+def is_initialized() -> bool:
+    return S.INITIALIZED[0]
+
+
 def get_device_properties(device: Any = None) -> DeviceProperties:
+    _lazy_init()
     props = DeviceProperties(_dev(device))
     props.total_memory = mem_get_info(device)[1]  # the virtual GPU's size (a tenant quota), as mem_get_info says
     return props
 
 
 def synchronize(device: Any = None) -> None:
+    _lazy_init()
     _stream_of(device).call([W.OP_SYNC, [], {}, []], "synchronize")
 
 
@@ -186,11 +196,13 @@ def set_rng_state_all(states: list[torch.Tensor]) -> None:
 
 
 def current_device() -> int:
+    _lazy_init()
     return S.current_device()
 
 
 def set_device(device: Any) -> None:
     """The calling thread's current device, kept by the C++ device guard (NOTE [a cuda device in a CPU build])."""
+    _lazy_init()
     idx = _index(device)
     if idx < 0:
         return
@@ -222,6 +234,7 @@ class Event:
     def __init__(
         self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False, external: bool = False
     ) -> None:
+        _lazy_init()
         st = self._st = S.stream(S.current_device())  # an event belongs to the device current at its creation
         self._drv = st.driver
         self.enable_timing = enable_timing
@@ -271,6 +284,7 @@ class Stream:
     """A stream object; gpud runs a session's ops in order, so every stream is the default one."""
 
     def __init__(self, device: Any = None, priority: int = 0, **kwargs: Any) -> None:
+        _lazy_init()
         self.device = torch.device("cuda", _index(device))
         self.priority = priority
         self.cuda_stream = 0
@@ -384,9 +398,9 @@ _CUDA = {
     "stream": stream,
     "set_stream": set_stream,
     "is_current_stream_capturing": G.is_current_stream_capturing,
-    "is_initialized": lambda: True,
-    "init": _noop,
-    "_lazy_init": _noop,
+    "is_initialized": is_initialized,
+    "init": _lazy_init,
+    "_lazy_init": _lazy_init,
     "is_bf16_supported": lambda including_emulation=True: True,
     "ipc_collect": _noop,
     "get_arch_list": lambda: ["sm_80", "sm_90"],

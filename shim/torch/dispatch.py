@@ -48,6 +48,7 @@ _CPU = torch.device("cpu")
 
 _COMPOSITE = torch._C.DispatchKeySet(torch._C.DispatchKey.CompositeExplicitAutograd)
 _BACKEND = torch._C.DispatchKeySet(torch._C.DispatchKey.CUDA)
+_CUDA_KERNEL_HERE = frozenset({"c10d", "_c10d_functional", "_c10d_functional_autograd", "fsdp"})
 
 
 class OpInfo:
@@ -58,10 +59,11 @@ class OpInfo:
         schema = func._schema
         # Ops outside aten run here, redispatched below the Python key (``on_client``: to these keys): torch's own
         # Python custom ops (torch_nn::_linear_cross_entropy_*) by their composite kernel, whose ATen ops come back
-        # to us (gpud runs only the aten namespace); a collective (c10d::) by its CUDA kernel, which hands it to the
-        # process group's backend for cuda (NOTE [collectives] in shim/torch/collectives.py).
+        # to us (gpud runs only the aten namespace); collectives (c10d::, _c10d_functional::) and FSDP's copy-in
+        # and copy-out ops by their CUDA kernel, which hands a collective to the process group's backend for cuda
+        # (NOTE [collectives] in shim/torch/collectives.py) and runs FSDP's as ATen ops that come back to us.
         self.on_client: Any = None
-        if func.namespace == "c10d":
+        if func.namespace in _CUDA_KERNEL_HERE:
             self.on_client = _BACKEND
         elif func.namespace != "aten" and torch._C._dispatch_has_kernel_for_dispatch_key(
             schema.name, "CompositeExplicitAutograd"

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from shim.torch import stream as S
 from shim.torch.dispatch import dispatch
 from shim.torch.tensor import CUDA, RemoteTensor
 from shim.torch.transfer import to_host, to_remote
@@ -70,6 +71,12 @@ class _FactoryMode(TorchDispatchMode):
 
 
 def _factory_dispatch(self: Any, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+    if any(t is not RemoteTensor and t is not torch.Tensor and t is not torch.nn.Parameter for t in types):
+        return NotImplemented  # a tensor subclass (DTensor) runs the factory on its parts, which come back here
+    first = args[0] if args else None
+    name = func.overloadpacket.__name__
+    if name.endswith("_like") and type(first) in (torch.Tensor, torch.nn.Parameter):
+        return _like_host(name, args, kwargs or {}, self.dev)  # a subclass's part: a meta or host tensor
     return dispatch(func, args, kwargs or {}, self.dev)
 
 
@@ -113,15 +120,20 @@ def check_ordinal(dev: Any) -> int:
 
 
 def remote_factory(name: str, orig: Any, args: Any, kwargs: dict[str, Any], default: Any = None) -> Any:
+    S.INITIALIZED[0] = True  # the program's first cuda tensor initialises CUDA, as in PyTorch
     asked = kwargs.get("device")
     dev = check_ordinal(default if asked is None else asked)
     if name in _HOST_BUILT:
         return _host_built(orig, args, kwargs, dev)
     first = args[0] if args else None
+    if isinstance(first, torch.Tensor) and type(first) not in (torch.Tensor, torch.nn.Parameter, RemoteTensor):
+        # ``empty_like(dtensor, device="cuda:1")``: a tensor subclass (DTensor) runs the factory on its parts, whose
+        # CUDA factories come back to this face (NOTE [a cuda device in a CPU build] in shim/torch/device.py)
+        return orig(*args, **kwargs)
     if (
         name.endswith("_like")
         and isinstance(first, torch.Tensor)
-        and not isinstance(first, RemoteTensor)
+        and type(first) in (torch.Tensor, torch.nn.Parameter)  # a subclass (DTensor) makes its own *_like
         and first.layout == torch.strided
         and (first.device.type == "meta" or first.is_contiguous())
     ):
@@ -190,10 +202,14 @@ def _host_built(orig: Any, args: Any, kwargs: dict[str, Any], dev: int) -> Any:
     return out
 
 
+_FAKE_MODE = torch._C._get_dispatch_mode
+_FAKE = torch._C._TorchDispatchModeKey.FAKE
+
+
 def _make(name: str, orig: Any) -> Any:
     @functools.wraps(orig)
     def factory(*args: Any, **kwargs: Any) -> Any:
-        if is_cuda(kwargs.get("device")):
+        if is_cuda(kwargs.get("device")) and _FAKE_MODE(_FAKE) is None:  # a fake tensor's "cuda" is the fake mode's
             return remote_factory(name, orig, args, kwargs)
         return orig(*args, **kwargs)
 

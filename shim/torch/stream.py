@@ -211,6 +211,11 @@ def as_torch_error(exc: CudaError, op_name: str = "") -> Exception:
 _stream: OpStream | None = None  # cuda:0's, the stream of nearly every program
 _streams: dict[int, OpStream] = {}  # every device's, once used (cuda:0's too)
 MULTI = [False]  # a second device's stream exists: ops look at their tensors' devices (shim/torch/dispatch.py)
+# torch.cuda.is_initialized(): CUDA's lazy initialisation has happened in the program's eyes, as PyTorch's
+# _lazy_init marks it (the first cuda tensor, set_device, current_device, synchronize, a Stream or an Event...).
+# Opening the session early (the prewarm) is not that: DeviceMesh picks a rank's device by LOCAL_RANK only while
+# CUDA is not initialised, and a program may decide on fork or spawn by it.
+INITIALIZED = [False]
 _stream_lock = threading.Lock()
 _pending_seed: list[int] = []
 

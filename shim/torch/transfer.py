@@ -171,6 +171,7 @@ class ToHost(torch.autograd.Function):
 
 def to_remote(t: torch.Tensor, dev: int | None = None) -> RemoteTensor:
     """``t`` on the program's ``cuda:dev`` (default: the current device), the gradient flowing back to ``t``."""
+    S.INITIALIZED[0] = True
     if t.requires_grad and torch.is_grad_enabled():
         return ToRemote.apply(t, dev)
     return upload(t, dev)
