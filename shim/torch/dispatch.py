@@ -48,11 +48,15 @@ _CPU = torch.device("cpu")
 
 _COMPOSITE = torch._C.DispatchKeySet(torch._C.DispatchKey.CompositeExplicitAutograd)
 _BACKEND = torch._C.DispatchKeySet(torch._C.DispatchKey.CUDA)
+try:
+    _WAIT: Any = torch.ops._c10d_functional.wait_tensor.default
+except (AttributeError, RuntimeError):  # a torch without distributed
+    _WAIT = None
 _CUDA_KERNEL_HERE = frozenset({"c10d", "_c10d_functional", "_c10d_functional_autograd", "fsdp"})
 
 
 class OpInfo:
-    __slots__ = ("name", "short", "inplace", "inplace_map", "float_by_value", "meta_inplace", "on_client")
+    __slots__ = ("name", "short", "inplace", "inplace_map", "float_by_value", "meta_inplace", "on_client", "settle")
 
     def __init__(self, func: Any) -> None:
         self.name = str(func)  # "aten.add.Tensor"
@@ -63,6 +67,11 @@ class OpInfo:
         # and copy-out ops by their CUDA kernel, which hands a collective to the process group's backend for cuda
         # (NOTE [collectives] in shim/torch/collectives.py) and runs FSDP's as ATen ops that come back to us.
         self.on_client: Any = None
+        # A functional collective registers its work under its output's storage until wait_tensor; a remote view
+        # has a storage of its own, so the wait on a view of the output (DTensor's) never finds it and the work,
+        # with its tensors, stayed registered for the life of the process. Every collective here is complete when
+        # it returns (NOTE [collectives]): its output is waited on at once.
+        self.settle = func.namespace == "_c10d_functional" and func._schema.name != "_c10d_functional::wait_tensor"
         if func.namespace in _CUDA_KERNEL_HERE:
             self.on_client = _BACKEND
         elif func.namespace != "aten" and torch._C._dispatch_has_kernel_for_dispatch_key(
@@ -280,7 +289,12 @@ def dispatch(func: Any, args: Any, kwargs: Any, dev: int = -1) -> Any:
     """Run ``func`` on gpud (``dev``: the device a factory was asked for, NOTE [factories])."""
     info = _INFO.get(func) or info_of(func)
     if info.on_client is not None:
-        return func.redispatch(info.on_client, *args, **kwargs)
+        out = func.redispatch(info.on_client, *args, **kwargs)
+        if info.settle:
+            for t in out if isinstance(out, (list, tuple)) else (out,):
+                if isinstance(t, RemoteTensor):
+                    _WAIT(t)
+        return out
     special = _SPECIAL.get(info.short)
     if special is not None:
         r = special(func, info, args, kwargs)

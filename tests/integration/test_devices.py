@@ -440,3 +440,27 @@ def test_save_tags_each_storage_with_its_device_and_load_puts_it_back(gpud2: str
     p = _wooly("woolyhv", "run", "python", "-c", SAVE_TWO, f, "load", timeout=180, WOOLY_SERVER=gpud2, WOOLY_DEVICE="0")
     assert p.returncode != 0
     assert "Attempting to deserialize object on CUDA device 1 but torch.cuda.device_count() is 1" in p.stderr
+
+
+TP_SCRIPT = ROOT / "tests" / "integration" / "torch" / "scripts" / "tp_train.py"
+
+
+def test_tensor_parallel_trains_as_on_the_host(gpud2: str) -> None:
+    """DTensor tensor parallelism over a "cuda" DeviceMesh (pytorch/examples' tensor_parallel_example, smaller):
+    DeviceMesh sets each rank's device from LOCAL_RANK, parallelize_module shards the weights, the forward and
+    backward redistribute through functional collectives, AdamW steps the shards: every loss and the shards equal
+    the same program on the host with Gloo to the bit, and no collective work is left registered (a wait on a view
+    of a collective's output used to leave its work, and the tensors it holds, behind)."""
+    pytest.importorskip("torch")
+    run = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(TP_SCRIPT)]
+    local = subprocess.run([sys.executable, *run, "cpu"], capture_output=True, text=True, timeout=300, cwd=str(ROOT))
+    assert local.returncode == 0, local.stderr[-3000:]
+    p = _wooly("woolyhv", "run", *run, "cuda", timeout=400, WOOLY_SERVER=gpud2)
+    assert p.returncode == 0, p.stderr[-4000:]
+
+    def lines(out: str) -> list[str]:
+        return [x for x in out.splitlines() if x.startswith(("loss", "shards", "pending"))]
+
+    assert len(lines(local.stdout)) == 6
+    assert lines(p.stdout) == lines(local.stdout)
+    assert "pending works 0" in p.stdout and "device cuda" in p.stdout
