@@ -322,25 +322,3 @@ def install() -> None:
 
     wrap("init_process_group", 0)
     wrap("new_group", 2)
-    _time_without_a_cuda_timer()
-
-
-def _time_without_a_cuda_timer() -> None:
-    """DistributedDataParallel's reducer times its iterations with the timer its C++ registry has for the device
-    type: a CPU build has none for CUDA (a CUDA build's would record CUDA events in this process, where there is no
-    GPU), so the reducer has none, and DDP's runtime-statistics logger asserts on it from the second iteration. The
-    statistics are DDP's own usage logging, not the program's: for a reducer without a timer they are skipped."""
-    logger = getattr(dist, "Logger", None)
-    real = getattr(logger, "set_runtime_stats_and_log", None)
-    if real is None or getattr(real, "__wooly__", False):
-        return
-
-    def set_runtime_stats_and_log(self: Any) -> None:
-        try:
-            real(self)
-        except RuntimeError as exc:
-            if "timer_" not in str(exc):
-                raise
-
-    set_runtime_stats_and_log.__wooly__ = True  # type: ignore[attr-defined]
-    logger.set_runtime_stats_and_log = set_runtime_stats_and_log  # type: ignore[union-attr]

@@ -86,6 +86,7 @@ def build(tdir: str, out: str) -> str:
     if cxx is None:
         raise RuntimeError("no C++ compiler (set CXX or install g++)")
     lib = os.path.join(tdir, "lib")
+    timer = os.path.join(tdir, "include", "torch", "csrc", "distributed", "c10d", "reducer_timer.hpp")
     try:
         return compile_atomically(
             [
@@ -96,6 +97,7 @@ def build(tdir: str, out: str) -> str:
                 "-fPIC",
                 "-std=c++20",
                 "-w",
+                *(["-DWOOLY_DDP_TIMER"] if os.path.exists(timer) else []),  # a torch with torch.distributed
                 "-I",
                 os.path.join(tdir, "include"),
                 "-o",

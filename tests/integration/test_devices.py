@@ -4,6 +4,7 @@ error. Run against a real gpud offering two CPU devices (``--cpu-devices 2``).""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -366,8 +367,9 @@ DDP_SCRIPT = ROOT / "tests" / "integration" / "torch" / "scripts" / "ddp_train.p
 def test_distributed_data_parallel_trains_as_on_the_host(gpud2: str) -> None:
     """A torchrun program with two ranks that asks for NCCL (NOTE [collectives] in shim/torch/collectives.py): each
     rank a process and a session of its own, one per device; DistributedDataParallel broadcasts rank 0's parameters,
-    reduces the gradients in several buckets, and trains exactly as the same program on the host with Gloo: every
-    loss equal to the bit, and so the parameters; the collectives a program calls by hand give the host's values on
+    reduces the gradients in several buckets (and with find_unused_parameters, whose reducer keeps a pinned host
+    map), and trains exactly as the same program on the host with Gloo: every loss equal to the bit, and so the
+    parameters; the collectives a program calls by hand give the host's values on
     cuda tensors."""
     pytest.importorskip("torch")
     run = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(DDP_SCRIPT)]
@@ -382,7 +384,7 @@ def test_distributed_data_parallel_trains_as_on_the_host(gpud2: str) -> None:
     def losses(out: str) -> list[tuple[str, str]]:  # the two ranks' lines may meet on one line of the shared stdout
         return sorted(re.findall(r"rank(\d) loss ([-+0-9.e]+?)(?=rank|\s|$)", out))
 
-    assert len(losses(local.stdout)) == 10
+    assert len(losses(local.stdout)) == 14
     assert losses(p.stdout) == losses(local.stdout)  # every rank's every loss
     for key in ("same", "params", "broadcast", "gather_into", "reduce_scatter", "max", "int64"):
         assert lines(p.stdout, key) == lines(local.stdout, key), key
@@ -464,3 +466,24 @@ def test_tensor_parallel_trains_as_on_the_host(gpud2: str) -> None:
     assert len(lines(local.stdout)) == 6
     assert lines(p.stdout) == lines(local.stdout)
     assert "pending works 0" in p.stdout and "device cuda" in p.stdout
+
+
+def test_hf_trainer_under_torchrun_trains_as_on_the_host(gpud2: str) -> None:
+    """Hugging Face's Trainer started by torchrun: accelerate sets up the process group ("nccl" for cuda) and wraps
+    the model in DistributedDataParallel with find_unused_parameters; the losses and the evaluation equal the same
+    command on the host with Gloo."""
+    pytest.importorskip("transformers")
+    script = ROOT / "tests" / "integration" / "torch" / "scripts" / "hf_trainer.py"
+    run = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script)]
+    local = subprocess.run([sys.executable, *run, "cpu"], capture_output=True, text=True, timeout=400, cwd=str(ROOT))
+    assert local.returncode == 0, local.stderr[-3000:]
+    p = _wooly("woolyhv", "run", *run, "cuda", timeout=500, WOOLY_SERVER=gpud2)
+    assert p.returncode == 0, p.stderr[-4000:]
+
+    line = r'\{"device": [^}]*"eval_loss": [^}]*\}'  # the script's own line (the Trainer prints dicts of its own)
+    want = json.loads(re.findall(line, local.stdout)[0])
+    got = json.loads(re.findall(line, p.stdout)[0])
+    assert got["device"] == "cuda:0" and want["device"] == "cpu"
+    assert len(got["losses"]) == len(want["losses"]) == 4
+    assert got["losses"] == pytest.approx(want["losses"], rel=1e-6)
+    assert got["eval_loss"] == pytest.approx(want["eval_loss"], rel=1e-6)

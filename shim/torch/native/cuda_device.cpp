@@ -10,17 +10,25 @@
 //     thread and has one stream per device: wooly orders a session's work on gpud, so streams
 //     and events are bookkeeping on this side.
 //   * CUDA hooks reporting that CUDA is built and present (at::getAccelerator, hasPrimaryContext,
-//     the device count). Everything else (generators, pinned memory, cuDNN...) keeps the default
-//     "not built" answer: those paths are answered in Python by the torch face, or refused.
+//     the device count), and host memory as "pinned" memory. Everything else (generators, cuDNN...)
+//     keeps the default "not built" answer: those paths are answered in Python by the torch face, or
+//     refused.
 // No CUDA kernel is registered here: an op that reaches the CUDA dispatch key without a remote
 // tensor argument (a factory called by a composite) is handled by the Python fallback in
 // shim/torch/device.py. The library is tied to the torch build it is compiled against and is
 // rebuilt when that changes (shim/torch/device.py).
 #include <ATen/detail/CUDAHooksInterface.h>
+#include <c10/core/impl/alloc_cpu.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
+#ifdef WOOLY_DDP_TIMER
+#include <torch/csrc/distributed/c10d/reducer_timer.hpp>
+#endif
+
 #include <atomic>
+#include <map>
 #include <memory>
+#include <mutex>
 
 namespace {
 using c10::Device;
@@ -56,6 +64,42 @@ struct WoolyCudaGuard final : c10::impl::DeviceGuardImplInterface {
   void synchronizeDevice(const DeviceIndex) const override {}
 };
 
+// Host memory handed out as "pinned": the ranges, so that is_pinned() answers for them (and views into them).
+std::mutex pinned_lock;
+std::map<uintptr_t, size_t> pinned_ranges;
+
+bool pinned_contains(const void* p) {
+  auto a = reinterpret_cast<uintptr_t>(p);
+  std::lock_guard<std::mutex> hold(pinned_lock);
+  auto it = pinned_ranges.upper_bound(a);
+  if (it == pinned_ranges.begin()) return false;
+  --it;
+  return a < it->first + (it->second ? it->second : 1);
+}
+
+void pinned_free(void* p) {
+  {
+    std::lock_guard<std::mutex> hold(pinned_lock);
+    pinned_ranges.erase(reinterpret_cast<uintptr_t>(p));
+  }
+  c10::free_cpu(p);
+}
+
+struct PinnedAllocator final : c10::Allocator {
+  c10::DataPtr allocate(size_t n) override {
+    void* p = c10::alloc_cpu(n);
+    {
+      std::lock_guard<std::mutex> hold(pinned_lock);
+      pinned_ranges[reinterpret_cast<uintptr_t>(p)] = n;
+    }
+    return {p, p, &pinned_free, Device(DeviceType::CPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &pinned_free; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }
+};
+
+PinnedAllocator pinned_allocator;
+
 struct WoolyCudaHooks final : at::CUDAHooksInterface {
   explicit WoolyCudaHooks(at::CUDAHooksArgs) {}
   void init() const override {}
@@ -74,7 +118,12 @@ struct WoolyCudaHooks final : at::CUDAHooksInterface {
     return old;
   }
   DeviceIndex maybeExchangeDevice(DeviceIndex d) const override { return exchangeDevice(d); }
-  bool isPinnedPtr(const void*) const override { return false; }
+  // Page-locked host memory is for a GPU's DMA engine, which this side has none of: "pinned" host memory is
+  // ordinary host memory that remembers it was asked for pinned (DistributedDataParallel's reducer with
+  // find_unused_parameters keeps a pinned copy of its used-parameter map and asserts it is pinned; the default
+  // answer threw "Pinned memory requires CUDA").
+  bool isPinnedPtr(const void* p) const override { return pinned_contains(p); }
+  c10::Allocator* getPinnedMemoryAllocator() const override { return &pinned_allocator; }
   // No cuDNN on this side (a CUDA build asks for its version before choosing an attention kernel;
   // the default answer throws): cuDNN-backed choices are made by gpud's torch.
   bool hasCuDNN() const override { return false; }
@@ -83,6 +132,32 @@ struct WoolyCudaHooks final : at::CUDAHooksInterface {
 };
 
 WoolyCudaGuard guard;
+
+#ifdef WOOLY_DDP_TIMER
+// DistributedDataParallel's reducer times each iteration with the timer its registry has for the parameters'
+// device type. A CPU build has none for CUDA (the reducer has no timer, and DDP's runtime-statistics logger
+// asserted on it from the second iteration); a CUDA build's records CUDA events in this process, where there is
+// no GPU (it aborted the program at its second iteration). Host-clock times, as the CPU timer keeps: the moments
+// this side queued the work, which is what the client can see.
+class WoolyTimer final : public c10d::Timer {
+ public:
+  explicit WoolyTimer(c10::Device) {}
+  std::optional<int64_t> measureDifference(Event start, Event end) override {
+    int64_t s = getTimeRef(start), e = getTimeRef(end);
+    if (s == c10d::kUnsetTime || e == c10d::kUnsetTime || e < s) return std::nullopt;
+    return e - s;
+  }
+};
+
+void install_timer() {
+  c10d::TimerRegistry()->Register(
+      DeviceType::CUDA,
+      [](c10::Device d) -> std::unique_ptr<c10d::Timer> { return std::make_unique<WoolyTimer>(d); },
+      c10::REGISTRY_PREFERRED);
+}
+#else
+void install_timer() {}  // a torch without torch.distributed
+#endif
 }  // namespace
 
 // The number of devices the program has (NOTE [devices of a program] in shim/runtime.py), known once its first
@@ -108,5 +183,6 @@ extern "C" int wooly_install_cuda_device(int n) {
       },
       c10::REGISTRY_PREFERRED);
   c10::impl::device_guard_impl_registry[static_cast<size_t>(DeviceType::CUDA)].store(&guard);
+  install_timer();
   return 0;
 }

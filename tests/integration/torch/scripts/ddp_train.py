@@ -39,6 +39,29 @@ for _step in range(5):
     opt.step()
     print(f"rank{rank} loss {loss.item()!r}", flush=True)
 
+
+class TwoHeads(nn.Module):  # its second head is never used
+    def __init__(self) -> None:
+        super().__init__()
+        self.used, self.unused = nn.Linear(8, 2), nn.Linear(8, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.used(x)
+
+
+# find_unused_parameters, which Hugging Face's Trainer asks for: the reducer keeps a pinned host copy of its map of
+# the parameters each step used
+torch.manual_seed(1)
+heads = TwoHeads().to(dev)
+ddp2 = DDP(heads, device_ids=[dev.index] if on == "cuda" else None, find_unused_parameters=True)
+opt2 = torch.optim.SGD(ddp2.parameters(), lr=0.1)
+for _step in range(2):
+    loss2 = ddp2(torch.randn(4, 8, generator=g).to(dev)).square().mean()
+    opt2.zero_grad()
+    loss2.backward()
+    opt2.step()
+    print(f"rank{rank} loss {loss2.item()!r}", flush=True)
+
 flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
 every = [torch.empty_like(flat) for _ in range(world)]
 dist.all_gather(every, flat)
