@@ -97,7 +97,7 @@ def build(tdir: str, out: str) -> str:
                 "-fPIC",
                 "-std=c++20",
                 "-w",
-                *(["-DWOOLY_DDP_TIMER"] if os.path.exists(timer) else []),  # a torch with torch.distributed
+                *(["-DHAVE_C10D_TIMER"] if os.path.exists(timer) else []),  # a torch with torch.distributed
                 "-I",
                 os.path.join(tdir, "include"),
                 "-o",

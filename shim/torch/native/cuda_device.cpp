@@ -21,7 +21,7 @@
 #include <c10/core/impl/alloc_cpu.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
-#ifdef WOOLY_DDP_TIMER
+#ifdef HAVE_C10D_TIMER
 #include <torch/csrc/distributed/c10d/reducer_timer.hpp>
 #endif
 
@@ -133,7 +133,7 @@ struct WoolyCudaHooks final : at::CUDAHooksInterface {
 
 WoolyCudaGuard guard;
 
-#ifdef WOOLY_DDP_TIMER
+#ifdef HAVE_C10D_TIMER
 // DistributedDataParallel's reducer times each iteration with the timer its registry has for the parameters'
 // device type. A CPU build has none for CUDA (the reducer has no timer, and DDP's runtime-statistics logger
 // asserted on it from the second iteration); a CUDA build's records CUDA events in this process, where there is
