@@ -364,6 +364,18 @@ def _device_map_auto(gpud2: str, tmp_path: Path) -> None:
 DDP_SCRIPT = ROOT / "tests" / "integration" / "torch" / "scripts" / "ddp_train.py"
 
 
+def _torchrun_here_and_under_wooly(
+    script: Path, endpoint: str
+) -> tuple[subprocess.CompletedProcess[str], subprocess.CompletedProcess[str]]:
+    """``torchrun`` of ``script`` with two ranks: on the host ("cpu", Gloo) and under ``wooly run`` ("cuda")."""
+    run = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script)]
+    local = subprocess.run([sys.executable, *run, "cpu"], capture_output=True, text=True, timeout=400, cwd=str(ROOT))
+    assert local.returncode == 0, local.stderr[-3000:]
+    p = _wooly("woolyhv", "run", *run, "cuda", timeout=500, WOOLY_SERVER=endpoint)
+    assert p.returncode == 0, p.stderr[-4000:]
+    return local, p
+
+
 def test_distributed_data_parallel_trains_as_on_the_host(gpud2: str) -> None:
     """A torchrun program with two ranks that asks for NCCL (NOTE [collectives] in shim/torch/collectives.py): each
     rank a process and a session of its own, one per device; DistributedDataParallel broadcasts rank 0's parameters,
@@ -372,11 +384,7 @@ def test_distributed_data_parallel_trains_as_on_the_host(gpud2: str) -> None:
     parameters; the collectives a program calls by hand give the host's values on
     cuda tensors."""
     pytest.importorskip("torch")
-    run = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(DDP_SCRIPT)]
-    local = subprocess.run([sys.executable, *run, "cpu"], capture_output=True, text=True, timeout=300, cwd=str(ROOT))
-    assert local.returncode == 0, local.stderr[-3000:]
-    p = _wooly("woolyhv", "run", *run, "cuda", timeout=400, WOOLY_SERVER=gpud2)
-    assert p.returncode == 0, p.stderr[-4000:]
+    local, p = _torchrun_here_and_under_wooly(DDP_SCRIPT, gpud2)
 
     def lines(out: str, prefix: str) -> list[str]:
         return sorted(x for x in out.splitlines() if x.startswith(prefix))
@@ -454,11 +462,7 @@ def test_tensor_parallel_trains_as_on_the_host(gpud2: str) -> None:
     the same program on the host with Gloo to the bit, and no collective work is left registered (a wait on a view
     of a collective's output used to leave its work, and the tensors it holds, behind)."""
     pytest.importorskip("torch")
-    run = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(TP_SCRIPT)]
-    local = subprocess.run([sys.executable, *run, "cpu"], capture_output=True, text=True, timeout=300, cwd=str(ROOT))
-    assert local.returncode == 0, local.stderr[-3000:]
-    p = _wooly("woolyhv", "run", *run, "cuda", timeout=400, WOOLY_SERVER=gpud2)
-    assert p.returncode == 0, p.stderr[-4000:]
+    local, p = _torchrun_here_and_under_wooly(TP_SCRIPT, gpud2)
 
     def lines(out: str) -> list[str]:
         return [x for x in out.splitlines() if x.startswith(("loss", "shards", "pending"))]
@@ -474,11 +478,7 @@ def test_hf_trainer_under_torchrun_trains_as_on_the_host(gpud2: str) -> None:
     command on the host with Gloo."""
     pytest.importorskip("transformers")
     script = ROOT / "tests" / "integration" / "torch" / "scripts" / "hf_trainer.py"
-    run = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script)]
-    local = subprocess.run([sys.executable, *run, "cpu"], capture_output=True, text=True, timeout=400, cwd=str(ROOT))
-    assert local.returncode == 0, local.stderr[-3000:]
-    p = _wooly("woolyhv", "run", *run, "cuda", timeout=500, WOOLY_SERVER=gpud2)
-    assert p.returncode == 0, p.stderr[-4000:]
+    local, p = _torchrun_here_and_under_wooly(script, gpud2)
 
     line = r'\{"device": [^}]*"eval_loss": [^}]*\}'  # the script's own line (the Trainer prints dicts of its own)
     want = json.loads(re.findall(line, local.stdout)[0])
