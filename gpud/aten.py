@@ -135,6 +135,16 @@ def _refuse_broker_ops(ops: list[Any]) -> None:
     for op in ops:
         if op[0] in W.BROKER_ONLY:
             raise CudaError(codes.NOT_PERMITTED, f"{op[0]} is gpud's own (NOTE [migration])")
+        if op[0] in W.SHARE_OPS:
+            raise CudaError(codes.NOT_PERMITTED, f"{op[0]} is a synchronous call (NOTE [shared tensors])")
+
+
+def _scoped(session: Session, op: list[Any]) -> list[Any]:
+    """NOTE [shared tensors]: a share op names the tenant and device it runs for as gpud knows them (whatever the
+    client put in its keyword arguments is replaced), so a token works only where it was made."""
+    if op[0] not in W.SHARE_OPS:
+        return op
+    return [op[0], op[1], {"scope": [session.info.tenant, session.backend.ordinal]}, op[3]]
 
 
 @extension("aten_batch")
@@ -152,7 +162,10 @@ def on_aten_batch(session: Session, msg: m.AtenBatch, bulk: list[Any]) -> None:
 
 @extension("aten_call")
 def on_aten_call(session: Session, msg: m.AtenCall, bulk: list[Any]) -> Later:
-    _refuse_broker_ops([msg.op])
+    if msg.op[0] in W.SHARE_OPS:
+        msg = m.AtenCall(rid=msg.rid, op=_scoped(session, msg.op), frame=msg.frame)
+    else:
+        _refuse_broker_ops([msg.op])
     return _call(session, msg, bulk)
 
 

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from gpud import aten_share as share
 from gpud.aten_graph import Graphs
 from gpud.aten_guards import CHECKED_EQUIVALENTS, guard_for
 from gpud.aten_sparse import COMPRESSED as SPARSE_COMPRESSED
@@ -229,6 +230,7 @@ class Executor:
 
         self.portable: dict[str, Any] = CUDA_ONLY if self.device.type == "cpu" else PORTABLE
         self.graphs = Graphs(self)  # NOTE [aten graphs]
+        self.share_closed = False  # NOTE [shared tensors]
 
     # ------------------------------------------------------------------ tensor table
     def get(self, h: int) -> torch.Tensor:
@@ -249,17 +251,14 @@ class Executor:
             raise CudaError(codes.INVALID_HANDLE, f"tensor handle {h} is already in use")
         if t._is_zerotensor():  # autograd's storage-less zeros (sgn's gradient): a tensor the client can read
             t = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device).zero_()
-        key: Any
-        if t.layout == torch.strided:
-            st = t.untyped_storage()
-            key, nbytes = st.data_ptr(), st.nbytes()
-        else:  # sparse (NOTE [sparse tensors]); produced() and describe() refuse other layouts
-            key, nbytes = sparse_storage_key(t)
+        key, nbytes = _storage_of(t)
         if key == 0 or nbytes == 0:
             key = -h  # empty storages: nothing to charge, a key of their own
         entry = self.storages.get(key)
         if entry is None:
-            if nbytes and key != -h:
+            if nbytes and key != -h and share.active and share.rides(self, key):
+                nbytes = 0  # another session of the tenant pays for it (NOTE [shared tensors])
+            elif nbytes and key != -h:
                 if self.limit and self.allocated + nbytes > self.limit:
                     raise CudaError(
                         codes.OUT_OF_MEMORY,
@@ -281,7 +280,9 @@ class Executor:
         if self.tensors.pop(h, None) is None:
             self.poisoned.discard(h)
             return  # freeing an unknown handle is harmless (its creating op may have failed)
-        key = self.owner.pop(h)
+        self._drop(self.owner.pop(h))
+
+    def _drop(self, key: Any) -> None:
         entry = self.storages[key]
         entry[1] -= 1
         if entry[1] == 0:
@@ -289,9 +290,32 @@ class Executor:
             if entry[0]:
                 self.allocated -= entry[0]
                 self.host.uncharge(entry[0])
+            if share.active:
+                share.leave(self, key)
+
+    # NOTE [shared tensors] (gpud/aten_share.py): what other sessions' work asks of this one
+    def pin(self, key: Any) -> None:
+        self.storages[key][1] += 1
+
+    def unpin(self, key: Any) -> None:
+        if key in self.storages:
+            self._drop(key)
+
+    def take_charge(self, key: Any, nbytes: int) -> None:
+        """This session pays for a shared storage from now on (its payer let go of it)."""
+        entry = self.storages.get(key)
+        if entry is None or entry[0]:
+            return
+        self.host.charge(nbytes)  # raises OUT_OF_MEMORY
+        entry[0] = nbytes
+        self.allocated += nbytes
+        self.peak = max(self.peak, self.allocated)
 
     def close(self) -> None:
         self.graphs.clear()
+        if share.active:
+            for key in share.close(self):
+                self.unpin(key)
         for h in list(self.tensors):
             self.free(h)
 
@@ -322,6 +346,8 @@ class Executor:
 
     # ------------------------------------------------------------------ running
     def run_batch(self, ops: list[list[Any]], bulk: list[Any], base: int) -> None:
+        if share.active:
+            share.settle(self)
         self.bulk, self.base = bulk, base
         with torch.no_grad():
             for op in ops:
@@ -335,6 +361,8 @@ class Executor:
         self.bulk = []
 
     def run_call(self, op: list[Any], bulk: list[Any], base: int) -> tuple[Any, list[Any]]:
+        if share.active:
+            share.settle(self)
         self.bulk, self.base = bulk, base
         try:
             with torch.no_grad():
@@ -356,7 +384,7 @@ class Executor:
             raise CudaError(codes.INVALID_VALUE, "malformed aten op")
         if isinstance(name, str) and name.startswith("wooly."):
             try:
-                return self.pseudo(name, args, outs)
+                return self.pseudo(name, args, outs, kwargs)
             except CudaError:
                 raise
             except Exception as exc:  # noqa: BLE001 - malformed arguments of a pseudo-op
@@ -456,7 +484,7 @@ class Executor:
         raise CudaError(codes.NOT_SUPPORTED, f"cannot return a {type(v).__name__} to the client")
 
     # ------------------------------------------------------------------ pseudo-ops
-    def pseudo(self, name: str, args: list[Any], outs: list[Any]) -> Any:
+    def pseudo(self, name: str, args: list[Any], outs: list[Any], kwargs: Any = None) -> Any:
         if name == W.OP_FREE:
             for h in args:
                 if isinstance(h, int):
@@ -510,6 +538,10 @@ class Executor:
             return None
         if name == W.OP_SYNC:
             return None, []
+        if name == W.OP_SHARE_EXPORT:
+            return self.share_export(args, share.scope_of(kwargs, name)), []
+        if name == W.OP_SHARE_IMPORT:
+            return self.share_import(args, share.scope_of(kwargs, name)), []
         if name == W.OP_MOVE_EXPORT:
             return self.move_export()
         if name == W.OP_MOVE_IMPORT:
@@ -522,12 +554,33 @@ class Executor:
             return self.graphs.drop(args)
         raise CudaError(codes.NOT_SUPPORTED, f"unknown pseudo-op {name[:80]!r}")
 
+    # ------------------------------------------------------------------ NOTE [shared tensors]
+    def share_export(self, args: list[Any], scope: tuple[str, int]) -> str:
+        t = self.decode(args[0]) if len(args) == 1 else None
+        if not isinstance(t, torch.Tensor):
+            raise CudaError(codes.INVALID_VALUE, "wooly.share_export takes one tensor")
+        if t.layout != torch.strided:
+            raise CudaError(codes.NOT_SUPPORTED, "sharing a sparse cuda tensor with another process is not supported")
+        key, nbytes = _storage_of(t)
+        if key == 0 or key not in self.storages:
+            nbytes = 0  # an empty storage: nothing to share but the metadata
+        return share.export(self, t, key, nbytes, scope)
+
+    def share_import(self, args: list[Any], scope: tuple[str, int]) -> Any:
+        tensor, key, exporter = share.take(self, args[0] if len(args) == 1 else None, scope)
+        try:
+            return self.describe(torch.ops.aten.alias.default(tensor))
+        finally:
+            share.received(self, key, exporter)
+
     # ------------------------------------------------------------------ NOTE [migration]
     def move_export(self) -> tuple[dict[str, Any], list[Any]]:
         """Every tensor of the session (handle, storage, dtype, shape, stride, offset), one bulk frame per storage
         (views keep sharing theirs), and the generator, limit and handle counter: what a move re-creates."""
         if self.graphs.graphs:
             raise CudaError(codes.NOT_SUPPORTED, "a session with captured CUDA graphs cannot move yet")
+        if share.active and share.holds_shared(self):
+            raise CudaError(codes.NOT_SUPPORTED, "a session sharing cuda tensors with other processes cannot move")
         if any(t.layout != torch.strided for t in self.tensors.values()):
             raise CudaError(codes.NOT_SUPPORTED, "a session holding sparse tensors cannot move yet")
         index: dict[int, int] = {}
@@ -605,6 +658,14 @@ def _flatten(v: Any, out: list[torch.Tensor]) -> None:
     elif isinstance(v, (list, tuple)):
         for x in v:
             _flatten(x, out)
+
+
+def _storage_of(t: torch.Tensor) -> tuple[Any, int]:
+    """The key a tensor's storage is charged under (its address) and its size."""
+    if t.layout == torch.strided:
+        st = t.untyped_storage()
+        return st.data_ptr(), st.nbytes()
+    return sparse_storage_key(t)  # NOTE [sparse tensors]; produced() and describe() refuse other layouts
 
 
 def _strided(name: str, t: torch.Tensor) -> None:

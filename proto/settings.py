@@ -333,6 +333,7 @@ class JitSettings(_Side):
 # Variables wooly sets for its own child processes (a user does not set them).
 INTERNAL: dict[str, str] = {
     "WOOLY_EMBEDDED": "set by `wooly run` when it started the gpud the program talks to",
+    "WOOLY_PARENT_DEVICE": "the gpud device a program's first session was placed on, for the processes it starts",
     "WOOLY_NATIVE_LIBDIR": "the folder of the shim's libcuda (and the vendor stand-ins) `wooly run` put on the path",
     "WOOLY_LIBPYTHON": "the libpython a native program's libcuda embeds",
     "WOOLY_PYTHONHOME": "that interpreter's prefix",

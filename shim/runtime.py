@@ -89,6 +89,10 @@ def driver() -> Driver:
                 _absent = exc
             raise
         _driver = Driver(conn)
+        if device < 0 and not s.server.startswith("pool://"):
+            # the processes this one starts number devices as it does (a real machine's children see the same
+            # cuda:0): a tensor sent to a child is on the same device there (NOTE [shared tensors])
+            os.environ["WOOLY_PARENT_DEVICE"] = str(conn.device)
         return _driver
 
 
@@ -111,16 +115,19 @@ def _connection(s: Any, endpoint: str, server_key: str, device: int, reservation
 def requested_device(setting: int) -> int:
     """NOTE [session devices] (gpud/server.py): the gpud device a program asks for: ``WOOLY_DEVICE``, else the first
     entry of ``CUDA_VISIBLE_DEVICES`` when it is an ordinal (a script written for a multi-GPU machine that picks its
-    GPU that way gets that device of gpud), else -1 (gpud places the session). Not for the embedded gpud of
+    GPU that way gets that device of gpud), else the device its parent process was placed on (children number
+    devices as their parent), else -1 (gpud places the session). Not for the embedded gpud of
     ``wooly run``: it inherited CUDA_VISIBLE_DEVICES, and its own driver has already applied it."""
     if setting >= 0:
         return setting
     from proto.settings import internal
 
+    parent = internal("WOOLY_PARENT_DEVICE")
+    parent_device = int(parent) if parent.isdigit() and int(parent) <= 1023 else -1
     if internal("WOOLY_EMBEDDED") == "1":
-        return -1
+        return parent_device
     first = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
-    return int(first) if first.isdigit() and int(first) <= 1023 else -1
+    return int(first) if first.isdigit() and int(first) <= 1023 else parent_device
 
 
 def visible() -> list[int]:

@@ -176,25 +176,64 @@ def _patch_module_moves() -> None:
     torch.nn.Module.cuda = wrap(torch.nn.Module.cuda, False)  # type: ignore[method-assign]
 
 
-def _refuse_sharing(t: Any) -> Any:
-    raise RuntimeError(
-        "wooly: sharing a cuda tensor with another process (torch.multiprocessing, a multiprocessing queue or "
-        "Process argument) is not supported: its memory is on gpud, and the other process has a session of its "
-        "own; send t.cpu() and move it to cuda there, or keep cuda tensors in one process"
-    )
+def _reduce_shared(t: Any) -> Any:
+    """NOTE [shared tensors] (gpud/aten_share.py): torch.multiprocessing sends a CUDA tensor to another process
+    through CUDA IPC, and the receiver works on the same memory (hogwild training updates one model from several
+    processes). A remote tensor is sent as a token gpud gave for it: the receiving process, a session of the same
+    tenant, gets the same storage on gpud. (Pickled as a temporary host copy, pytorch/examples mnist_hogwild
+    ``--cuda`` failed with "bad value(s) in fds_to_keep"; a copy would have let each process train its own model.)"""
+    import torch
+
+    from proto import aten as W
+    from shim.runtime import visible
+    from shim.torch import stream as S
+
+    if t.requires_grad and not t.is_leaf:
+        raise RuntimeError(
+            "Cowardly refusing to serialize non-leaf tensor which requires_grad, since autograd does not support "
+            "crossing process boundaries.  If you just want to transfer the data, call detach() on the tensor "
+            "before serializing (e.g., putting it on the queue)."
+        )
+    if t.layout != torch.strided:
+        raise RuntimeError(
+            "wooly: sharing a sparse cuda tensor with another process is not supported: send its indices and values"
+        )
+    token, _ = S.for_tensor(t).call([W.OP_SHARE_EXPORT, [t._x], {}, []], "share a cuda tensor")
+    return (_rebuild_shared, (token, visible()[t._d], bool(t.requires_grad), bool(getattr(t, "_is_param", False))))
+
+
+def _rebuild_shared(token: str, ordinal: int, requires_grad: bool, is_param: bool) -> Any:
+    """The receiving side of ``_reduce_shared``: the same storage on gpud, on the program's device that is gpud's
+    ``ordinal`` (a child process numbers devices as its parent: NOTE [devices of a program] in shim/runtime.py)."""
+    import torch
+
+    from proto import aten as W
+    from shim.runtime import visible
+    from shim.torch import stream as S
+    from shim.torch.dispatch import NAME_DTYPE
+    from shim.torch.tensor import wrap
+
+    order = visible()
+    if ordinal not in order:
+        raise RuntimeError(
+            f"wooly: a cuda tensor was received from a process on gpud device {ordinal}, which this process does not"
+            f" use (its devices are gpud's {order})"
+        )
+    st = S.stream(order.index(ordinal))
+    value, _ = st.call([W.OP_SHARE_IMPORT, [token], {}, []], "receive a cuda tensor")
+    h, shape, stride, offset, dtype, *bits = value["t"]
+    out = wrap(h, shape, stride, offset, NAME_DTYPE[dtype], bits[0] if bits else 0, st.device)
+    if is_param:
+        return torch.nn.Parameter(out, requires_grad)
+    return out.requires_grad_(requires_grad) if requires_grad else out
 
 
 def _patch_sharing() -> None:
-    """torch.multiprocessing shares a CUDA tensor with another process through CUDA IPC: the child works on the
-    same memory (hogwild training updates one model from several processes). A remote tensor cannot be shared that
-    way, and a copy would let each process train its own model silently, so the pickler torch.multiprocessing uses
-    refuses it by name (pytorch/examples mnist_hogwild --cuda failed with "bad value(s) in fds_to_keep": the
-    tensor was pickled as a temporary host copy whose file descriptor closed before the child started)."""
     from multiprocessing.reduction import ForkingPickler
 
     from shim.torch.tensor import RemoteTensor
 
-    ForkingPickler.register(RemoteTensor, _refuse_sharing)
+    ForkingPickler.register(RemoteTensor, _reduce_shared)
 
 
 def patch() -> None:

@@ -436,3 +436,70 @@ def test_half_to_float_softmax_runs_on_a_cpu_gpud(op: str, dtype: str) -> None:
     assert torch.equal(out, want)
     back = getattr(torch.ops.aten, f"{op}_backward_data").default
     assert torch.equal(grad, back(torch.ones(3, 5), want, 1, torch.float32).to(getattr(torch, dtype)))
+
+
+# NOTE [shared tensors] (gpud/aten_share.py): one tenant's sessions share a storage, charged once
+SCOPE = {"scope": ["t", 0]}
+
+
+def _share(ex: Executor, h: int, scope: dict[str, object] = SCOPE) -> str:
+    token, _ = ex.run_call([W.OP_SHARE_EXPORT, [ref(h)], scope, []], [], 0)
+    return str(token)
+
+
+def _receive(ex: Executor, token: str, scope: dict[str, object] = SCOPE) -> int:
+    desc, _ = ex.run_call([W.OP_SHARE_IMPORT, [token], scope, []], [], 0)
+    return int(desc["t"][0])
+
+
+def test_a_shared_storage_is_charged_once_and_its_charge_moves_to_a_holder() -> None:
+    f32 = msgpack.ExtType(W.EXT_DTYPE, b"float32")
+    a, sa = make()
+    b, sb = make()
+    a.run_batch([["aten.zeros.default", [[256]], {"dtype": f32}, [1]]], [], 0)
+    token = _share(a, 1)
+    a.run_batch([[W.OP_FREE, [1], {}, []]], [], 0)
+    assert sa.used == 1024  # the pending token keeps it the sender's
+    h = _receive(b, token)
+    assert sb.used == 0  # the receiver rides free
+    b.run_batch([["aten.add_.Scalar", [ref(h), 3.0], {}, []]], [], 0)
+    a.run_call([W.OP_SYNC, [], {}, []], [], 0)  # the sender's next request lets go of the pin
+    assert sa.used == 0
+    b.run_call([W.OP_SYNC, [], {}, []], [], 0)  # and the receiver pays from its next request
+    assert sb.used == 1024 and b.allocated == 1024
+    assert float(b.get(h).sum()) == 3.0 * 256
+    with pytest.raises(CudaError) as err:
+        _receive(b, token)  # once only
+    assert err.value.code == 400
+    b.run_batch([[W.OP_FREE, [h], {}, []]], [], 0)
+    assert sb.used == 0 and not b.storages
+
+
+def test_sharing_is_scoped_and_dies_with_the_sender() -> None:
+    f32 = msgpack.ExtType(W.EXT_DTYPE, b"float32")
+    a, sa = make()
+    b, sb = make()
+    a.run_batch([["aten.ones.default", [[8]], {"dtype": f32}, [1]]], [], 0)
+    with pytest.raises(CudaError) as err:
+        a.run_call([W.OP_SHARE_EXPORT, [ref(1)], {}, []], [], 0)  # no scope: not from gpud's broker
+    assert err.value.code == 800
+    token = _share(a, 1)
+    with pytest.raises(CudaError) as err:
+        _receive(b, token, {"scope": ["other", 0]})
+    assert err.value.code == 400
+    with pytest.raises(CudaError) as err:
+        _receive(b, token, {"scope": ["t", 1]})
+    assert err.value.code == 101 and "gpud device 0" in err.value.message
+    h = _receive(b, token)
+    token2 = _share(a, 1)
+    a.close()  # the sender ends: its pending token dies, its storage stays the receiver's
+    assert sa.used == 0
+    with pytest.raises(CudaError):
+        _receive(b, token2)
+    b.run_call([W.OP_SYNC, [], {}, []], [], 0)
+    assert sb.used == 32 and float(b.get(h).sum()) == 8.0
+    b.close()
+    assert sb.used == 0
+    from gpud import aten_share
+
+    assert not aten_share._storages and not aten_share._tokens and not aten_share._posted

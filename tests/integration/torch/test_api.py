@@ -116,3 +116,93 @@ def test_python_children_of_the_program_use_cuda(gpud: str) -> None:
     assert out[1] == "spawn [(0, 'cuda:0', 4.0), (1, 'cuda:0', 8.0)] [0, 0]", out
     assert out[2] == "parent 2.0", out
     assert out[3] == "fork exited", out
+
+
+def test_cuda_tensors_sent_to_workers_are_shared_as_on_the_host(gpud: str) -> None:
+    """NOTE [shared tensors] (gpud/aten_share.py): spawned workers train the parent's model in place (hogwild) and
+    send back tensors they made, which outlive them; the parameters equal the host run's (CPU tensors in shared
+    memory) to the bit, and the workers' tensors are charged to the parent once the workers are gone."""
+    from tests.integration.torch.conftest import run_local
+
+    remote = check(run_wooly(gpud, SCRIPTS / "shared.py", timeout=300)).splitlines()
+    local = check(run_local(SCRIPTS / "shared.py", timeout=300)).splitlines()
+    assert [ln.replace("on cuda", "on cpu") for ln in remote if not ln.startswith(("made", "memory"))] == [
+        ln for ln in local if not ln.startswith("made")
+    ]
+    assert sum(ln.startswith("param ") and ln.endswith(" True True") for ln in remote) == 4, remote
+    assert "made [1000.0, 2000.0] ['cuda', 'cuda']" in remote and "memory 8000" in remote, remote
+    assert "after [2.0, 2.0, 2.0] True" in remote
+
+
+SHARER = """
+import sys, torch
+from proto import aten as W
+from shim.torch import stream as S
+t = torch.arange(4.0, device="cuda")
+token, _ = S.for_tensor(t).call([W.OP_SHARE_EXPORT, [t._x], {"scope": ["mallory", 0]}, []])
+print(token, flush=True)
+sys.stdin.readline()
+print("after", t.tolist(), flush=True)
+"""
+
+
+def test_a_shared_tensor_is_only_the_tenants_and_only_once(gpud: str, tmp_path: Path) -> None:
+    """A token works in a session of the tenant that made it, once; the scope a client writes is replaced by gpud's
+    (the share ops are synchronous calls, refused in a batch)."""
+    import subprocess
+    import sys
+
+    from proto import aten as W
+    from proto import errors as codes
+    from proto import messages as m
+    from proto.errors import CudaError
+    from shim.client import Connection
+    from tests.integration.torch.conftest import _env
+
+    script = tmp_path / "sharer.py"
+    script.write_text(SHARER)
+    env = _env({"WOOLY_SERVER": gpud, "WOOLY_TENANT": "victim"})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "woolyhv", "run", str(script)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdin is not None
+        token = proc.stdout.readline().strip()
+        assert len(token) == 32, proc.stderr.read() if proc.stderr else ""
+
+        def receive(tenant: str) -> object:
+            conn = Connection(gpud, tenant=tenant)
+            try:
+                op = [W.OP_SHARE_IMPORT, [token], {"scope": ["victim", 0]}, []]
+                return conn.call(m.AtenCall(op=op))[0]
+            finally:
+                conn.close()
+
+        with pytest.raises(CudaError) as err:
+            receive("mallory")
+        assert err.value.code == codes.INVALID_HANDLE and "no cuda tensor is shared under this token" in str(err.value)
+        conn = Connection(gpud, tenant="victim")
+        try:
+            conn.post(m.AtenBatch(ops=[[W.OP_SHARE_IMPORT, [token], {"scope": ["victim", 0]}, [5]]]))
+            with pytest.raises(CudaError) as err:
+                conn.call(m.AtenCall(op=[W.OP_SYNC, [], {}, []]))
+            assert err.value.code == codes.NOT_PERMITTED and "is a synchronous call" in str(err.value)
+            got = conn.call(m.AtenCall(op=[W.OP_SHARE_IMPORT, [token], {}, []]))[0]
+            h, shape, _, _, dtype = got["t"]  # type: ignore[index]
+            assert shape == [4] and dtype == "float32"
+            conn.call(m.AtenCall(op=["aten.fill_.Scalar", [W.tensor_ref(h), 9.0], {}, []]))  # the sharer sees it
+        finally:
+            conn.close()
+        with pytest.raises(CudaError) as err:
+            receive("victim")  # once only
+        assert err.value.code == codes.INVALID_HANDLE
+        out, errs = proc.communicate("go\n", timeout=60)
+        assert "after [9.0, 9.0, 9.0, 9.0]" in out, errs[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()

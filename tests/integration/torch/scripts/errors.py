@@ -25,11 +25,13 @@ if mode == "ops":
     import torch.multiprocessing as mp
 
     q = mp.get_context("spawn").SimpleQueue()
-    for shared in (x, torch.nn.Linear(2, 2).cuda().weight):  # a tensor, a parameter: refused by name, not copied
+    w = torch.ones(2, device="cuda", requires_grad=True)
+    sparse = torch.sparse_coo_tensor([[0, 1]], [1.0, 2.0], (3,)).cuda()
+    for shared in (w * 2, sparse):  # what PyTorch refuses to send, and a sparse tensor: refused by name
         try:
             q.put(shared)
         except RuntimeError as exc:
-            print("share:", str(exc).split(":")[1].strip())
+            print("share:", str(exc).splitlines()[0][:80])
     for _ in range(500):
         x = x * 1.0001 + 1
     print("exiting with queued work", flush=True)
