@@ -17,7 +17,7 @@ written for GPUs, a CI job), not for training at scale, where gpud's nodes would
 What is routed here: "nccl" and "gloo" (whose CUDA side needs a CUDA build's Gloo; both become "wooly", a backend
 of both devices that hands host tensors to Gloo as they are), "nccl" in a per-device string ("cpu:gloo,cuda:nccl"),
 and the default backend of "cuda" (``get_default_backend_for_device``, ``init_process_group()`` with no backend).
-``dist.get_backend()`` names "wooly". Every
+``dist.get_backend()`` names the backend the program asked for ("nccl"); PyTorch's own code sees "wooly". Every
 collective completes before it returns (its ``Work`` is done; ``async_op=True`` waits cost nothing more), which is
 stream order for the program: its later ops are queued after the upload. ``ReduceOp.AVG`` (NCCL's, not Gloo's) is a
 sum divided by the group size.
@@ -33,6 +33,7 @@ import torch.distributed as dist
 
 NAME = "wooly"
 _installed = False
+_asked: dict[Any, str] = {}  # process group -> the backend string the program gave for it
 
 
 def _remote(t: torch.Tensor) -> bool:
@@ -299,6 +300,7 @@ def install() -> None:
         real = getattr(c10d, name)
 
         def patched(*args: Any, **kwargs: Any) -> Any:
+            asked = kwargs.get("backend", args[position] if len(args) > position else None)
             if "backend" in kwargs:
                 kwargs["backend"] = backend = routed(kwargs["backend"])
             elif len(args) > position:
@@ -311,7 +313,11 @@ def install() -> None:
                 # group is its own backend (PyTorch keeps a Python group as it is, with no per-device backends to
                 # look up), and there is nothing to connect ahead
                 kwargs.pop("device_id", None)
-            return real(*args, **kwargs)
+            group = real(*args, **kwargs)
+            made = group if name == "new_group" else c10d._world.default_pg
+            if asked is not None and made is not None:
+                _asked[made] = str(asked).lower()
+            return group
 
         patched.__wrapped__ = real  # type: ignore[attr-defined]
         patched.__name__ = real.__name__
@@ -322,3 +328,17 @@ def install() -> None:
 
     wrap("init_process_group", 0)
     wrap("new_group", 2)
+    real_get_backend = c10d.get_backend
+
+    def get_backend(group: Any = None) -> Any:
+        """The backend the program asked for ("nccl"), not the one that serves it; PyTorch's own code, which
+        calls ``distributed_c10d.get_backend``, still sees "wooly" and takes no NCCL-only path."""
+        found = real_get_backend(group)
+        asked = _asked.get(group if group is not None else c10d._world.default_pg)
+        if asked is not None:
+            return dist.Backend(asked)
+        return dist.Backend(str(found).replace(NAME, "nccl")) if NAME in str(found) else found
+
+    get_backend.__wrapped__ = real_get_backend  # type: ignore[attr-defined]
+    get_backend.__doc__ = real_get_backend.__doc__
+    dist.get_backend = get_backend

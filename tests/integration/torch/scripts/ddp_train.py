@@ -101,5 +101,5 @@ if rank == 0:
     print("reduce_scatter", part.tolist())
     print("max", mx.tolist())
     print("int64", h.tolist(), h.dtype)
-    print("backend", dist.get_backend())
+    print("backend", dist.get_backend(), dist.distributed_c10d.get_backend())
 dist.destroy_process_group()
