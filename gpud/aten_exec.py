@@ -7,10 +7,12 @@ so its tables need no lock. What it needs from its host (charging memory, report
 
 from __future__ import annotations
 
+import hashlib
 import mmap
 import re
 import threading
 import time
+from collections import OrderedDict
 from typing import Any, Protocol
 
 import numpy as np
@@ -223,6 +225,7 @@ class Executor:
         self.poisoned: set[int] = set()
         self.gen = torch.Generator(self.device)
         self.gen.manual_seed(CUDA_DEFAULT_SEED)
+        self.seed = CUDA_DEFAULT_SEED  # the last seed set: the first half of the state a program reads
         self.bulk: list[Any] = []
         self.base = 0
         # Kernels of one device kind that the client sends have portable stand-ins on the other.
@@ -252,27 +255,64 @@ class Executor:
         if t._is_zerotensor():  # autograd's storage-less zeros (sgn's gradient): a tensor the client can read
             t = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device).zero_()
         key, nbytes = _storage_of(t)
-        if key == 0 or nbytes == 0:
-            key = -h  # empty storages: nothing to charge, a key of their own
+        if key == 0 or (nbytes == 0 and type(key) is tuple):
+            key = -h  # empty sparse tensors: nothing to charge, a key of their own
         entry = self.storages.get(key)
         if entry is None:
-            if nbytes and key != -h and share.active and share.rides(self, key):
+            if nbytes and share.active and share.rides(self, key):
                 nbytes = 0  # another session of the tenant pays for it (NOTE [shared tensors])
-            elif nbytes and key != -h:
-                if self.limit and self.allocated + nbytes > self.limit:
-                    raise CudaError(
-                        codes.OUT_OF_MEMORY,
-                        f"out of memory: {nbytes} bytes more would pass this process's "
-                        f"limit of {self.limit} bytes (set_per_process_memory_fraction)",
-                    )
-                self.host.charge(nbytes)  # raises OUT_OF_MEMORY
-                self.allocated += nbytes
-                self.peak = max(self.peak, self.allocated)
-            self.storages[key] = [nbytes if key != -h else 0, 1]
+            elif nbytes:
+                self._charge(nbytes)
+            self.storages[key] = [nbytes, 1]
         else:
             entry[1] += 1
         self.tensors[h] = t
         self.owner[h] = key
+
+    def _charge(self, nbytes: int) -> None:
+        if self.limit and self.allocated + nbytes > self.limit:
+            raise CudaError(
+                codes.OUT_OF_MEMORY,
+                f"out of memory: {nbytes} bytes more would pass this process's "
+                f"limit of {self.limit} bytes (set_per_process_memory_fraction)",
+            )
+        self.host.charge(nbytes)  # raises OUT_OF_MEMORY
+        self.allocated += nbytes
+        self.peak = max(self.peak, self.allocated)
+
+    def resize_storage(self, args: list[Any]) -> None:
+        """NOTE [storage resize]: ``untyped_storage().resize_(n)`` of a tensor: every tensor on that storage (its views)
+        sees the new memory, and the session is charged the new size (FSDP frees a parameter's unsharded memory
+        this way after each use and grows it back before the next all-gather)."""
+        t = self.decode(args[0]) if len(args) == 2 else None
+        n = args[1] if len(args) == 2 else None
+        if not isinstance(t, torch.Tensor) or type(n) is not int or not 0 <= n <= _MAX_STORAGE:
+            raise CudaError(codes.INVALID_VALUE, "wooly.resize_storage takes a tensor and a byte count")
+        if t.layout != torch.strided:
+            raise CudaError(codes.INVALID_VALUE, "wooly.resize_storage: only a strided tensor has one storage")
+        key, _ = _storage_of(t)
+        entry = self.storages.get(key)
+        if entry is None:
+            raise CudaError(codes.INVALID_VALUE, "wooly.resize_storage: the tensor's storage is not this session's")
+        if share.active and share.is_shared(key):
+            raise CudaError(codes.NOT_SUPPORTED, "resizing a storage shared with another process is not supported")
+        st = t.untyped_storage()
+        if n > entry[0]:
+            self._charge(n - entry[0])
+            try:
+                st.resize_(n)
+            except RuntimeError as exc:
+                self.allocated -= n - entry[0]
+                self.host.uncharge(n - entry[0])
+                raise CudaError(codes.INVALID_VALUE, f"untyped_storage().resize_: {_first_line(exc)}") from None
+        else:
+            try:
+                st.resize_(n)
+            except RuntimeError as exc:
+                raise CudaError(codes.INVALID_VALUE, f"untyped_storage().resize_: {_first_line(exc)}") from None
+            self.allocated -= entry[0] - n
+            self.host.uncharge(entry[0] - n)
+        entry[0] = n
 
     def free(self, h: int) -> None:
         if self.graphs.owner and self.graphs.keep(h):
@@ -501,7 +541,8 @@ class Executor:
             seed = args[0] if args else None
             if not isinstance(seed, int) or isinstance(seed, bool):
                 raise CudaError(codes.INVALID_VALUE, "wooly.seed takes an integer")
-            self.gen.manual_seed(seed & ((1 << 64) - 1))
+            self.seed = seed & _U64
+            self.gen.manual_seed(self.seed)
             return None
         if name == W.OP_FETCH:
             got = self.decode(args[0]) if args else None
@@ -529,15 +570,26 @@ class Executor:
             self.peak = self.allocated
             return None, []
         if name == W.OP_GET_RNG:
-            return bytes(self.gen.get_state().numpy().tobytes()), []
+            return rng_state(self.seed, bytes(self.gen.get_state().numpy().tobytes())), []
         if name == W.OP_SET_RNG:
             state = args[0] if args else None
             if not isinstance(state, bytes):
                 raise CudaError(codes.INVALID_VALUE, "wooly.set_rng_state takes bytes")
+            if len(state) == 16:  # NOTE [rng state]
+                self.seed = int.from_bytes(state[:8], "little")
+                full = _RNG_SEEN.get(state)
+                if full is not None:
+                    self.gen.set_state(torch.frombuffer(bytearray(full), dtype=torch.uint8))
+                else:
+                    self.gen.manual_seed(int.from_bytes(hashlib.blake2b(state, digest_size=8).digest(), "little"))
+                return None
             self.gen.set_state(torch.frombuffer(bytearray(state), dtype=torch.uint8))
             return None
         if name == W.OP_SYNC:
             return None, []
+        if name == W.OP_RESIZE_STORAGE:
+            self.resize_storage(args)
+            return None
         if name == W.OP_SHARE_EXPORT:
             return self.share_export(args, share.scope_of(kwargs, name)), []
         if name == W.OP_SHARE_IMPORT:
@@ -604,6 +656,7 @@ class Executor:
             "limit": self.limit,
             "peak": self.peak,
             "rng": bytes(self.gen.get_state().numpy().tobytes()),
+            "seed": self.seed,
             "poisoned": sorted(self.poisoned),
         }, frames
 
@@ -644,8 +697,40 @@ class Executor:
         rng = desc.get("rng")
         if isinstance(rng, bytes) and rng:
             self.gen.set_state(torch.frombuffer(bytearray(rng), dtype=torch.uint8))
+        seed = desc.get("seed")
+        if type(seed) is int and 0 <= seed <= _U64:
+            self.seed = seed
         self.poisoned.update(h for h in desc.get("poisoned", []) if isinstance(h, int))
         return None, []
+
+
+# NOTE [rng state]: a GPU's generator state, as ``torch.cuda.get_rng_state()`` returns it, is CUDA's Philox pair: 16
+# bytes, the seed and an offset (uint64 each, little-endian). Code that takes it apart relies on that shape (DTensor's
+# random ops, which FSDP2 runs in ``reset_parameters``, set the offset of each shard and read the seed). gpud's
+# generator on the CPU backend is the CPU's Mersenne Twister (so a program's random ops equal the same program's on
+# the host), whose state is 5056 bytes. So the state handed out is (the last seed set, a 62-bit digest of the
+# generator's full state, a multiple of 4 as CUDA's offsets are), and the full state is kept here under it: setting a
+# pair read before restores that exact state (torch.utils.checkpoint's recomputation draws the same dropout masks), in
+# any session of the process, so every rank of a job that broadcasts one rank's state gets the same one; a pair never
+# read (an offset DTensor computed) seeds the generator from the pair itself, the same in every session. A full
+# state (an older client's) is still accepted. Kept per process: one tenant's (NOTE [executors]), at most
+# ``_RNG_KEEP`` states.
+_U64 = (1 << 64) - 1
+_MAX_STORAGE = 1 << 48  # bytes a storage may be resized to (what a device could hold)
+_RNG_KEEP = 1024
+_RNG_SEEN: OrderedDict[bytes, bytes] = OrderedDict()
+_RNG_LOCK = threading.Lock()
+
+
+def rng_state(seed: int, full: bytes) -> bytes:
+    offset = int.from_bytes(hashlib.blake2b(full, digest_size=8).digest(), "little") & ((1 << 62) - 4)
+    pair = seed.to_bytes(8, "little") + offset.to_bytes(8, "little")
+    with _RNG_LOCK:
+        _RNG_SEEN[pair] = full
+        _RNG_SEEN.move_to_end(pair)
+        while len(_RNG_SEEN) > _RNG_KEEP:
+            _RNG_SEEN.popitem(last=False)
+    return pair
 
 
 class _Poisoned(CudaError):
@@ -661,10 +746,11 @@ def _flatten(v: Any, out: list[torch.Tensor]) -> None:
 
 
 def _storage_of(t: torch.Tensor) -> tuple[Any, int]:
-    """The key a tensor's storage is charged under (its address) and its size."""
+    """The key a tensor's storage is charged under and its size. A strided tensor's key is its StorageImpl, which
+    stays the same when the storage is resized (NOTE [storage resize]), where its data address does not."""
     if t.layout == torch.strided:
         st = t.untyped_storage()
-        return st.data_ptr(), st.nbytes()
+        return st._cdata, st.nbytes()
     return sparse_storage_key(t)  # NOTE [sparse tensors]; produced() and describe() refuse other layouts
 
 

@@ -199,6 +199,11 @@ def close(ex: Any) -> list[Any]:
     return unpin
 
 
+def is_shared(key: Any) -> bool:
+    with _LOCK:
+        return key in _storages
+
+
 def holds_shared(ex: Any) -> bool:
     with _LOCK:
         return any(ex in st.holders for st in _storages.values()) or any(t.exporter is ex for t in _tokens.values())

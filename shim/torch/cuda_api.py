@@ -159,6 +159,7 @@ def synchronize(device: Any = None) -> None:
 
 def manual_seed(seed: int) -> None:
     S.seed(int(seed))
+    _state["initial_seed"] = int(seed) & ((1 << 64) - 1)
 
 
 def seed() -> None:
@@ -177,6 +178,7 @@ def initial_seed() -> int:
 
 
 def get_rng_state(device: Any = None) -> torch.Tensor:
+    """CUDA's 16 bytes (seed, offset): NOTE [rng state] in gpud/aten_exec.py."""
     value, _ = _stream_of(device).call([W.OP_GET_RNG, [], {}, []], "get_rng_state")
     return torch.frombuffer(bytearray(value), dtype=torch.uint8).clone()
 

@@ -269,6 +269,14 @@ def _patch_lazy_modules() -> None:
     LazyModuleMixin._infer_parameters = _infer_parameters  # type: ignore[method-assign]
 
 
+def _dispatch_subclass(t: torch.Tensor) -> bool:
+    """A tensor subclass with dispatch of its own (DTensor, FakeTensor): it moves its inner tensors itself."""
+    return getattr(type(t), "__torch_dispatch__", _PLAIN_DISPATCH) is not _PLAIN_DISPATCH
+
+
+_PLAIN_DISPATCH = torch.Tensor.__torch_dispatch__
+
+
 def _patch_tensor_methods() -> None:
     orig_to = torch.Tensor.to
     orig_cuda = torch.Tensor.cuda
@@ -306,11 +314,11 @@ def _patch_tensor_methods() -> None:
             if memory_format is not None:
                 kw["memory_format"] = memory_format
             return orig_to(self, **kw)
-        if device is not None and device.type == "cuda":
+        if device is not None and device.type == "cuda" and not _dispatch_subclass(self):
             dev = check_ordinal(device)
             src = self if dtype is None else orig_to(self, dtype=dtype)
             return to_remote(src, dev)
-        return orig_to(self, *args, **kwargs)
+        return orig_to(self, *args, **kwargs)  # (a DTensor moves its parts, which come back here)
 
     def cuda(
         self: torch.Tensor, device: Any = None, non_blocking: bool = False, memory_format: Any = torch.preserve_format
@@ -320,6 +328,8 @@ def _patch_tensor_methods() -> None:
             return self if self._d == dev else orig_to(self, device=CUDA[dev])
         if isinstance(self, _Uninit):
             return _lazy_to_cuda(self)
+        if _dispatch_subclass(self):
+            return orig_cuda(self, device, non_blocking, memory_format)
         return to_remote(self, dev)
 
     def cpu(self: torch.Tensor, memory_format: Any = torch.preserve_format) -> Any:
@@ -339,7 +349,6 @@ def _patch_tensor_methods() -> None:
 
     torch.Tensor.__getitem__ = __getitem__  # type: ignore[method-assign,assignment]
 
-    del orig_cuda
     torch.Tensor.to = to  # type: ignore[assignment, method-assign]
     torch.Tensor.cuda = cuda  # type: ignore[assignment, method-assign]
     torch.Tensor.cpu = cpu  # type: ignore[assignment, method-assign]

@@ -367,9 +367,16 @@ DDP_SCRIPT = ROOT / "tests" / "integration" / "torch" / "scripts" / "ddp_train.p
 def _torchrun_here_and_under_wooly(
     script: Path, endpoint: str
 ) -> tuple[subprocess.CompletedProcess[str], subprocess.CompletedProcess[str]]:
-    """``torchrun`` of ``script`` with two ranks: on the host ("cpu", Gloo) and under ``wooly run`` ("cuda")."""
+    """``torchrun`` of ``script`` with two ranks: on the host ("cpu", Gloo) and under ``wooly run`` ("cuda"). The host
+    ranks use as many threads as gpud's torch does (torchrun would give them one each): a kernel that reduces in
+    parallel (LayerNorm's weight gradient) sums in per-thread pieces, so its last bit depends on the count."""
+    import torch
+
     run = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script)]
-    local = subprocess.run([sys.executable, *run, "cpu"], capture_output=True, text=True, timeout=400, cwd=str(ROOT))
+    env = {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())}
+    local = subprocess.run(
+        [sys.executable, *run, "cpu"], capture_output=True, text=True, timeout=400, cwd=str(ROOT), env=env
+    )
     assert local.returncode == 0, local.stderr[-3000:]
     p = _wooly("woolyhv", "run", *run, "cuda", timeout=500, WOOLY_SERVER=endpoint)
     assert p.returncode == 0, p.stderr[-4000:]
@@ -470,6 +477,32 @@ def test_tensor_parallel_trains_as_on_the_host(gpud2: str) -> None:
     assert len(lines(local.stdout)) == 6
     assert lines(p.stdout) == lines(local.stdout)
     assert "pending works 0" in p.stdout and "device cuda" in p.stdout
+
+
+FSDP2_SCRIPT = ROOT / "tests" / "integration" / "torch" / "scripts" / "fsdp2_train.py"
+
+
+def test_fsdp2_trains_as_on_the_host(gpud2: str) -> None:
+    """FSDP2 (``fully_shard``) over two ranks asking for NCCL: parameters sharded as DTensors, each block's unsharded
+    parameters freed after use and grown back before the next all-gather (NOTE [storage resize]), gradients
+    reduce-scattered, clipped by their global norm, Adam on the shards: every loss, gradient norm and the full
+    parameters equal the same program on the host with Gloo to the bit. Built on the meta device and initialised
+    by ``reset_parameters`` on the shards (DTensor's random ops read and move CUDA's Philox state: NOTE [rng
+    state]), as pytorch/examples' FSDP2 does, it trains too."""
+    pytest.importorskip("torch")
+    local, p = _torchrun_here_and_under_wooly(FSDP2_SCRIPT, gpud2)
+
+    def lines(out: str) -> list[str]:
+        return [x for x in out.splitlines() if x.startswith(("loss", "params"))]
+
+    assert len(lines(local.stdout)) == 5
+    assert [x.replace(" cuda", " cpu") for x in lines(p.stdout)] == lines(local.stdout)
+    assert "params" in p.stdout and " cuda" in p.stdout and "allocated True" in p.stdout
+    run = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(FSDP2_SCRIPT)]
+    p = _wooly("woolyhv", "run", *run, "cuda", "init", timeout=500, WOOLY_SERVER=gpud2)
+    assert p.returncode == 0, p.stderr[-4000:]
+    losses = [float.fromhex(x.split()[2]) for x in p.stdout.splitlines() if x.startswith("loss")]
+    assert len(losses) == 4 and losses[-1] < losses[0], p.stdout
 
 
 def test_hf_trainer_under_torchrun_trains_as_on_the_host(gpud2: str) -> None:

@@ -503,3 +503,32 @@ def test_sharing_is_scoped_and_dies_with_the_sender() -> None:
     from gpud import aten_share
 
     assert not aten_share._storages and not aten_share._tokens and not aten_share._posted
+
+
+def test_a_storage_resized_in_place_is_charged_its_new_size_and_its_views_see_it() -> None:
+    """NOTE [storage resize]: FSDP frees a parameter's unsharded storage and grows it back; its views follow."""
+    f32 = msgpack.ExtType(W.EXT_DTYPE, b"float32")
+    ex, s = make(limit=4096)
+    ex.run_batch(
+        [
+            ["aten.ones.default", [[256]], {"dtype": f32}, [1]],
+            ["aten.as_strided.default", [ref(1), [16, 16], [16, 1], 0], {}, [2]],
+        ],
+        [],
+        0,
+    )
+    assert s.used == 1024
+    ex.run_call([W.OP_RESIZE_STORAGE, [ref(1), 0], {}, []], [], 0)
+    assert s.used == 0 and ex.get(2).untyped_storage().nbytes() == 0
+    ex.run_call([W.OP_RESIZE_STORAGE, [ref(1), 1024], {}, []], [], 0)
+    ex.run_batch([["aten.fill_.Scalar", [ref(1), 3.0], {}, []]], [], 0)
+    assert s.used == 1024 and float(ex.get(2).sum()) == 3.0 * 256  # the view sees the regrown memory
+    for bad in (-1, 1 << 60, "x"):
+        with pytest.raises(CudaError) as err:
+            ex.run_call([W.OP_RESIZE_STORAGE, [ref(1), bad], {}, []], [], 0)
+        assert err.value.code == 1
+    with pytest.raises(CudaError) as err:
+        ex.run_call([W.OP_RESIZE_STORAGE, [ref(1), 8192], {}, []], [], 0)  # past the quota
+    assert err.value.code == 2 and s.used == 1024 and ex.get(1).untyped_storage().nbytes() == 1024
+    ex.run_batch([[W.OP_FREE, [1, 2], {}, []]], [], 0)
+    assert s.used == 0 and not ex.storages

@@ -44,6 +44,7 @@ def test_devices_and_factories(probe: dict[str, object]) -> None:
 
 def test_rng(probe: dict[str, object]) -> None:
     assert probe["rng_repro"] is True and probe["rng_like_cpu"] is True
+    assert probe["rng_state"] == [16, "torch.uint8", 123, 123] and probe["rng_offset"] is True
 
 
 def test_events_printing_modules(probe: dict[str, object]) -> None:

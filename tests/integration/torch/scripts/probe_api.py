@@ -91,6 +91,19 @@ r3 = torch.randn(4, device="cuda").tolist()
 torch.manual_seed(123)
 cpu_r = torch.randn(4).tolist()
 out(rng_repro=r1 == r2 == r3, rng_like_cpu=r1 == cpu_r)
+# CUDA's state is Philox's (seed, offset), 16 bytes; DTensor moves the offset per shard (NOTE [rng state])
+torch.manual_seed(123)
+st = torch.cuda.get_rng_state()
+shifted = st.clone()
+shifted[8:] = (st[8:].view(torch.int64) + 4).view(torch.uint8)
+draws = []
+for _ in range(2):
+    torch.cuda.set_rng_state(shifted)
+    draws.append(torch.randn(4, device="cuda").tolist())
+out(
+    rng_state=[st.numel(), str(st.dtype), int(st[:8].view(torch.int64)), torch.cuda.initial_seed()],
+    rng_offset=draws[0] == draws[1] and draws[0] != r1,
+)
 
 # events and streams
 s = torch.cuda.Stream()
