@@ -15,6 +15,7 @@ import time
 from collections import OrderedDict
 from typing import Any, Protocol
 
+import msgpack
 import numpy as np
 import torch
 
@@ -70,14 +71,14 @@ _DEC = W.decoder()
 _DTYPE_NAMES = _DEC.dtype_name
 # name -> (OpOverload, has generator arg, default-gen op, position of an ``unsafe`` argument or -1,
 #          argument check or None: gpud/aten_guards.py)
-_OPS: dict[str, tuple[Any, bool, bool, int, Any]] = {}
+_OPS: dict[str, tuple[Any, bool, bool, int, Any, Any]] = {}
 _DENIED_NAMES: set[str] = set()  # resolved only for executors that permit unsafe ops
 _SERVER_HANDLES = 1 << 62  # handles gpud picks itself (outputs of synchronous ops)
 _MAX_HANDLE = (1 << 63) - 1
 CUDA_DEFAULT_SEED = 67280421310721  # what a fresh torch.cuda generator starts from
 
 
-def resolve(name: str, permit_unsafe: bool = False) -> tuple[Any, bool, bool, int, Any]:
+def resolve(name: str, permit_unsafe: bool = False) -> tuple[Any, bool, bool, int, Any, Any]:
     hit = _OPS.get(name)
     if hit is not None and (permit_unsafe or name not in _DENIED_NAMES):
         return hit
@@ -111,12 +112,39 @@ def resolve(name: str, permit_unsafe: bool = False) -> tuple[Any, bool, bool, in
     unsafe = next((i for i, a in enumerate(op._schema.arguments) if a.name == _UNSAFE_ARG), -1)
     # NOTE [checked equivalents], NOTE [sparse tensors]
     run: Any = CHECKED_EQUIVALENTS.get(base) or SPARSE_SUBSTITUTES.get(base, op)
-    hit = (run, has_gen, not has_gen and (seeded or base in _DEFAULT_GEN_OPS), unsafe, guard_for(base, op._schema))
+    hit = (
+        run,
+        has_gen,
+        not has_gen and (seeded or base in _DEFAULT_GEN_OPS),
+        unsafe,
+        guard_for(base, op._schema),
+        _regrown(base, op._schema),
+    )
     _OPS[name] = hit
     return hit
 
 
-def _resolve_extension(name: str, lib: str, base: str, overload: str) -> tuple[Any, bool, bool, int, Any]:
+# NOTE [storages an op regrows]: an op may give a tensor it writes another storage, or grow its storage: ``resize_``,
+# ``set_`` (the handle now names its source's storage), and every ``out=`` argument (ATen resizes an output of the
+# wrong shape). The executor charges storages when it stores an op's outputs; for these it looks again at each such
+# argument after the op (``Executor.reaccount``): a tensor grown with ``x.resize_(n)`` was held without being charged
+# (measured: 256 MiB past a 0-byte figure), and a storage reached through ``set_`` was uncharged when its first
+# handle went. Other in-place ops (``add_``, the ``_foreach_*_`` an optimizer runs) cannot change a storage's size.
+_REGROWING = frozenset(
+    {"resize_", "resize_as_", "set_", "_resize_output_", "sparse_resize_", "sparse_resize_and_clear_"}
+)
+
+
+def _regrown(base: str, schema: Any) -> tuple[tuple[int, str], ...]:
+    """(position, name) of the arguments whose storage ``base`` may change (NOTE [storages an op regrows])."""
+    return tuple(
+        (i, a.name)
+        for i, a in enumerate(schema.arguments)
+        if a.alias_info is not None and a.alias_info.is_write and (a.is_out or base in _REGROWING)
+    )
+
+
+def _resolve_extension(name: str, lib: str, base: str, overload: str) -> tuple[Any, bool, bool, int, Any, Any]:
     """NOTE [extension operators]."""
     try:
         __import__(lib)  # registers the library's operators with torch
@@ -132,7 +160,7 @@ def _resolve_extension(name: str, lib: str, base: str, overload: str) -> tuple[A
             raise AttributeError(name)
     except (AttributeError, RuntimeError):
         raise CudaError(codes.NOT_SUPPORTED, f"gpud's {lib} has no operator {lib}::{base}.{overload}") from None
-    hit = (op, False, False, -1, guard_for(f"{lib}::{base}", op._schema))
+    hit = (op, False, False, -1, guard_for(f"{lib}::{base}", op._schema), _regrown(base, op._schema))
     _OPS[name] = hit
     return hit
 
@@ -314,6 +342,59 @@ class Executor:
             self.host.uncharge(entry[0] - n)
         entry[0] = n
 
+    def _before(self, regrown: Any, args: list[Any], kwargs: dict[str, Any]) -> list[tuple[Any, ...]]:
+        """What each argument an op may regrow is before it (NOTE [storages an op regrows])."""
+        out = []
+        for i, arg in regrown:
+            for h in _handles_in(args[i] if i < len(args) else kwargs.get(arg)):
+                t = self.tensors.get(h)
+                if t is not None and t.layout == torch.strided:
+                    st = t.untyped_storage()
+                    out.append((h, t, st, st.nbytes(), t.storage_offset(), tuple(t.shape), t.stride()))
+        return out
+
+    def reaccount(self, snap: tuple[Any, ...], name: str) -> None:
+        """NOTE [storages an op regrows]: a handle after an op that may have given its tensor another storage
+        (``set_``) or grown its own (``resize_``, ``out=``) is charged what it holds now. Past the quota the tensor
+        is put back as it was and the op fails with OUT_OF_MEMORY, as CUDA's allocator fails it."""
+        h, t = snap[0], snap[1]
+        key, nbytes = _storage_of(t)
+        old = self.owner[h]
+        if key == old:
+            entry = self.storages[key]
+            if entry[0] == nbytes:
+                return
+            if share.active and share.is_shared(key):
+                _restore(snap)
+                raise CudaError(codes.NOT_SUPPORTED, f"{name}: resizing a storage shared with another process")
+            if nbytes > entry[0]:
+                try:
+                    self._charge(nbytes - entry[0])
+                except CudaError:
+                    _restore(snap)
+                    raise CudaError(
+                        codes.OUT_OF_MEMORY, f"{name}: out of memory growing a tensor's storage to {nbytes} bytes"
+                    ) from None
+            else:
+                self.allocated -= entry[0] - nbytes
+                self.host.uncharge(entry[0] - nbytes)
+            entry[0] = nbytes
+            return
+        moved = self.storages.get(key)  # set_: the handle names another storage now
+        if moved is not None:
+            moved[1] += 1
+        elif nbytes and not (share.active and share.rides(self, key)):
+            try:
+                self._charge(nbytes)
+            except CudaError:
+                _restore(snap)
+                raise
+            self.storages[key] = [nbytes, 1]
+        else:
+            self.storages[key] = [0, 1]
+        self.owner[h] = key
+        self._drop(old)
+
     def free(self, h: int) -> None:
         if self.graphs.owner and self.graphs.keep(h):
             return
@@ -440,7 +521,7 @@ class Executor:
     def execute(self, name: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
         """Run one ATen op (its wire form decoded here); every failure becomes a CudaError naming the op."""
         try:
-            fn, has_gen, default_gen, unsafe, guard = resolve(name, self.permit_unsafe)
+            fn, has_gen, default_gen, unsafe, guard, regrown = resolve(name, self.permit_unsafe)
             if self.portable and (
                 (alt := self.portable.get(name[5:])) is not None
                 or (alt := self.portable.get(name.split(".")[1])) is not None
@@ -457,16 +538,26 @@ class Executor:
                 guard(name, a, k)
             if has_gen and k.get("generator") is None:
                 k["generator"] = self.gen
+            before = self._before(regrown, args, kwargs) if regrown else None  # NOTE [storages an op regrows]
             try:
-                return self._with_default_gen(fn, a, k) if default_gen else fn(*a, **k)
-            except NotImplementedError:
-                dec = decomposition(name)
-                if dec is None:
-                    raise
-                if default_gen or (has_gen and k.get("generator") is self.gen):
-                    k.pop("generator", None)  # decompositions draw from the default generator: the session's
-                    return self._with_default_gen(dec, a, k)
-                return dec(*a, **k)
+                try:
+                    result = self._with_default_gen(fn, a, k) if default_gen else fn(*a, **k)
+                except NotImplementedError:
+                    dec = decomposition(name)
+                    if dec is None:
+                        raise
+                    if default_gen or (has_gen and k.get("generator") is self.gen):
+                        k.pop("generator", None)  # decompositions draw from the default generator: the session's
+                        result = self._with_default_gen(dec, a, k)
+                    else:
+                        result = dec(*a, **k)
+            except BaseException:
+                for snap in before or ():
+                    _restore(snap)  # ATen's resize sets the new shape before it allocates: a failed one left both
+                raise
+            for snap in before or ():
+                self.reaccount(snap, name)
+            return result
         except CudaError:
             raise
         except MemoryError as exc:
@@ -743,6 +834,24 @@ def _flatten(v: Any, out: list[torch.Tensor]) -> None:
     elif isinstance(v, (list, tuple)):
         for x in v:
             _flatten(x, out)
+
+
+def _restore(snap: tuple[Any, ...]) -> None:
+    """A tensor put back on its storage, at the size and shape it had before an op (NOTE [storages an op
+    regrows])."""
+    _, t, st, nbytes, offset, shape, stride = snap
+    if st.nbytes() != nbytes:
+        st.resize_(nbytes)
+    t.set_(st, offset, shape, stride)
+
+
+def _handles_in(v: Any) -> list[int]:
+    """The tensor handles in an argument's wire form (one tensor or a list of them)."""
+    if isinstance(v, msgpack.ExtType):
+        return [int.from_bytes(v.data, "little")] if v.code == W.EXT_TENSOR and len(v.data) == 8 else []
+    if isinstance(v, list):
+        return [h for x in v for h in _handles_in(x)]
+    return []
 
 
 def _storage_of(t: torch.Tensor) -> tuple[Any, int]:

@@ -199,6 +199,12 @@ def close(ex: Any) -> list[Any]:
     return unpin
 
 
+def size_of(key: Any) -> int:
+    with _LOCK:
+        st = _storages.get(key)
+        return st.nbytes if st is not None else 0
+
+
 def is_shared(key: Any) -> bool:
     with _LOCK:
         return key in _storages

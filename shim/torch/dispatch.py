@@ -319,13 +319,15 @@ def dispatch(func: Any, args: Any, kwargs: Any, dev: int = -1) -> Any:
     tree, leaves = meta
     outs: list[Any] = []
     handles: list[int] = []
+    regrown: list[tuple[RemoteTensor, Any]] = []
     inplace = info.inplace_map
     for i, leaf in enumerate(leaves):
         if inplace is not None and i in inplace:
             pos, name = inplace[i]
             obj = args[pos] if 0 <= pos < len(args) else kwargs[name]
             if isinstance(obj, RemoteTensor) and obj._k != leaf and not info.meta_inplace:
-                _retarget(obj, leaf)  # resize_, or an out= argument the op resizes (arange(..., out=t))
+                _check_room(obj, leaf)
+                regrown.append((obj, leaf))  # resize_, or an out= argument the op resizes (arange(..., out=t))
             outs.append(obj)
             handles.append(0)
             continue
@@ -337,6 +339,13 @@ def dispatch(func: Any, args: Any, kwargs: Any, dev: int = -1) -> Any:
     st.push([info.name, wargs, wkw, handles])
     if enc.temps:
         st.frees.extend(enc.temps)
+    if regrown:
+        # gpud charges the memory a resize gives a tensor, and fails the op past the quota leaving the tensor as it
+        # was (NOTE [storages an op regrows] in gpud/aten_exec.py): the wrapper takes its new shape only once gpud
+        # has said yes, and the error comes from this call, as CUDA's allocator raises it from resize_ itself
+        st.call([W.OP_SYNC, [], {}, []], info.name.replace(".", "::", 1))
+        for obj, leaf in regrown:
+            _retarget(obj, leaf)
     if info.meta_inplace:
         _apply_meta_inplace(func, args, kwargs)
     return _build(tree, outs)
@@ -397,6 +406,19 @@ def _made_elsewhere(func: Any, args: Any, kwargs: Any, dev: int, want: int) -> A
     if isinstance(out, (list, tuple)):
         return type(out)(between_devices(o, want) if isinstance(o, RemoteTensor) else o for o in out)
     return out
+
+
+def _check_room(obj: RemoteTensor, leaf: tuple[Any, ...]) -> None:
+    """Refuse, before the op goes, a new shape that ``_retarget`` could not give the wrapper."""
+    shape, stride, off = leaf[:3]
+    if leaf[3] != obj.dtype or 0 in shape:
+        return
+    need = (off + sum((n - 1) * st for n, st in zip(shape, stride, strict=True)) + 1) * obj.element_size()
+    if need > obj.untyped_storage().nbytes():
+        raise NotImplementedError(
+            f"wooly: growing a non-empty cuda tensor of {tuple(obj.shape)} in place to {shape} "
+            "(resize_ or out=) is not supported; start from an empty tensor"
+        )
 
 
 def _retarget(obj: RemoteTensor, leaf: tuple[Any, ...]) -> None:

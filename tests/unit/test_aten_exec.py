@@ -532,3 +532,34 @@ def test_a_storage_resized_in_place_is_charged_its_new_size_and_its_views_see_it
     assert err.value.code == 2 and s.used == 1024 and ex.get(1).untyped_storage().nbytes() == 1024
     ex.run_batch([[W.OP_FREE, [1, 2], {}, []]], [], 0)
     assert s.used == 0 and not ex.storages
+
+
+def test_memory_an_op_gives_a_tensor_in_place_is_charged_and_past_the_quota_undone() -> None:
+    """NOTE [storages an op regrows]: resize_, set_ and out= change what a handle holds after it was stored."""
+    f32 = msgpack.ExtType(W.EXT_DTYPE, b"float32")
+    ex, s = make(limit=8192)
+    ex.run_batch(
+        [
+            ["aten.empty.memory_format", [[0]], {"dtype": f32}, [1]],
+            ["aten.resize_.default", [ref(1), [1024]], {}, [0]],  # 4 KiB
+            ["aten.ones.default", [[256]], {"dtype": f32}, [2]],  # 1 KiB
+            ["aten.empty.memory_format", [[0]], {"dtype": f32}, [3]],
+            ["aten.set_.source_Tensor", [ref(3), ref(2)], {}, [0]],
+            [W.OP_FREE, [2], {}, []],  # 3 holds its storage now
+            ["aten.empty.memory_format", [[0]], {"dtype": f32}, [4]],
+            ["aten.add.out", [ref(3), ref(3)], {"out": ref(4)}, [0]],  # out= grows 4 to 1 KiB
+        ],
+        [],
+        0,
+    )
+    assert not s.errors and s.used == 4096 + 1024 + 1024
+    assert float(ex.get(3).sum()) == 256.0 and float(ex.get(4).sum()) == 512.0
+    ex.run_batch([["aten.resize_.default", [ref(4), [1 << 20]], {}, [0]]], [], 0)  # 4 MiB: past the quota
+    assert s.errors and s.errors[-1].code == 2 and "growing a tensor's storage" in s.errors[-1].message
+    assert tuple(ex.get(4).shape) == (256,) and float(ex.get(4).sum()) == 512.0  # as it was
+    ex.run_batch([["aten.resize_.default", [ref(4), [1 << 58]], {}, [0]]], [], 0)  # the allocator itself refuses
+    assert tuple(ex.get(4).shape) == (256,) and float(ex.get(4).sum()) == 512.0
+    ex.run_batch([["aten.resize_.default", [ref(1), [16]], {}, [0]]], [], 0)  # a shrunk tensor keeps its storage
+    assert s.used == 4096 + 1024 + 1024
+    ex.run_batch([[W.OP_FREE, [1, 3, 4], {}, []]], [], 0)
+    assert s.used == 0 and not ex.storages

@@ -44,3 +44,22 @@ def test_another_tenants_tensors_stay_out_of_reach(gpud: str) -> None:
     finally:
         if victim.poll() is None:
             victim.kill()
+
+
+def test_memory_an_op_gives_a_tensor_in_place_is_charged() -> None:
+    """``resize_``, ``set_`` and a resized ``out=`` argument held memory gpud never charged (a tenant could take the
+    device past its quota: measured 256 MiB held with 0 charged); now it is charged, and past the quota the op fails
+    with CUDA's out-of-memory error and the tensor is as it was (ATen's own failed resize left the tensor with its
+    new shape and no memory, and the next read killed the executor)."""
+    from woolyhv.launcher import start_gpud
+
+    endpoint, proc = start_gpud(log_level="warning", extra_args=["--cpu-memory", str(256 << 20)])
+    try:
+        out = check(run_wooly(endpoint, SCRIPTS / "regrow.py", timeout=180)).splitlines()
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    assert out[:3] == ["resize_ 64", "set_ 96 True", "out= 112 4194304"], out
+    assert out[3] == "over refused True", out
+    assert out[4] == "intact torch.Size([0]) 0.0 112", out
+    assert out[5] == "freed True", out
