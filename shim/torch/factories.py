@@ -139,6 +139,10 @@ def remote_factory(name: str, orig: Any, args: Any, kwargs: dict[str, Any], defa
     ):
         return _like_host(name, args, kwargs, dev)
     kwargs = dict(kwargs)
+    out = kwargs.get("out")
+    if isinstance(out, RemoteTensor):  # torch.arange(n, out=t, device="cuda"): the op goes to t's device
+        kwargs["device"] = out.device
+        return orig(*args, **kwargs)
     kwargs["device"] = "meta"
     gen = kwargs.get("generator")
     if gen is not None and getattr(getattr(gen, "device", None), "type", None) != "cuda":

@@ -42,6 +42,10 @@ def test_devices_and_factories(probe: dict[str, object]) -> None:
     assert "can't convert cuda:0 device type tensor to numpy" in str(probe["numpy_error"])
 
 
+def test_a_factory_writing_into_a_cuda_tensor(probe: dict[str, object]) -> None:
+    assert probe["out_factory"] == [[0.0, 1.0, 2.0, 3.0, 4.0], "cuda:0"]
+
+
 def test_rng(probe: dict[str, object]) -> None:
     assert probe["rng_repro"] is True and probe["rng_like_cpu"] is True
     assert probe["rng_state"] == [16, "torch.uint8", 123, 123] and probe["rng_offset"] is True

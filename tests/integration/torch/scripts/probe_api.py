@@ -181,3 +181,8 @@ out(
 # compile falls back to eager
 cm = torch.compile(m)
 out(compile_ok=list(cm(torch.ones(1, 4, device="cuda")).shape) == [1, 2])
+
+# a factory writing into a cuda tensor, with the device named too (torch.arange(n, out=t, device="cuda"))
+o = torch.empty(0, device="cuda")
+torch.arange(5.0, out=o, device="cuda")
+out(out_factory=[o.tolist(), str(o.device)])
