@@ -565,7 +565,11 @@ class Executor:
         except NotImplementedError as exc:
             raise CudaError(codes.NOT_SUPPORTED, f"{name}: {_first_line(exc)}") from None
         except Exception as exc:  # noqa: BLE001 - op errors (shapes, dtypes, ...) go back to the client
-            raise CudaError(codes.INVALID_VALUE, f"{name}: {type(exc).__name__}: {_first_line(exc)}") from None
+            text = _first_line(exc)
+            if _ALLOC_FAILED.search(text):  # the device is out of memory, as CUDA's allocator says it (a program
+                # that catches torch.OutOfMemoryError to halve its batch, like accelerate's find_executable_batch_size)
+                raise CudaError(codes.OUT_OF_MEMORY, f"{name}: out of memory: {text}") from None
+            raise CudaError(codes.INVALID_VALUE, f"{name}: {type(exc).__name__}: {text}") from None
 
     @staticmethod
     def produced(name: str, result: Any, outs: list[Any]) -> list[torch.Tensor]:
@@ -807,6 +811,7 @@ class Executor:
 # state (an older client's) is still accepted. Kept per process: one tenant's (NOTE [executors]), at most
 # ``_RNG_KEEP`` states.
 _U64 = (1 << 64) - 1
+_ALLOC_FAILED = re.compile(r"DefaultCPUAllocator: (can't allocate memory|not enough memory)|out of memory")
 _MAX_STORAGE = 1 << 48  # bytes a storage may be resized to (what a device could hold)
 _RNG_KEEP = 1024
 _RNG_SEEN: OrderedDict[bytes, bytes] = OrderedDict()

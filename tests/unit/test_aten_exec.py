@@ -559,6 +559,7 @@ def test_memory_an_op_gives_a_tensor_in_place_is_charged_and_past_the_quota_undo
     assert tuple(ex.get(4).shape) == (256,) and float(ex.get(4).sum()) == 512.0  # as it was
     ex.run_batch([["aten.resize_.default", [ref(4), [1 << 58]], {}, [0]]], [], 0)  # the allocator itself refuses
     assert tuple(ex.get(4).shape) == (256,) and float(ex.get(4).sum()) == 512.0
+    assert s.errors[-1].code == 2 and "out of memory" in s.errors[-1].message  # as CUDA's allocator reports it
     ex.run_batch([["aten.resize_.default", [ref(1), [16]], {}, [0]]], [], 0)  # a shrunk tensor keeps its storage
     assert s.used == 4096 + 1024 + 1024
     ex.run_batch([[W.OP_FREE, [1, 3, 4], {}, []]], [], 0)

@@ -23,5 +23,9 @@ try:
 except torch.OutOfMemoryError as exc:
     print("over", "refused", "growing a tensor's storage" in str(exc))
 print("intact", y.shape, y.sum().item(), torch.cuda.memory_allocated() // MiB)
+try:
+    torch.empty(1 << 50, device="cuda").sum().item()  # 4 PiB: the allocator refuses it (reported at the sync)
+except torch.OutOfMemoryError:
+    print("huge", "out of memory")
 del x, a, c
 print("freed", torch.cuda.memory_allocated() < MiB)
