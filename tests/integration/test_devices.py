@@ -290,6 +290,38 @@ def test_data_parallel_trains_as_on_the_host(gpud2: str) -> None:
     assert "replicas [(64, 8)] 4" in local.stdout
 
 
+CHILD_DEVICES = """
+import torch, torch.multiprocessing as mp
+
+def child(q):
+    q.put([torch.cuda.get_device_properties(i).pci_device_id for i in range(torch.cuda.device_count())])
+
+if __name__ == "__main__":
+    here = [torch.cuda.get_device_properties(i).pci_device_id for i in range(torch.cuda.device_count())]
+    ballast = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")  # gpud would place a new session elsewhere
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    p = ctx.Process(target=child, args=(q,))
+    p.start()
+    print("parent", here, "child", q.get(timeout=120))
+    p.join(60)
+"""
+
+
+def test_child_processes_number_devices_as_their_parent(gpud2: str, tmp_path: Path) -> None:
+    """A spawned child's cuda:0 is its parent's (NOTE [shared tensors]: a tensor it receives is on the device it
+    expects; mp.spawn ranks calling set_device(rank) get distinct devices), though gpud would place a new session
+    on the other, emptier device."""
+    pytest.importorskip("torch")
+    script = tmp_path / "children.py"
+    script.write_text(CHILD_DEVICES)
+    p = _wooly("woolyhv", "run", str(script), timeout=180, WOOLY_SERVER=gpud2)
+    assert p.returncode == 0, p.stderr[-3000:]
+    line = next(x for x in p.stdout.splitlines() if x.startswith("parent"))
+    _, here, _, there = re.match(r"(parent) (\[.*\]) (child) (\[.*\])", line).groups()  # type: ignore[union-attr]
+    assert here == there and len(json.loads(here)) == 2, line
+
+
 def test_a_tenant_or_cuda_visible_devices_limits_the_devices(gpud2: str) -> None:
     pytest.importorskip("torch")
     probe = (
