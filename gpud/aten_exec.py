@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import mmap
+import os
 import re
 import threading
 import time
@@ -262,6 +263,7 @@ class Executor:
         self.portable: dict[str, Any] = CUDA_ONLY if self.device.type == "cpu" else PORTABLE
         self.graphs = Graphs(self)  # NOTE [aten graphs]
         self.share_closed = False  # NOTE [shared tensors]
+        self.salt = os.urandom(16)  # storage_id
 
     # ------------------------------------------------------------------ tensor table
     def get(self, h: int) -> torch.Tensor:
@@ -307,6 +309,12 @@ class Executor:
         self.host.charge(nbytes)  # raises OUT_OF_MEMORY
         self.allocated += nbytes
         self.peak = max(self.peak, self.allocated)
+
+    def storage_id(self, key: int) -> int:
+        """What ``untyped_storage().data_ptr()`` of a remote tensor answers: the same for every tensor on one storage
+        of this session, 16-byte aligned, never 0, and nothing of this process's addresses (salted)."""
+        digest = hashlib.blake2b(key.to_bytes(8, "little"), digest_size=6, key=self.salt).digest()
+        return (int.from_bytes(digest, "little") | 1) << 4
 
     def resize_storage(self, args: list[Any]) -> None:
         """NOTE [storage resize]: ``untyped_storage().resize_(n)`` of a tensor: every tensor on that storage (its views)
@@ -685,6 +693,12 @@ class Executor:
         if name == W.OP_RESIZE_STORAGE:
             self.resize_storage(args)
             return None
+        if name == W.OP_STORAGE_INFO:
+            of = self.decode(args[0]) if len(args) == 1 else None
+            if not isinstance(of, torch.Tensor) or of.layout != torch.strided:
+                raise CudaError(codes.INVALID_VALUE, "wooly.storage_info takes a strided tensor")
+            st = of.untyped_storage()
+            return [self.storage_id(st._cdata), st.nbytes()], []
         if name == W.OP_SHARE_EXPORT:
             return self.share_export(args, share.scope_of(kwargs, name)), []
         if name == W.OP_SHARE_IMPORT:

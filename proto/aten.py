@@ -41,9 +41,9 @@ OP_GRAPH_DROP = "wooly.graph_drop"  # args: [graph id]
 OP_MOVE_EXPORT = "wooly.move_export"  # -> the tensor table + one bulk frame per storage (sync only)
 OP_MOVE_IMPORT = "wooly.move_import"  # args: [what move_export returned], bulk: its storages
 BROKER_ONLY = frozenset({OP_MOVE_EXPORT, OP_MOVE_IMPORT})
-OP_RESIZE_STORAGE = (
-    "wooly.resize_storage"  # args: [tensor, nbytes]: its storage, for every view (NOTE [storage resize])
-)
+# NOTE [storage resize] (shim/torch/storage.py): a remote tensor's storage on gpud
+OP_RESIZE_STORAGE = "wooly.resize_storage"  # args: [tensor, nbytes]: its storage, for every view
+OP_STORAGE_INFO = "wooly.storage_info"  # args: [tensor] -> [storage id, nbytes] (sync only)
 # NOTE [shared tensors] (gpud/aten_share.py): synchronous calls only; gpud's broker adds their scope
 OP_SHARE_EXPORT = "wooly.share_export"  # args: [tensor] -> a token for another process of the tenant
 OP_SHARE_IMPORT = "wooly.share_import"  # args: [token] -> the tensor, described as a synchronous op's result

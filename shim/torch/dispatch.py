@@ -295,6 +295,8 @@ def dispatch(func: Any, args: Any, kwargs: Any, dev: int = -1) -> Any:
                 if isinstance(t, RemoteTensor):
                     _WAIT(t)
         return out
+    if info.short == "set_" and args and isinstance(args[0], RemoteTensor):
+        args[0].__dict__.pop("_sid", None)  # its storage changes (RemoteTensor.data_ptr)
     special = _SPECIAL.get(info.short)
     if special is not None:
         r = special(func, info, args, kwargs)
@@ -408,13 +410,16 @@ def _made_elsewhere(func: Any, args: Any, kwargs: Any, dev: int, want: int) -> A
     return out
 
 
+_WRAPPER_NBYTES = torch._C.StorageBase.nbytes  # type: ignore[attr-defined]  # (shim/torch/storage.py: gpud's for a remote tensor)
+
+
 def _check_room(obj: RemoteTensor, leaf: tuple[Any, ...]) -> None:
     """Refuse, before the op goes, a new shape that ``_retarget`` could not give the wrapper."""
     shape, stride, off = leaf[:3]
     if leaf[3] != obj.dtype or 0 in shape:
         return
     need = (off + sum((n - 1) * st for n, st in zip(shape, stride, strict=True)) + 1) * obj.element_size()
-    if need > obj.untyped_storage().nbytes():
+    if need > _WRAPPER_NBYTES(torch.Tensor.untyped_storage(obj)):  # the wrapper's own storage, not gpud's
         raise NotImplementedError(
             f"wooly: growing a non-empty cuda tensor of {tuple(obj.shape)} in place to {shape} "
             "(resize_ or out=) is not supported; start from an empty tensor"

@@ -310,6 +310,13 @@ def for_tensor(t: Any) -> OpStream:
     return stream(t._d)
 
 
+def storage_info(x: Any, device: int) -> list[int]:
+    """[id, bytes] of the storage on gpud of the tensor whose wire form is ``x`` (NOTE [storage resize] in
+    shim/torch/storage.py)."""
+    value, _ = stream(device).call([W.OP_STORAGE_INFO, [x], {}, []], "untyped_storage")
+    return [int(value[0]), int(value[1])]
+
+
 def free_later(t_device: int, h: int) -> None:
     """Free handle ``h`` of device ``t_device`` with that stream's next batch (safe from ``__del__``)."""
     s = _stream if t_device == 0 else _streams.get(t_device)

@@ -22,6 +22,11 @@ CUDA0 = torch.device("cuda", 0)
 CUDA = [torch.device("cuda", i) for i in range(64)]  # cuda:N, made once (``device`` is read often)
 
 
+# NOTE [storage resize] (shim/torch/storage.py): the wrapper storage (its StorageImpl's address) a remote tensor's
+# ``untyped_storage()`` returned -> (the tensor's wire form, its device, strided); dropped when the tensor dies
+STORAGE_OWNERS: dict[int, tuple[Any, int, bool]] = {}
+
+
 class RemoteTensor(torch.Tensor):
     __torch_function__ = torch._C._disabled_torch_function_impl  # type: ignore[assignment]  # autocast swaps this in (see autocast.py)
     _h: int
@@ -65,10 +70,27 @@ class RemoteTensor(torch.Tensor):
         return None
 
     def data_ptr(self) -> int:
-        return (self._h << 20) + self.storage_offset() * self.element_size()  # type: ignore[return-value]
+        """Its storage's id on gpud (the same for every view of one storage: NOTE [storage resize] in
+        shim/torch/storage.py) plus its offset, as a GPU tensor's address is its allocation's plus the offset."""
+        sid = self.__dict__.get("_sid")
+        if sid is None:
+            sid = self.__dict__["_sid"] = S.storage_info(self._x, self._d)[0]
+        return int(sid + self.storage_offset() * self.element_size())
+
+    def untyped_storage(self) -> torch.UntypedStorage:
+        """The wrapper's own storage, noted as standing for this tensor's storage on gpud (NOTE [storage resize])."""
+        st = torch.Tensor.untyped_storage(self)
+        key = st._cdata
+        if self.__dict__.get("_scd") != key:
+            self.__dict__["_scd"] = key
+            STORAGE_OWNERS[key] = (self._x, self._d, self.layout == torch.strided)
+        return st
 
     def __del__(self, _streams: Any = S) -> None:
         # The stream module is bound at definition: at interpreter exit this module's globals are already None.
+        scd = self.__dict__.get("_scd")
+        if scd is not None and STORAGE_OWNERS is not None:
+            STORAGE_OWNERS.pop(scd, None)
         h = self.__dict__.get("_h")
         if h:
             free = getattr(_streams, "free_later", None)
@@ -114,6 +136,7 @@ class RemoteTensor(torch.Tensor):
         d, a = self.__dict__, alias.__dict__
         old, old_dev = d.get("_h"), self._d
         d["_h"], d["_x"], d["_k"] = a["_h"], a["_x"], a["_k"]
+        d.pop("_sid", None)  # the data is new's
         if new._d != old_dev:
             d["_d"] = new._d
         a["_h"] = 0  # the alias object dies now; its handle lives on as ours

@@ -537,6 +537,23 @@ def test_fsdp2_trains_as_on_the_host(gpud2: str) -> None:
     assert len(losses) == 4 and losses[-1] < losses[0], p.stdout
 
 
+FSDP1_SCRIPT = ROOT / "tests" / "integration" / "torch" / "scripts" / "fsdp1_train.py"
+
+
+def test_fsdp1_trains_as_ddp_on_the_host(gpud2: str) -> None:
+    """FSDP1 (``FullyShardedDataParallel``) over two ranks: its flat parameters resized, moved between storages and
+    compared by address through gpud (NOTE [storage resize]); every loss and the full parameters equal DDP with Gloo
+    on the host (what full sharding computes; FSDP1 itself wants an accelerator) to the bit."""
+    pytest.importorskip("torch")
+    local, p = _torchrun_here_and_under_wooly(FSDP1_SCRIPT, gpud2)
+
+    def lines(out: str) -> list[str]:
+        return [x for x in out.splitlines() if x.startswith(("loss", "params"))]
+
+    assert len(lines(local.stdout)) == 6
+    assert lines(p.stdout) == lines(local.stdout)
+
+
 def test_hf_trainer_under_torchrun_trains_as_on_the_host(gpud2: str) -> None:
     """Hugging Face's Trainer started by torchrun: accelerate sets up the process group ("nccl" for cuda) and wraps
     the model in DistributedDataParallel with find_unused_parameters; the losses and the evaluation equal the same

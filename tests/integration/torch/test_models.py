@@ -90,6 +90,8 @@ EXPECTED = {
     "memory_fraction": "ERR OutOfMemoryError: CUDA out of memory",
     "peak": "OK True",
     "record_stream": "OK [0.0, 2.0, 4.0]",
+    "storage_ptrs": "OK (True, 8, 0, 32)",
+    "save_pretrained": "OK (True, True)",
 }
 
 

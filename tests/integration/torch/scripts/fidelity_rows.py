@@ -106,3 +106,32 @@ def record_stream():  # a data prefetcher's pattern: copy on a side stream, hand
 
 
 row("record_stream", record_stream)
+
+
+def storage_ptrs():  # a storage's size and address are gpud's: the same for views, resized for all of them
+    a = torch.ones(8, device="cuda")
+    v, other = a[2:], torch.ones(8, device="cuda")
+    same = a.untyped_storage().data_ptr() == v.untyped_storage().data_ptr() != other.untyped_storage().data_ptr()
+    offset = v.data_ptr() - a.data_ptr()
+    a.untyped_storage().resize_(0)
+    return same, offset, v.untyped_storage().nbytes(), len(other.untyped_storage())
+
+
+row("storage_ptrs", storage_ptrs)
+
+
+def save_pretrained():  # tied weights are found by their storages' addresses (transformers, safetensors)
+    import tempfile
+
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    m = GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=16, vocab_size=50, n_positions=16)).cuda().eval()
+    with tempfile.TemporaryDirectory() as d:
+        m.save_pretrained(d)
+        m2 = GPT2LMHeadModel.from_pretrained(d).cuda()
+    x = torch.randint(0, 50, (1, 6), device="cuda")
+    return torch.equal(m(x).logits.cpu(), m2(x).logits.cpu()), m2.lm_head.weight is m2.transformer.wte.weight
+
+
+row("save_pretrained", save_pretrained)
