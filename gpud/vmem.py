@@ -111,8 +111,10 @@ class Memfd:
 # *arena*: ``ARENA_SIZE`` bytes at a random slot of the ``[ARENA_LO, ARENA_HI)`` window, reserved PROT_NONE and
 # MAP_NORESERVE (no memory, no commit charge; only page-table bookkeeping), with MAP_FIXED_NOREPLACE so that it
 # never lands on anything of this process. The window lies far below where the kernel places ordinary mappings
-# (top-down from near 2^47) and far above the heap, so a slot free here is almost always free on another gpud
-# too; the target reserves the same range with MAP_FIXED_NOREPLACE and refuses the move if it cannot (the pool
+# (top-down from near 2^47) and below where it loads a position-independent executable (the interpreter, from about
+# 0x5555_5555_4000 plus a random offset) with its heap right above it (a slot near 0x557000000000 once collided
+# with the target's heap and a move failed: "mmap at 0x557000000000: File exists"), so a slot free here is almost
+# always free on another gpud too; the target reserves the same range with MAP_FIXED_NOREPLACE and refuses the move if it cannot (the pool
 # then tries another node). Allocations are carved first-fit inside the arena, page aligned, and committed with
 # MAP_FIXED over the reservation; a free puts PROT_NONE pages back, which also returns the memory at once.
 PROT_NONE = 0
@@ -120,7 +122,7 @@ MAP_NORESERVE = 0x4000
 MAP_FIXED_NOREPLACE = 0x100000
 ARENA_SIZE = 1 << 36  # 64 GiB of address space per session
 ARENA_LO = 1 << 44  # 16 TiB
-ARENA_HI = 0x7000_0000_0000  # 112 TiB
+ARENA_HI = 0x5000_0000_0000  # 80 TiB: below a PIE executable and its heap
 
 
 def _mmap_at(addr: int, length: int, prot: int, flags: int) -> int:
