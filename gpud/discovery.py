@@ -77,7 +77,7 @@ def amd() -> tuple[list[Found], str]:
 def cpu() -> list[Found]:
     from gpud.backends.cpu import CpuBackend
 
-    info = CpuBackend().info()
+    info = CpuBackend(warm=False).info()  # describing the device starts no JIT workers
     return [Found("cpu", 0, info.name, info.total_mem, "PTX JIT via LLVM")]
 
 

@@ -8,6 +8,7 @@ sm_80-class GPU so that client libraries choose their usual code paths.
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import mmap
 import os
@@ -203,6 +204,20 @@ def _warm_jit() -> None:
         pass
 
 
+_WARMING: list[threading.Thread] = []
+
+
+def _start_warm_up() -> None:
+    """Warm the JIT once per process, in the background. The thread is joined at exit: a daemon thread still
+    inside LLVM's set-up while the interpreter finalises crashes the process (SIGSEGV after its output)."""
+    if _WARMING:
+        return
+    t = threading.Thread(target=_warm_jit, name="gpud-jit-warmup", daemon=True)
+    _WARMING.append(t)
+    t.start()
+    atexit.register(t.join, 60)
+
+
 class CpuBackend(Backend):
     kind = "cpu"
     host_memory = True  # device memory is this process's own pages (see Backend)
@@ -221,7 +236,12 @@ class CpuBackend(Backend):
         vmem.populate(addr, size)
 
     def __init__(
-        self, ordinal: int = 0, memory_bytes: int | None = None, workers: int | None = None, bounds_check: bool = True
+        self,
+        ordinal: int = 0,
+        memory_bytes: int | None = None,
+        workers: int | None = None,
+        bounds_check: bool = True,
+        warm: bool = True,
     ) -> None:
         super().__init__(ordinal)
         # NOTE [bounds check]: with checks on, every global/generic access of a kernel is tested
@@ -230,8 +250,10 @@ class CpuBackend(Backend):
         # another tenant's memory or crashing gpud. Costs ~2-3x on memory-bound kernels.
         self.bounds_check = bounds_check
         # Start the JIT's compile worker and loader in the background, so the first module load
-        # of a (re)started daemon does not pay for them; gpud answers clients meanwhile.
-        threading.Thread(target=_warm_jit, name="gpud-jit-warmup", daemon=True).start()
+        # of a (re)started daemon does not pay for them; gpud answers clients meanwhile. A backend made only to
+        # describe the device (`wooly devices`) passes warm=False.
+        if warm:
+            _start_warm_up()
         self.workers = workers or os.cpu_count() or 1
         self._total = memory_bytes or _host_memory_bytes()
         host = platform.node().encode()
