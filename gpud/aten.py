@@ -14,6 +14,7 @@ keyed by client-chosen handles; storage bytes are charged to the session through
 from __future__ import annotations
 
 import importlib.util
+import mmap
 import os
 import threading
 from collections.abc import Sequence
@@ -21,7 +22,7 @@ from typing import Any
 
 from gpud import chan
 from gpud.errors import CudaError, codes
-from gpud.session import CLOSE_HOOKS, Later, Session, extension
+from gpud.session import CLOSE_HOOKS, KEEP_HOOKS, Later, Session, extension
 from gpud.streams import when_all
 from proto import aten as W
 from proto import messages as m
@@ -57,6 +58,8 @@ class _Holder:
         self.channel: Any = None
         self.lock = threading.Lock()
         self.closed = False
+        self.drops: dict[int, Any] = {}  # with executors off: token -> what to do when that storage dies
+        self.next_drop = 1
 
     def get(self) -> Any:
         if self.executor is None:
@@ -75,7 +78,7 @@ class _Holder:
         return self.channel
 
     def request(
-        self, msg: list[Any], bulk: Sequence[Any] = (), fds: list[int] | None = None
+        self, msg: list[Any], bulk: Sequence[Any] | None = (), fds: list[int] | None = None
     ) -> tuple[list[Any], list[int]]:
         """One request to the executor process, ``bulk`` appended as descriptors (gpud/chan.py) where given; its
         error reply becomes this call's CudaError. ``fds`` (closed here) travel with it."""
@@ -114,12 +117,55 @@ class _Holder:
             chan._close_all(rfds)
         return reply[1], out
 
+    # NOTE [device memory aliases] (gpud/aten_alias.py)
+    def drop_token(self, fn: Any) -> int:
+        """A token the executor gives back when the storage built with it dies; ``fn`` runs then."""
+        if self.remote:
+            ch = self._channel()
+            token: int = ch.next_token
+            ch.next_token += 1
+            ch.dedup[token] = fn
+            return token
+        with self.lock:
+            token = self.next_drop
+            self.next_drop += 1
+            self.drops[token] = fn
+        return token
+
+    def take_token(self, token: int) -> Any:
+        if self.remote:
+            return self._channel().dedup.pop(token, None)
+        with self.lock:
+            return self.drops.pop(token, None)
+
+    def dropped(self, token: int) -> None:
+        """With executors off: a storage built with ``token`` died (a finaliser, on any thread)."""
+        fn = self.take_token(token)
+        if fn is not None:
+            fn()
+
+    def alias(self, op: list[Any], fd: int, length: int) -> Any:
+        """Run ``wooly.alias_device`` with the memfd ``fd`` mapped shared as its bulk frame 0."""
+        if not self.remote:
+            buf = mmap.mmap(fd, length, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+            value, _ = self.get().run_call(op, [buf], 0)
+            return value
+        reply, rfds = self.request(["call", op, [[0, length]]], None, [os.dup(fd)])
+        chan._close_all(rfds)
+        if reply[0] != "value" or len(reply) != 4:
+            raise CudaError(codes.LAUNCH_FAILED, "the ATen executor answered out of turn")
+        return reply[1]
+
     def close(self) -> None:
         self.closed = True
         if self.executor is not None:
             self.executor.close()
         if self.channel is not None:
             self.channel.close()
+        with self.lock:
+            left, self.drops = list(self.drops.values()), {}
+        for fn in left:  # storages still alive when the session ended: their memory goes with it
+            fn()
 
 
 def _holder(session: Session) -> _Holder:
@@ -135,8 +181,8 @@ def _refuse_broker_ops(ops: list[Any]) -> None:
     for op in ops:
         if op[0] in W.BROKER_ONLY:
             raise CudaError(codes.NOT_PERMITTED, f"{op[0]} is gpud's own (NOTE [migration])")
-        if op[0] in W.SHARE_OPS:
-            raise CudaError(codes.NOT_PERMITTED, f"{op[0]} is a synchronous call (NOTE [shared tensors])")
+        if op[0] in W.SHARE_OPS or op[0] == W.OP_ALIAS_DEVICE:
+            raise CudaError(codes.NOT_PERMITTED, f"{op[0]} is a synchronous call")
 
 
 def _scoped(session: Session, op: list[Any]) -> list[Any]:
@@ -162,6 +208,11 @@ def on_aten_batch(session: Session, msg: m.AtenBatch, bulk: list[Any]) -> None:
 
 @extension("aten_call")
 def on_aten_call(session: Session, msg: m.AtenCall, bulk: list[Any]) -> Later:
+    if msg.op[0] == W.OP_ALIAS_DEVICE:
+        from gpud import aten_alias
+
+        marker, produce = aten_alias.call(session, msg.op, _holder(session))
+        return Later([marker], produce)
     if msg.op[0] in W.SHARE_OPS:
         msg = m.AtenCall(rid=msg.rid, op=_scoped(session, msg.op), frame=msg.frame)
     else:
@@ -209,3 +260,15 @@ def _on_close(session: Session) -> None:
 
 
 CLOSE_HOOKS.append(_on_close)
+
+
+def _keep_aliased(session: Session, allocation: Any) -> bool:
+    """NOTE [device memory aliases]: an allocation a torch tensor maps outlives its cuMemFree until the tensor goes."""
+    if allocation.alias is None:
+        return False
+    from gpud import aten_alias
+
+    return aten_alias.keep(session, allocation)
+
+
+KEEP_HOOKS.append(_keep_aliased)

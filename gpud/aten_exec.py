@@ -13,6 +13,7 @@ import os
 import re
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from typing import Any, Protocol
 
@@ -219,6 +220,10 @@ class Host(Protocol):
     def record_error(self, exc: CudaError) -> None:
         raise NotImplementedError
 
+    def dropped(self, token: int) -> None:
+        """A storage built over memory the broker lent (NOTE [device memory aliases]) died; on any thread."""
+        raise NotImplementedError
+
 
 class SessionHost(Host):
     def __init__(self, session: Any) -> None:
@@ -232,6 +237,11 @@ class SessionHost(Host):
 
     def record_error(self, exc: CudaError) -> None:
         self.session.record_error(exc)
+
+    def dropped(self, token: int) -> None:
+        holder = self.session.ext.get("aten")
+        if holder is not None:
+            holder.dropped(token)
 
 
 class Executor:
@@ -699,6 +709,8 @@ class Executor:
                 raise CudaError(codes.INVALID_VALUE, "wooly.storage_info takes a strided tensor")
             st = of.untyped_storage()
             return [self.storage_id(st._cdata), st.nbytes()], []
+        if name == W.OP_ALIAS_DEVICE:
+            return self.alias_device(args), []
         if name == W.OP_SHARE_EXPORT:
             return self.share_export(args, share.scope_of(kwargs, name)), []
         if name == W.OP_SHARE_IMPORT:
@@ -714,6 +726,41 @@ class Executor:
         if name == W.OP_GRAPH_DROP:
             return self.graphs.drop(args)
         raise CudaError(codes.NOT_SUPPORTED, f"unknown pseudo-op {name[:80]!r}")
+
+    # ------------------------------------------------------------------ NOTE [device memory aliases]
+    def alias_device(self, args: list[Any]) -> Any:
+        """A tensor over a driver allocation's pages, which the broker lent as a shared memfd (bulk frame
+        ``frame``): not charged (the allocation is); ``token`` goes back to the broker when its storage dies."""
+        if len(args) != 7 or not all(type(a) is int for a in (args[0], args[1], args[2], args[6])):
+            raise CudaError(codes.INVALID_VALUE, "wooly.alias_device: malformed arguments")
+        frame, offset, size, dt, shape, stride, token = args
+        buf = self.bulk[self.base + frame] if 0 <= frame < len(self.bulk) - self.base else None
+        if not isinstance(buf, mmap.mmap) or not 0 <= size <= len(buf) or self.device.type != "cpu":
+            raise CudaError(codes.INVALID_VALUE, "wooly.alias_device is gpud's own (the memory did not come with it)")
+        dtype = dtype_of(dt)
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        if not 0 <= offset < max(size, 1) or offset % itemsize:
+            raise CudaError(
+                codes.INVALID_VALUE,
+                f"torch.from_dlpack: the data is {offset} bytes into its allocation, not a multiple of {dtype}'s size",
+            )
+        flat = torch.frombuffer(buf, dtype=torch.uint8, count=size)
+        t = torch.empty(0, dtype=dtype)
+        try:
+            t.set_(flat.untyped_storage(), offset // itemsize, _shape(shape), _shape(stride))
+        except RuntimeError as exc:  # out of the allocation's bounds
+            raise CudaError(codes.INVALID_VALUE, f"torch.from_dlpack: {_first_line(exc)}") from None
+        del flat
+        key, _ = _storage_of(t)
+        self.storages[key] = [0, 0]  # a new storage (frombuffer's): the allocation pays for these pages
+        try:
+            desc = self.describe(t)
+        except BaseException:
+            if self.storages.get(key) == [0, 0]:
+                del self.storages[key]
+            raise
+        weakref.finalize(buf, self.host.dropped, token)
+        return desc
 
     # ------------------------------------------------------------------ NOTE [shared tensors]
     def share_export(self, args: list[Any], scope: tuple[str, int]) -> str:

@@ -80,6 +80,8 @@ def movable(session: Session) -> str:
         return "it has another process's memory open (CUDA IPC)"
     if session.ext.get("ipc_exported"):
         return "it handed out CUDA IPC handles to its memory (they name this node)"
+    if session.ext.get("aten.aliases"):
+        return "a torch tensor maps its device memory (torch.from_dlpack: NOTE [device memory aliases])"
     if session.ext.get("hv.slept"):
         return "it is asleep (its memory is in the spill store)"
     if session.closed:

@@ -47,6 +47,29 @@ def map_shared_private(addr: int, fd: int, length: int) -> None:
         raise OSError(err, f"mmap(MAP_FIXED) at 0x{addr:x}: {os.strerror(err)}")
 
 
+def adopt_shared(addr: int, fd: int, length: int) -> None:
+    """Put a page-aligned range's current bytes into file ``fd`` (``length`` bytes, already that long) and map
+    the file ``MAP_SHARED`` over the same addresses: the range keeps its content and addresses, and whoever else
+    maps the file shares its pages from now on (NOTE [device memory aliases] in gpud/aten_alias.py). The caller
+    makes sure nothing writes the range meanwhile."""
+    if addr % PAGE:
+        raise ValueError(f"0x{addr:x} is not page aligned")
+    n = page_round(length)
+    rw = mmap.PROT_READ | mmap.PROT_WRITE
+    tmp = _libc.mmap(None, n, rw, mmap.MAP_SHARED, fd, 0)
+    if tmp == _MAP_FAILED or tmp is None:
+        err = ctypes.get_errno()
+        raise OSError(err, f"mmap of a {n}-byte file: {os.strerror(err)}")
+    try:
+        ctypes.memmove(tmp, addr, n)
+    finally:
+        _libc.munmap(ctypes.c_void_p(tmp), ctypes.c_size_t(n))
+    got = _libc.mmap(addr, n, rw, mmap.MAP_SHARED | 0x10, fd, 0)  # MAP_FIXED
+    if got == _MAP_FAILED or got != addr:
+        err = ctypes.get_errno()
+        raise OSError(err, f"mmap(MAP_SHARED|MAP_FIXED) at 0x{addr:x}: {os.strerror(err)}")
+
+
 def remap_anonymous(addr: int, length: int) -> None:
     """Replace a page-aligned range with fresh zero pages (``MAP_FIXED``): whatever backed it (private
     pages, or a file's pages) is released, and the addresses stay valid."""

@@ -48,6 +48,8 @@ OP_STORAGE_INFO = "wooly.storage_info"  # args: [tensor] -> [storage id, nbytes]
 OP_SHARE_EXPORT = "wooly.share_export"  # args: [tensor] -> a token for another process of the tenant
 OP_SHARE_IMPORT = "wooly.share_import"  # args: [token] -> the tensor, described as a synchronous op's result
 SHARE_OPS = frozenset({OP_SHARE_EXPORT, OP_SHARE_IMPORT})
+# NOTE [device memory aliases] (gpud/aten_alias.py): a synchronous call only; gpud's broker adds the memory
+OP_ALIAS_DEVICE = "wooly.alias_device"  # args: [pointer, bytes, dtype, shape, stride] -> the tensor over that memory
 OP_SET_LIMIT = (
     "wooly.set_limit"  # args: [bytes or 0]: cap this session's tensor bytes (set_per_process_memory_fraction)
 )

@@ -55,6 +55,7 @@ class _Raw(dict):
 _STAGED = frozenset({"shm_htod", "shm_dtoh"})
 _NO_WORK = frozenset({"ctx_synchronize", "sync", "idle", "ping", "mem_alloc", "mem_get_info", "shm_open"})
 _ABANDONED: list[Connection] = []
+_NOT_DRIVER_WORK = frozenset({"aten_batch", "aten_call", "ping", "idle", "hello", "mem_get_info"})
 
 
 def _python_stdout(text: str) -> None:
@@ -88,6 +89,10 @@ class Connection:
         self.endpoint = endpoint
         self.timeout_s = timeout_s
         self._lock = threading.RLock()
+        # Run before any driver-API work is queued or called (not before the torch face's own messages): set by
+        # the torch face once one of its tensors aliases driver memory (NOTE [device memory aliases]), so a
+        # driver call comes after the tensor ops the program issued before it, as on one CUDA stream.
+        self.before_driver_work: Any = None
         # NOTE [local synchronisation]: calls and posts that may have queued device work since the last completed
         # ctx_synchronize (staged copies excepted: their completion shows in the ring's flag words)
         self.unsynced = 0
@@ -235,6 +240,8 @@ class Connection:
         """Queue a call that returns nothing (a ``queued`` message). ``body.frame`` indexes ``bulk`` (0 = first)."""
         if isinstance(body, dict):
             body = _Raw(body)
+        if self.before_driver_work is not None and body.kind not in _NOT_DRIVER_WORK:
+            self.before_driver_work()
         with self._lock:
             if self._dead is not None:
                 raise self._dead
@@ -289,6 +296,8 @@ class Connection:
         """Send a request and wait for its reply: returns (value, bulk frames) or raises CudaError."""
         if isinstance(body, dict):
             body = _Raw(body)
+        if self.before_driver_work is not None and body.kind not in _NOT_DRIVER_WORK:
+            self.before_driver_work()
         with self._lock:
             if self._dead is not None:
                 raise self._dead

@@ -46,6 +46,7 @@ class Allocation:
     addr: int
     size: int
     backing: Any = None  # whatever keeps the memory alive (mmap, device pointer object ...)
+    alias: Any = None  # NOTE [device memory aliases]: set once a torch tensor maps these pages (gpud/aten_alias.py)
 
 
 @dataclass

@@ -141,8 +141,8 @@ class DedupEngine:
         if not session.backend.host_memory or start % vmem.PAGE:
             return False
         region = session.find(start, length, "dedup")
-        if region.allocation is None:
-            return False
+        if region.allocation is None or region.allocation.alias is not None:
+            return False  # an alias's pages are a torch tensor's too (NOTE [device memory aliases]): never remapped
         end = start + length
         return end % vmem.PAGE == 0 or end == region.start + region.size
 

@@ -97,8 +97,8 @@ class SleepManager:
         shares = session.ext.get("hv.shares")
         out: list[tuple[int, int]] = []
         for r in session.regions.values():
-            if r.allocation is None:
-                continue
+            if r.allocation is None or r.allocation.alias is not None:
+                continue  # an alias's pages stay: the tenant's executor maps them (NOTE [device memory aliases])
             pos, end = r.start, r.start + r.size
             skip = sorted(
                 (s.start, s.start + s.length)

@@ -27,7 +27,7 @@ def apply() -> None:
 
     import torch  # noqa: F401
 
-    from shim.torch import collectives, cuda_api, device, factories, misc, storage
+    from shim.torch import collectives, cuda_api, device, dlpack, factories, misc, storage
 
     # Hugging Face's hub kernels (transformers >= 5 with the `kernels` package: loaded for CUDA models) are machine
     # code for a GPU in this process, which there is not: the model runs its PyTorch layers, which gpud runs.
@@ -37,6 +37,7 @@ def apply() -> None:
     factories.patch()
     cuda_api.patch()
     misc.patch()
+    dlpack.patch()
     collectives.install()
     storage.patch()
     _prewarm()

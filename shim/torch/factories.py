@@ -61,6 +61,10 @@ _SPARSE_BUILT = (
     "sparse_bsc_tensor",
 )
 _HOST_BUILT = ("tensor", "as_tensor", "asarray", *_SPARSE_BUILT)
+_ARRAY_TAKERS = frozenset(("tensor", "as_tensor", "asarray"))
+# NOTE [device memory aliases]: (is it another library's device array?, the tensor over its memory), set by
+# shim/torch/dlpack.py
+DEVICE_ARRAYS: list[Any] = []
 ORIGINAL: dict[str, Any] = {}
 
 
@@ -213,6 +217,8 @@ _FAKE = torch._C._TorchDispatchModeKey.FAKE
 def _make(name: str, orig: Any) -> Any:
     @functools.wraps(orig)
     def factory(*args: Any, **kwargs: Any) -> Any:
+        if name in _ARRAY_TAKERS and args and DEVICE_ARRAYS and DEVICE_ARRAYS[0](args[0]):  # a CuPy/numba array
+            return DEVICE_ARRAYS[1](name, orig, args, kwargs)
         if is_cuda(kwargs.get("device")) and _FAKE_MODE(_FAKE) is None:  # a fake tensor's "cuda" is the fake mode's
             return remote_factory(name, orig, args, kwargs)
         return orig(*args, **kwargs)

@@ -105,15 +105,8 @@ def _patch_foreach() -> None:
         _foreach_utils._get_foreach_kernels_supported_devices = supported
 
 
-def _refuse_dlpack(*args: Any, **kwargs: Any) -> Any:
-    raise RuntimeError(
-        "wooly: DLPack export of a cuda tensor is not supported: its memory is on gpud, not in "
-        "this process (use .cpu() first)"
-    )
-
-
 def _patch_surface() -> None:
-    """The small rest: CUDA version, nvtx ranges as no-ops, DLPack refused by name."""
+    """The small rest: CUDA version, nvtx ranges as no-ops."""
     import types
 
     if torch.version.cuda is None:
@@ -128,23 +121,6 @@ def _patch_surface() -> None:
         deviceRangeEnd=lambda *a: None,
     )
     torch.cuda.nvtx._nvtx = nvtx  # type: ignore[assignment]  # torch.cuda.nvtx's functions (and its range() context) call these
-    orig_dlpack = torch.Tensor.__dlpack__
-
-    def __dlpack__(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-        if isinstance(self, RemoteTensor):
-            _refuse_dlpack()
-        return orig_dlpack(self, *args, **kwargs)
-
-    torch.Tensor.__dlpack__ = __dlpack__  # type: ignore[method-assign]
-    orig_to = torch.utils.dlpack.to_dlpack
-
-    def to_dlpack(t: Any) -> Any:
-        if isinstance(t, RemoteTensor):
-            _refuse_dlpack()
-        return orig_to(t)
-
-    torch.utils.dlpack.to_dlpack = to_dlpack  # type: ignore[assignment]
-    torch.to_dlpack = to_dlpack  # type: ignore[assignment]
 
 
 def _patch_module_moves() -> None:

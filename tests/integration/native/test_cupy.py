@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from tests.integration.native.conftest import PROGS, wooly_run
+from tests.integration.native.conftest import PROGS, ROOT, wooly_run
 
 pytest.importorskip("cupy")
 
@@ -41,3 +41,32 @@ def test_cupy_linalg_on_the_cusolver_stand_in(wooly_gpud: str) -> None:
     proc = wooly_run([os.path.join(PROGS, "cupy_linalg.py")], server=wooly_gpud, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == "OK"
+
+
+def test_cupy_and_numba_arrays_as_torch_tensors(wooly_gpud: str) -> None:
+    """torch.from_dlpack / torch.as_tensor of CuPy and numba arrays make no copy (NOTE [device memory aliases] in
+    gpud/aten_alias.py): writes through either side are seen by the other, and the array is kept while torch uses
+    its memory."""
+    pytest.importorskip("torch")
+    pytest.importorskip("numba.cuda")
+    proc = wooly_run(
+        [os.path.join(ROOT, "tests", "integration", "torch", "scripts", "dlpack_cupy.py")],
+        server=wooly_gpud,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    lines = [line for line in out.splitlines() if not line.startswith(" ") and "Warning" not in line]
+    assert lines == [
+        "cupy cuda:0 [0.0, 100.0, -5.0, 3.0, 4.0, 5.0] [0.0, 100.0, -5.0, 3.0, 4.0, 5.0]",
+        "float16 torch.float16 True",
+        "int64 torch.int64 True",
+        "bool torch.bool True",
+        "complex64 torch.complex64 True",
+        "uint8 torch.uint8 True",
+        "view (3, 2) (4, 1) [[1, 2], [5, 6], [9, 10]]",
+        "capsule [0.0, 1.0, 2.0]",
+        "kept True",  # CuPy's pool did not hand the array's memory to the next arrays while torch held it
+        "numba [2.0, 4.0, 6.0, 8.0, 10.0, 12.0, 14.0, 16.0] True",
+        "OK",
+    ], out

@@ -1,0 +1,55 @@
+"""Another library's device array as a torch tensor without a copy (NOTE [device memory aliases] in
+gpud/aten_alias.py, shim/torch/dlpack.py): one memory under two names, charged once, kept while torch uses it, and
+only the session's own allocations."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from .conftest import ROOT, check, run_wooly
+
+SCRIPTS = ROOT / "tests" / "integration" / "torch" / "scripts"
+EXPECTED = [
+    "alias cuda:0 torch.float32 5.0 True",
+    "torch writes [4.0, 6.0]",  # the tensor op ran before the driver copy that followed it
+    "driver writes [-1.0, -1.0, 4.0]",
+    "charged once True 0",
+    "strided torch.Size([3, 2]) (1, 6) True",
+    "int32 view torch.int32 True",
+    "copies [-1.0, -1.0, 4.0, 6.0] torch.float64 [-1.0, -1.0, 4.0, 6.0] 48",
+    "after free 20.0 True",  # cuMemFree under a live tensor: pages and charge stay
+    "released True",  # ... until the tensor goes
+    "other refused 0x{other:x} is not a device address of this context",
+    "wild refused 0x70000000 is not a device address of this context",
+    "overrun refused range 0x",
+    "odd refused the data is 2 bytes into its allocation, not a multiple of torch.float32's size",
+    "dlpack refused True",
+    "cai refused True",
+    "OK",
+]
+
+
+@pytest.mark.parametrize("executors", [True, False], ids=["executor", "in-gpud"])
+def test_driver_memory_as_a_tensor(executors: bool) -> None:
+    from shim.client import Connection
+    from shim.driver import Driver
+    from woolyhv.launcher import start_gpud
+
+    extra = [] if executors else ["--no-executors"]
+    endpoint, proc = start_gpud(log_level="warning", extra_args=extra)
+    try:
+        victim = Driver(Connection(endpoint, tenant="victim"))
+        other = victim.mem_alloc(4096)
+        victim.memcpy_htod(other, np.full(1024, 1234.5, dtype=np.float32))
+        out = check(run_wooly(endpoint, SCRIPTS / "dlpack_alias.py", env={"OTHER_PTR": str(other)}, timeout=180))
+        assert np.frombuffer(victim.memcpy_dtoh(other, 4096), dtype=np.float32).tolist() == [1234.5] * 1024
+        victim.conn.close()
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    lines = out.splitlines()
+    assert len(lines) == len(EXPECTED) and all(
+        got.startswith(want.format(other=other)) for got, want in zip(lines, EXPECTED, strict=True)
+    ), out
+    assert "overruns the allocation" in lines[11], out
