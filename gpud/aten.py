@@ -145,7 +145,16 @@ class _Holder:
             fn()
 
     def alias(self, op: list[Any], fd: int, length: int) -> Any:
-        """Run ``wooly.alias_device`` with the memfd ``fd`` mapped shared as its bulk frame 0."""
+        """Run ``wooly.alias_device`` or ``wooly.export_device`` with the memfd ``fd`` mapped shared as its bulk
+        frame 0 (``fd`` -1: none)."""
+        if fd < 0:
+            if not self.remote:
+                return self.get().run_call(op, [], 0)[0]
+            reply, rfds = self.request(["call", op], [])
+            chan._close_all(rfds)
+            if reply[0] != "value" or len(reply) != 4:
+                raise CudaError(codes.LAUNCH_FAILED, "the ATen executor answered out of turn")
+            return reply[1]
         if not self.remote:
             buf = mmap.mmap(fd, length, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
             value, _ = self.get().run_call(op, [buf], 0)
@@ -181,7 +190,7 @@ def _refuse_broker_ops(ops: list[Any]) -> None:
     for op in ops:
         if op[0] in W.BROKER_ONLY:
             raise CudaError(codes.NOT_PERMITTED, f"{op[0]} is gpud's own (NOTE [migration])")
-        if op[0] in W.SHARE_OPS or op[0] == W.OP_ALIAS_DEVICE:
+        if op[0] in W.SHARE_OPS or op[0] in W.LENDING_OPS:
             raise CudaError(codes.NOT_PERMITTED, f"{op[0]} is a synchronous call")
 
 
@@ -208,10 +217,11 @@ def on_aten_batch(session: Session, msg: m.AtenBatch, bulk: list[Any]) -> None:
 
 @extension("aten_call")
 def on_aten_call(session: Session, msg: m.AtenCall, bulk: list[Any]) -> Later:
-    if msg.op[0] == W.OP_ALIAS_DEVICE:
+    if msg.op[0] in W.LENDING_OPS:  # NOTE [device memory aliases]
         from gpud import aten_alias
 
-        marker, produce = aten_alias.call(session, msg.op, _holder(session))
+        lend = aten_alias.call if msg.op[0] == W.OP_ALIAS_DEVICE else aten_alias.export
+        marker, produce = lend(session, msg.op, _holder(session))
         return Later([marker], produce)
     if msg.op[0] in W.SHARE_OPS:
         msg = m.AtenCall(rid=msg.rid, op=_scoped(session, msg.op), frame=msg.frame)

@@ -1,5 +1,6 @@
 """A torch tensor over another library's device memory in the same program (``torch.from_dlpack`` of a CuPy or
-numba array, ``torch.as_tensor`` of an object with ``__cuda_array_interface__``): the broker's half.
+numba array, ``torch.as_tensor`` of an object with ``__cuda_array_interface__``), and a tensor's memory for another
+library (``cupy.from_dlpack(t)``, ``cupy.asarray(t)``, ``numba.cuda.as_cuda_array(t)``): the broker's half.
 
 NOTE [device memory aliases]: on a GPU, ``torch.from_dlpack(cupy_array)`` makes no copy: the tensor and the array
 are one piece of device memory, and a kernel's writes through either are seen by the other. Here a driver-API
@@ -23,8 +24,14 @@ sealed against shrinking and growing before the executor sees it: no process can
   storage dead: each alias reply lists the session's storages that died since the last one.
 - **What an alias excludes**: the allocation is never mapped from the dedup store afterwards (that would unshare
   it), it stays resident when its tenant sleeps, and the session cannot move to another node.
-- **The NVIDIA backend** refuses with ``CUDA_ERROR_NOT_SUPPORTED``: there the executor's own CUDA context would
-  open the allocation through ``cuMemExportToShareableHandle`` (not built; no device to check it on).
+- **The other way** (``export``): the tensor's storage moves onto a memfd the broker lends (the executor copies its
+  bytes there and ``set_``s every tensor on that storage onto it), which the broker maps at a new allocation of the
+  session; the charge moves from the storage to the allocation (``memory_allocated()`` still counts it), and the
+  allocation is freed, as by cuMemFree, when the storage dies (a consumer holds the tensor while it uses the
+  memory: a DLPack capsule, or the owner CuPy and numba keep for ``__cuda_array_interface__``). A storage on lent
+  memory already answers its allocation's address; one shared with another process is not exported.
+- **The NVIDIA backend** refuses both with ``CUDA_ERROR_NOT_SUPPORTED``: there the executor's own CUDA context would
+  open the memory through ``cuMemExportToShareableHandle`` (not built; no device to check it on).
 """
 
 from __future__ import annotations
@@ -50,15 +57,17 @@ _MAX_DIMS = 64
 class Alias:
     """An allocation whose pages are a memfd shared with the tenant's executor, and how many tensors map it."""
 
-    __slots__ = ("allocation", "charged", "fd", "freed", "length", "live")
+    __slots__ = ("allocation", "charged", "exported", "fd", "freed", "length", "live", "size")
 
-    def __init__(self, allocation: Any, fd: int, length: int) -> None:
+    def __init__(self, allocation: Any, fd: int, length: int, exported: bool = False) -> None:
         self.allocation = allocation
         self.fd = fd
         self.length = length
         self.live = 0  # storages in the executor on these pages
         self.freed = False  # cuMemFree came while some still lived
-        self.charged = False  # the allocation's charge was taken back when it was freed (see _keep)
+        self.charged = False  # the allocation's charge was taken back when it was freed (see keep)
+        self.exported = exported  # made for a tensor's memory (export): freed with its last storage
+        self.size = allocation.size if allocation is not None else 0  # bytes charged for it
 
 
 def _aliases(session: Session) -> dict[int, Alias]:
@@ -152,7 +161,14 @@ def _alias(
         if undo is not None:
             undo()
         raise
+    _lent(session)[token] = al
     return {"t": desc["t"], "token": token}
+
+
+def _lent(session: Session) -> dict[int, Alias]:
+    """Token of a storage on lent memory -> its Alias (what an export of a tensor on it answers)."""
+    got: dict[int, Alias] = session.ext.setdefault("aten.lent", {})
+    return got
 
 
 def _share(session: Session, region: Region, alloc: Any) -> Alias:
@@ -176,17 +192,34 @@ def _share(session: Session, region: Region, alloc: Any) -> Alias:
 
 
 def _dropped(session: Session, al: Alias, token: int) -> None:
-    """The executor's last tensor on one alias storage is gone: the client may let the producer go."""
+    """The executor's last tensor on one lent storage is gone: the client may let the producer go; memory whose
+    allocation was freed meanwhile (or that was made for the storage) goes now. Any thread: the session's tables
+    change on the I/O loop."""
     with _lock:
         al.live -= 1
         session.ext.setdefault("aten.alias_dead", []).append(token)
-        if al.live or not al.freed:
+        _lent(session).pop(token, None)
+        if al.live:
+            return
+        if al.allocation is None:  # an export never mapped (its session ended first, or the mapping failed)
+            _forget(session, al)
+            session.server.release_memory(session, al.size)
+            return
+        if not al.freed:
+            if al.exported and al.allocation is not None:
+                start = al.allocation.addr
+
+                def drop() -> None:  # as cuMemFree does; the client hears of it with its next export
+                    session.drop_allocation(start)
+                    session.ext.setdefault("aten.export_gone", []).append(start)
+
+                session.server.call_on_loop(drop)
             return
         _forget(session, al)
     if al.charged:
         session.server.release_memory(session, al.allocation.size)
     alloc = al.allocation
-    when_all(session.engine.tails(), lambda: session.backend.free(alloc))
+    session.server.call_on_loop(lambda: when_all(session.engine.tails(), lambda: session.backend.free(alloc)))
 
 
 def _forget(session: Session, al: Alias) -> None:
@@ -216,3 +249,109 @@ def keep(session: Session, allocation: Any) -> bool:
             except CudaError:
                 pass  # over the quota now: the pages stay uncharged until the tensors go (soon, or at the end)
         return True
+
+
+# ---------------------------------------------------------------- the other way: a tensor's memory to the driver API
+def export(session: Session, op: list[Any], holder: Any) -> tuple[Any, Callable[[], tuple[Any, list[Any]]]]:
+    """``wooly.export_device``: the device address of a tensor's first element, for CuPy or numba
+    (``cupy.from_dlpack(t)``, ``__cuda_array_interface__``). The storage's bytes move into a memfd the broker
+    maps at a new allocation of the session (the executor's tensors on that storage follow it), charged to the
+    allocation instead of the storage; the allocation goes when the storage does. A storage on lent memory
+    already (an earlier export, or an alias) answers its allocation's address."""
+    args = op[1] if len(op) > 1 and isinstance(op[1], list) else []
+    if len(args) != 1:
+        raise CudaError(codes.INVALID_VALUE, "wooly.export_device takes [tensor]")
+    if not session.backend.host_memory:
+        raise CudaError(
+            codes.NOT_SUPPORTED,
+            f"a cuda tensor's memory for another library (cupy.from_dlpack, __cuda_array_interface__) is not "
+            f"supported on gpud's {session.backend.kind} backend yet; copy it (t.cpu())",
+        )
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        if holder.closed:
+            return
+        try:
+            box["value"] = _export(session, holder, args[0])
+        except CudaError as exc:
+            box["error"] = exc
+
+    marker = session.engine.enqueue(0, run, deps=session.engine.tails())
+
+    def produce() -> tuple[Any, list[Any]]:  # on the I/O loop: the session's tables change here
+        session.check_errors()
+        if "error" in box:
+            raise box["error"]
+        if "value" not in box:
+            raise CudaError(codes.INVALID_CONTEXT, "the export did not run (session closed)")
+        al, offset, placed = box["value"]
+        if not placed:
+            _place(session, al)
+        a = al.allocation
+        if a is None:
+            raise CudaError(codes.INVALID_VALUE, "the tensor's memory went while it was being handed out")
+        gone = session.ext.pop("aten.export_gone", [])
+        return {"ptr": a.addr + offset, "base": a.addr, "size": a.size, "gone": gone}, []
+
+    return marker, produce
+
+
+def _export(session: Session, holder: Any, tensor: Any) -> tuple[Alias, int, bool]:
+    got = holder.alias([W.OP_EXPORT_DEVICE, [tensor], {}, []], -1, 0)
+    offset = int(got["offset"])
+    if "token" in got:
+        with _lock:
+            al = _lent(session).get(got["token"])
+        if al is None:
+            raise CudaError(codes.INVALID_VALUE, "the tensor's memory went while it was being handed out")
+        return al, offset, True
+    n = int(got["need"])
+    if n <= 0:
+        raise CudaError(codes.INVALID_VALUE, "an empty cuda tensor has no device memory to hand out")
+    session.server.reserve_memory(session, n)  # the allocation pays from now on (the storage stops)
+    length = vmem.page_round(n)
+    fd = -1
+    try:
+        fd = os.memfd_create("wooly-export", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        os.ftruncate(fd, length)
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
+    except OSError as exc:
+        if fd >= 0:
+            os.close(fd)
+        session.server.release_memory(session, n)
+        raise CudaError(codes.OUT_OF_MEMORY, f"cannot hand out a cuda tensor's {n} bytes: {exc}") from None
+    al = Alias(None, fd, length, exported=True)
+    al.live = 1
+    named: list[int] = []
+    token = holder.drop_token(lambda: _dropped(session, al, named[0]))
+    named.append(token)
+    try:
+        holder.alias([W.OP_EXPORT_DEVICE, [tensor, 0, token], {}, []], fd, length)
+    except BaseException:
+        holder.take_token(token)
+        os.close(fd)
+        session.server.release_memory(session, n)
+        raise
+    with _lock:
+        _lent(session)[token] = al
+    al.size = n
+    return al, offset, False
+
+
+def _place(session: Session, al: Alias) -> None:
+    """Map an export's memfd at a new allocation of the session (on the I/O loop; charged already)."""
+    n = al.size
+    if session.arena is None:
+        session.arena = session.backend.new_arena()
+    a = session.backend.alloc(n, session.arena)
+    try:
+        vmem.map_shared(a.addr, al.fd, al.length)
+    except OSError as exc:
+        session.backend.free(a)
+        raise CudaError(codes.OUT_OF_MEMORY, f"cannot map a cuda tensor's memory for the driver API: {exc}") from None
+    a.alias = al
+    with _lock:
+        al.allocation = a
+        _aliases(session)[a.addr] = al
+    session.add_allocation(a)

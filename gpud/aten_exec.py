@@ -274,6 +274,11 @@ class Executor:
         self.graphs = Graphs(self)  # NOTE [aten graphs]
         self.share_closed = False  # NOTE [shared tensors]
         self.salt = os.urandom(16)  # storage_id
+        # NOTE [device memory aliases]: storages on memory the broker lent (a driver allocation's memfd) -> the
+        # token the broker knows them by; and of those, the ones moved there from this process (their bytes still
+        # count in ``allocated``, the broker's allocation pays for them)
+        self.lent: dict[Any, int] = {}
+        self.exported: dict[Any, int] = {}
 
     # ------------------------------------------------------------------ tensor table
     def get(self, h: int) -> torch.Tensor:
@@ -429,6 +434,9 @@ class Executor:
             if entry[0]:
                 self.allocated -= entry[0]
                 self.host.uncharge(entry[0])
+            if self.lent:
+                self.lent.pop(key, None)
+                self.allocated -= self.exported.pop(key, 0)
             if share.active:
                 share.leave(self, key)
 
@@ -711,6 +719,8 @@ class Executor:
             return [self.storage_id(st._cdata), st.nbytes()], []
         if name == W.OP_ALIAS_DEVICE:
             return self.alias_device(args), []
+        if name == W.OP_EXPORT_DEVICE:
+            return self.export_device(args), []
         if name == W.OP_SHARE_EXPORT:
             return self.share_export(args, share.scope_of(kwargs, name)), []
         if name == W.OP_SHARE_IMPORT:
@@ -759,8 +769,56 @@ class Executor:
             if self.storages.get(key) == [0, 0]:
                 del self.storages[key]
             raise
+        self.lent[key] = token
         weakref.finalize(buf, self.host.dropped, token)
         return desc
+
+    def export_device(self, args: list[Any]) -> dict[str, int]:
+        """A tensor's memory for the driver API. Asked with the tensor alone: the token of the lent memory its
+        storage is on already, or how many bytes the broker must lend; asked again with a memfd of that size (bulk
+        frame ``frame``) and a token: the storage's bytes move there and every tensor on it follows (``set_``),
+        charged to the broker's allocation from now on. Either way with the tensor's byte offset in its storage."""
+        t = self.decode(args[0]) if args else None
+        if not isinstance(t, torch.Tensor) or t.layout != torch.strided or self.device.type != "cpu":
+            raise CudaError(codes.INVALID_VALUE, "wooly.export_device takes a strided tensor")
+        st = t.untyped_storage()
+        key, offset = st._cdata, int(t.storage_offset()) * t.element_size()
+        if key in self.lent:
+            return {"token": self.lent[key], "offset": offset}
+        entry = self.storages.get(key)
+        if entry is None or share.active and share.is_shared(key):
+            raise CudaError(
+                codes.NOT_SUPPORTED,
+                "this cuda tensor's memory is shared with another process (torch.multiprocessing): it cannot be "
+                "handed to another library too",
+            )
+        if len(args) == 1:
+            return {"need": st.nbytes(), "offset": offset}
+        if len(args) != 3 or type(args[1]) is not int or type(args[2]) is not int:
+            raise CudaError(codes.INVALID_VALUE, "wooly.export_device: malformed arguments")
+        frame, token = args[1], args[2]
+        buf = self.bulk[self.base + frame] if 0 <= frame < len(self.bulk) - self.base else None
+        n = st.nbytes()
+        if not isinstance(buf, mmap.mmap) or len(buf) < n:
+            raise CudaError(codes.INVALID_VALUE, "wooly.export_device is gpud's own (the memory did not come with it)")
+        new = torch.frombuffer(buf, dtype=torch.uint8, count=n) if n else torch.empty(0, dtype=torch.uint8)
+        if n:
+            new.copy_(torch.empty(0, dtype=torch.uint8).set_(st))
+        ns = new.untyped_storage()
+        del new
+        for h, k in list(self.owner.items()):
+            if k == key:
+                x = self.tensors[h]
+                x.set_(ns, x.storage_offset(), x.size(), x.stride())
+                self.owner[h] = ns._cdata
+        del self.storages[key]
+        self.storages[ns._cdata] = [0, entry[1]]
+        if entry[0]:
+            self.host.uncharge(entry[0])  # the broker charged the allocation it lent
+            self.exported[ns._cdata] = entry[0]
+        self.lent[ns._cdata] = token
+        weakref.finalize(buf, self.host.dropped, token)
+        return {"offset": offset}
 
     # ------------------------------------------------------------------ NOTE [shared tensors]
     def share_export(self, args: list[Any], scope: tuple[str, int]) -> str:

@@ -278,6 +278,20 @@ class Session:
         self._remove_region(msg.addr)
         self._release_allocation(r)
 
+    def add_allocation(self, a: Allocation) -> None:
+        """An allocation made for the session other than by cuMemAlloc (NOTE [device memory aliases]: a torch
+        tensor's memory handed to the driver API); the caller has charged it. On the I/O loop."""
+        self._add_region(Region(a.addr, a.size, a))
+        self.memory_used += a.size
+
+    def drop_allocation(self, start: int) -> None:
+        """Free an allocation as cuMemFree does (uncharged, given back after the work that may use it); on the I/O
+        loop. Nothing if it is gone already."""
+        r = self.regions.get(start)
+        if r is not None and r.allocation is not None:
+            self._remove_region(start)
+            self._release_allocation(r)
+
     def _release_allocation(self, r: Region) -> None:
         """Uncharge a removed allocation region and give its memory back to the backend once the work that may
         still use it is done (cuMemFree waits for it), unless a KEEP_HOOKS hook keeps it."""

@@ -64,7 +64,13 @@ def adopt_shared(addr: int, fd: int, length: int) -> None:
         ctypes.memmove(tmp, addr, n)
     finally:
         _libc.munmap(ctypes.c_void_p(tmp), ctypes.c_size_t(n))
-    got = _libc.mmap(addr, n, rw, mmap.MAP_SHARED | 0x10, fd, 0)  # MAP_FIXED
+    map_shared(addr, fd, n)
+
+
+def map_shared(addr: int, fd: int, length: int) -> None:
+    """Map file ``fd`` ``MAP_SHARED`` over a page-aligned range (what was there goes)."""
+    n = page_round(length)
+    got = _libc.mmap(addr, n, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_SHARED | 0x10, fd, 0)  # MAP_FIXED
     if got == _MAP_FAILED or got != addr:
         err = ctypes.get_errno()
         raise OSError(err, f"mmap(MAP_SHARED|MAP_FIXED) at 0x{addr:x}: {os.strerror(err)}")

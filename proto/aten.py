@@ -50,6 +50,8 @@ OP_SHARE_IMPORT = "wooly.share_import"  # args: [token] -> the tensor, described
 SHARE_OPS = frozenset({OP_SHARE_EXPORT, OP_SHARE_IMPORT})
 # NOTE [device memory aliases] (gpud/aten_alias.py): a synchronous call only; gpud's broker adds the memory
 OP_ALIAS_DEVICE = "wooly.alias_device"  # args: [pointer, bytes, dtype, shape, stride] -> the tensor over that memory
+OP_EXPORT_DEVICE = "wooly.export_device"  # args: [tensor] -> the device address of its first element
+LENDING_OPS = frozenset({OP_ALIAS_DEVICE, OP_EXPORT_DEVICE})
 OP_SET_LIMIT = (
     "wooly.set_limit"  # args: [bytes or 0]: cap this session's tensor bytes (set_per_process_memory_fraction)
 )

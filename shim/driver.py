@@ -64,6 +64,9 @@ class Driver:
         self._alloc_starts: list[int] = []
         self._alloc_size: dict[int, int] = {}
         self._imported: dict[int, int] = {}  # opened from IPC handles: address -> open count
+        # NOTE [device memory aliases]: allocations gpud made for torch tensors' memory (cupy.from_dlpack(t)):
+        # address -> size, until gpud reports them gone or a new allocation lands on them
+        self._lent: dict[int, int] = {}
         self.streams: set[int] = set()
         self.events: set[int] = set()
         self.modules: dict[int, dict[str, Any]] = {}
@@ -115,7 +118,18 @@ class Driver:
         with self._lock:
             bisect.insort(self._alloc_starts, addr)
             self._alloc_size[addr] = int(size)
+            if self._lent:  # gpud reuses addresses only once they are free: a lent range here is gone
+                for base in [b for b, n in self._lent.items() if b < addr + size and addr < b + n]:
+                    del self._lent[base]
         return int(addr)
+
+    def lent(self, base: int, size: int, gone: list[int]) -> None:
+        """A torch tensor's memory is at ``[base, base+size)`` now (NOTE [device memory aliases]); ``gone``: lent
+        ranges gpud has freed since."""
+        with self._lock:
+            for b in gone:
+                self._lent.pop(int(b), None)
+            self._lent[int(base)] = int(size)
 
     def mem_free(self, addr: int) -> None:
         with self._lock:
@@ -177,6 +191,9 @@ class Driver:
                 base = self._alloc_starts[i]
                 size = self._alloc_size[base]
                 if ptr < base + size:
+                    return base, size
+            for base, size in self._lent.items():
+                if base <= ptr < base + size:
                     return base, size
         raise CudaError(codes.NOT_FOUND, f"0x{ptr:x} is not inside an allocation of this context")
 

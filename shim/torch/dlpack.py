@@ -9,8 +9,10 @@ kept here until gpud reports the tensor's storage dead: whatever views, ``detach
 memory is not given back to the producer (CuPy's memory pool would hand it to the next array) while torch uses it.
 
 The other way, a cuda tensor's memory handed to another library (``cupy.from_dlpack(t)``, ``t.__dlpack__()``,
-``__cuda_array_interface__`` for ``cupy.asarray(t)`` or ``numba.cuda.as_cuda_array(t)``), is refused by name: a
-tensor's memory lives in the tenant's executor, not at a device address the driver API knows.
+``__cuda_array_interface__`` for ``cupy.asarray(t)`` or ``numba.cuda.as_cuda_array(t)``): gpud moves the tensor's
+storage onto memory it maps at a new driver allocation of the session (``wooly.export_device``; every tensor on that
+storage follows) and answers that allocation's address. The capsule or the consumer's reference keeps the tensor,
+and so the storage and the allocation, alive.
 """
 
 from __future__ import annotations
@@ -111,12 +113,114 @@ class _Consumed:
         self.deleter = None
 
 
-def _refuse(what: str) -> RuntimeError:
-    return RuntimeError(
-        f"wooly: {what}: a cuda tensor's memory cannot be handed to another library (CuPy, numba) yet: it lives in "
-        "gpud's torch executor, not at a device address of the driver API. Copy it (cupy.asarray(t.cpu().numpy())) "
-        "or hand memory the other way (torch.from_dlpack(array) and torch.as_tensor(array) make no copy)"
-    )
+_TYPESTR = {
+    torch.float16: "<f2",
+    torch.float32: "<f4",
+    torch.float64: "<f8",
+    torch.complex64: "<c8",
+    torch.complex128: "<c16",
+    torch.uint8: "|u1",
+    torch.int8: "|i1",
+    torch.int16: "<i2",
+    torch.int32: "<i4",
+    torch.int64: "<i8",
+    torch.uint16: "<u2",
+    torch.uint32: "<u4",
+    torch.uint64: "<u8",
+    torch.bool: "|b1",
+}
+_DL_CODES = {name: code for code, name in _DL_DTYPES.items()}
+
+
+def device_address(t: Any) -> int:
+    """The driver-API address of a cuda tensor's first element (its storage is moved onto lent memory once)."""
+    if t.numel() == 0:
+        return 0
+    st = S.for_tensor(t)
+    value, _ = st.call([W.OP_EXPORT_DEVICE, [t._x], {}, []], "export a cuda tensor's memory")
+    st.driver.lent(value["base"], value["size"], value["gone"])  # the driver API knows the range from now on
+    st.conn.before_driver_work = st.flush  # and the program's driver calls come after its tensor ops
+    return int(value["ptr"])
+
+
+def _cuda_array_interface(t: Any) -> dict[str, Any]:
+    if t.requires_grad:  # as PyTorch says it
+        raise RuntimeError(
+            "Can't get __cuda_array_interface__ on Variable that requires grad. If gradients aren't needed, use "
+            "var.detach() to get Variable that doesn't require grad."
+        )
+    if t.layout != torch.strided:
+        raise AttributeError(f"Can't get __cuda_array_interface__ on non-strided tensor type: {t.layout}")
+    typestr = _TYPESTR.get(t.dtype)
+    if typestr is None:
+        raise TypeError(f"dtype {t.dtype} is not supported by __cuda_array_interface__")
+    itemsize = t.element_size()
+    strides = None if t.is_contiguous() else tuple(s * itemsize for s in t.stride())
+    ptr = device_address(t)
+    return {"typestr": typestr, "shape": tuple(t.shape), "strides": strides, "data": (ptr, False), "version": 2}
+
+
+class _Exported:
+    """A DLPack capsule's memory here: the struct, its shape and strides, and the tensor it keeps alive."""
+
+    def __init__(self, t: Any, ptr: int) -> None:
+        n = t.dim()
+        self.dims = (ctypes.c_int64 * max(n, 1))(*t.shape)
+        self.strides = (ctypes.c_int64 * max(n, 1))(*t.stride())
+        self.managed = _DLManagedTensor()
+        self.tensor = t
+        dl = self.managed.dl_tensor
+        dl.data = ptr
+        dl.device = _DLDevice(_KDL_CUDA, t.device.index or 0)
+        dl.ndim = n
+        code, bits = _DL_CODES[str(t.dtype).removeprefix("torch.")]
+        dl.dtype = _DLDataType(code, bits, 1)
+        dl.shape = ctypes.cast(self.dims, ctypes.POINTER(ctypes.c_int64))
+        dl.strides = ctypes.cast(self.strides, ctypes.POINTER(ctypes.c_int64))
+        dl.byte_offset = 0
+        self.managed.deleter = ctypes.cast(_EXPORT_DELETER, ctypes.c_void_p).value
+
+
+_LIVE_EXPORTS: dict[int, _Exported] = {}  # address of a DLManagedTensor we made -> what it keeps
+
+
+def _delete_export(managed: int | None, live: dict[int, _Exported] = _LIVE_EXPORTS) -> None:
+    live.pop(managed or 0, None)  # (bound here: a consumer may call it while the interpreter tears this module down)
+
+
+_EXPORT_DELETER = _DELETER(_delete_export)
+_raw_is_valid = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p)(("PyCapsule_IsValid", _api))
+_raw_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p)(("PyCapsule_GetPointer", _api))
+
+
+def _capsule_destructor(cap: int | None) -> None:
+    """A capsule nobody consumed (its name is still "dltensor") gives its tensor back when it goes."""
+    if cap and _raw_is_valid(cap, b"dltensor"):
+        _delete_export(_raw_pointer(cap, b"dltensor"))
+
+
+_CAPSULE_DESTRUCTOR = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(_capsule_destructor)
+_new_capsule = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)(
+    ("PyCapsule_New", _api)
+)
+
+
+def _dlpack_device(t: Any) -> tuple[int, int]:
+    return _KDL_CUDA, t.device.index or 0
+
+
+def _dlpack(t: Any, *args: Any, **kwargs: Any) -> Any:
+    """``t.__dlpack__()``: a DLPack (0.x) capsule of the tensor's memory on the driver API's side."""
+    if t.requires_grad:
+        raise RuntimeError("Can't export tensors that require gradient, use tensor.detach()")
+    if t.layout != torch.strided or t.is_conj() or t.is_neg():
+        raise RuntimeError("wooly: only a strided tensor without a lazy conjugate/negation can be exported")
+    if str(t.dtype).removeprefix("torch.") not in _DL_CODES:
+        raise BufferError(f"DLPack has no {t.dtype}")
+    ex = _Exported(t, device_address(t))
+    addr = ctypes.addressof(ex.managed)
+    _LIVE_EXPORTS[addr] = ex
+    return _new_capsule(addr, b"dltensor", ctypes.cast(_CAPSULE_DESTRUCTOR, ctypes.c_void_p).value)
 
 
 def _span(shape: list[int], strides: list[int], itemsize: int) -> int:
@@ -261,24 +365,13 @@ def patch() -> None:
     torch.from_dlpack = from_dlpack
     factories.DEVICE_ARRAYS[:] = [is_device_array, from_device_array]
 
-    def refuse(what: str) -> Any:
-        def refused(*args: Any, **kwargs: Any) -> Any:
-            raise _refuse(what)
-
-        return refused
-
-    # The other way (a cuda tensor's memory to another library) is refused by name, never handed out wrong: the
-    # data pointer of a remote tensor is no device address.
-    RemoteTensor.__dlpack__ = refuse("DLPack export of a cuda tensor (cupy.from_dlpack, t.__dlpack__)")  # type: ignore[method-assign]
-    RemoteTensor.__cuda_array_interface__ = property(  # type: ignore[assignment]
-        refuse("__cuda_array_interface__ of a cuda tensor (cupy.asarray, numba.cuda.as_cuda_array)")
-    )
+    RemoteTensor.__dlpack__ = _dlpack  # type: ignore[method-assign,assignment]
+    RemoteTensor.__dlpack_device__ = _dlpack_device  # type: ignore[method-assign,assignment]
+    RemoteTensor.__cuda_array_interface__ = property(_cuda_array_interface)  # type: ignore[assignment]
     orig_to = D.to_dlpack
 
     def to_dlpack(t: Any) -> Any:
-        if isinstance(t, RemoteTensor):
-            raise _refuse("DLPack export of a cuda tensor (torch.utils.dlpack.to_dlpack)")
-        return orig_to(t)
+        return _dlpack(t) if isinstance(t, RemoteTensor) else orig_to(t)
 
     D.to_dlpack = to_dlpack  # type: ignore[assignment]
     torch.to_dlpack = to_dlpack  # type: ignore[assignment]

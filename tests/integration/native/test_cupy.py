@@ -44,9 +44,9 @@ def test_cupy_linalg_on_the_cusolver_stand_in(wooly_gpud: str) -> None:
 
 
 def test_cupy_and_numba_arrays_as_torch_tensors(wooly_gpud: str) -> None:
-    """torch.from_dlpack / torch.as_tensor of CuPy and numba arrays make no copy (NOTE [device memory aliases] in
-    gpud/aten_alias.py): writes through either side are seen by the other, and the array is kept while torch uses
-    its memory."""
+    """torch.from_dlpack / torch.as_tensor of CuPy and numba arrays, and cupy.from_dlpack / cupy.asarray /
+    numba.cuda.as_cuda_array of cuda tensors, make no copy (NOTE [device memory aliases] in gpud/aten_alias.py):
+    writes through either side are seen by the other, and the producer is kept while the consumer uses it."""
     pytest.importorskip("torch")
     pytest.importorskip("numba.cuda")
     proc = wooly_run(
@@ -68,5 +68,9 @@ def test_cupy_and_numba_arrays_as_torch_tensors(wooly_gpud: str) -> None:
         "capsule [0.0, 1.0, 2.0]",
         "kept True",  # CuPy's pool did not hand the array's memory to the next arrays while torch held it
         "numba [2.0, 4.0, 6.0, 8.0, 10.0, 12.0, 14.0, 16.0] True",
+        # the other way: CuPy (from_dlpack, asarray of a view) and numba kernels on a cuda tensor's memory
+        "from torch [0.0, 3.0, 7.0, 10.0, 13.0, 16.0, 18.0, 21.0, 24.0, 27.0] True",
+        "numba on torch [3.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.0]",
+        "cupy matmul True",
         "OK",
     ], out

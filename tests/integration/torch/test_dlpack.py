@@ -1,6 +1,6 @@
-"""Another library's device array as a torch tensor without a copy (NOTE [device memory aliases] in
-gpud/aten_alias.py, shim/torch/dlpack.py): one memory under two names, charged once, kept while torch uses it, and
-only the session's own allocations."""
+"""Another library's device array as a torch tensor without a copy, and a tensor's memory for another library
+(NOTE [device memory aliases] in gpud/aten_alias.py, shim/torch/dlpack.py): one memory under two names, charged
+once, kept while it is used, and only the session's own allocations."""
 
 from __future__ import annotations
 
@@ -24,8 +24,13 @@ EXPECTED = [
     "wild refused 0x70000000 is not a device address of this context",
     "overrun refused range 0x",
     "odd refused the data is 2 bytes into its allocation, not a multiple of torch.float32's size",
-    "dlpack refused True",
-    "cai refused True",
+    # the other way: a tensor's (a view's) memory at a driver address, shared both ways, charged once
+    "export (512,) None <f4 512.0",
+    "both [510.0, 511.0, 0.5, 7.0, 0.5, 0.5] [0.5, 7.0]",
+    "once True True True",
+    "grad Can't get __cuda_array_interface__ on Variable that requires grad",
+    "capsule -3.0 (2, 0)",
+    "export freed True",  # the allocation made for it went with the tensor's storage
     "OK",
 ]
 

@@ -78,12 +78,37 @@ for what, buf in (
     except RuntimeError as exc:
         print(what, "refused", str(exc).split("torch.from_dlpack: ")[-1].splitlines()[0])
 
-# 5. the other way is refused by name (its memory is the executor's)
-t2 = torch.ones(3, device="cuda")
-for what, fn in (("dlpack", t2.__dlpack__), ("cai", lambda: t2.__cuda_array_interface__)):
-    try:
-        fn()
-        print(what, "EXPORTED")
-    except RuntimeError as exc:
-        print(what, "refused", "cannot be handed to another library" in str(exc))
+# 5. the other way: a tensor's memory at a driver-API address (its storage moves there; its views follow)
+base = used()
+x = torch.arange(1024, dtype=torch.float32, device="cuda")
+xv = x[512:]
+before = torch.cuda.memory_allocated()
+cai = xv.__cuda_array_interface__
+ptr = cai["data"][0]
+print(
+    "export", cai["shape"], cai["strides"], cai["typestr"], float(np.frombuffer(d.memcpy_dtoh(ptr, 4), np.float32)[0])
+)
+d.memcpy_htod(ptr, np.full(4, 0.5, dtype=np.float32))
+x[513] = 7.0
+print("both", x[510:516].cpu().tolist(), np.frombuffer(d.memcpy_dtoh(ptr, 8), np.float32).tolist())
+print(
+    "once",
+    used() - base == 4096,
+    torch.cuda.memory_allocated() == before,
+    x.__cuda_array_interface__["data"][0] == ptr - 2048,
+)
+try:
+    print(torch.ones(2, device="cuda", requires_grad=True).__cuda_array_interface__)
+except RuntimeError as exc:
+    print("grad", str(exc).split(".")[0])
+cap = x.__dlpack__()
+back = torch.from_dlpack(cap)  # the same memory again, through a capsule
+back[0] = -3.0
+print("capsule", float(x[0]), x.__dlpack_device__())
+del x, xv, back, cap
+gc.collect()
+torch.cuda.synchronize()
+torch.as_tensor(Buf(q, (4,)))  # an alias call reports dead storages; the export's allocation went with its storage
+torch.cuda.synchronize()
+print("export freed", used() - base == 0)
 print("OK")

@@ -44,4 +44,19 @@ t = torch.as_tensor(d)
 t += 1
 twice[1, 32](d)
 print("numba", t.cpu().tolist(), d.copy_to_host().tolist() == t.cpu().tolist())
+# the other way: CuPy and numba work on a cuda tensor's memory (the tensor's storage moves onto driver memory once)
+t = torch.arange(10, dtype=torch.float32, device="cuda")
+c = cp.from_dlpack(t)
+c *= 3
+z = cp.asarray(t[2:6])  # __cuda_array_interface__ of a view
+z += 1
+print("from torch", t.cpu().tolist(), cp.asnumpy(c).tolist() == t.cpu().tolist())
+g = torch.zeros(8, device="cuda")
+twice[1, 32](cuda.as_cuda_array(g.add_(1.5)))
+print("numba on torch", g.cpu().tolist())
+m = torch.randn(64, 64, device="cuda")
+print(
+    "cupy matmul",
+    bool(cp.allclose(cp.from_dlpack(m) @ cp.from_dlpack(m), cp.asarray((m @ m).cpu().numpy()), atol=1e-4)),
+)
 print("OK")
