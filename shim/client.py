@@ -644,10 +644,11 @@ class Connection:
                 if self._dead is None:
                     self._flush_locked()
                     self.call(m.Bye(), timeout_s=2.0)
-            except CudaError:
+            except Exception:  # noqa: BLE001 - whatever the goodbye met, the socket closes (an open one blocks exit)
                 pass
-            self._closed = True
-            self._sock.close(linger=500)
+            finally:
+                self._closed = True
+                self._sock.close(linger=500)
 
 
 RESTORE_TIMEOUT_S = 120.0  # NOTE [replay log]: how long a standby may take to re-create a session

@@ -75,7 +75,17 @@ row("sparse_to_cuda", lambda: torch.eye(3).to_sparse().to("cuda"))
 row("memory_summary", lambda: "PyTorch CUDA memory summary" in torch.cuda.memory_summary())
 row("memory_stats_keys", lambda: len(torch.cuda.memory_stats()) > 100)
 row("utilization_after_stats", lambda: (torch.cuda.memory_stats(), torch.cuda.utilization())[1] >= 0)
-row("dlpack", lambda: torch.utils.dlpack.to_dlpack(torch.ones(2).cuda()))
+
+
+def _dlpack_round_trip():
+    """to_dlpack and from_dlpack of a cuda tensor: the same memory back (a write through one is seen by the other)."""
+    t = torch.ones(2).cuda()
+    u = torch.utils.dlpack.from_dlpack(torch.utils.dlpack.to_dlpack(t))
+    u[0] = 9.0
+    return (t.tolist(), str(u.device))
+
+
+row("dlpack", _dlpack_round_trip)
 row("device_1", lambda: torch.ones(1, device="cuda:1"))
 row("version_cuda", lambda: torch.version.cuda)
 row("total_memory", lambda: torch.cuda.get_device_properties(0).total_memory == torch.cuda.mem_get_info()[1])
