@@ -148,7 +148,7 @@ def _alias(
         al = _share(session, region, alloc)
         al.live += 1  # for the storage about to be built
     named: list[int] = []
-    token = holder.drop_token(lambda: _dropped(session, al, named[0]))
+    token = holder.drop_token(lambda: _dropped(session, al, named[0], True))
     named.append(token)
     try:
         desc = holder.alias(
@@ -191,13 +191,14 @@ def _share(session: Session, region: Region, alloc: Any) -> Alias:
     return alloc.alias
 
 
-def _dropped(session: Session, al: Alias, token: int) -> None:
-    """The executor's last tensor on one lent storage is gone: the client may let the producer go; memory whose
-    allocation was freed meanwhile (or that was made for the storage) goes now. Any thread: the session's tables
-    change on the I/O loop."""
+def _dropped(session: Session, al: Alias, token: int, report: bool = False) -> None:
+    """The executor's last tensor on one lent storage is gone: the client may let the producer go (``report``: an
+    alias's token, listed with the next alias reply); memory whose allocation was freed meanwhile (or that was made
+    for the storage) goes now. Any thread: the session's tables change on the I/O loop."""
     with _lock:
         al.live -= 1
-        session.ext.setdefault("aten.alias_dead", []).append(token)
+        if report:
+            session.ext.setdefault("aten.alias_dead", []).append(token)
         _lent(session).pop(token, None)
         if al.live:
             return
