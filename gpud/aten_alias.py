@@ -108,28 +108,40 @@ def call(session: Session, op: list[Any], holder: Any) -> tuple[Any, Callable[[]
             codes.INVALID_VALUE,
             f"torch.from_dlpack: 0x{ptr:x} is a module's global memory, not an allocation (cuMemAlloc)",
         )
+    marker, result = _after_all_work(
+        session, holder, lambda: _alias(session, holder, region, alloc, ptr - region.start, dt, shape, stride)
+    )
+
+    def produce() -> tuple[Any, list[Any]]:
+        return {**result(), "dead": session.ext.pop("aten.alias_dead", [])}, []
+
+    return marker, produce
+
+
+def _after_all_work(session: Session, holder: Any, work: Callable[[], Any]) -> tuple[Any, Callable[[], Any]]:
+    """Queue ``work`` on the session's default stream after the work of every stream; returns its marker and what
+    gives its result (or raises its error, or an earlier op's) once the marker is done."""
     box: dict[str, Any] = {}
 
     def run() -> None:
         if holder.closed:
             return
         try:
-            box["value"] = _alias(session, holder, region, alloc, ptr - region.start, dt, shape, stride)
+            box["value"] = work()
         except CudaError as exc:
             box["error"] = exc
 
-    marker = session.engine.enqueue(0, run, deps=session.engine.tails())  # after the work of every stream
+    marker = session.engine.enqueue(0, run, deps=session.engine.tails())
 
-    def produce() -> tuple[Any, list[Any]]:
+    def result() -> Any:
         session.check_errors()
         if "error" in box:
             raise box["error"]
         if "value" not in box:
-            raise CudaError(codes.INVALID_CONTEXT, "torch.from_dlpack did not run (session closed)")
-        dead = session.ext.pop("aten.alias_dead", [])
-        return {**box["value"], "dead": dead}, []
+            raise CudaError(codes.INVALID_CONTEXT, "the call did not run (the session closed)")
+        return box["value"]
 
-    return marker, produce
+    return marker, result
 
 
 def _alias(
@@ -268,25 +280,10 @@ def export(session: Session, op: list[Any], holder: Any) -> tuple[Any, Callable[
             f"a cuda tensor's memory for another library (cupy.from_dlpack, __cuda_array_interface__) is not "
             f"supported on gpud's {session.backend.kind} backend yet; copy it (t.cpu())",
         )
-    box: dict[str, Any] = {}
-
-    def run() -> None:
-        if holder.closed:
-            return
-        try:
-            box["value"] = _export(session, holder, args[0])
-        except CudaError as exc:
-            box["error"] = exc
-
-    marker = session.engine.enqueue(0, run, deps=session.engine.tails())
+    marker, result = _after_all_work(session, holder, lambda: _export(session, holder, args[0]))
 
     def produce() -> tuple[Any, list[Any]]:  # on the I/O loop: the session's tables change here
-        session.check_errors()
-        if "error" in box:
-            raise box["error"]
-        if "value" not in box:
-            raise CudaError(codes.INVALID_CONTEXT, "the export did not run (session closed)")
-        al, offset, placed = box["value"]
+        al, offset, placed = result()
         if not placed:
             _place(session, al)
         a = al.allocation

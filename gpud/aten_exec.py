@@ -748,7 +748,7 @@ class Executor:
         if not isinstance(buf, mmap.mmap) or not 0 <= size <= len(buf) or self.device.type != "cpu":
             raise CudaError(codes.INVALID_VALUE, "wooly.alias_device is gpud's own (the memory did not come with it)")
         dtype = dtype_of(dt)
-        itemsize = torch.empty((), dtype=dtype).element_size()
+        itemsize = dtype.itemsize
         if not 0 <= offset < max(size, 1) or offset % itemsize:
             raise CudaError(
                 codes.INVALID_VALUE,

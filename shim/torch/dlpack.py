@@ -247,7 +247,7 @@ def alias(ptr: int, dtype_name: str, shape: list[int], strides: list[int], dev: 
     dtype = NAME_DTYPE.get(dtype_name)
     if dtype is None:
         raise RuntimeError(f"wooly: torch.from_dlpack: {dtype_name} data has no torch dtype here")
-    span = _span(shape, strides, torch.empty((), dtype=dtype).element_size())
+    span = _span(shape, strides, dtype.itemsize)
     st = S.stream(dev)
     st.conn.before_driver_work = st.flush  # the program's driver calls come after its tensor ops from now on
     value, _ = st.call([W.OP_ALIAS_DEVICE, [int(ptr), span, dtype_name, shape, strides], {}, []], "torch.from_dlpack")

@@ -58,3 +58,43 @@ def test_driver_memory_as_a_tensor(executors: bool) -> None:
         got.startswith(want.format(other=other)) for got, want in zip(lines, EXPECTED, strict=True)
     ), out
     assert "overruns the allocation" in lines[11], out
+
+
+def test_hostile_lending_calls_get_cuda_errors(gpud: str) -> None:
+    """Malformed ``wooly.alias_device``/``wooly.export_device`` calls, the executor's own form of them, and either
+    inside a batch: each is a CUDA error naming what is wrong, and gpud goes on serving."""
+    from gpud.errors import CudaError, codes
+    from proto import aten as W
+    from proto import messages as m
+    from shim.client import Connection
+    from shim.driver import Driver
+
+    d = Driver(Connection(gpud, tenant="mallory"))
+    try:
+        p = d.mem_alloc(4096)
+        bad = [
+            [],  # nothing
+            ["0x1000", 16, "float32", [4], [1]],  # a pointer that is no integer
+            [p, -1, "float32", [4], [1]],  # negative size
+            [p, 16, "float32", [4], [1, 1]],  # shape and stride differ
+            [p, 16, "float32", [1] * 100, [1] * 100],  # too many dimensions
+            [0, 0, p, "float32", [4], [1], 1],  # the executor's own form, sent by a client
+            [p, 16, "no_such_dtype", [4], [1]],
+            [p, 1 << 40, "float32", [1 << 38], [1]],  # past the allocation
+        ]
+        for args in bad:
+            with pytest.raises(CudaError) as err:
+                d.conn.call(m.AtenCall(op=[W.OP_ALIAS_DEVICE, args, {}, []]))
+            assert err.value.code == codes.INVALID_VALUE, (args, err.value)
+        for args in ([], [5], ["x", 0, 1]):
+            with pytest.raises(CudaError) as err:
+                d.conn.call(m.AtenCall(op=[W.OP_EXPORT_DEVICE, args, {}, []]))
+            assert err.value.code == codes.INVALID_VALUE, (args, err.value)
+        for op in (W.OP_ALIAS_DEVICE, W.OP_EXPORT_DEVICE):
+            d.conn.post(m.AtenBatch(ops=[[op, [0, 0, 4096, "float32", [4], [1], 1], {}, [7]]]))
+            with pytest.raises(CudaError) as err:
+                d.conn.call(m.AtenCall(op=[W.OP_SYNC, [], {}, []]))
+            assert err.value.code == codes.NOT_PERMITTED and "is a synchronous call" in str(err.value)
+        assert d.mem_get_info()[1] > 0  # still serving
+    finally:
+        d.conn.close()
