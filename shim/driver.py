@@ -56,10 +56,17 @@ class FunctionInfo:
         return bytes(buf)
 
 
+# NOTE [devices of a program] (shim/runtime.py): a program with several devices has a driver per device, and the
+# handles they make (streams, events, modules, functions) must not collide where the program holds them side by
+# side; each driver numbers its own from ``index << HANDLE_SHIFT`` up, so a handle also says whose it is.
+HANDLE_SHIFT = 40
+
+
 class Driver:
-    def __init__(self, conn: Connection) -> None:
+    def __init__(self, conn: Connection, index: int = 0) -> None:
         self.conn = conn
-        self._ids = itertools.count(16)
+        self.index = index  # the program's cuda:N this driver serves
+        self._ids = itertools.count(16 + (index << HANDLE_SHIFT))
         self._lock = threading.Lock()
         self._alloc_starts: list[int] = []
         self._alloc_size: dict[int, int] = {}

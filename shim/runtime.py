@@ -9,7 +9,7 @@ from typing import Any
 from proto import errors as codes
 from proto.errors import CudaError
 from shim.client import Connection
-from shim.driver import Driver
+from shim.driver import HANDLE_SHIFT, Driver
 
 _lock = threading.Lock()
 _driver: Driver | None = None
@@ -142,7 +142,18 @@ def visible() -> list[int]:
     - ``WOOLY_DEVICE=N``, or a pool placement (a reservation is for one device): that device only;
     - otherwise every device the tenant may use (its policy's ``devices``, gpud's ``usable`` in the hello reply).
     Devices are never shared out behind the program's back: each session is placed, counted and isolated as any
-    other, and tensors move between them through the client (a copy between devices is a download and an upload)."""
+    other, and tensors move between them through the client (a copy between devices is a download and an upload).
+
+    Every face counts the same devices: torch (``torch.cuda.device_count()``), the driver API and the runtime on it
+    (``cuDeviceGetCount``, numba's ``cuda.gpus``, ``cudaSetDevice``) and NVML. A device is described from the hello
+    reply (``device_info``: no session is opened to read its name or attributes); its session opens when the program
+    first does work there. In the driver face a call goes to the session of the current context's device, or of the
+    device that made the stream, event, module or function it names (each driver numbers its handles from its own
+    base, ``HANDLE_SHIFT`` in shim/driver.py) or that holds the memory it names (unified addressing: a copy from
+    device 1's memory needs no device-1 context). A library (``cuLibraryLoadData``, what the CUDA runtime and
+    cuda.core load) is context-independent: used on another device it is loaded there too. Peer access is
+    refused (``cuDeviceCanAccessPeer`` says 0): kernels of one session cannot reach another's memory, and
+    ``cuMemcpyPeer`` or a ``cudaMemcpyDefault`` copy between devices goes through this process."""
     global _visible
     if _visible is not None:
         return _visible
@@ -190,8 +201,49 @@ def device_driver(index: int) -> Driver:
             from proto.settings import client as settings
 
             s = settings()
-            d = _more[index] = Driver(_connection(s, base.conn.endpoint, base.conn.server_key, order[index]))
+            d = _more[index] = Driver(_connection(s, base.conn.endpoint, base.conn.server_key, order[index]), index)
         return d
+
+
+def device_info(index: int) -> dict[str, Any]:
+    """The description of the program's ``cuda:index`` (name, memory, attributes) from the hello reply, without
+    opening a session for it (NOTE [devices of a program])."""
+    order = visible()
+    if not 0 <= index < len(order):
+        raise CudaError(
+            codes.INVALID_DEVICE, f"device ordinal {index} out of range (this program has {len(order)} device(s))"
+        )
+    if index == 0:
+        return driver().devices[0]
+    d = _more.get(index)
+    if d is not None and d.conn.alive:
+        return d.devices[0]
+    for desc in driver().conn.node_devices:
+        if desc["ordinal"] == order[index]:
+            return desc
+    raise CudaError(codes.INVALID_DEVICE, f"gpud lists no device {order[index]}")
+
+
+def opened() -> list[Driver]:
+    """The drivers of the devices this program has used so far, ``cuda:0``'s first."""
+    out = [_driver] if _driver is not None else []
+    return out + [_more[i] for i in sorted(_more)]
+
+
+def driver_of_handle(handle: int) -> Driver | None:
+    """The driver whose stream, event, module or function ``handle`` is (None: not one a driver made)."""
+    index = int(handle) >> HANDLE_SHIFT
+    if index == 0:
+        return _driver
+    return _more.get(index)
+
+
+def driver_of_pointer(ptr: int) -> Driver | None:
+    """The driver of the device whose allocation holds ``ptr`` (None: no device's)."""
+    for d in opened():
+        if d.is_device_pointer(ptr):
+            return d
+    return None
 
 
 def connect(endpoint: str, **kwargs) -> Driver:

@@ -117,7 +117,7 @@ capture_ids = itertools.count(1)
 
 
 def stream_key(h: int) -> int:
-    return STATE.driver()._stream(int(h or 0))
+    return STATE.driver_for(int(h or 0))._stream(int(h or 0))
 
 
 # ---------------------------------------------------------------------------- capture hooks

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import uuid as uuidlib
 from ctypes import c_int, c_size_t, c_uint, c_uint64, c_void_p
+from typing import Any
 
 from proto import errors as codes
 from proto.errors import CudaError
@@ -65,8 +66,7 @@ def cuGetErrorString(code: int, out: int) -> int:
 
 # ---------------------------------------------------------------------------- devices
 def _dev(ordinal: int) -> dict:
-    STATE.check_device(ordinal)
-    return STATE.driver().devices[ordinal]
+    return STATE.device_info(ordinal)
 
 
 @api("cuDeviceGet", 2000, P, c_int)
@@ -180,6 +180,14 @@ def cuDeviceGetTexture1DLinearMaxWidth(out: int, fmt: int, channels: int, dev: i
     put_u64(out, 1 << 28)
 
 
+def _ctx_driver(ctx: Any) -> Any:
+    """The driver of a context's device (NOTE [devices of a program] in shim/runtime.py)."""
+    from shim import runtime
+
+    STATE.driver()  # cuInit first
+    return runtime.device_driver(ctx.device)
+
+
 # ---------------------------------------------------------------------------- primary contexts
 @api("cuDevicePrimaryCtxRetain", 7000, P, c_int)
 def cuDevicePrimaryCtxRetain(out: int, dev: int) -> None:
@@ -212,7 +220,7 @@ def cuDevicePrimaryCtxGetState(dev: int, flags: int, active: int) -> None:
 def cuDevicePrimaryCtxReset(dev: int) -> None:
     ctx = STATE.primary(dev)
     if ctx.retains > 0:
-        STATE.driver().ctx_synchronize()
+        _ctx_driver(ctx).ctx_synchronize()
     ctx.retains = 0
 
 
@@ -301,9 +309,8 @@ def cuCtxSynchronize() -> None:
 
 @api("cuCtxSynchronize", 13000, P)
 def cuCtxSynchronize_v2(ctx: int | None) -> None:
-    """CUDA 13: wait for ``ctx`` (NULL: the current one); all contexts share the process's session."""
-    STATE.context(ctx) if ctx else STATE.require_current()
-    STATE.driver().ctx_synchronize()
+    """CUDA 13: wait for ``ctx`` (NULL: the current one); a device's contexts share its session."""
+    _ctx_driver(STATE.context(ctx) if ctx else STATE.require_current()).ctx_synchronize()
 
 
 @api("cuCtxGetLimit", 3010, P, c_int)

@@ -244,13 +244,13 @@ def cuGraphAddChildGraphNode(out: int, graph: int | None, deps: int | None, n: i
 
 @api("cuGraphAddEventRecordNode", 11010, P, P, P, c_size_t, P)
 def cuGraphAddEventRecordNode(out: int, graph: int | None, deps: int | None, n: int, event: int | None) -> None:
-    STATE.driver()._event(int(event or 0))
+    STATE.driver_for(int(event or 0))._event(int(event or 0))
     _add(out, graph, deps, n, EVENT_RECORD, int(event or 0))
 
 
 @api("cuGraphAddEventWaitNode", 11010, P, P, P, c_size_t, P)
 def cuGraphAddEventWaitNode(out: int, graph: int | None, deps: int | None, n: int, event: int | None) -> None:
-    STATE.driver()._event(int(event or 0))
+    STATE.driver_for(int(event or 0))._event(int(event or 0))
     _add(out, graph, deps, n, WAIT_EVENT, int(event or 0))  # the launch is one stream: nothing to wait for
 
 
@@ -485,7 +485,7 @@ def cuGraphExecDestroy(exe: int | None) -> None:
 @api("cuGraphLaunch", 10000, P, P)
 def cuGraphLaunch(exe: int | None, stream: int | None) -> None:
     e = _get(exe, Exec, "graph exec")
-    STATE.driver()._stream(int(stream or 0))
+    STATE.driver_for(int(stream or 0))._stream(int(stream or 0))
     e.launch(int(stream or 0))
 
 
@@ -609,11 +609,11 @@ def _status(key: int) -> int:
 def cuStreamIsCapturing(stream: int | None, out: int) -> None:
     if not out:
         raise CudaError(codes.INVALID_VALUE, "cuStreamIsCapturing: captureStatus is NULL")
-    put_i32(out, _status(STATE.driver()._stream(int(stream or 0))))
+    put_i32(out, _status(STATE.driver_for(int(stream or 0))._stream(int(stream or 0))))
 
 
 def _capture_info(stream: int | None, status: int, ident: int) -> Capture | None:
-    key = STATE.driver()._stream(int(stream or 0))
+    key = STATE.driver_for(int(stream or 0))._stream(int(stream or 0))
     cap = captures.get(key) if captures else None
     if not status:
         raise CudaError(codes.INVALID_VALUE, "captureStatus_out is NULL")

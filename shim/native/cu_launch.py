@@ -76,7 +76,7 @@ def validate(
     cooperative: bool = False,
 ) -> None:
     """The driver's checks (proto/launch.py), with this function's attributes as cuFuncSetAttribute left them."""
-    device = STATE.driver().devices[STATE.current_device()]["attributes"]
+    device = STATE.driver_for(info.module).devices[0]["attributes"]
     threads = block[0] * block[1] * block[2]
     static = cu_module.attribute(info, cu_module.SHARED)
     max_threads = cu_module.attribute(info, cu_module.MAX_THREADS)
@@ -118,9 +118,13 @@ def launch(
         stream, cu_capture.KERNEL, (info, grid, block, shared, params, cooperative), cu_capture.issue_kernel
     ):
         return
-    STATE.driver().launch_kernel(
-        info, grid, block, params, shared_mem=shared, stream=int(stream or 0), cooperative=cooperative, checked=True
-    )
+    drv, s = STATE.driver_for(info.module), int(stream or 0)
+    if s > 2 and STATE.driver_for(s) is not drv:  # a stream of another device (NOTE [devices of a program])
+        raise CudaError(
+            codes.INVALID_HANDLE,
+            f"{info.name}: stream 0x{s:x} belongs to another device than the kernel's module (cuda:{drv.index})",
+        )
+    drv.launch_kernel(info, grid, block, params, shared_mem=shared, stream=s, cooperative=cooperative, checked=True)
 
 
 @api("cuLaunchKernel", 4000, P, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, P, P, P)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import platform
 from ctypes import c_int, c_size_t, c_ubyte, c_uint, c_uint16, c_uint32, c_uint64, c_void_p
+from typing import Any
 
 from proto import errors as codes
 from proto.errors import CudaError
@@ -27,8 +28,8 @@ _registered: dict[int, tuple[int, int]] = {}  # cuMemHostRegister'ed ranges: sta
 
 # ---------------------------------------------------------------------------- pointer classification
 def device_range(ptr: int) -> tuple[int, int] | None:
-    """(base, size) of the device allocation or module global holding ``ptr``."""
-    drv = STATE.driver()
+    """(base, size) of the device allocation or module global holding ``ptr`` (of any device of the program)."""
+    drv = STATE.driver_at(ptr)
     try:
         return drv.mem_get_address_range(ptr)
     except CudaError:
@@ -75,6 +76,20 @@ def _stream(h: int | None) -> int:
     return int(h or 0)
 
 
+def _on(ptr: int, stream: int) -> tuple[Any, int]:
+    """The driver of the device holding ``ptr`` and the stream to queue a copy on there: with unified addressing
+    a copy may name memory of a device other than the current one, or a stream of another device (NOTE [devices
+    of a program] in shim/runtime.py). Such a stream's earlier work is waited for here, and the copy goes on the
+    memory's device's NULL stream."""
+    drv = STATE.driver_at(ptr)
+    if stream > 2:
+        owner = STATE.driver_for(stream)
+        if owner is not drv:
+            owner.stream_synchronize(stream)
+            return drv, 0
+    return drv, stream
+
+
 # ---------------------------------------------------------------------------- device memory
 @api("cuMemAlloc", 3020, P, c_size_t)
 def cuMemAlloc(out: int, size: int) -> None:
@@ -107,7 +122,7 @@ def cuMemFree(ptr: int) -> None:
         raise CudaError(
             codes.INVALID_VALUE, f"cuMemFree: 0x{ptr:x} was reserved by cuMemAddressReserve: cuMemAddressFree it"
         )
-    STATE.driver().mem_free(ptr)
+    STATE.driver_at(ptr).mem_free(ptr)
 
 
 @api("cuMemGetInfo", 3020, P, P)
@@ -218,10 +233,11 @@ def htod(dst: int, src: int, size: int, stream: int, what: str) -> None:
     check_device(dst, size, what)
     if cu_capture.record(stream, cu_capture.MEMCPY, None, lambda _n, s: htod(dst, src, size, s, what)):
         return
-    STATE.driver().memcpy_htod(dst, _host_buf(src, size), stream=stream)
+    drv, stream = _on(dst, stream)
+    drv.memcpy_htod(dst, _host_buf(src, size), stream=stream)
     _host_visible(dst, what)
     if size >= SYNC_UPLOAD_BYTES and not what.endswith("Async"):
-        STATE.driver().stream_synchronize(stream)  # NOTE [synchronous uploads]
+        drv.stream_synchronize(stream)  # NOTE [synchronous uploads]
 
 
 # NOTE [synchronous uploads]: a synchronous cuMemcpyHtoD (cudaMemcpy) of a large buffer returns once the bytes are
@@ -240,7 +256,8 @@ def dtoh(dst: int, src: int, size: int, stream: int, what: str) -> None:
     check_device(src, size, what)
     if cu_capture.record(stream, cu_capture.MEMCPY, None, lambda _n, s: dtoh(dst, src, size, s, what)):
         return
-    STATE.driver().memcpy_dtoh(src, size, stream=stream, out=_host_buf(dst, size))
+    drv, stream = _on(src, stream)
+    drv.memcpy_dtoh(src, size, stream=stream, out=_host_buf(dst, size))
 
 
 def dtod(dst: int, src: int, size: int, stream: int, what: str) -> None:
@@ -250,7 +267,15 @@ def dtod(dst: int, src: int, size: int, stream: int, what: str) -> None:
     check_device(dst, size, what + " (destination)")
     if cu_capture.record(stream, cu_capture.MEMCPY, None, lambda _n, s: dtod(dst, src, size, s, what)):
         return
-    STATE.driver().memcpy_dtod(dst, src, size, stream=stream)
+    drv, stream = _on(dst, stream)
+    source = STATE.driver_at(src)
+    if source is not drv:  # another device's memory: no session holds both (NOTE [devices of a program]), so the
+        # bytes go through this process, after the work queued before the copy on either side
+        source.stream_synchronize(0)
+        drv.memcpy_htod(dst, source.memcpy_dtoh(src, size), stream=stream)
+        drv.stream_synchronize(stream)
+        return
+    drv.memcpy_dtod(dst, src, size, stream=stream)
     _host_visible(dst, what)
 
 
@@ -269,7 +294,7 @@ def copy_dir(dst: int, d_dev: bool, src: int, s_dev: bool, size: int, stream: in
             stream, cu_capture.MEMCPY, None, lambda _n, s: copy_dir(dst, False, src, False, size, s, what)
         ):
             return
-        STATE.driver().stream_synchronize(stream)
+        STATE.driver_for(stream).stream_synchronize(stream)
         ctypes.memmove(dst, src, size)
 
 
@@ -332,7 +357,7 @@ def cuMemcpyPeerAsync(dst: int, dc: int | None, src: int, sc: int | None, size: 
 def _host_visible(dst: int, what: str) -> None:
     """Synchronous calls that write page-locked host memory return once the host sees the bytes."""
     if not what.endswith("Async") and any(d <= dst < d + b.size for d, b in _mapped.items()):
-        STATE.driver().stream_synchronize(0)
+        STATE.driver_at(dst).stream_synchronize(0)
 
 
 def _memset(dst: int, value: int, elem: int, count: int, stream: int, what: str) -> None:
@@ -343,7 +368,8 @@ def _memset(dst: int, value: int, elem: int, count: int, stream: int, what: str)
     check_device(dst, elem * count, what)
     if cu_capture.record(stream, cu_capture.MEMSET, None, lambda _n, s: _memset(dst, value, elem, count, s, what)):
         return
-    STATE.driver().memset(dst, value, elem, count, stream=stream)
+    drv, stream = _on(dst, stream)
+    drv.memset(dst, value, elem, count, stream=stream)
     _host_visible(dst, what)
 
 
@@ -386,7 +412,7 @@ _IPC_SIZE = 64  # sizeof(CUipcMemHandle)
 def cuIpcGetMemHandle(handle_out: int, ptr: int) -> None:
     if not handle_out:
         raise CudaError(codes.INVALID_VALUE, "cuIpcGetMemHandle: handle pointer is NULL")
-    h = STATE.driver().ipc_get_mem_handle(ptr)
+    h = STATE.driver_at(ptr).ipc_get_mem_handle(ptr)
     ctypes.memmove(handle_out, h, _IPC_SIZE)
 
 
@@ -413,7 +439,7 @@ else:  # AArch64 (AAPCS64) passes a struct larger than 16 bytes as a pointer to 
 
 @api("cuIpcCloseMemHandle", 4010, D)
 def cuIpcCloseMemHandle(ptr: int) -> None:
-    STATE.driver().ipc_close_mem_handle(ptr)
+    STATE.driver_at(ptr).ipc_close_mem_handle(ptr)
 
 
 # NOTE [ipc events] (gpud/ipc.py)
@@ -424,7 +450,7 @@ _CU_EVENT_IPC_FLAGS = 0x6  # CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING: wh
 def cuIpcGetEventHandle(handle_out: int, event: int | None) -> None:
     if not handle_out:
         raise CudaError(codes.INVALID_VALUE, "cuIpcGetEventHandle: handle pointer is NULL")
-    ctypes.memmove(handle_out, STATE.driver().ipc_get_event_handle(int(event or 0)), _IPC_SIZE)
+    ctypes.memmove(handle_out, STATE.driver_for(int(event or 0)).ipc_get_event_handle(int(event or 0)), _IPC_SIZE)
 
 
 def _open_event(out: int, handle: bytes) -> None:

@@ -67,7 +67,7 @@ def _default_of(device: int) -> int:
 
 
 def _check_device(device: int) -> None:
-    count = len(STATE.driver().devices)
+    count = STATE.device_count()
     if not 0 <= device < count:
         raise CudaError(codes.INVALID_DEVICE, f"device {device} does not exist ({count} visible)")
 

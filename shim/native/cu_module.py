@@ -33,6 +33,11 @@ _deferred_by_key: dict[tuple[int, str], int] = {}
 _globals: dict[int, list[int]] = {}  # module -> global addresses registered in STATE.global_ranges
 _facts: dict[int, tuple[int, dict[str, int]]] = {}  # module -> (.const bytes, entry -> .maxnreg)
 _targets: dict[int, int] = {}  # module -> the architecture its PTX targets (.target sm_75 -> 75)
+# NOTE [devices of a program] (shim/runtime.py): a library is context-independent, and each device of the program
+# is a session of its own, so a library used on a device other than the one it was loaded on is loaded there too
+# (once, from its image) and its kernels and globals are that copy's there.
+_images: dict[int, bytes] = {}  # library -> its image, for the devices it has not been loaded on yet
+_copies: dict[tuple[int, int], int] = {}  # (library, device) -> the library's module on that device
 _TARGET = re.compile(r"^\s*\.target\s+sm_(\d+)", re.M)
 
 _CONST = re.compile(
@@ -66,6 +71,8 @@ def load(ptx: bytes, *, library: bool = False) -> int:
     if not library:
         STATE.require_current()
     h = STATE.driver().module_load_data(ptx, "ptx")
+    if library:
+        _images[h] = ptx
     _facts[h] = ptx_facts(ptx.decode(errors="replace"))
     # a kernel's PTX_VERSION is its PTX's target, as on a GPU that JIT-compiles compute_75 PTX: CUB and
     # thrust check it against the architectures they were built for
@@ -77,17 +84,35 @@ def load(ptx: bytes, *, library: bool = False) -> int:
 
 def module(h: int | None) -> int:
     m = int(h or 0)
-    if m not in STATE.driver().modules:
+    if m not in STATE.driver_for(m).modules:
         raise CudaError(codes.INVALID_HANDLE, f"invalid module handle 0x{m:x}")
     return m
 
 
+def here(m: int) -> int:
+    """Module ``m``, or for a library loaded on another device, its copy on the current context's device."""
+    drv = STATE.driver()
+    if m not in _images or STATE.driver_for(m) is drv:
+        return m
+    copy = _copies.get((m, drv.index))
+    if copy is None or copy not in drv.modules:
+        copy = _copies[(m, drv.index)] = drv.module_load_data(_images[m], "ptx")
+        _facts[copy] = _facts.get(m, (0, {}))
+        if m in _targets:
+            _targets[copy] = _targets[m]
+    return copy
+
+
 def function(h: int | None) -> FunctionInfo:
     info = _by_handle.get(int(h or 0))
-    if info is None and int(h or 0) in _deferred:
+    if int(h or 0) in _deferred:  # a library's kernel: its function on the current device (NOTE [devices ...])
         lib, name = _deferred[int(h or 0)]
-        info = _by_handle[int(h or 0)] = get_function(lib, name.encode())
-    if info is None or info.module not in STATE.driver().modules:
+        if lib not in _images or STATE.driver_for(lib) is STATE.driver():
+            if info is None:
+                info = _by_handle[int(h or 0)] = get_function(lib, name.encode())
+        else:
+            info = get_function(here(lib), name.encode())
+    if info is None or info.module not in STATE.driver_for(info.module).modules:
         raise CudaError(codes.INVALID_HANDLE, f"invalid function handle 0x{int(h or 0):x}")
     return info
 
@@ -99,7 +124,7 @@ def get_function(mod: int | None, name: bytes | None) -> FunctionInfo:
     key = (m, name.decode())
     info = _functions.get(key)
     if info is None:
-        info = STATE.driver().module_get_function(m, key[1])
+        info = STATE.driver_for(m).module_get_function(m, key[1])
         _functions[key] = info
         _by_handle[info.handle] = info
     return info
@@ -118,14 +143,17 @@ def unload(mod: int | None) -> None:
     _libraries.discard(m)
     _facts.pop(m, None)
     _targets.pop(m, None)
-    STATE.driver().module_unload(m)
+    _images.pop(m, None)
+    for copy_key in [k for k in _copies if k[0] == m]:
+        unload(_copies.pop(copy_key))
+    STATE.driver_for(m).module_unload(m)
 
 
 def get_global(out_ptr: int, out_size: int, mod: int | None, name: bytes | None) -> None:
-    m = module(mod)
+    m = here(module(mod))
     if not name:
         raise CudaError(codes.INVALID_VALUE, "global name is NULL")
-    addr, size = STATE.driver().module_get_global(m, name.decode())
+    addr, size = STATE.driver_for(m).module_get_global(m, name.decode())
     STATE.global_ranges[addr] = size
     _globals.setdefault(m, []).append(addr)
     if out_ptr:
@@ -135,7 +163,7 @@ def get_global(out_ptr: int, out_size: int, mod: int | None, name: bytes | None)
 
 
 def _device() -> dict:
-    return STATE.driver().devices[STATE.current_device()]["attributes"]
+    return STATE.driver().devices[0]["attributes"]
 
 
 def attribute(info: FunctionInfo, attrib: int) -> int:
@@ -236,7 +264,8 @@ def cuModuleGetLoadingMode(out: int) -> None:
 
 @api("cuModuleGetFunctionCount", 12040, P, P)
 def cuModuleGetFunctionCount(out: int, mod: int | None) -> None:
-    put_u32(out, len(STATE.driver().modules[module(mod)].get("kernels", [])))
+    m = module(mod)
+    put_u32(out, len(STATE.driver_for(m).modules[m].get("kernels", [])))
 
 
 # ---------------------------------------------------------------------------- libraries and kernels
@@ -265,15 +294,16 @@ def cuLibraryGetKernel(out: int, lib: int | None, name: bytes | None) -> None:
     if not name:
         raise CudaError(codes.INVALID_VALUE, "kernel name is NULL")
     key = (m, name.decode())
-    if key in _functions:
-        put_u64(out, _functions[key].handle)
-        return
-    if key[1] not in STATE.driver().modules[m].get("kernels", []):
-        raise CudaError(codes.NOT_FOUND, f"named symbol not found: no kernel {key[1]} in library 0x{m:x}")
     h = _deferred_by_key.get(key)
     if h is None:
-        h = _deferred_by_key[key] = STATE.driver()._new_id()
-        _deferred[h] = key
+        if key in _functions:  # asked for through the library's module already: that function is the kernel
+            h = _functions[key].handle
+        elif key[1] not in STATE.driver_for(m).modules[m].get("kernels", []):
+            raise CudaError(codes.NOT_FOUND, f"named symbol not found: no kernel {key[1]} in library 0x{m:x}")
+        else:
+            h = STATE.driver_for(m)._new_id()
+        _deferred_by_key[key] = h
+        _deferred[h] = key  # a kernel is the library's on every device (function(), NOTE [devices of a program])
     put_u64(out, h)
 
 
@@ -411,7 +441,7 @@ def _max_potential(min_grid: int, block_out: int, fn: int | None, cb: int | None
         active = blocks_per_sm(info, block, smem) * block
         if active > best_active or (active == best_active and block > best):
             best, best_active = block, active
-    sms = int(STATE.driver().devices[STATE.current_device()]["attributes"].get(16, 1))
+    sms = int(STATE.driver().devices[0]["attributes"].get(16, 1))
     smem = int(size_of(best)) if size_of else dyn
     put_i32(min_grid, max(1, blocks_per_sm(info, best, smem)) * sms)
     put_i32(block_out, best)

@@ -70,6 +70,9 @@ def attribute(attr: int, ptr: int) -> int | None:
     dev = cu_memory.device_range(ptr)
     if dev is not None:
         base, size = dev
+        index = STATE.driver_at(ptr).index  # the device holding it (NOTE [devices of a program] in shim/runtime.py)
+        if index != ctx.device:
+            ctx = STATE.primary(index)
         return {
             CONTEXT: ctx.handle,
             MEMORY_TYPE: MEMTYPE_DEVICE,

@@ -46,7 +46,7 @@ def cuStreamCreateWithPriority(out: int, flags: int, priority: int) -> None:
 
 @api("cuStreamDestroy", 4000, P)
 def cuStreamDestroy(h: int | None) -> None:
-    STATE.driver().stream_destroy(_s(h))
+    STATE.driver_for(_s(h)).stream_destroy(_s(h))
     STATE.stream_flags.pop(_s(h), None)
     for key in [k for k in _stream_attrs if k[0] == _s(h)]:
         del _stream_attrs[key]
@@ -55,19 +55,25 @@ def cuStreamDestroy(h: int | None) -> None:
 @api("cuStreamSynchronize", 2000, P)
 def cuStreamSynchronize(h: int | None) -> None:
     cu_capture.refuse_sync(h, "cuStreamSynchronize")
-    STATE.driver().stream_synchronize(_s(h))
+    STATE.driver_for(_s(h)).stream_synchronize(_s(h))
 
 
 @api("cuStreamQuery", 2000, P)
 def cuStreamQuery(h: int | None) -> int:
     cu_capture.refuse_sync(h, "cuStreamQuery")
-    return 0 if STATE.driver().stream_query(_s(h)) else codes.NOT_READY
+    return 0 if STATE.driver_for(_s(h)).stream_query(_s(h)) else codes.NOT_READY
 
 
 @api("cuStreamWaitEvent", 3020, P, P, c_uint)
 def cuStreamWaitEvent(h: int | None, event: int | None, flags: int) -> None:
-    if not cu_capture.stream_waits(_s(h), int(event or 0)):
-        STATE.driver().stream_wait_event(_s(h), int(event or 0))
+    if cu_capture.stream_waits(_s(h), int(event or 0)):
+        return
+    drv, owner = STATE.driver_for(_s(h)), STATE.driver_for(int(event or 0))
+    if owner is not drv:  # an event of another device (NOTE [devices of a program]): its session is not this
+        # stream's, so the wait happens here, before anything later is queued on the stream
+        owner.event_synchronize(int(event or 0))
+        return
+    drv.stream_wait_event(_s(h), int(event or 0))
 
 
 def _stream_info(h: int | None) -> tuple[int, int]:
@@ -99,7 +105,9 @@ def cuStreamGetId(h: int | None, out: int) -> None:
 @api("cuStreamGetCtx", 9020, P, P)
 def cuStreamGetCtx(h: int | None, out: int) -> None:
     _stream_info(h)
-    put_u64(out, STATE.require_current().handle)
+    ctx = STATE.require_current()
+    index = STATE.driver_for(_s(h)).index  # the stream's device (NOTE [devices of a program])
+    put_u64(out, ctx.handle if index == ctx.device else STATE.primary(index).handle)
 
 
 @api("cuStreamGetCtx", 12050, P, P, P)
@@ -155,7 +163,7 @@ def cuStreamCopyAttributes(dst: int | None, src: int | None) -> None:
 def issue_host(node: cu_capture.Node, stream: int) -> None:
     """A host node: the function runs once the stream's earlier work is done."""
     fn, user = node.params
-    STATE.driver().stream_synchronize(cu_capture.stream_key(stream))
+    STATE.driver_for(cu_capture.stream_key(stream)).stream_synchronize(cu_capture.stream_key(stream))
     HOST_FN(fn)(user)
 
 
@@ -165,7 +173,7 @@ def cuLaunchHostFunc(h: int | None, fn: int | None, user: int | None) -> None:
         raise CudaError(codes.INVALID_VALUE, "cuLaunchHostFunc: fn is NULL")
     if cu_capture.record(h, cu_capture.HOST, (int(fn), user), issue_host):
         return
-    STATE.driver().stream_synchronize(_s(h))
+    STATE.driver_for(_s(h)).stream_synchronize(_s(h))
     HOST_FN(fn)(user)
 
 
@@ -176,7 +184,7 @@ def cuStreamAddCallback(h: int | None, cb: int | None, user: int | None, flags: 
     cu_capture.refuse_sync(h, "cuStreamAddCallback")  # CUDA refuses it while capturing (use cuLaunchHostFunc)
     status = 0
     try:
-        STATE.driver().stream_synchronize(_s(h))
+        STATE.driver_for(_s(h)).stream_synchronize(_s(h))
     except CudaError as exc:
         status = exc.code
     STREAM_CALLBACK(cb)(h, status, user)
@@ -197,9 +205,10 @@ def cuEventCreate(out: int, flags: int) -> None:
 
 @api("cuEventRecord", 2000, P, P)
 def cuEventRecord(event: int | None, h: int | None) -> None:
-    STATE.driver()._event(int(event or 0))
+    drv = STATE.driver_for(int(event or 0))
+    drv._event(int(event or 0))
     if not cu_capture.event_recorded(int(event or 0), _s(h)):
-        STATE.driver().event_record(int(event or 0), _s(h))
+        drv.event_record(int(event or 0), _s(h))
 
 
 @api("cuEventRecordWithFlags", 11010, P, P, c_uint)
@@ -209,17 +218,17 @@ def cuEventRecordWithFlags(event: int | None, h: int | None, flags: int) -> None
 
 @api("cuEventQuery", 2000, P)
 def cuEventQuery(event: int | None) -> int:
-    return 0 if STATE.driver().event_query(int(event or 0)) else codes.NOT_READY
+    return 0 if STATE.driver_for(int(event or 0)).event_query(int(event or 0)) else codes.NOT_READY
 
 
 @api("cuEventSynchronize", 2000, P)
 def cuEventSynchronize(event: int | None) -> None:
-    STATE.driver().event_synchronize(int(event or 0))
+    STATE.driver_for(int(event or 0)).event_synchronize(int(event or 0))
 
 
 @api("cuEventDestroy", 4000, P)
 def cuEventDestroy(event: int | None) -> None:
-    STATE.driver().event_destroy(int(event or 0))
+    STATE.driver_for(int(event or 0)).event_destroy(int(event or 0))
     STATE.event_flags.pop(int(event or 0), None)
 
 
@@ -228,7 +237,7 @@ def cuEventElapsedTime(out: int, start: int | None, end: int | None) -> None:
     for e in (start, end):
         if STATE.event_flags.get(int(e or 0), 0) & 2:  # CU_EVENT_DISABLE_TIMING
             raise CudaError(codes.INVALID_HANDLE, "cuEventElapsedTime: event created with CU_EVENT_DISABLE_TIMING")
-    put_f32(out, STATE.driver().event_elapsed_time(int(start or 0), int(end or 0)))
+    put_f32(out, STATE.driver_for(int(start or 0)).event_elapsed_time(int(start or 0), int(end or 0)))
 
 
 _ = c_uint64
@@ -247,4 +256,4 @@ def cuStreamAttachMemAsync(h: int | None, ptr: int | None, length: int, flags: i
         raise CudaError(codes.INVALID_VALUE, f"cuStreamAttachMemAsync: 0x{int(ptr or 0):x} is not managed memory")
     if length and int(ptr or 0) + length > block.host + block.size:
         raise CudaError(codes.INVALID_VALUE, "cuStreamAttachMemAsync: the range runs past the managed allocation")
-    STATE.driver()._stream(_s(h))  # an unknown stream is CUDA_ERROR_INVALID_HANDLE
+    STATE.driver_for(_s(h))._stream(_s(h))  # an unknown stream is CUDA_ERROR_INVALID_HANDLE

@@ -33,12 +33,22 @@ def _driver() -> Any:
     return runtime.driver()
 
 
+def _devices() -> list[dict[str, Any]]:
+    """The program's devices in its own order (NOTE [devices of a program] in shim/runtime.py), as CUDA counts them."""
+    from shim import runtime
+
+    _driver()
+    return [runtime.device_info(i) for i in range(len(runtime.visible()))]
+
+
 def _device(handle: int | None) -> tuple[int, dict[str, Any]]:
-    devices = _driver().devices
+    from shim import runtime
+
+    _driver()
     i = int(handle or 0) - HANDLE_BASE
-    if not 0 <= i < len(devices):
+    if not 0 <= i < len(runtime.visible()):
         raise NvmlError(INVALID_ARGUMENT, "invalid device handle")
-    return i, devices[i]
+    return i, runtime.device_info(i)
 
 
 def _out(addr: int | None) -> int:
@@ -102,11 +112,11 @@ def nvmlSystemGetProcessName(pid: int, buf: int, length: int) -> None:
 
 # ---------------------------------------------------------------------------- device identity
 def _count(out: int) -> None:
-    put_u32(_out(out), len(_driver().devices))
+    put_u32(_out(out), len(_devices()))
 
 
 def _by_index(index: int, out: int) -> None:
-    if not 0 <= index < len(_driver().devices):
+    if not 0 <= index < len(_devices()):
         raise NvmlError(INVALID_ARGUMENT, f"no device {index}")
     ctypes.c_void_p.from_address(_out(out)).value = HANDLE_BASE + index
 
@@ -120,7 +130,7 @@ for _name in ("nvmlDeviceGetHandleByIndex", "nvmlDeviceGetHandleByIndex_v2"):
 @api("nvmlDeviceGetHandleByUUID", 0, ctypes.c_char_p, P, library="nvml")
 def nvmlDeviceGetHandleByUUID(uuid: bytes, out: int) -> None:
     want = (uuid or b"").decode().removeprefix("GPU-")
-    for i, d in enumerate(_driver().devices):
+    for i, d in enumerate(_devices()):
         if d["uuid"] == want:
             ctypes.c_void_p.from_address(_out(out)).value = HANDLE_BASE + i
             return
@@ -133,7 +143,7 @@ def _bus_id(i: int, d: dict[str, Any]) -> str:
 
 def _by_pci(bus: bytes, out: int) -> None:
     want = (bus or b"").decode().lower()
-    for i, d in enumerate(_driver().devices):
+    for i, d in enumerate(_devices()):
         if _bus_id(i, d).lower().endswith(want.lstrip("0") if want.startswith("0000") else want):
             ctypes.c_void_p.from_address(_out(out)).value = HANDLE_BASE + i
             return
@@ -208,15 +218,22 @@ def nvmlDeviceGetArchitecture(handle: int | None, out: int) -> None:
 
 
 # ---------------------------------------------------------------------------- memory and utilization
-def _memory() -> tuple[int, int, int]:
-    free, total = _driver().mem_get_info()
+def _memory(handle: int | None) -> tuple[int, int, int]:
+    """(total, free, used) as the device's session sees it (its tenant's quota); a device the program has not used
+    yet gets its session now."""
+    from shim import runtime
+
+    i, _ = _device(handle)
+    try:
+        free, total = runtime.device_driver(i).mem_get_info()
+    except Exception as exc:  # noqa: BLE001 - gpud refused the session (quota of sessions, device gone)
+        raise NvmlError(NOT_SUPPORTED, f"memory of device {i}: {exc}") from None
     return total, free, total - free
 
 
 @api("nvmlDeviceGetMemoryInfo", 0, P, P, library="nvml")
 def nvmlDeviceGetMemoryInfo(handle: int | None, out: int) -> None:
-    _device(handle)
-    (ctypes.c_uint64 * 3).from_address(_out(out))[:] = list(_memory())
+    (ctypes.c_uint64 * 3).from_address(_out(out))[:] = list(_memory(handle))
 
 
 @api("nvmlDeviceGetMemoryInfo_v2", 0, P, P, library="nvml")
@@ -225,21 +242,19 @@ def nvmlDeviceGetMemoryInfo_v2(handle: int | None, out: int) -> None:
     version = ctypes.c_uint32.from_address(_out(out)).value
     if version >> 24 != 2:
         raise NvmlError(ARG_VERSION_MISMATCH)
-    total, free, used = _memory()
+    total, free, used = _memory(handle)
     (ctypes.c_uint64 * 4).from_address(out + 8)[:] = [total, 0, free, used]
 
 
 @api("nvmlDeviceGetBAR1MemoryInfo", 0, P, P, library="nvml")
 def nvmlDeviceGetBAR1MemoryInfo(handle: int | None, out: int) -> None:
-    _device(handle)
-    total, free, used = _memory()
+    total, free, used = _memory(handle)
     (ctypes.c_uint64 * 3).from_address(_out(out))[:] = [total, free, used]
 
 
 @api("nvmlDeviceGetUtilizationRates", 0, P, P, library="nvml")
 def nvmlDeviceGetUtilizationRates(handle: int | None, out: int) -> None:
-    _device(handle)
-    total, _free, used = _memory()
+    total, _free, used = _memory(handle)
     (ctypes.c_uint32 * 2).from_address(_out(out))[:] = [0, (100 * used // total) if total else 0]
 
 

@@ -1,7 +1,9 @@
 """Process state behind the native face: initialization, contexts, and handle bookkeeping.
 
-All contexts of a device share the process's one gpud session (a context on a real GPU is an
-address space and a set of streams; here the session is the address space). Contexts exist so
+All contexts of a device share that device's gpud session (a context on a real GPU is an address
+space and a set of streams; here the session is the address space); each device the program uses is a
+session of its own (NOTE [devices of a program] in shim/runtime.py), and a call goes to the session of
+the current context's device, or of the device whose stream, event, module or memory it names. Contexts exist so
 that the cuCtx family answers consistently: a primary context per device with a retain count,
 created contexts, and a per-thread stack of current contexts.
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 import itertools
 import threading
 from dataclasses import dataclass, field
+from typing import Any
 
 from proto import errors as codes
 from proto.errors import CudaError
@@ -50,11 +53,37 @@ class State:
 
     # ------------------------------------------------------------------ driver
     def driver(self) -> Driver:
+        """The driver of the current context's device (``cuda:0``'s with no context current): NOTE [devices of a
+        program] in shim/runtime.py, each device of the program is a session of its own."""
         if not self.initialized:
             raise CudaError(codes.NOT_INITIALIZED, "cuInit has not been called")
         from shim import runtime
 
-        return runtime.driver()
+        ctx = self.current()
+        return runtime.device_driver(ctx.device) if ctx is not None and ctx.device else runtime.driver()
+
+    def driver_for(self, handle: int | None) -> Driver:
+        """The driver that made stream/event/module/function ``handle``; the current one for the special streams
+        (NULL, legacy, per-thread) and for handles no driver made (which that driver then refuses by name)."""
+        drv = self.driver()
+        h = int(handle or 0)
+        if h > 2:
+            from shim import runtime
+
+            owner = runtime.driver_of_handle(h)
+            if owner is not None:
+                return owner
+        return drv
+
+    def driver_at(self, ptr: int | None) -> Driver:
+        """The driver of the device whose memory ``ptr`` is in (with unified addressing a copy or free needs no
+        current context of that device); the current one for any other address."""
+        drv = self.driver()
+        if drv.is_device_pointer(int(ptr or 0)):
+            return drv
+        from shim import runtime
+
+        return runtime.driver_of_pointer(int(ptr or 0)) or drv
 
     def init(self) -> None:
         from shim import runtime
@@ -63,7 +92,18 @@ class State:
         self.initialized = True
 
     def device_count(self) -> int:
-        return self.driver().device_get_count()
+        if not self.initialized:
+            raise CudaError(codes.NOT_INITIALIZED, "cuInit has not been called")
+        from shim import runtime
+
+        return len(runtime.visible())
+
+    def device_info(self, dev: int) -> dict[str, Any]:
+        """Device ``dev``'s description (NOTE [devices of a program]); no session is opened for it."""
+        self.check_device(dev)
+        from shim import runtime
+
+        return runtime.device_info(int(dev))
 
     def check_device(self, dev: int) -> int:
         n = self.device_count()

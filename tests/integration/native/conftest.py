@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -53,13 +54,21 @@ def native_lib() -> str:
 @pytest.fixture(scope="module")
 def wooly_gpud(native_lib: str) -> Iterator[str]:
     """A separate ``wooly gpud`` on a free loopback port."""
+    with serve_gpud() as endpoint:
+        yield endpoint
+
+
+@contextlib.contextmanager
+def serve_gpud(*extra: str) -> Iterator[str]:
+    """``wooly gpud`` (CPU backend, ``extra`` arguments) on a free loopback port, for the length of the block."""
     from woolyhv.launcher import wait_ready
 
     endpoint = f"tcp://127.0.0.1:{free_port()}"
     e = dict(os.environ)
     e["PYTHONPATH"] = ROOT + (os.pathsep + e["PYTHONPATH"] if e.get("PYTHONPATH") else "")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "woolyhv", "gpud", "--listen", endpoint, "--backend", "cpu", "--log-level", "warning"],
+        [sys.executable, "-m", "woolyhv", "gpud", "--listen", endpoint, "--backend", "cpu", "--log-level", "warning"]
+        + list(extra),
         env=e,
         stdin=subprocess.DEVNULL,
         start_new_session=True,
