@@ -1,5 +1,5 @@
 """A native program on a gpud with two devices sees both (NOTE [devices of a program] in shim/runtime.py): CUDA runtime
-programs (cudaSetDevice per device, peer copies through the client), numba's ``cuda.gpus``, NVML, each device a
+programs (cudaSetDevice per device, peer copies through the client), numba's ``cuda.gpus``, CuPy, NVML, each device a
 session of its own; a stream of the wrong device is CUDA's invalid-handle error. Against a real gpud offering two CPU
 devices (``--cpu-devices 2``)."""
 
@@ -119,3 +119,31 @@ def test_nvml_counts_the_programs_devices(gpud2: str, tmp_path: pytest.TempPathF
     assert proc.returncode == 0, proc.stdout + proc.stderr
     one = json.loads(proc.stdout.splitlines()[-1])
     assert one["count"] == 1 and one["uuids"] == out["uuids"][1:]
+
+
+CUPY_PROG = r"""
+import json
+import cupy as cp
+out = {"count": cp.cuda.runtime.getDeviceCount(), "sums": [], "current": []}
+for d in range(out["count"]):
+    with cp.cuda.Device(d):
+        out["sums"].append(float((cp.arange(10, dtype=cp.float32) * (d + 1)).sum()))
+        out["current"].append(cp.cuda.runtime.getDevice())
+with cp.cuda.Device(1):
+    c = cp.arange(10, dtype=cp.float32)
+with cp.cuda.Device(0):
+    z = c.copy()  # device 1's array copied while device 0 is current: a peer copy
+    out["z"] = [z.device.id, z.tolist()]
+print(json.dumps(out))
+"""
+
+
+def test_cupy_program_over_two_devices(gpud2: str, tmp_path: pytest.TempPathFactory) -> None:
+    pytest.importorskip("cupy")
+    prog = tmp_path / "cupy_devices.py"
+    prog.write_text(CUPY_PROG)
+    proc = wooly_run([str(prog)], server=gpud2)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = json.loads(proc.stdout.splitlines()[-1])
+    assert out["count"] == 2 and out["current"] == [0, 1] and out["sums"] == [45.0, 90.0]
+    assert out["z"] == [0, [float(i) for i in range(10)]]
