@@ -57,3 +57,31 @@ def test_a_python_program_on_path_is_found(tmp_path: Path) -> None:
     )
     assert missing.returncode == 2
     assert "wooly run: wooly-no-such-tool: no such file" in missing.stderr
+
+
+def test_openmp_threads_sleep_beside_a_gpud_on_this_machine(tmp_path: Path) -> None:
+    """The program's OpenMP threads are told to sleep, not spin, when its gpud shares this machine's cores (the
+    embedded one, ipc, loopback); a remote gpud's program and a program's own setting are left alone."""
+    from woolyhv.launcher import same_host
+
+    assert same_host("ipc:///run/wooly/gpud.sock") and same_host("tcp://127.0.0.1:5555")
+    assert same_host("tcp://localhost:5555") and same_host("tcp://[::1]:5555")
+    assert not same_host("tcp://10.0.0.7:5555") and not same_host("pool://etcd:2379")
+    probe = "import os; print('omp', os.environ.get('OMP_WAIT_POLICY'))"
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "WOOLY_SERVER")}
+    env.update(PYTHONPATH=str(ROOT), WOOLY_INSECURE="1")
+
+    def seen(**extra: str) -> str:
+        p = subprocess.run(
+            [sys.executable, "-m", "woolyhv", "run", "python", "-c", probe],
+            capture_output=True,
+            text=True,
+            env={**env, **extra},
+            timeout=120,
+        )
+        assert p.returncode == 0, p.stderr
+        return p.stdout.split("omp ")[-1].strip()
+
+    assert seen(WOOLY_SERVER="tcp://127.0.0.1:9") == "PASSIVE"  # (never connected: the probe makes no CUDA call)
+    assert seen(WOOLY_SERVER="tcp://10.0.0.7:9") == "None"
+    assert seen(WOOLY_SERVER="tcp://127.0.0.1:9", OMP_WAIT_POLICY="ACTIVE") == "ACTIVE"
