@@ -8,11 +8,17 @@ tensors saved from the CPU stay on the CPU. The bytes are downloaded once, at sa
 storage). Loading reads every storage to the host first (``map_location`` keeps it there) and uploads
 the ones tagged for cuda afterwards to the device of their tag, one upload per storage, so tensors that shared a storage in the
 file still share one remote storage (a view of an uploaded base) and tied weights stay tied.
+
+Within one ``torch.save`` the tensors that are views of one gpud storage (a state dict holding a buffer and a slice
+of it, ``t`` and ``t[2:5]``) are saved as views of one host copy of that whole storage, downloaded once
+(``host_copy``), as a GPU's save writes the storage once with each tensor's offset: they load back sharing one
+storage. Outside a save (``pickle``, ``copy.deepcopy`` through ``__reduce_ex__``) each tensor is copied by itself.
 """
 
 from __future__ import annotations
 
 import functools
+import threading
 import weakref
 from typing import Any
 
@@ -32,6 +38,32 @@ def saved_from_gpud(cpu: torch.Tensor, device: int = 0) -> torch.Tensor:
     storage._wooly_device = device  # type: ignore[attr-defined]  # the storage's Python object is kept per storage
     _SAVED[storage._cdata] = storage
     return cpu
+
+
+_scope = threading.local()  # .storages: (device, gpud storage id) -> host copy, while torch.save runs on the thread
+
+
+def host_copy(t: RemoteTensor) -> torch.Tensor:
+    """A host copy of ``t`` for pickling, marked for torch.save's tagger; inside ``torch.save``, a view of the host
+    copy of its whole gpud storage, shared with the other tensors of that storage in the same save (NOTE [saving])."""
+    from shim.torch import stream as S
+    from shim.torch.transfer import download
+
+    storages = getattr(_scope, "storages", None)
+    if storages is None or t.layout != torch.strided or len(t._k) > 4:  # not in a save; sparse; a conj/neg view
+        return saved_from_gpud(download(t), t._d)
+    sid, nbytes = S.storage_info(t._x, t._d)
+    size = t.element_size()
+    key = (t._d, sid)
+    st = storages.get(key)
+    if st is None:
+        if nbytes % size:  # a storage whose bytes this dtype does not tile: the tensor alone
+            return saved_from_gpud(download(t), t._d)
+        flat = torch.ops.aten.as_strided.default(t.detach(), (nbytes // size,), (1,), 0)
+        st = storages[key] = saved_from_gpud(download(flat), t._d).untyped_storage()
+    if (t.storage_offset() + _span(t)) * size > st.nbytes():
+        return saved_from_gpud(download(t), t._d)
+    return torch.empty(0, dtype=t.dtype).set_(st, t.storage_offset(), t.shape, t.stride())
 
 
 def _tag(storage: Any) -> str | None:
@@ -167,6 +199,22 @@ def _patch_load() -> None:
     torch.load = load
 
 
+def _patch_save() -> None:
+    orig = torch.save
+
+    @functools.wraps(orig)
+    def save(*args: Any, **kwargs: Any) -> Any:
+        outer = getattr(_scope, "storages", None)
+        _scope.storages = {} if outer is None else outer
+        try:
+            return orig(*args, **kwargs)
+        finally:
+            _scope.storages = outer
+
+    torch.save = torch.serialization.save = save
+
+
 def patch() -> None:
     torch.serialization.register_package(5, _tag, lambda storage, location: None)
     _patch_load()
+    _patch_save()

@@ -168,10 +168,9 @@ class RemoteTensor(torch.Tensor):
 
     def __reduce_ex__(self, proto: Any) -> Any:
         # NOTE [saving] in shim/torch/serialization.py: a host copy whose storage torch.save tags cuda:N.
-        from shim.torch.serialization import saved_from_gpud
-        from shim.torch.transfer import download
+        from shim.torch.serialization import host_copy
 
-        cpu = saved_from_gpud(download(self), self._d)
+        cpu = host_copy(self)
         if getattr(self, "_is_param", False):
             return torch.nn.Parameter(cpu, self.requires_grad).__reduce_ex__(proto)
         if self.requires_grad:

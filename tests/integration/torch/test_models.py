@@ -75,7 +75,7 @@ EXPECTED = {
     "where_scalars": "OK [0.0, 0.0, 1.0, 1.0]",
     "encoder_train_dropout": "OK (5, 2, 16)",
     "save_load_module": "OK (True, 'cuda:0')",
-    "save_load_views": "OK ('cuda:0', [2.0, 3.0, 4.0], 'cpu')",
+    "save_load_views": "OK ('cuda:0', [2.0, 100.0, 4.0], 'cpu', [2.0, 100.0, 4.0])",
     "sparse_to_cuda": "OK tensor(indices=tensor(",
     "memory_summary": "OK True",
     "memory_stats_keys": "OK True",
