@@ -46,11 +46,10 @@ class GraphMemory:
     def release(self) -> None:
         self.holders -= 1
         if self.holders <= 0:
-            drv = STATE.driver()
             for addr in self.addrs:
                 _graph_memory.pop(addr, None)
                 footprint[0] -= _graph_bytes.pop(addr, 0)
-                drv.mem_free(addr)
+                STATE.driver_at(addr).mem_free(addr)
             self.addrs.clear()
 
 
@@ -207,6 +206,6 @@ def issue_nothing(node: Node, stream: int) -> None:
 def issue_kernel(node: Node, stream: int) -> None:
     info, grid, block, shared, params = node.params[:5]
     cooperative = len(node.params) > 5 and node.params[5]
-    STATE.driver().launch_kernel(
+    STATE.driver_for(info.module).launch_kernel(  # the kernel's device (NOTE [devices of a program])
         info, grid, block, params, shared_mem=shared, stream=stream_key(stream), cooperative=cooperative, checked=True
     )

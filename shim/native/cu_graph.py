@@ -121,7 +121,7 @@ def _issue_child(node: Node, stream: int) -> None:
 
 
 def _issue_event_record(node: Node, stream: int) -> None:
-    STATE.driver().event_record(node.params, stream_key(stream))
+    STATE.driver_for(node.params).event_record(node.params, stream_key(stream))
 
 
 # ---------------------------------------------------------------------------- node parameters
@@ -536,7 +536,7 @@ def cuGraphExecUpdate(exe: int | None, graph: int | None, result: int | None) ->
 # ---------------------------------------------------------------------------- stream capture
 @api("cuStreamBeginCapture", (10000, 10010), P, c_uint)
 def cuStreamBeginCapture(stream: int | None, mode: int) -> None:
-    drv = STATE.driver()
+    drv = STATE.driver_for(int(stream or 0))
     key = drv._stream(int(stream or 0))
     if key == 0:
         raise CudaError(

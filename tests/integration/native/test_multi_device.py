@@ -34,6 +34,7 @@ def test_runtime_program_uses_both_devices(gpud2: str, tmp_path: pytest.TempPath
     lines = proc.stdout.splitlines()
     assert lines[0] == "devices 2" and lines[-1] == "PASS", proc.stdout
     assert "pointer on device 1" in lines and "peer access 0" in lines and "peer copies ok" in lines
+    assert "graph on device 1 ok" in lines
     assert "wrong stream: cudaErrorInvalidResourceHandle" in lines
     # the devices gpud names, in the program's order: CUDA_VISIBLE_DEVICES=1 leaves gpud's device 1 alone
     proc = wooly_run([exe], server=gpud2, env={"CUDA_VISIBLE_DEVICES": "1"})

@@ -1,7 +1,7 @@
 // A CUDA runtime program that uses every device it finds, the way multi-GPU programs do (cudaSetDevice per
 // device, a stream, memory and a kernel on each), then copies between devices (cudaMemcpyPeer and a
-// cudaMemcpyDefault copy by unified addressing), asks where a pointer lives, and launches on a stream of the
-// wrong device. Prints one line per fact and PASS.
+// cudaMemcpyDefault copy by unified addressing), asks where a pointer lives, replays a graph captured on device 1
+// with device 0 current, and launches on a stream of the wrong device. Prints one line per fact and PASS.
 #include <cuda_runtime.h>
 
 #include "check.h"
@@ -55,6 +55,22 @@ int main() {
     CHECK(cudaMemcpy(h, d[0], sizeof h, cudaMemcpyDeviceToHost));
     EXPECT(h[n - 1] == 2000.0f + n - 1 && h[0] == 1000.0f);
     printf("peer copies ok\n");
+    // a graph captured on device 1's stream, launched while device 0 is current, runs on device 1
+    CHECK(cudaSetDevice(1));
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CHECK(cudaStreamBeginCapture(s[1], cudaStreamCaptureModeGlobal));
+    fill<<<(n + 255) / 256, 256, 0, s[1]>>>(d[1], 7.0f, n);
+    CHECK(cudaStreamEndCapture(s[1], &graph));
+    CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    CHECK(cudaSetDevice(0));
+    CHECK(cudaGraphLaunch(exec, s[1]));
+    CHECK(cudaStreamSynchronize(s[1]));
+    CHECK(cudaMemcpy(h, d[1], sizeof h, cudaMemcpyDeviceToHost));
+    EXPECT(h[5] == 12.0f && h[n - 1] == 7.0f + n - 1);
+    CHECK(cudaGraphExecDestroy(exec));
+    CHECK(cudaGraphDestroy(graph));
+    printf("graph on device 1 ok\n");
     // device 0 is current: a stream of device 1 is not one of its streams
     fill<<<1, 32, 0, s[1]>>>(d[0], 0.0f, 32);
     cudaError_t wrong = cudaGetLastError();
