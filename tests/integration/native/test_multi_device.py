@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -24,8 +25,17 @@ def gpud2(native_lib: str) -> Iterator[str]:
         yield endpoint
 
 
+def _run_json(gpud: str, tmp_path: Path, name: str, source: str, **env: str) -> dict:
+    """Run ``source`` as ``name`` under ``wooly run``; the JSON object its last line prints."""
+    prog = tmp_path / name
+    prog.write_text(source)
+    proc = wooly_run([str(prog)], server=gpud, env=env or None)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
 @pytest.mark.skipif(NVCC is None, reason="nvcc is not installed")
-def test_runtime_program_uses_both_devices(gpud2: str, tmp_path: pytest.TempPathFactory) -> None:
+def test_runtime_program_uses_both_devices(gpud2: str, tmp_path: Path) -> None:
     exe = str(tmp_path / "multi_device")
     build = subprocess.run([NVCC, "-o", exe, os.path.join(PROGS, "multi_device.cu")], capture_output=True, text=True)
     assert build.returncode == 0, build.stderr
@@ -72,13 +82,9 @@ print(json.dumps(out))
 """
 
 
-def test_numba_program_over_cuda_gpus(gpud2: str, tmp_path: pytest.TempPathFactory) -> None:
+def test_numba_program_over_cuda_gpus(gpud2: str, tmp_path: Path) -> None:
     pytest.importorskip("numba.cuda")
-    prog = tmp_path / "numba_gpus.py"
-    prog.write_text(NUMBA_PROG)
-    proc = wooly_run([str(prog)], server=gpud2, env={"NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS": "0"})
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    out = json.loads(proc.stdout.splitlines()[-1])
+    out = _run_json(gpud2, tmp_path, "numba_gpus.py", NUMBA_PROG, NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS="0")
     assert out["count"] == 2 and out["current"] == [0, 1] and out["selected"] == 1
     assert out["results"] == [[2.0 * i for i in range(64)], [3.0 * i for i in range(64)]]
     assert all(f > 0 for f in out["free"])
@@ -106,19 +112,13 @@ print(json.dumps({
 """
 
 
-def test_nvml_counts_the_programs_devices(gpud2: str, tmp_path: pytest.TempPathFactory) -> None:
+def test_nvml_counts_the_programs_devices(gpud2: str, tmp_path: Path) -> None:
     pytest.importorskip("pynvml")
-    prog = tmp_path / "nvml_devices.py"
-    prog.write_text(NVML_PROG)
-    proc = wooly_run([str(prog)], server=gpud2)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    out = json.loads(proc.stdout.splitlines()[-1])
+    out = _run_json(gpud2, tmp_path, "nvml_devices.py", NVML_PROG)
     assert out["count"] == 2 and out["index"] == [0, 1]
     assert len(set(out["uuids"])) == 2 and all(t > 0 for t in out["totals"])
     assert "Invalid Argument" in out["beyond"]
-    proc = wooly_run([str(prog)], server=gpud2, env={"WOOLY_DEVICE": "1"})  # a program asking for one device
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    one = json.loads(proc.stdout.splitlines()[-1])
+    one = _run_json(gpud2, tmp_path, "nvml_one.py", NVML_PROG, WOOLY_DEVICE="1")  # a program asking for one device
     assert one["count"] == 1 and one["uuids"] == out["uuids"][1:]
 
 
@@ -139,12 +139,8 @@ print(json.dumps(out))
 """
 
 
-def test_cupy_program_over_two_devices(gpud2: str, tmp_path: pytest.TempPathFactory) -> None:
+def test_cupy_program_over_two_devices(gpud2: str, tmp_path: Path) -> None:
     pytest.importorskip("cupy")
-    prog = tmp_path / "cupy_devices.py"
-    prog.write_text(CUPY_PROG)
-    proc = wooly_run([str(prog)], server=gpud2)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    out = json.loads(proc.stdout.splitlines()[-1])
+    out = _run_json(gpud2, tmp_path, "cupy_devices.py", CUPY_PROG)
     assert out["count"] == 2 and out["current"] == [0, 1] and out["sums"] == [45.0, 90.0]
     assert out["z"] == [0, [float(i) for i in range(10)]]
