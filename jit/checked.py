@@ -127,6 +127,11 @@ class RangeTable:
             ends.insert(i, b)
         return RangeTable(starts, ends)
 
+    def covers(self, start: int, size: int) -> bool:
+        """Whether [start, start + size) lies inside one span."""
+        i = bisect.bisect_right(self.starts, start) - 1
+        return size == 0 or (i >= 0 and start + size <= self.ends[i])
+
     def as_array(self) -> Any:
         """The table as the kernel reads it: an i64 array of start, end pairs ([0, 0] when empty)."""
         flat: list[int] = [0] * (2 * len(self.starts)) or [0, 0]

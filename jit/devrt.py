@@ -9,6 +9,8 @@ NOTE [grid sync] (jit/emit/cpu/grid.py) describes the workspace and the cooperat
 
 from __future__ import annotations
 
+import re
+
 # handle = the grid-sync workspace (0 outside a cooperative launch); the scope argument (grid, multi-grid) does not
 # matter on one device
 _HANDLE = """
@@ -63,11 +65,125 @@ $wooly_cg_done:
 
 FUNCS = {"cudaCGGetIntrinsicHandle": _HANDLE, "cudaCGSynchronize": _SYNC}
 
+# The device runtime API a kernel that launches kernels may call (NOTE [device launches] in jit/devlaunch.py). The
+# buffer, launch and last-error calls are served by the host (jit/lower/ops_ctrl.py DEVICE_LAUNCH_CALLS); these are
+# PTX. Queued grids run in launch order, so streams and events need no state: a stream or event is a token.
+_RET0 = "st.param.b32 [func_retval0], 0; ret;"
+_STORE_TOKEN = (
+    """
+  .reg .b64 %rd<3>; .reg .pred %p1;
+  ld.param.u64 %rd1, [{p}]; setp.eq.u64 %p1, %rd1, 0; @%p1 bra $wooly_null;
+  mov.u64 %rd2, {token}; st.u64 [%rd1], %rd2; """
+    + _RET0
+    + """
+$wooly_null: st.param.b32 [func_retval0], 1; ret;"""
+)
+_CDP = {
+    "StreamCreateWithFlags": ("(.param .b64 s, .param .b32 flags)", _STORE_TOKEN.format(p="s", token=16)),
+    "StreamDestroy": ("(.param .b64 s)", _RET0),
+    "StreamWaitEvent": ("(.param .b64 s, .param .b64 e, .param .b32 flags)", _RET0),
+    "EventCreateWithFlags": ("(.param .b64 e, .param .b32 flags)", _STORE_TOKEN.format(p="e", token=32)),
+    "EventRecord": ("(.param .b64 e, .param .b64 s)", _RET0),
+    "EventRecordWithFlags": ("(.param .b64 e, .param .b64 s, .param .b32 flags)", _RET0),
+    "EventDestroy": ("(.param .b64 e)", _RET0),
+    "GetDevice": (  # the device the kernel runs on is its context's device: 0 in that context's numbering
+        "(.param .b64 d)",
+        """
+  .reg .b64 %rd1; .reg .pred %p1;
+  ld.param.u64 %rd1, [d]; setp.eq.u64 %p1, %rd1, 0; @%p1 bra $wooly_null;
+  st.u32 [%rd1], 0; """
+        + _RET0
+        + """
+$wooly_null: st.param.b32 [func_retval0], 1; ret;""",
+    ),
+    "Malloc": (
+        "(.param .b64 p, .param .b64 n)",
+        """
+  .reg .b64 %rd<4>; .reg .pred %p<3>; .reg .b32 %r1;
+  ld.param.u64 %rd1, [p]; setp.eq.u64 %p1, %rd1, 0; @%p1 bra $wooly_null;
+  ld.param.u64 %rd2, [n];
+  { .param .b64 a0; .param .b64 r0; st.param.b64 [a0], %rd2;
+    call.uni (r0), malloc, (a0); ld.param.b64 %rd3, [r0]; }
+  st.u64 [%rd1], %rd3; setp.eq.u64 %p2, %rd3, 0; selp.b32 %r1, 2, 0, %p2;
+  st.param.b32 [func_retval0], %r1; ret;
+$wooly_null: st.param.b32 [func_retval0], 1; ret;""",
+    ),
+    "Free": (
+        "(.param .b64 p)",
+        """
+  .reg .b64 %rd1;
+  ld.param.u64 %rd1, [p];
+  { .param .b64 a0; st.param.b64 [a0], %rd1; call.uni free, (a0); }
+  """
+        + _RET0,
+    ),
+}
+# cudaGetErrorName / cudaGetErrorString on the device, for the codes a device-side launch can give
+_ERRORS = {
+    0: ("cudaSuccess", "no error"),
+    1: ("cudaErrorInvalidValue", "invalid argument"),
+    2: ("cudaErrorMemoryAllocation", "out of memory"),
+    9: ("cudaErrorInvalidConfiguration", "invalid configuration argument"),
+    65: ("cudaErrorLaunchMaxDepthExceeded", "launch would exceed maximum depth of nested launches"),
+    69: (
+        "cudaErrorLaunchPendingCountExceeded",
+        "launch failed because launch would exceed cudaLimitDevRuntimePendingLaunchCount",
+    ),
+    98: ("cudaErrorInvalidDeviceFunction", "invalid device function"),
+    999: ("cudaErrorUnknown", "unknown error"),
+}
+_HEAP_DECLS = {
+    "malloc": ".extern .func (.param .b64 func_retval0) malloc(.param .b64 malloc_n);\n",
+    "free": ".extern .func free(.param .b64 free_p);\n",
+}
+
+
+def _error_text(which: int) -> tuple[str, str]:
+    """The strings (module globals) and the body of cudaGetErrorName (0) or cudaGetErrorString (1)."""
+    tag = ("name", "string")[which]
+    strings, body = [], ["  .reg .b32 %r1; .reg .pred %p1; .reg .b64 %rd1;", "  ld.param.u32 %r1, [code];"]
+    for code, texts in _ERRORS.items():
+        raw = texts[which].encode() + b"\0"
+        sym = f"$wooly_cdp_{tag}_{code}"
+        strings.append(f".global .align 1 .b8 {sym}[{len(raw)}] = {{{', '.join(str(b) for b in raw)}}};\n")
+        if code != 999:
+            body.append(f"  setp.eq.u32 %p1, %r1, {code}; @%p1 bra $wooly_e{code};")
+    body.append("  mov.u64 %rd1, $wooly_cdp_" + tag + "_999; bra.uni $wooly_done;")
+    for code in _ERRORS:
+        if code != 999:
+            body.append(f"$wooly_e{code}: mov.u64 %rd1, $wooly_cdp_{tag}_{code}; bra.uni $wooly_done;")
+    body.append("$wooly_done: cvta.global.u64 %rd1, %rd1; st.param.b64 [func_retval0], %rd1; ret;")
+    return "".join(strings), "\n".join(body)
+
+
+def _cdp_functions(raw: bytes) -> str:
+    declared = {m.group(1).decode() for m in _DECLARED.finditer(raw)}
+    out: list[str] = []
+    for name in sorted(declared):
+        what = name.removeprefix("__cudaCDP2").removeprefix("cuda")
+        if what in _CDP:
+            params, body = _CDP[what]
+            out.append(f"\n.weak .func (.param .b32 func_retval0) {name}{params}\n{{{body}\n}}\n")
+            if what in ("Malloc", "Free"):  # they call the device heap's malloc and free
+                for f, decl in _HEAP_DECLS.items():
+                    if not re.search(rb"\.func\s*(?:\([^)]*\))?\s*" + f.encode() + rb"\s*\(", raw):
+                        out.insert(0, decl)
+        elif what in ("GetErrorName", "GetErrorString"):
+            strings, body = _error_text(0 if what == "GetErrorName" else 1)
+            out.append(f"\n{strings}.weak .func (.param .b64 func_retval0) {name}(.param .b32 code)\n{{\n{body}\n}}\n")
+    return "".join(dict.fromkeys(out))  # a declaration once
+
+
+_DECLARED = re.compile(rb"\.extern\s+\.func\s*(?:\([^)]*\))?\s*((?:__cudaCDP2|cuda)[A-Za-z0-9]+)")
+
 
 def supply(ptx: str | bytes) -> str | bytes:
     """``ptx`` with the definitions of the device runtime functions it names appended (cheap when it names none)."""
     raw = ptx if isinstance(ptx, bytes) else ptx.encode()
-    if b"cudaCG" not in raw:
-        return ptx
+    if b"cudaCG" not in raw and b"cudaCDP2" not in raw and b"LaunchDevice" not in raw:
+        return ptx  # substring searches: cheap on a library's 20 MB module
     extra = "".join(text for name, text in FUNCS.items() if name.encode() in raw)
+    extra += _cdp_functions(raw)
+    if not extra:
+        return ptx
     return ptx + (extra.encode() if isinstance(ptx, bytes) else extra)

@@ -13,6 +13,7 @@ run is not translated again.
 from __future__ import annotations
 
 import threading
+import weakref
 from typing import Any
 
 from jit.errors import CUDA_ERROR_NOT_FOUND, CUDA_ERROR_NOT_SUPPORTED, JitError
@@ -40,6 +41,22 @@ class LazyCpuModule:
         self._pieces: dict[str, Any] = {}
         self._lock = threading.Lock()
         self.tier = "lazy"
+        self._owner._lazy = weakref.ref(self)  # a kernel's module is the owner: launches by handle come back here
+
+    def by_handle(self, handle: int) -> Any:
+        """The kernel a device-side launch names (NOTE [device launches]): the copy in a piece already translated
+        (a kernel's piece holds the kernels it launches), else its own piece."""
+        from jit.emit.abi import kernel_handle
+
+        name = next((n for n in self._split.entries if kernel_handle(n) == handle), None)
+        if name is None:
+            return None
+        with self._lock:
+            pieces = list(self._pieces.values())
+        for piece in pieces:
+            if name in piece.kernel_names:
+                return piece.get_kernel(name)
+        return self.get_kernel(name)
 
     # what CpuKernel asks of its module: the data block, its size, the heap, whether checked
     @property

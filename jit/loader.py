@@ -167,6 +167,60 @@ def _rt_assert(lctx: int, msg: int, file: int, line: int) -> int:
     return 0
 
 
+def _device_launches(lctx: int) -> Any:
+    """The running grid's DeviceLaunches, made at its first device-runtime call (NOTE [device launches])."""
+    with LAUNCH_LOCK:
+        rec = LAUNCHES.get(lctx or 0)
+        if rec is None:
+            return None
+        dl = rec.get("launches")
+        if dl is None:
+            from jit.devlaunch import DeviceLaunches, Tree
+
+            tree = rec.get("tree") or Tree(rec.get("t_end"))
+            dl = rec["launches"] = DeviceLaunches(rec["kernel"], rec["depth"], tree)
+        return dl
+
+
+_U32 = ctypes.c_uint32
+
+
+@ctypes.CFUNCTYPE(ctypes.c_uint64, ctypes.c_void_p, ctypes.c_uint64, _U32, _U32, _U32, _U32, _U32, _U32, _U32)
+def _rt_cdp_buffer(lctx: int, handle: int, gx: int, gy: int, gz: int, bx: int, by: int, bz: int, smem: int) -> int:
+    try:
+        dl = _device_launches(lctx)
+        return dl.buffer(handle, (gx, gy, gz), (bx, by, bz), smem) if dl is not None else 0
+    except Exception:  # an exception must not cross into the kernel's frames: the launch sees NULL
+        return 0
+
+
+@ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64)
+def _rt_cdp_launch(lctx: int, buf: int, stream: int) -> int:
+    try:
+        dl = _device_launches(lctx)
+        return dl.launch(buf, stream) if dl is not None else 999
+    except Exception:
+        return 999  # cudaErrorUnknown
+
+
+@ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int32)
+def _rt_cdp_copy(lctx: int, dst: int, src: int, n: int, is_set: int) -> int:
+    try:
+        dl = _device_launches(lctx)
+        return dl.copy(dst, src, n, bool(is_set)) if dl is not None else 999
+    except Exception:
+        return 999
+
+
+@ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_int32)
+def _rt_cdp_error(lctx: int, clear: int) -> int:
+    try:
+        dl = _device_launches(lctx)
+        return dl.error(bool(clear)) if dl is not None else 0
+    except Exception:
+        return 999
+
+
 _SYMBOLS_DONE = False
 
 
@@ -175,6 +229,13 @@ def _bind_host_symbols() -> None:
     if not _SYMBOLS_DONE:
         llvm.add_symbol("wooly_rt_printf", ctypes.cast(_rt_printf, ctypes.c_void_p).value)
         llvm.add_symbol("wooly_rt_assert", ctypes.cast(_rt_assert, ctypes.c_void_p).value)
+        for name, cb in (
+            ("wooly_rt_cdp_buffer", _rt_cdp_buffer),
+            ("wooly_rt_cdp_launch", _rt_cdp_launch),
+            ("wooly_rt_cdp_error", _rt_cdp_error),
+            ("wooly_rt_cdp_copy", _rt_cdp_copy),
+        ):
+            llvm.add_symbol(name, ctypes.cast(cb, ctypes.c_void_p).value)
         # compiler-rt style helpers the x86 backend may call (__fixsfti, __udivti3, ...): MCJIT only searches
         # libraries loaded "permanently", and an unresolved one becomes a null call at run time.
         # The soname first: ctypes.util.find_library runs ldconfig/gcc in a subprocess (~40 ms), only a fallback.

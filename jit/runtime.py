@@ -151,6 +151,8 @@ class CpuKernel:
         deadline_s: float | None = None,
         cancel: watchdog.Cancel | None = None,
         share: Any = None,
+        depth: int = 0,
+        tree: Any = None,
     ) -> LaunchResult:
         """Run the kernel. ``allowed_ranges`` (modules compiled with bounds_check=True only): the allocations this
         launch may access through global/generic pointers, besides the module's own globals and the block's
@@ -161,7 +163,9 @@ class CpuKernel:
         ``deadline_s``, ``cancel`` (bounds-checked modules): stop the launch when it runs longer, or when the token is
         cancelled, with CUDA_ERROR_LAUNCH_TIMEOUT (NOTE [watchdog], jit/watchdog.py).
         ``share`` (a jit.cores.Share): the launch runs on the cores the arbiter gives that tenant, re-divided between
-        blocks (NOTE [spatial sharing], jit/cores.py); cooperative launches keep every block resident."""
+        blocks (NOTE [spatial sharing], jit/cores.py); cooperative launches keep every block resident.
+        The grids the kernel launches itself run after it, under the same ranges, deadline and token (NOTE [device
+        launches], jit/devlaunch.py); ``depth`` and ``tree`` are theirs (a host launch leaves them out)."""
         checked = self._module is not None and self._module.bounds_check
         if allowed_ranges is not None and not checked:
             raise JitError(
@@ -240,7 +244,9 @@ class CpuKernel:
                 keep.append(roots)
                 lctx[L_ROOTS] = ctypes.addressof(roots)
         key = ctypes.addressof(lctx)
-        rec: dict[str, Any] = {"printf": [], "assert": None}
+        rec: dict[str, Any] = {"printf": [], "assert": None, "kernel": self, "depth": depth, "tree": tree}
+        if tree is None and deadline_s:
+            rec["t_end"] = time.monotonic() + deadline_s
         with LAUNCH_LOCK:
             LAUNCHES[key] = rec
         running = watchdog.start(lctx, deadline_s, cancel) if checked and (deadline_s or cancel) else None
@@ -268,6 +274,20 @@ class CpuKernel:
                 watchdog.finish(running, cancel)
         text = "".join(rec["printf"])
         err = int(lctx[L_ERROR])
+        launches = rec.get("launches")
+        if launches is not None:
+            if err:
+                launches.discard()
+            else:  # NOTE [device launches]: the grids it launched run now
+                try:
+                    more, more_core_s = launches.run(
+                        workers=workers, allowed_ranges=allowed_ranges, cancel=cancel, share=share
+                    )
+                except Exception as e:
+                    e.printf = text + getattr(e, "printf", "")  # type: ignore[attr-defined]
+                    raise
+                text += more
+                core_s += more_core_s
         if err:
             if err == CUDA_ERROR_LAUNCH_TIMEOUT and running is not None:
                 e = JitError(err, f"kernel {self.name} was stopped: {running.why}")
@@ -489,6 +509,18 @@ class CpuModule:
     @property
     def kernel_names(self) -> list[str]:
         return list(self._kernels)
+
+    def by_handle(self, handle: int) -> CpuKernel | None:
+        """The kernel a device-side launch names (NOTE [device launches]); None for a value that names none."""
+        lazy = self.__dict__.get("_lazy")
+        if lazy is not None and lazy() is not None:  # the data block of a lazily translated module (jit/lazy.py)
+            return lazy().by_handle(handle)
+        table = self.__dict__.get("_by_handle")
+        if table is None:
+            from jit.emit.abi import kernel_handle
+
+            table = self._by_handle = {kernel_handle(n): k for n, k in self._kernels.items()}
+        return table.get(handle)
 
     def get_kernel(self, name: str) -> CpuKernel:
         k = self._kernels.get(name)

@@ -72,3 +72,15 @@ R_PC, R_PARK, R_XA, R_XB, R_XC, R_XMASK, R_XPRED, R_RVAL, R_RPRED, R_DONE, R_SLO
     44,
     48,
 )
+
+
+# NOTE [device launches] (jit/devlaunch.py): the value of a kernel's name in PTX (`mov.u64 %rd, kernel`), which a
+# kernel passes to the device runtime to launch that kernel. A tag no heap or stack address has, and the entry's
+# name hashed: the runtime finds the entry of that handle in the launching kernel's own module.
+KERNEL_HANDLE_TAG = 0x7C0D << 48
+
+
+def kernel_handle(name: str) -> int:
+    import zlib
+
+    return KERNEL_HANDLE_TAG | zlib.crc32(name.encode())

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from llvmlite import ir
 
+from jit.emit.abi import kernel_handle
 from jit.errors import invalid_ptx, not_supported
 from jit.lower.forwarding import Forwarding
 from jit.lower.modifiers import unknown_modifier
@@ -275,6 +276,9 @@ class FuncLowering:
         if fn is not None:  # mov.u64 %rd, func: a function address, for call through a register (.callprototype)
             v = self.b.ptrtoint(fn, I64)
             return self.b.add(v, ir.Constant(I64, off)) if off else v
+        if not self.sym.get(name) and not self.cg.storage(name) and name in self.cg.entry_names:
+            # mov.u64 %rd, kernel: what a device-side launch names (NOTE [device launches] in jit/devlaunch.py)
+            return ir.Constant(I64, kernel_handle(name) + off)
         s = self.storage(name)
         if s.kind == "shared":
             return ir.Constant(I64, int(s.value) + off)  # type: ignore[arg-type]

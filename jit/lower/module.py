@@ -80,6 +80,8 @@ class ModuleCodegen:
         self.shared: dict[str, int] = {}
         self.funcs: dict[str, ir.Function] = {}
         self.kernels: list[KernelMeta] = []
+        # kernels defined here: their names are values a device-side launch passes (NOTE [device launches])
+        self.entry_names = frozenset(f.name for f in mod.functions if f.is_entry and f.body is not None)
         self.has_calls = any(
             isinstance(s, A.Instr) and s.opcode == "call" for f in mod.functions for s in (f.body or [])
         )

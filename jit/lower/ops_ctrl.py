@@ -6,7 +6,7 @@ from llvmlite import ir
 
 from jit.errors import CUDA_ERROR_LAUNCH_FAILED, invalid_ptx, not_supported
 from jit.lower.core import FuncLowering, op
-from jit.lower.types import I8, I64, PTR, compute_type, opaque_alloca
+from jit.lower.types import I8, I32, I64, PTR, compute_type, opaque_alloca
 from jit.ptx import ast as A
 from jit.ptx.ast import type_bytes
 
@@ -130,6 +130,10 @@ def call(fl: FuncLowering, ins: A.Instr) -> None:
         vals = [_load_u64(fl, a) for a in args[:2]]
         env.assert_fail(fl, vals[0], vals[1], fl.b.load(_param_ptr(fl, args[2]), typ=ir.IntType(32)))  # type: ignore[attr-defined]
         return
+    served = DEVICE_LAUNCH_CALLS.get(name)
+    if served is not None:
+        _device_launch_call(fl, name, served, rets, args)
+        return
     if name in ("malloc", "free") and getattr(fl.cg, "bounds_check", False):  # NOTE [device heap]
         from jit.emit.bounds import emit_free, emit_malloc
 
@@ -164,6 +168,53 @@ def call(fl: FuncLowering, ins: A.Instr) -> None:
         if not isinstance(o, A.Sym):
             _copy_back(fl, o, p, buf)
     env.after_call(fl)
+
+
+# NOTE [device launches] (jit/devlaunch.py): the device runtime calls a launch is made of, served by the host.
+# CUDA 12+ names them __cudaCDP2*, CUDA 11's device runtime without the prefix.
+DEVICE_LAUNCH_CALLS = {
+    pre + what: host
+    for pre in ("__cudaCDP2", "cuda")
+    for what, host in (
+        ("GetParameterBufferV2", "wooly_rt_cdp_buffer"),
+        ("LaunchDeviceV2", "wooly_rt_cdp_launch"),
+        ("GetLastError", "wooly_rt_cdp_error"),
+        ("PeekAtLastError", "wooly_rt_cdp_error"),
+        ("MemcpyAsync", "wooly_rt_cdp_copy"),
+        ("MemsetAsync", "wooly_rt_cdp_copy"),
+    )
+}
+
+
+def _device_launch_call(fl: FuncLowering, name: str, host: str, rets: list[A.Operand], args: list[A.Operand]) -> None:
+    L = fl.env.launch_ctx(fl)  # raises not_supported on targets without host services
+    if host == "wooly_rt_cdp_buffer":  # (kernel, dim3 grid, dim3 block, shared bytes) -> parameter buffer or NULL
+        if len(args) != 4:
+            raise invalid_ptx(f"a parameter-buffer call with {len(args)} arguments, expected 4")
+        dims = []
+        for a in args[1:3]:
+            p = _param_ptr(fl, a)
+            dims += [fl.b.load(fl.b.gep(p, [ir.Constant(I64, 4 * k)], source_etype=I8), typ=I32) for k in range(3)]
+        smem = fl.b.load(_param_ptr(fl, args[3]), typ=I32)
+        sig, vals = ir.FunctionType(I64, [PTR, I64] + [I32] * 7), [L, _load_u64(fl, args[0]), *dims, smem]
+    elif host == "wooly_rt_cdp_launch":  # (parameter buffer, stream) -> cudaError_t
+        if len(args) != 2:
+            raise invalid_ptx(f"a device launch call with {len(args)} arguments, expected 2")
+        sig, vals = ir.FunctionType(I32, [PTR, I64, I64]), [L, _load_u64(fl, args[0]), _load_u64(fl, args[1])]
+    elif host == "wooly_rt_cdp_copy":  # queued in stream order: (dst, src or byte value, bytes, is a memset)
+        if len(args) != (5 if name.endswith("MemcpyAsync") else 4):
+            raise invalid_ptx(f"a call to {name} with {len(args)} arguments")
+        is_set = name.endswith("MemsetAsync")
+        src = fl.b.zext(fl.b.load(_param_ptr(fl, args[1]), typ=I32), I64) if is_set else _load_u64(fl, args[1])
+        sig = ir.FunctionType(I32, [PTR, I64, I64, I64, I32])
+        vals = [L, _load_u64(fl, args[0]), src, _load_u64(fl, args[2]), ir.Constant(I32, int(is_set))]
+    else:  # cudaGetLastError (clears) / cudaPeekAtLastError
+        clear = 0 if name.endswith("PeekAtLastError") else 1
+        sig, vals = ir.FunctionType(I32, [PTR, I32]), [L, ir.Constant(I32, clear)]
+    fn = fl.cg.module.globals.get(host) or ir.Function(fl.cg.module, sig, host)
+    r = fl.b.call(fn, vals)
+    if rets:
+        fl.b.store(r, _param_ptr(fl, rets[0]))
 
 
 def _indirect_call(fl: FuncLowering, ins: A.Instr, ops: list[A.Operand], k: int) -> None:

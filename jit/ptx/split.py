@@ -53,8 +53,8 @@ class Split:
             item = funcs.get(name) or items_by_entry.get(name)
             if item is None:
                 continue
-            for r in item.refs:
-                if r not in need and (r in funcs or r in self._protos):
+            for r in item.refs:  # a kernel it names is one it launches (NOTE [device launches]): in its piece too
+                if r not in need and (r in funcs or r in self._protos or r in items_by_entry):
                     need.add(r)
                     todo.append(r)
         out = []
@@ -62,7 +62,7 @@ class Split:
             if (
                 i.kind in ("header", "var")
                 or (i.kind in ("proto", "func") and i.name in need)
-                or (i.kind == "entry" and i.name == entry)
+                or (i.kind == "entry" and (i.name == entry or i.name in need))
             ):
                 out.append(i.text)
         return b"\n".join(out) + b"\n"

@@ -11,6 +11,7 @@ with CUDA_ERROR_NO_BINARY_FOR_GPU naming the nvcc flag that embeds PTX.
 from __future__ import annotations
 
 import ctypes
+import re
 import struct
 from dataclasses import dataclass
 
@@ -19,6 +20,7 @@ from proto.errors import CudaError
 
 FATBIN_MAGIC = 0xBA55ED50
 FATBINC_MAGIC = 0x466243B1  # the wrapper that __cudaRegisterFatBinary and cuLibraryLoadData receive from nvcc
+FATBINC_LINK_VERSION = 2  # the wrapper of a device-linked (-rdc) program: its objects' fatbins beside the image
 _KIND_PTX, _KIND_ELF = 1, 2
 _LZ4, _ZSTD = 0x2000, 0x8000
 MAX_PTX_BYTES = 256 << 20  # a decompressed entry larger than this is refused, not inflated
@@ -132,6 +134,10 @@ def read_image(ptr: int | None) -> bytes:
         )
     magic = struct.unpack("<I", head)[0]
     if magic == FATBINC_MAGIC:
+        version = struct.unpack("<I", ctypes.string_at(ptr + 4, 4))[0]
+        prelinked = ctypes.c_void_p.from_address(ptr + 16).value
+        if version == FATBINC_LINK_VERSION and prelinked:
+            return _relocatable_ptx(prelinked)
         ptr = ctypes.c_void_p.from_address(ptr + 8).value
         if not ptr:
             raise CudaError(codes.INVALID_IMAGE, "fatbin wrapper holds a NULL fatbin")
@@ -144,6 +150,52 @@ def read_image(ptr: int | None) -> bytes:
             raise CudaError(codes.INVALID_IMAGE, f"fatbin claims {fat_size} bytes")
         return ptx_from_fatbin(ctypes.string_at(ptr, header_size + fat_size))
     return ctypes.string_at(ptr)
+
+
+def _fatbin_at(ptr: int) -> bytes:
+    magic = struct.unpack("<I", ctypes.string_at(ptr, 4))[0]
+    if magic != FATBIN_MAGIC:
+        raise CudaError(codes.INVALID_IMAGE, f"a relocatable-code fatbin with magic 0x{magic:08x}")
+    header_size, fat_size = struct.unpack_from("<HQ", ctypes.string_at(ptr, 16), 6)
+    if fat_size > MAX_PTX_BYTES * 4:
+        raise CudaError(codes.INVALID_IMAGE, f"fatbin claims {fat_size} bytes")
+    return ctypes.string_at(ptr, header_size + fat_size)
+
+
+def _is_device_runtime(data: bytes) -> bool:
+    """cudadevrt's own object: the device-side launch API, which the JIT supplies itself (jit/devrt.py). Its PTX
+    defines the API; its machine code (where it carries no PTX) names it."""
+    entries = fatbin_entries(data)
+    for e in entries:
+        if e.kind == _KIND_PTX:
+            return _DEVICE_RUNTIME_PTX.search(_decompress(e)) is not None
+    names = {k for e in entries if e.kind == _KIND_ELF for k in _elf_kernels(_decompress(e))}
+    return any(n.startswith(("__cudaCDP2", "cnprt")) for n in names)
+
+
+_DEVICE_RUNTIME_PTX = re.compile(rb"\.func\s*(?:\([^)]*\))?\s*__cudaCDP2LaunchDeviceV2\s*\([^;{]*\)\s*\{")
+
+
+def _relocatable_ptx(array: int) -> bytes:
+    """NOTE [relocatable device code]: a program built with ``nvcc -rdc=true`` registers the device-linked image,
+    which nvlink makes of machine code only, with the fatbins of its objects beside it (version 2 of nvcc's wrapper:
+    a NULL-terminated array of them, as a driver JIT-links them for a GPU the image has no code for). Their PTX is
+    linked here as cuLinkComplete links (shim/native/cu_link.py): one module, the functions one object calls in
+    another resolved. cudadevrt's object is left out: the JIT supplies the device runtime (jit/devrt.py)."""
+    from shim.native.numba_ptx import merge_ptx
+
+    ptx: list[str] = []
+    for i in range(4096):
+        p = ctypes.c_void_p.from_address(array + 8 * i).value
+        if not p:
+            break
+        data = _fatbin_at(p)
+        if _is_device_runtime(data):
+            continue
+        ptx.append(ptx_from_fatbin(data).decode(errors="replace"))
+    if not ptx:
+        raise CudaError(codes.NO_BINARY_FOR_GPU, "the device-linked program holds no PTX of its own objects")
+    return merge_ptx(ptx).encode()
 
 
 def read_file(path: bytes | None) -> bytes:

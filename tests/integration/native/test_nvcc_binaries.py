@@ -32,19 +32,25 @@ BUILDS = {
 }
 
 
-@pytest.fixture(scope="module")
-def binaries(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    out = tmp_path_factory.mktemp("nvcc")
-    src = os.path.join(PROGS, "runtime_app.cu")
+def build_each_way(
+    out: str, stem: str, srcs: list[str], flags: tuple[str, ...] = (), libs: tuple[str, ...] = ()
+) -> dict[str, str]:
+    """``srcs`` built each of the BUILDS ways (two at a time) into ``out``: {way: executable}."""
 
     def build(name: str) -> str:
-        exe = str(out / f"app_{name}")
-        proc = subprocess.run([NVCC, *BUILDS[name], "-o", exe, src], capture_output=True, text=True, timeout=300)
+        exe = os.path.join(out, f"{stem}_{name}")
+        cmd = [str(NVCC), *BUILDS[name], *flags, "-o", exe, *srcs, *libs]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr
         return exe
 
     with ThreadPoolExecutor(2) as pool:
         return dict(zip(BUILDS, pool.map(build, BUILDS), strict=True))
+
+
+@pytest.fixture(scope="module")
+def binaries(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    return build_each_way(str(tmp_path_factory.mktemp("nvcc")), "app", [os.path.join(PROGS, "runtime_app.cu")])
 
 
 @pytest.mark.parametrize("build", ["static", "shared", "ptx"])

@@ -1,0 +1,218 @@
+"""Kernels that launch kernels: CUDA dynamic parallelism on the CPU target.
+
+NOTE [device launches]: a kernel built with relocatable device code (``nvcc -rdc=true``) launches a child grid with
+``child<<<grid, block, shared, stream>>>(args)``, which nvcc turns into two calls into the device runtime (cudadevrt):
+``__cudaCDP2GetParameterBufferV2(kernel, grid, block, shared)`` for a buffer the thread fills with the arguments,
+then ``__cudaCDP2LaunchDeviceV2(buffer, stream)``. The JIT lowers the kernel's name used as a value
+(``mov.u64 %rd, child``) to a handle naming that entry of its own module (jit.emit.abi.kernel_handle), and the two
+calls, with ``cudaGetLastError``/``cudaPeekAtLastError``, to host functions (jit/loader.py) that reach the running
+grid's ``DeviceLaunches``: the buffer comes from the module's device heap, so it lies inside the launch's allowed
+ranges; a launch copies the buffer's bytes (the arguments are taken at the launch, as on a GPU) and queues the
+grid. The rest of the device runtime (streams, events, cudaMalloc, error strings) is PTX (jit/devrt.py).
+
+When a grid has finished, the grids it queued run one after another in the order they were launched, each with the
+grids it queues in turn run right after it (depth first), the tail launches (``cudaStreamTailLaunch``) after the
+others. That is one of the schedules a GPU may choose: CUDA 12's device runtime promises a child grid only that it
+starts after its launch and that its parent counts as complete once the child is; a parent cannot wait for a child
+(``cudaDeviceSynchronize`` in device code is gone), and grids of different streams have no order between them, so
+every device-side stream and event is a token with nothing behind it. A parent that spins on a flag a child sets
+(which on a GPU works only when both happen to be resident) waits here until the watchdog stops the launch. The
+whole tree is the host's one launch: a child's error is that launch's error, and its printf output follows its
+parent's.
+
+Limits: 24 levels of nesting (a deeper launch is ``cudaErrorLaunchMaxDepthExceeded`` for the launching thread, as
+on a GPU), ``MAX_PENDING`` grids queued and not yet run per host launch (``cudaErrorLaunchPendingCountExceeded``;
+CUDA's default limit is 2048, which programs raise with ``cudaDeviceSetLimit``: the larger bound here is accepted
+whatever they set). ``cudaGetLastError`` answers one value per grid, not one per thread.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+MAX_DEPTH = 24
+MAX_PENDING = 8192
+TAIL_LAUNCH = 3  # cudaStreamTailLaunch; cudaStreamFireAndForget (4) and named streams run in launch order
+# cudaError_t values a device-side launch gives
+SUCCESS, INVALID_VALUE, MEMORY_ALLOCATION, INVALID_CONFIGURATION = 0, 1, 2, 9
+MAX_DEPTH_EXCEEDED, PENDING_COUNT_EXCEEDED, INVALID_DEVICE_FUNCTION = 65, 69, 98
+
+
+@dataclass
+class Tree:
+    """What the grids of one host launch share: the count of queued grids and the launch's deadline."""
+
+    t_end: float | None
+    pending: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def remaining(self) -> float | None:
+        return None if self.t_end is None else max(0.001, self.t_end - time.monotonic())
+
+
+@dataclass
+class Queued:
+    kernel: Any  # None: a copy (cudaMemcpyAsync / cudaMemsetAsync from the device), queued in the same order
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared: int
+    params: bytes
+    tail: bool
+    copy: tuple[int, int, int, bool] = (0, 0, 0, False)  # dst, src (or the byte of a memset), bytes, is a memset
+
+
+class DeviceLaunches:
+    """The grids one running grid launches (made at its first device-runtime call: NOTE [device launches])."""
+
+    def __init__(self, kernel: Any, depth: int, tree: Tree) -> None:
+        self.kernel, self.depth, self.tree = kernel, depth, tree
+        self.heap = kernel._module.heap()
+        self.lock = threading.Lock()
+        self.buffers: dict[int, tuple[Any, tuple[int, int, int], tuple[int, int, int], int, int]] = {}
+        self.queue: list[Queued] = []
+        self.last_error = SUCCESS
+
+    def _fail(self, code: int) -> int:
+        self.last_error = code
+        return 0
+
+    def buffer(self, handle: int, grid: tuple[int, int, int], block: tuple[int, int, int], shared: int) -> int:
+        """cudaGetParameterBufferV2: a buffer for the arguments of ``handle``'s kernel, or 0 (the error kept)."""
+        child = self.kernel._module.by_handle(handle)
+        with self.lock:
+            if child is None:
+                return self._fail(INVALID_DEVICE_FUNCTION)
+            nt = block[0] * block[1] * block[2]
+            if (
+                min(grid) < 1
+                or min(block) < 1
+                or nt > child.max_threads_per_block
+                or block[2] > 64
+                or grid[1] > 65535
+                or grid[2] > 65535
+                or grid[0] > 2**31 - 1
+                or shared > 227 * 1024
+            ):
+                return self._fail(INVALID_CONFIGURATION)
+            if self.depth + 1 > MAX_DEPTH:
+                return self._fail(MAX_DEPTH_EXCEEDED)
+            with self.tree.lock:
+                if self.tree.pending + len(self.buffers) >= MAX_PENDING:
+                    return self._fail(PENDING_COUNT_EXCEEDED)
+            size = max(8, child.param_buffer_size)
+            p = self.heap.alloc(size)
+            if not p:
+                return self._fail(MEMORY_ALLOCATION)
+            self.buffers[p] = (child, grid, block, shared, size)
+            return p
+
+    def launch(self, buf: int, stream: int) -> int:
+        """cudaLaunchDeviceV2: queue the grid whose arguments ``buf`` holds; a cudaError_t."""
+        with self.lock:
+            entry = self.buffers.pop(buf, None)
+            if entry is None:
+                self.last_error = INVALID_VALUE
+                return INVALID_VALUE
+            child, grid, block, shared, size = entry
+            params = ctypes.string_at(buf, size)
+            self.heap.free(buf)
+            with self.tree.lock:
+                self.tree.pending += 1
+            self.queue.append(Queued(child, grid, block, shared, params, stream == TAIL_LAUNCH))
+            return SUCCESS
+
+    def copy(self, dst: int, src: int, n: int, is_set: bool) -> int:
+        """cudaMemcpyAsync / cudaMemsetAsync on a device-side stream: queued behind the grids launched before it."""
+        with self.lock:
+            if not dst or (not is_set and not src) or n >= 1 << 40:
+                self.last_error = INVALID_VALUE
+                return INVALID_VALUE
+            with self.tree.lock:
+                if self.tree.pending >= MAX_PENDING:
+                    self.last_error = PENDING_COUNT_EXCEEDED
+                    return PENDING_COUNT_EXCEEDED
+                self.tree.pending += 1
+            self.queue.append(Queued(None, (0, 0, 0), (0, 0, 0), 0, b"", False, (dst, src, n, is_set)))
+            return SUCCESS
+
+    def _do_copy(self, q: Queued, allowed_ranges: Any) -> None:
+        dst, src, n, is_set = q.copy
+        module = self.kernel._module
+        if module.bounds_check:  # what the kernel could reach: the tenant's allocations, globals, device heap
+            from jit.checked import for_ranges
+
+            own = [(module._data_addr, max(1, module._data_size)), (self.heap.base, self.heap.size)]
+            table = for_ranges(allowed_ranges or ()).with_spans(own)
+            for addr in (dst,) if is_set else (dst, src):
+                if not table.covers(addr, n):
+                    from jit.errors import CUDA_ERROR_ILLEGAL_ADDRESS, JitError
+
+                    what = "cudaMemsetAsync" if is_set else "cudaMemcpyAsync"
+                    raise JitError(
+                        CUDA_ERROR_ILLEGAL_ADDRESS,
+                        f"device-side {what} in {self.kernel.name}: {n} bytes at 0x{addr:x} "
+                        "outside the launch's allowed ranges",
+                    )
+        if is_set:
+            ctypes.memset(dst, src & 0xFF, n)
+        else:
+            ctypes.memmove(dst, src, n)
+
+    def error(self, clear: bool) -> int:
+        with self.lock:
+            e = self.last_error
+            if clear:
+                self.last_error = SUCCESS
+            return e
+
+    def discard(self) -> None:
+        """The grid failed: free the buffers it holds and drop what it queued."""
+        self.discard_buffers()
+        with self.lock, self.tree.lock:
+            self.tree.pending -= len(self.queue)
+            self.queue = []
+
+    def run(self, **launch: Any) -> tuple[str, float]:
+        """Run the queued grids (NOTE [device launches]): their printf output and core-seconds, or raise the first
+        error (a JitError whose ``printf`` holds what ran before it)."""
+        self.discard_buffers()
+        with self.lock:
+            order = [q for q in self.queue if not q.tail] + [q for q in self.queue if q.tail]
+            self.queue = []
+        text: list[str] = []
+        core_s = 0.0
+        for i, q in enumerate(order):
+            with self.tree.lock:
+                self.tree.pending -= 1
+            try:
+                if q.kernel is None:
+                    self._do_copy(q, launch.get("allowed_ranges"))
+                    continue
+                r = q.kernel.launch(
+                    q.grid,
+                    q.block,
+                    q.shared,
+                    q.params,
+                    deadline_s=self.tree.remaining(),
+                    depth=self.depth + 1,
+                    tree=self.tree,
+                    **launch,
+                )
+            except Exception as e:
+                with self.tree.lock:
+                    self.tree.pending -= len(order) - i - 1
+                e.printf = "".join(text) + getattr(e, "printf", "")  # type: ignore[attr-defined]
+                raise
+            text.append(r.printf)
+            core_s += r.core_s
+        return "".join(text), core_s
+
+    def discard_buffers(self) -> None:
+        with self.lock:
+            for p in self.buffers:
+                self.heap.free(p)
+            self.buffers.clear()

@@ -1,0 +1,60 @@
+// Kernels that launch kernels (NOTE [device launches], jit/devlaunch.py), for tests/unit/jit/test_device_launch.py.
+// nvcc -arch=sm_80 -rdc=true -ptx device_launch.cu -o device_launch.ptx
+#include <cstdio>
+
+// out[base + i] = base + 2 i, one child grid per parent block
+__global__ void fill(int *out, int base) { out[base + threadIdx.x] = base + 2 * threadIdx.x; }
+__global__ void per_block(int *out) {
+    if (threadIdx.x == 0) fill<<<1, 32>>>(out, blockIdx.x * 32);
+}
+
+// a recursion: each level writes its depth into log[depth] and launches the next, until `levels`
+__global__ void nest(int *log, int depth, int levels) {
+    log[depth] = depth + 1;
+    if (depth + 1 < levels) {
+        nest<<<1, 1>>>(log, depth + 1, levels);
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess) log[depth + 1] = -(int)e;  // the launch failed: say why
+    }
+}
+
+// order: the child appends after its parent has finished; a tail launch runs after the other children
+__global__ void append(int *seq, int value) { seq[1 + atomicAdd(seq, 1)] = value; }
+__global__ void order(int *seq) {
+    append<<<1, 1, 0, cudaStreamTailLaunch>>>(seq, 3);
+    cudaStream_t s;
+    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    append<<<1, 1, 0, s>>>(seq, 2);
+    cudaStreamDestroy(s);
+    seq[1 + atomicAdd(seq, 1)] = 1;
+}
+
+// a copy queued behind the grid that produces its source
+__global__ void produce(int *a) { a[threadIdx.x] = 100 + threadIdx.x; }
+__global__ void copy_after(int *a, int *b, int n) {
+    produce<<<1, n>>>(a);
+    cudaMemcpyAsync(b, a, n * sizeof(int), cudaMemcpyDeviceToDevice, 0);
+    cudaMemsetAsync(a, 0, n * sizeof(int), 0);
+}
+
+// a launch with a bad configuration fails for the launching thread only
+__global__ void bad_config(int *out) {
+    fill<<<1, 4096>>>(out, 0);
+    cudaError_t e = cudaGetLastError();
+    out[0] = (int)e;
+    out[1] = (int)cudaGetLastError();  // cleared by the first read
+    printf("%s %s\n", cudaGetErrorName(e), cudaGetErrorString(e));
+}
+
+// a child that faults fails the host's launch
+__global__ void wild(int *p) { p[threadIdx.x] = 1; }
+__global__ void launches_wild(int *p) { wild<<<1, 1>>>(p + (1 << 28)); }
+
+// the heap: device-side cudaMalloc/cudaFree around a child that uses the memory
+__global__ void square(int *tmp, int *out) { tmp[threadIdx.x] = threadIdx.x * threadIdx.x; out[threadIdx.x] = tmp[threadIdx.x]; }
+__global__ void with_malloc(int *out) {
+    int *tmp;
+    if (cudaMalloc(&tmp, 32 * sizeof(int)) != cudaSuccess) { out[0] = -1; return; }
+    square<<<1, 32>>>(tmp, out);
+    printf("parent done\n");
+}

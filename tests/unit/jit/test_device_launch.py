@@ -1,0 +1,145 @@
+"""Kernels that launch kernels (NOTE [device launches], jit/devlaunch.py), from nvcc's own PTX (ptx/device_launch.cu
+built with -rdc=true): the children's results, nesting to the limit and one past it, the order of children, tail
+launches and device-side copies, launch errors seen by the launching thread, a faulting child failing the host's
+launch, and the device runtime's heap; with and without bounds checks, and through a lazily translated module."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from jit import JitError, compile_module
+from jit.devlaunch import MAX_DEPTH
+from tests.unit.jit.helpers import PTX_DIR, pack
+
+PTX = (PTX_DIR / "device_launch.ptx").read_text()
+_MODULES: dict[bool, object] = {}
+
+
+def kernel(short: str, checked: bool):  # type: ignore[no-untyped-def]
+    m = _MODULES.get(checked)
+    if m is None:
+        m = _MODULES[checked] = compile_module(PTX, bounds_check=checked, tier="optimized")
+    name = next(n for n in m.kernel_names if n.startswith(f"_Z{len(short)}{short}"))  # type: ignore[attr-defined]
+    return m.get_kernel(name)  # type: ignore[attr-defined]
+
+
+def run(short: str, checked: bool, grid, block, *arrays, extra=()):  # type: ignore[no-untyped-def]
+    k = kernel(short, checked)
+    kw = {"allowed_ranges": tuple((a.ctypes.data, a.nbytes) for a in arrays)} if checked else {}
+    return k.launch(grid, block, 0, pack(k, *arrays, *extra), **kw)
+
+
+@pytest.mark.parametrize("checked", [False, True])
+def test_each_block_launches_a_child(checked: bool) -> None:
+    out = np.zeros(4 * 32, dtype=np.int32)
+    run("per_block", checked, 4, 8, out)
+    i = np.arange(128)
+    assert (out == (i // 32) * 32 + (i % 32) * 2).all()
+
+
+@pytest.mark.parametrize("checked", [False, True])
+def test_nesting_to_the_limit_and_one_past_it(checked: bool) -> None:
+    log = np.zeros(MAX_DEPTH + 2, dtype=np.int32)
+    run("nest", checked, 1, 1, log, extra=(0, MAX_DEPTH + 1))  # the host's grid is depth 0: 24 more levels run
+    assert list(log[: MAX_DEPTH + 1]) == list(range(1, MAX_DEPTH + 2))
+    log[:] = 0
+    run("nest", checked, 1, 1, log, extra=(0, MAX_DEPTH + 2))
+    assert list(log[: MAX_DEPTH + 1]) == list(range(1, MAX_DEPTH + 2))
+    assert log[MAX_DEPTH + 1] == -65  # cudaErrorLaunchMaxDepthExceeded for the deepest grid's launch
+
+
+@pytest.mark.parametrize("checked", [False, True])
+def test_children_run_after_their_parent_and_tail_launches_last(checked: bool) -> None:
+    seq = np.zeros(4, dtype=np.int32)
+    run("order", checked, 1, 1, seq)
+    assert list(seq) == [3, 1, 2, 3]
+
+
+@pytest.mark.parametrize("checked", [False, True])
+def test_device_copies_are_queued_behind_the_launches_before_them(checked: bool) -> None:
+    a, b = np.full(32, -1, dtype=np.int32), np.zeros(32, dtype=np.int32)
+    run("copy_after", checked, 1, 1, a, b, extra=(32,))
+    assert (b == 100 + np.arange(32)).all()  # copied after produce ran
+    assert (a == 0).all()  # then the memset
+
+
+def test_a_device_copy_outside_the_allowed_ranges_fails_the_launch() -> None:
+    a, b = np.zeros(32, dtype=np.int32), np.zeros(32, dtype=np.int32)
+    k = kernel("copy_after", True)
+    with pytest.raises(JitError) as e:  # b is not in the launch's ranges
+        k.launch(1, 1, 0, pack(k, a, b, 32), allowed_ranges=((a.ctypes.data, a.nbytes),))
+    assert e.value.code == 700 and "cudaMemcpyAsync" in str(e.value)
+
+
+@pytest.mark.parametrize("checked", [False, True])
+def test_a_bad_launch_is_the_launching_threads_error(checked: bool) -> None:
+    out = np.full(4, 7, dtype=np.int32)
+    r = run("bad_config", checked, 1, 1, out)
+    assert list(out[:2]) == [9, 0]  # cudaErrorInvalidConfiguration, then cleared; nothing launched
+    assert r.printf == "cudaErrorInvalidConfiguration invalid configuration argument\n"
+
+
+def test_a_faulting_child_fails_the_hosts_launch() -> None:
+    p = np.zeros(4, dtype=np.int32)
+    with pytest.raises(JitError) as e:
+        run("launches_wild", True, 1, 1, p)
+    assert e.value.code == 700 and "wild" in str(e.value)
+
+
+@pytest.mark.parametrize("checked", [False, True])
+def test_device_malloc_and_printf_order(checked: bool) -> None:
+    out = np.zeros(32, dtype=np.int32)
+    r = run("with_malloc", checked, 1, 1, out)
+    assert (out == np.arange(32) ** 2).all()
+    assert r.printf == "parent done\n"
+
+
+def test_through_a_lazily_translated_module(monkeypatch: pytest.MonkeyPatch) -> None:
+    import jit
+
+    monkeypatch.setattr(jit, "lazy_bytes", lambda: 1024)  # NOTE [lazy modules]: this module is split
+    m = compile_module(PTX, bounds_check=True, tier="optimized")
+    assert type(m).__name__ == "LazyCpuModule"
+    out = np.zeros(4 * 32, dtype=np.int32)
+    k = m.get_kernel(next(n for n in m.kernel_names if "per_block" in n))
+    k.launch(4, 8, 0, pack(k, out), allowed_ranges=((out.ctypes.data, out.nbytes),))
+    i = np.arange(128)
+    assert (out == (i // 32) * 32 + (i % 32) * 2).all()
+
+
+FORGED = """.version 7.8
+.target sm_80
+.address_size 64
+.extern .func (.param .b64 func_retval0) __cudaCDP2GetParameterBufferV2(.param .b64 a, .param .align 4 .b8 b[12],
+    .param .align 4 .b8 c[12], .param .b32 d);
+.extern .func (.param .b32 func_retval0) __cudaCDP2LaunchDeviceV2(.param .b64 a, .param .b64 b);
+.extern .func (.param .b32 func_retval0) __cudaCDP2GetLastError();
+.visible .entry forged(.param .u64 out, .param .u64 handle, .param .u64 buf)
+{
+  .reg .b64 %rd<8>; .reg .b32 %r<4>;
+  ld.param.u64 %rd1, [out]; ld.param.u64 %rd2, [handle]; ld.param.u64 %rd3, [buf];
+  { .param .b64 p0; .param .align 4 .b8 p1[12]; .param .align 4 .b8 p2[12]; .param .b32 p3; .param .b64 r0;
+    st.param.b64 [p0], %rd2; st.param.b32 [p1], 1; st.param.b32 [p1+4], 1; st.param.b32 [p1+8], 1;
+    st.param.b32 [p2], 1; st.param.b32 [p2+4], 1; st.param.b32 [p2+8], 1; st.param.b32 [p3], 0;
+    call.uni (r0), __cudaCDP2GetParameterBufferV2, (p0, p1, p2, p3); ld.param.b64 %rd4, [r0]; }
+  st.global.u64 [%rd1], %rd4;
+  { .param .b32 r1; call.uni (r1), __cudaCDP2GetLastError, (); ld.param.b32 %r1, [r1]; }
+  st.global.u32 [%rd1+8], %r1;
+  { .param .b64 q0; .param .b64 q1; .param .b32 r2; st.param.b64 [q0], %rd3; st.param.b64 [q1], 0;
+    call.uni (r2), __cudaCDP2LaunchDeviceV2, (q0, q1); ld.param.b32 %r2, [r2]; }
+  st.global.u32 [%rd1+12], %r2;
+  ret;
+}
+"""
+
+
+@pytest.mark.parametrize("handle", [0, 0x1234, (0x7C0D << 48) | 5, 2**64 - 1])
+def test_forged_handles_and_buffers_are_errors(handle: int) -> None:
+    """A value that names no kernel of the module gets no buffer (cudaErrorInvalidDeviceFunction); launching from a
+    buffer the runtime did not hand out is cudaErrorInvalidValue, and nothing runs."""
+    k = compile_module(FORGED, bounds_check=True, tier="optimized").get_kernel("forged")
+    out = np.zeros(2, dtype=np.uint64)
+    k.launch(1, 1, 0, pack(k, out, handle, out.ctypes.data), allowed_ranges=((out.ctypes.data, out.nbytes),))
+    assert int(out[0]) == 0  # NULL buffer
+    assert int(out[1]) & 0xFFFFFFFF == 98 and int(out[1]) >> 32 == 1
