@@ -34,12 +34,29 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from proto import launch as launch_rules
+from proto.errors import CudaError
+
 MAX_DEPTH = 24
 MAX_PENDING = 8192
 TAIL_LAUNCH = 3  # cudaStreamTailLaunch; cudaStreamFireAndForget (4) and named streams run in launch order
 # cudaError_t values a device-side launch gives
 SUCCESS, INVALID_VALUE, MEMORY_ALLOCATION, INVALID_CONFIGURATION = 0, 1, 2, 9
-MAX_DEPTH_EXCEEDED, PENDING_COUNT_EXCEEDED, INVALID_DEVICE_FUNCTION = 65, 69, 98
+MAX_DEPTH_EXCEEDED, PENDING_COUNT_EXCEEDED, INVALID_DEVICE_FUNCTION, UNKNOWN = 65, 69, 98, 999
+# their cudaGetErrorName / cudaGetErrorString, which device code may ask for (jit/devrt.py supplies them)
+ERRORS = {
+    SUCCESS: ("cudaSuccess", "no error"),
+    INVALID_VALUE: ("cudaErrorInvalidValue", "invalid argument"),
+    MEMORY_ALLOCATION: ("cudaErrorMemoryAllocation", "out of memory"),
+    INVALID_CONFIGURATION: ("cudaErrorInvalidConfiguration", "invalid configuration argument"),
+    MAX_DEPTH_EXCEEDED: ("cudaErrorLaunchMaxDepthExceeded", "launch would exceed maximum depth of nested launches"),
+    PENDING_COUNT_EXCEEDED: (
+        "cudaErrorLaunchPendingCountExceeded",
+        "launch failed because launch would exceed cudaLimitDevRuntimePendingLaunchCount",
+    ),
+    INVALID_DEVICE_FUNCTION: ("cudaErrorInvalidDeviceFunction", "invalid device function"),
+    UNKNOWN: ("cudaErrorUnknown", "unknown error"),
+}
 
 
 @dataclass
@@ -86,17 +103,17 @@ class DeviceLaunches:
         with self.lock:
             if child is None:
                 return self._fail(INVALID_DEVICE_FUNCTION)
-            nt = block[0] * block[1] * block[2]
-            if (
-                min(grid) < 1
-                or min(block) < 1
-                or nt > child.max_threads_per_block
-                or block[2] > 64
-                or grid[1] > 65535
-                or grid[2] > 65535
-                or grid[0] > 2**31 - 1
-                or shared > 227 * 1024
-            ):
+            try:  # the driver's launch rules (proto/launch.py), on the virtual device's attributes
+                launch_rules.check(
+                    child.name,
+                    {},
+                    grid,
+                    block,
+                    shared,
+                    max_threads=child.max_threads_per_block,
+                    static_shared=child.static_shared_bytes,
+                )
+            except CudaError:
                 return self._fail(INVALID_CONFIGURATION)
             if self.depth + 1 > MAX_DEPTH:
                 return self._fail(MAX_DEPTH_EXCEEDED)

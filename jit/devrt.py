@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import re
 
+from jit.devlaunch import ERRORS, UNKNOWN
+
 # handle = the grid-sync workspace (0 outside a cooperative launch); the scope argument (grid, multi-grid) does not
 # matter on one device
 _HANDLE = """
@@ -118,20 +120,6 @@ $wooly_null: st.param.b32 [func_retval0], 1; ret;""",
         + _RET0,
     ),
 }
-# cudaGetErrorName / cudaGetErrorString on the device, for the codes a device-side launch can give
-_ERRORS = {
-    0: ("cudaSuccess", "no error"),
-    1: ("cudaErrorInvalidValue", "invalid argument"),
-    2: ("cudaErrorMemoryAllocation", "out of memory"),
-    9: ("cudaErrorInvalidConfiguration", "invalid configuration argument"),
-    65: ("cudaErrorLaunchMaxDepthExceeded", "launch would exceed maximum depth of nested launches"),
-    69: (
-        "cudaErrorLaunchPendingCountExceeded",
-        "launch failed because launch would exceed cudaLimitDevRuntimePendingLaunchCount",
-    ),
-    98: ("cudaErrorInvalidDeviceFunction", "invalid device function"),
-    999: ("cudaErrorUnknown", "unknown error"),
-}
 _HEAP_DECLS = {
     "malloc": ".extern .func (.param .b64 func_retval0) malloc(.param .b64 malloc_n);\n",
     "free": ".extern .func free(.param .b64 free_p);\n",
@@ -142,15 +130,15 @@ def _error_text(which: int) -> tuple[str, str]:
     """The strings (module globals) and the body of cudaGetErrorName (0) or cudaGetErrorString (1)."""
     tag = ("name", "string")[which]
     strings, body = [], ["  .reg .b32 %r1; .reg .pred %p1; .reg .b64 %rd1;", "  ld.param.u32 %r1, [code];"]
-    for code, texts in _ERRORS.items():
+    for code, texts in ERRORS.items():
         raw = texts[which].encode() + b"\0"
         sym = f"$wooly_cdp_{tag}_{code}"
         strings.append(f".global .align 1 .b8 {sym}[{len(raw)}] = {{{', '.join(str(b) for b in raw)}}};\n")
-        if code != 999:
+        if code != UNKNOWN:
             body.append(f"  setp.eq.u32 %p1, %r1, {code}; @%p1 bra $wooly_e{code};")
-    body.append("  mov.u64 %rd1, $wooly_cdp_" + tag + "_999; bra.uni $wooly_done;")
-    for code in _ERRORS:
-        if code != 999:
+    body.append(f"  mov.u64 %rd1, $wooly_cdp_{tag}_{UNKNOWN}; bra.uni $wooly_done;")
+    for code in ERRORS:
+        if code != UNKNOWN:
             body.append(f"$wooly_e{code}: mov.u64 %rd1, $wooly_cdp_{tag}_{code}; bra.uni $wooly_done;")
     body.append("$wooly_done: cvta.global.u64 %rd1, %rd1; st.param.b64 [func_retval0], %rd1; ret;")
     return "".join(strings), "\n".join(body)
