@@ -24,6 +24,11 @@ Limits: 24 levels of nesting (a deeper launch is ``cudaErrorLaunchMaxDepthExceed
 on a GPU), ``MAX_PENDING`` grids queued and not yet run per host launch (``cudaErrorLaunchPendingCountExceeded``;
 CUDA's default limit is 2048, which programs raise with ``cudaDeviceSetLimit``: the larger bound here is accepted
 whatever they set). ``cudaGetLastError`` answers one value per grid, not one per thread.
+
+Copies from the device (``cudaMemcpy/Memset[2D|3D]Async``) queue a ``Copy`` among the grids: ``depth`` slices of
+``height`` rows, each end with its own row pitch and slice size; the whole span of each end must lie in the launch's
+allowed ranges. Device code reads the launch's device attributes (``cudaDeviceGetAttribute``): the table a launch
+was given (gpud's backend passes its device's), else the JIT's own device (jit/device.py).
 """
 
 from __future__ import annotations
@@ -34,27 +39,33 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from jit.device import default as default_device
 from proto import launch as launch_rules
 from proto.errors import CudaError
 
 MAX_DEPTH = 24
 MAX_PENDING = 8192
 TAIL_LAUNCH = 3  # cudaStreamTailLaunch; cudaStreamFireAndForget (4) and named streams run in launch order
-# cudaError_t values a device-side launch gives
-SUCCESS, INVALID_VALUE, MEMORY_ALLOCATION, INVALID_CONFIGURATION = 0, 1, 2, 9
-MAX_DEPTH_EXCEEDED, PENDING_COUNT_EXCEEDED, INVALID_DEVICE_FUNCTION, UNKNOWN = 65, 69, 98, 999
+# cudaError_t values the device runtime gives
+SUCCESS, INVALID_VALUE, MEMORY_ALLOCATION, INVALID_CONFIGURATION, INVALID_PITCH = 0, 1, 2, 9, 12
+MAX_DEPTH_EXCEEDED, PENDING_COUNT_EXCEEDED, INVALID_DEVICE_FUNCTION, INVALID_DEVICE = 65, 69, 98, 101
+NOT_SUPPORTED, UNKNOWN = 801, 999
+ATTRIBUTE_ERROR = 1 << 32  # cudaDeviceGetAttribute's host half answers the value, or this bit with the error
 # their cudaGetErrorName / cudaGetErrorString, which device code may ask for (jit/devrt.py supplies them)
 ERRORS = {
     SUCCESS: ("cudaSuccess", "no error"),
     INVALID_VALUE: ("cudaErrorInvalidValue", "invalid argument"),
     MEMORY_ALLOCATION: ("cudaErrorMemoryAllocation", "out of memory"),
     INVALID_CONFIGURATION: ("cudaErrorInvalidConfiguration", "invalid configuration argument"),
+    INVALID_PITCH: ("cudaErrorInvalidPitchValue", "invalid pitch argument"),
     MAX_DEPTH_EXCEEDED: ("cudaErrorLaunchMaxDepthExceeded", "launch would exceed maximum depth of nested launches"),
     PENDING_COUNT_EXCEEDED: (
         "cudaErrorLaunchPendingCountExceeded",
         "launch failed because launch would exceed cudaLimitDevRuntimePendingLaunchCount",
     ),
     INVALID_DEVICE_FUNCTION: ("cudaErrorInvalidDeviceFunction", "invalid device function"),
+    INVALID_DEVICE: ("cudaErrorInvalidDevice", "invalid device ordinal"),
+    NOT_SUPPORTED: ("cudaErrorNotSupported", "operation not supported"),
     UNKNOWN: ("cudaErrorUnknown", "unknown error"),
 }
 
@@ -71,22 +82,60 @@ class Tree:
         return None if self.t_end is None else max(0.001, self.t_end - time.monotonic())
 
 
+@dataclass(frozen=True)
+class Copy:
+    """A device-side copy or memset (cudaMemcpy/Memset[2D|3D]Async): ``depth`` slices of ``height`` rows of
+    ``width`` bytes, rows ``pitch`` and slices ``slice`` bytes apart at each end; ``src`` is the byte of a memset."""
+
+    dst: int
+    src: int
+    width: int
+    height: int = 1
+    depth: int = 1
+    dpitch: int = 0
+    spitch: int = 0
+    dslice: int = 0
+    sslice: int = 0
+    is_set: bool = False
+
+    def span(self, pitch: int, slice_: int) -> int:
+        """Bytes from the first byte to the last one copied, at the end with ``pitch`` and ``slice_``."""
+        if not (self.width and self.height and self.depth):
+            return 0
+        return (self.depth - 1) * slice_ + (self.height - 1) * pitch + self.width
+
+    def error(self) -> int:
+        """The cudaError_t of a copy with these arguments, before it is queued (SUCCESS: it may run)."""
+        if not self.dst or (not self.is_set and not self.src):
+            return INVALID_VALUE
+        if max(self.width, self.height, self.depth, self.dpitch, self.spitch, self.dslice, self.sslice) >= 1 << 40:
+            return INVALID_VALUE
+        if self.height > 1 and (self.dpitch < self.width or (not self.is_set and self.spitch < self.width)):
+            return INVALID_PITCH
+        if self.depth > 1 and (
+            self.dslice < self.dpitch * self.height or (not self.is_set and self.sslice < self.spitch * self.height)
+        ):
+            return INVALID_VALUE  # a slice holds fewer rows than the extent (cudaPitchedPtr.ysize < height)
+        return SUCCESS
+
+
 @dataclass
 class Queued:
-    kernel: Any  # None: a copy (cudaMemcpyAsync / cudaMemsetAsync from the device), queued in the same order
+    kernel: Any  # None: a copy (``copy``), queued in the same order as the grids
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     shared: int
     params: bytes
     tail: bool
-    copy: tuple[int, int, int, bool] = (0, 0, 0, False)  # dst, src (or the byte of a memset), bytes, is a memset
+    copy: Copy | None = None
 
 
 class DeviceLaunches:
     """The grids one running grid launches (made at its first device-runtime call: NOTE [device launches])."""
 
-    def __init__(self, kernel: Any, depth: int, tree: Tree) -> None:
+    def __init__(self, kernel: Any, depth: int, tree: Tree, device: Any = None) -> None:
         self.kernel, self.depth, self.tree = kernel, depth, tree
+        self.device = device if device is not None else default_device()  # its CUdevice_attribute values
         self.heap = kernel._module.heap()
         self.lock = threading.Lock()
         self.buffers: dict[int, tuple[Any, tuple[int, int, int], tuple[int, int, int], int, int]] = {}
@@ -106,7 +155,7 @@ class DeviceLaunches:
             try:  # the driver's launch rules (proto/launch.py), on the virtual device's attributes
                 launch_rules.check(
                     child.name,
-                    {},
+                    self.device,
                     grid,
                     block,
                     shared,
@@ -142,42 +191,74 @@ class DeviceLaunches:
             self.queue.append(Queued(child, grid, block, shared, params, stream == TAIL_LAUNCH))
             return SUCCESS
 
-    def copy(self, dst: int, src: int, n: int, is_set: bool) -> int:
-        """cudaMemcpyAsync / cudaMemsetAsync on a device-side stream: queued behind the grids launched before it."""
+    def copy(self, c: Copy) -> int:
+        """cudaMemcpy/Memset[2D|3D]Async on a device-side stream: queued behind the grids launched before it."""
         with self.lock:
-            if not dst or (not is_set and not src) or n >= 1 << 40:
-                self.last_error = INVALID_VALUE
-                return INVALID_VALUE
+            err = c.error()
+            if err != SUCCESS:
+                self.last_error = err
+                return err
             with self.tree.lock:
                 if self.tree.pending >= MAX_PENDING:
                     self.last_error = PENDING_COUNT_EXCEEDED
                     return PENDING_COUNT_EXCEEDED
                 self.tree.pending += 1
-            self.queue.append(Queued(None, (0, 0, 0), (0, 0, 0), 0, b"", False, (dst, src, n, is_set)))
+            self.queue.append(Queued(None, (0, 0, 0), (0, 0, 0), 0, b"", False, c))
             return SUCCESS
 
-    def _do_copy(self, q: Queued, allowed_ranges: Any) -> None:
-        dst, src, n, is_set = q.copy
+    def attribute(self, attr: int, device: int) -> int:
+        """cudaDeviceGetAttribute's value, or ATTRIBUTE_ERROR with the error (the device is the kernel's own, 0)."""
+        if device != 0:
+            return ATTRIBUTE_ERROR | INVALID_DEVICE
+        v = self.device.get(attr)
+        if v is None:
+            v = self.device.get(str(attr))  # keys are strings after a msgpack round trip
+        if v is None:
+            return ATTRIBUTE_ERROR | INVALID_VALUE
+        return int(v) & 0xFFFFFFFF
+
+    def _do_copy(self, c: Copy, allowed_ranges: Any) -> None:
         module = self.kernel._module
+        ends = (
+            ((c.dst, c.span(c.dpitch, c.dslice)),)
+            if c.is_set
+            else (
+                (c.dst, c.span(c.dpitch, c.dslice)),
+                (c.src, c.span(c.spitch, c.sslice)),
+            )
+        )
+        if not ends[0][1]:
+            return  # an empty extent copies nothing
         if module.bounds_check:  # what the kernel could reach: the tenant's allocations, globals, device heap
             from jit.checked import for_ranges
 
             own = [(module._data_addr, max(1, module._data_size)), (self.heap.base, self.heap.size)]
             table = for_ranges(allowed_ranges or ()).with_spans(own)
-            for addr in (dst,) if is_set else (dst, src):
+            for addr, n in ends:
                 if not table.covers(addr, n):
                     from jit.errors import CUDA_ERROR_ILLEGAL_ADDRESS, JitError
 
-                    what = "cudaMemsetAsync" if is_set else "cudaMemcpyAsync"
+                    what = "cudaMemsetAsync" if c.is_set else "cudaMemcpyAsync"
+                    if c.height > 1 or c.depth > 1:
+                        what = what.replace("Async", "3DAsync" if c.depth > 1 else "2DAsync")
                     raise JitError(
                         CUDA_ERROR_ILLEGAL_ADDRESS,
                         f"device-side {what} in {self.kernel.name}: {n} bytes at 0x{addr:x} "
                         "outside the launch's allowed ranges",
                     )
-        if is_set:
-            ctypes.memset(dst, src & 0xFF, n)
+        if c.height == 1 and c.depth == 1:
+            if c.is_set:
+                ctypes.memset(c.dst, c.src & 0xFF, c.width)
+            else:
+                ctypes.memmove(c.dst, c.src, c.width)
+            return
+        # rows and slices apart: strided views of the two ends (numpy copies through a temporary where they overlap)
+        shape = (c.depth, c.height, c.width)
+        dst = _strided(c.dst, ends[0][1], shape, (c.dslice, c.dpitch))
+        if c.is_set:
+            dst[...] = c.src & 0xFF
         else:
-            ctypes.memmove(dst, src, n)
+            dst[...] = _strided(c.src, ends[1][1], shape, (c.sslice, c.spitch))
 
     def error(self, clear: bool) -> int:
         with self.lock:
@@ -206,8 +287,8 @@ class DeviceLaunches:
             with self.tree.lock:
                 self.tree.pending -= 1
             try:
-                if q.kernel is None:
-                    self._do_copy(q, launch.get("allowed_ranges"))
+                if q.copy is not None:
+                    self._do_copy(q.copy, launch.get("allowed_ranges"))
                     continue
                 r = q.kernel.launch(
                     q.grid,
@@ -233,3 +314,11 @@ class DeviceLaunches:
             for p in self.buffers:
                 self.heap.free(p)
             self.buffers.clear()
+
+
+def _strided(addr: int, span: int, shape: tuple[int, int, int], steps: tuple[int, int]) -> Any:
+    """The bytes at ``addr`` as a (slices, rows, bytes) array ``steps`` = (slice, row) bytes apart."""
+    import numpy as np
+
+    flat = np.ctypeslib.as_array((ctypes.c_uint8 * span).from_address(addr))
+    return np.lib.stride_tricks.as_strided(flat, shape=shape, strides=(steps[0], steps[1], 1))

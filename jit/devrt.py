@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 
 from jit.devlaunch import ERRORS, UNKNOWN
+from proto.constants import CUDA_VERSION
 
 # handle = the grid-sync workspace (0 outside a cooperative launch); the scope argument (grid, multi-grid) does not
 # matter on one device
@@ -71,6 +72,10 @@ FUNCS = {"cudaCGGetIntrinsicHandle": _HANDLE, "cudaCGSynchronize": _SYNC}
 # buffer, launch and last-error calls are served by the host (jit/lower/ops_ctrl.py DEVICE_LAUNCH_CALLS); these are
 # PTX. Queued grids run in launch order, so streams and events need no state: a stream or event is a token.
 _RET0 = "st.param.b32 [func_retval0], 0; ret;"
+_COPY_DECL = (
+    ".extern .func (.param .b32 r) __wooly_cdp_copy(.param .b64 dst, .param .b64 src, .param .b64 w, .param .b64 h, "
+    ".param .b64 d, .param .b64 dp, .param .b64 sp, .param .b64 ds, .param .b64 ss, .param .b32 is_set);\n"
+)
 _STORE_TOKEN = (
     """
   .reg .b64 %rd<3>; .reg .pred %p1;
@@ -120,6 +125,86 @@ $wooly_null: st.param.b32 [func_retval0], 1; ret;""",
         + _RET0,
     ),
 }
+# cudaDeviceGetAttribute, cudaRuntimeGetVersion and the 3D copies: PTX around the host's halves (jit/lower/ops_ctrl.py
+# DEVICE_LAUNCH_CALLS), which take scalars; the pointers a kernel passes are read and written here, under its own
+# bounds checks.
+_ATTRIBUTE = """
+  .reg .b64 %rd<4>; .reg .b32 %r<4>; .reg .pred %p<3>;
+  ld.param.u64 %rd1, [v]; setp.eq.u64 %p1, %rd1, 0; @%p1 bra $wooly_null;
+  ld.param.u32 %r1, [a]; ld.param.u32 %r2, [d];
+  { .param .b64 r0; .param .b32 a0; .param .b32 a1; st.param.b32 [a0], %r1; st.param.b32 [a1], %r2;
+    call.uni (r0), __wooly_cdp_attribute, (a0, a1); ld.param.b64 %rd2, [r0]; }
+  shr.u64 %rd3, %rd2, 32; setp.ne.u64 %p2, %rd3, 0; @%p2 bra $wooly_err;
+  cvt.u32.u64 %r3, %rd2; st.u32 [%rd1], %r3; st.param.b32 [func_retval0], 0; ret;
+$wooly_err: cvt.u32.u64 %r3, %rd2; st.param.b32 [func_retval0], %r3; ret;
+$wooly_null: st.param.b32 [func_retval0], 1; ret;"""
+
+# dst, src (or the byte), width, height, depth, dst pitch, src pitch, dst slice, src slice in %rd1..%rd9
+_COPY_CALL = """
+  { .param .b32 r0; .param .b64 a0; .param .b64 a1; .param .b64 a2; .param .b64 a3; .param .b64 a4;
+    .param .b64 a5; .param .b64 a6; .param .b64 a7; .param .b64 a8; .param .b32 a9;
+    st.param.b64 [a0], %rd1; st.param.b64 [a1], %rd2; st.param.b64 [a2], %rd3; st.param.b64 [a3], %rd4;
+    st.param.b64 [a4], %rd5; st.param.b64 [a5], %rd6; st.param.b64 [a6], %rd7; st.param.b64 [a7], %rd8;
+    st.param.b64 [a8], %rd9; st.param.b32 [a9], {is_set};
+    call.uni (r0), __wooly_cdp_copy, (a0, a1, a2, a3, a4, a5, a6, a7, a8, a9); ld.param.b32 %r1, [r0]; }
+  st.param.b32 [func_retval0], %r1; ret;"""
+
+# cudaMemset3DAsync(cudaPitchedPtr {ptr, pitch, xsize, ysize}, int value, cudaExtent {width, height, depth}, stream)
+_MEMSET3D = """
+  .reg .b64 %rd<12>; .reg .b32 %r<3>;
+  ld.param.u64 %rd1, [p]; ld.param.u64 %rd6, [p+8]; ld.param.u64 %rd10, [p+24];
+  ld.param.u32 %r2, [v]; cvt.u64.u32 %rd2, %r2;
+  ld.param.u64 %rd3, [e]; ld.param.u64 %rd4, [e+8]; ld.param.u64 %rd5, [e+16];
+  mov.u64 %rd7, %rd6; mul.lo.u64 %rd8, %rd6, %rd10; mov.u64 %rd9, %rd8;""" + _COPY_CALL.replace("{is_set}", "1")
+
+# cudaMemcpy3DAsync(const cudaMemcpy3DParms *p, stream): srcArray +0, srcPos {x, y, z} +8, srcPtr {ptr, pitch, xsize,
+# ysize} +32, dstArray +64, dstPos +72, dstPtr +96, extent {width, height, depth} +128, kind +152. A position's x is
+# in bytes (linear memory); an element is at ptr + (z * ysize + y) * pitch + x. CUDA arrays are not device memory
+# here: a copy naming one is cudaErrorNotSupported.
+_MEMCPY3D = (
+    """
+  .reg .b64 %rd<20>; .reg .b32 %r<3>; .reg .pred %p<3>;
+  ld.param.u64 %rd10, [p]; setp.eq.u64 %p1, %rd10, 0; @%p1 bra $wooly_null;
+  ld.u64 %rd11, [%rd10]; ld.u64 %rd12, [%rd10+64]; or.b64 %rd11, %rd11, %rd12;
+  setp.ne.u64 %p2, %rd11, 0; @%p2 bra $wooly_array;
+  ld.u64 %rd3, [%rd10+128]; ld.u64 %rd4, [%rd10+136]; ld.u64 %rd5, [%rd10+144];
+  ld.u64 %rd7, [%rd10+40]; ld.u64 %rd13, [%rd10+56]; mul.lo.u64 %rd9, %rd7, %rd13;
+  ld.u64 %rd14, [%rd10+24]; mul.lo.u64 %rd14, %rd14, %rd13; ld.u64 %rd15, [%rd10+16]; add.u64 %rd14, %rd14, %rd15;
+  mul.lo.u64 %rd14, %rd14, %rd7; ld.u64 %rd15, [%rd10+8]; add.u64 %rd14, %rd14, %rd15;
+  ld.u64 %rd2, [%rd10+32]; add.u64 %rd2, %rd2, %rd14;
+  ld.u64 %rd6, [%rd10+104]; ld.u64 %rd13, [%rd10+120]; mul.lo.u64 %rd8, %rd6, %rd13;
+  ld.u64 %rd14, [%rd10+88]; mul.lo.u64 %rd14, %rd14, %rd13; ld.u64 %rd15, [%rd10+80]; add.u64 %rd14, %rd14, %rd15;
+  mul.lo.u64 %rd14, %rd14, %rd6; ld.u64 %rd15, [%rd10+72]; add.u64 %rd14, %rd14, %rd15;
+  ld.u64 %rd1, [%rd10+96]; add.u64 %rd1, %rd1, %rd14;"""
+    + _COPY_CALL.replace("{is_set}", "0")
+    + """
+$wooly_array: st.param.b32 [func_retval0], 801; ret;
+$wooly_null: st.param.b32 [func_retval0], 1; ret;"""
+)
+_CDP.update(
+    {
+        "DeviceGetAttribute": ("(.param .b64 v, .param .b32 a, .param .b32 d)", _ATTRIBUTE),
+        "RuntimeGetVersion": (
+            "(.param .b64 v)",
+            f"""
+  .reg .b64 %rd1; .reg .pred %p1;
+  ld.param.u64 %rd1, [v]; setp.eq.u64 %p1, %rd1, 0; @%p1 bra $wooly_null;
+  st.u32 [%rd1], {CUDA_VERSION}; {_RET0}
+$wooly_null: st.param.b32 [func_retval0], 1; ret;""",
+        ),
+        "Memset3DAsync": (
+            "(.param .align 8 .b8 p[32], .param .b32 v, .param .align 8 .b8 e[24], .param .b64 s)",
+            _MEMSET3D,
+        ),
+        "Memcpy3DAsync": ("(.param .b64 p, .param .b64 s)", _MEMCPY3D),
+    }
+)
+# the host halves they call (declared once, before the first definition that calls them)
+_HOST_DECLS = {
+    "DeviceGetAttribute": ".extern .func (.param .b64 r) __wooly_cdp_attribute(.param .b32 a, .param .b32 d);\n",
+    "Memset3DAsync": _COPY_DECL,
+    "Memcpy3DAsync": _COPY_DECL,
+}
 _HEAP_DECLS = {
     "malloc": ".extern .func (.param .b64 func_retval0) malloc(.param .b64 malloc_n);\n",
     "free": ".extern .func free(.param .b64 free_p);\n",
@@ -152,6 +237,9 @@ def _cdp_functions(raw: bytes) -> str:
         if what in _CDP:
             params, body = _CDP[what]
             out.append(f"\n.weak .func (.param .b32 func_retval0) {name}{params}\n{{{body}\n}}\n")
+            decl = _HOST_DECLS.get(what)
+            if decl is not None:
+                out.insert(0, decl)
             if what in ("Malloc", "Free"):  # they call the device heap's malloc and free
                 for f, decl in _HEAP_DECLS.items():
                     if not re.search(rb"\.func\s*(?:\([^)]*\))?\s*" + f.encode() + rb"\s*\(", raw):

@@ -178,7 +178,7 @@ def _device_launches(lctx: int) -> Any:
             from jit.devlaunch import DeviceLaunches, Tree
 
             tree = rec.get("tree") or Tree(rec.get("t_end"))
-            dl = rec["launches"] = DeviceLaunches(rec["kernel"], rec["depth"], tree)
+            dl = rec["launches"] = DeviceLaunches(rec["kernel"], rec["depth"], tree, rec.get("device"))
         return dl
 
 
@@ -203,13 +203,31 @@ def _rt_cdp_launch(lctx: int, buf: int, stream: int) -> int:
         return 999  # cudaErrorUnknown
 
 
-@ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int32)
-def _rt_cdp_copy(lctx: int, dst: int, src: int, n: int, is_set: int) -> int:
+_U64 = ctypes.c_uint64
+
+
+@ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, *([_U64] * 9), ctypes.c_int32)
+def _rt_cdp_copy(
+    lctx: int, dst: int, src: int, w: int, h: int, d: int, dp: int, sp: int, ds: int, ss: int, is_set: int
+) -> int:
     try:
+        from jit.devlaunch import Copy
+
         dl = _device_launches(lctx)
-        return dl.copy(dst, src, n, bool(is_set)) if dl is not None else 999
+        return dl.copy(Copy(dst, src, w, h, d, dp, sp, ds, ss, bool(is_set))) if dl is not None else 999
     except Exception:
         return 999
+
+
+@ctypes.CFUNCTYPE(_U64, ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32)
+def _rt_cdp_attribute(lctx: int, attr: int, device: int) -> int:
+    try:
+        from jit.devlaunch import ATTRIBUTE_ERROR, INVALID_VALUE
+
+        dl = _device_launches(lctx)
+        return dl.attribute(attr, device) if dl is not None else ATTRIBUTE_ERROR | INVALID_VALUE
+    except Exception:
+        return (1 << 32) | 999
 
 
 @ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_int32)
@@ -234,6 +252,7 @@ def _bind_host_symbols() -> None:
             ("wooly_rt_cdp_launch", _rt_cdp_launch),
             ("wooly_rt_cdp_error", _rt_cdp_error),
             ("wooly_rt_cdp_copy", _rt_cdp_copy),
+            ("wooly_rt_cdp_attribute", _rt_cdp_attribute),
         ):
             llvm.add_symbol(name, ctypes.cast(cb, ctypes.c_void_p).value)
         # compiler-rt style helpers the x86 backend may call (__fixsfti, __udivti3, ...): MCJIT only searches

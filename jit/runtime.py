@@ -6,7 +6,7 @@ import ctypes
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +21,7 @@ from jit.checked import (  # noqa: F401 (GlobalRange: part of this module's API)
     GlobalRange,
     for_ranges,
 )
+from jit.device import default as default_device
 from jit.emit.abi import (
     L_ALLOWED,
     L_ASSERT,
@@ -60,6 +61,8 @@ from jit.errors import (
     JitError,
 )
 from jit.loader import LAUNCH_LOCK, LAUNCHES, loaded
+from proto import launch as launch_rules
+from proto.errors import CudaError
 
 
 @dataclass(frozen=True)
@@ -151,6 +154,7 @@ class CpuKernel:
         deadline_s: float | None = None,
         cancel: watchdog.Cancel | None = None,
         share: Any = None,
+        device: Mapping[Any, int] | None = None,
         depth: int = 0,
         tree: Any = None,
     ) -> LaunchResult:
@@ -165,7 +169,10 @@ class CpuKernel:
         ``share`` (a jit.cores.Share): the launch runs on the cores the arbiter gives that tenant, re-divided between
         blocks (NOTE [spatial sharing], jit/cores.py); cooperative launches keep every block resident.
         The grids the kernel launches itself run after it, under the same ranges, deadline and token (NOTE [device
-        launches], jit/devlaunch.py); ``depth`` and ``tree`` are theirs (a host launch leaves them out)."""
+        launches], jit/devlaunch.py); ``depth`` and ``tree`` are theirs (a host launch leaves them out).
+        ``device``: the attributes of the device it runs on (gpud's backend passes its own; default
+        jit.device.default()): the launch rules of proto/launch.py check the launch against them, and device code
+        reads them with cudaDeviceGetAttribute."""
         checked = self._module is not None and self._module.bounds_check
         if allowed_ranges is not None and not checked:
             raise JitError(
@@ -175,13 +182,22 @@ class CpuKernel:
         code = self._code  # once: NOTE [compile tiers] may switch it between launches
         g, bl = _dims(grid, "grid"), _dims(block, "block")
         nt = bl[0] * bl[1] * bl[2]
-        if nt > self.max_threads_per_block or nt > 1024 or bl[2] > 64:
-            raise JitError(CUDA_ERROR_INVALID_VALUE, f"block {bl} exceeds {self.max_threads_per_block} threads")
-        if g[1] > 65535 or g[2] > 65535 or g[0] > 2**31 - 1:
-            raise JitError(CUDA_ERROR_INVALID_VALUE, f"grid {g} out of range")
-        if shared_mem < 0 or shared_mem > 227 * 1024:
-            raise JitError(CUDA_ERROR_INVALID_VALUE, f"dynamic shared memory {shared_mem} out of range")
         raw = bytes(params) if not isinstance(params, (bytes, bytearray)) else params
+        dev = device if device is not None else default_device()
+        try:  # the driver's launch rules (proto/launch.py), on the device's attributes: one owner of the limits
+            launch_rules.check(
+                f"launch of {self.name}",
+                dev,
+                g,
+                bl,
+                shared_mem,
+                max_threads=self.max_threads_per_block,
+                static_shared=self.static_shared_bytes,
+                dynamic_shared=launch_rules.optin_shared_limit(dev, self.static_shared_bytes),
+                params=len(raw),
+            )
+        except CudaError as exc:
+            raise JitError(CUDA_ERROR_INVALID_VALUE, exc.message) from None
         pbuf, paddr = _buffer(max(len(raw), self.param_buffer_size))
         ctypes.memmove(paddr, raw, len(raw))
         lctx = (ctypes.c_int64 * L_SLOTS)()
@@ -244,7 +260,14 @@ class CpuKernel:
                 keep.append(roots)
                 lctx[L_ROOTS] = ctypes.addressof(roots)
         key = ctypes.addressof(lctx)
-        rec: dict[str, Any] = {"printf": [], "assert": None, "kernel": self, "depth": depth, "tree": tree}
+        rec: dict[str, Any] = {
+            "printf": [],
+            "assert": None,
+            "kernel": self,
+            "depth": depth,
+            "tree": tree,
+            "device": dev,
+        }
         if tree is None and deadline_s:
             rec["t_end"] = time.monotonic() + deadline_s
         with LAUNCH_LOCK:
@@ -281,7 +304,7 @@ class CpuKernel:
             else:  # NOTE [device launches]: the grids it launched run now
                 try:
                     more, more_core_s = launches.run(
-                        workers=workers, allowed_ranges=allowed_ranges, cancel=cancel, share=share
+                        workers=workers, allowed_ranges=allowed_ranges, cancel=cancel, share=share, device=dev
                     )
                 except Exception as e:
                     e.printf = text + getattr(e, "printf", "")  # type: ignore[attr-defined]

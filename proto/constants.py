@@ -1,6 +1,9 @@
 """Protocol constants shared by gpud and the shim (one place, as in the ZeroMQ guide's MDP.py)."""
 
 PROTOCOL_VERSION = 1
+# The CUDA version the driver API face corresponds to (13.0: CUDA 13 runtimes require it): cuDriverGetVersion,
+# NVML's driver version, and the device runtime's cudaRuntimeGetVersion in kernels (jit/devrt.py).
+CUDA_VERSION = 13000
 # First frame of every message. A peer speaking another version is refused with a clear error.
 VERSION_FRAME = b"WOOLY\x01"
 

@@ -18,6 +18,7 @@ from typing import Any, cast
 
 import numpy as np
 
+from proto import constants as C
 from proto import errors as codes
 from proto import launch as rules
 from proto import messages as m
@@ -27,7 +28,7 @@ from shim import progress
 from shim.client import Connection
 from shim.shm import MIN_SHM_BYTES, RingGone, StagingRing
 
-DRIVER_VERSION = 13000  # the CUDA version the API surface corresponds to (13.0: CUDA 13 runtimes require it)
+DRIVER_VERSION = C.CUDA_VERSION  # the CUDA version the API surface corresponds to
 
 
 @dataclass(frozen=True)

@@ -182,7 +182,21 @@ DEVICE_LAUNCH_CALLS = {
         ("PeekAtLastError", "wooly_rt_cdp_error"),
         ("MemcpyAsync", "wooly_rt_cdp_copy"),
         ("MemsetAsync", "wooly_rt_cdp_copy"),
+        ("Memcpy2DAsync", "wooly_rt_cdp_copy"),
+        ("Memset2DAsync", "wooly_rt_cdp_copy"),
     )
+}
+# what jit/devrt.py's PTX of the 3D copies and of cudaDeviceGetAttribute calls (the struct arguments read in PTX,
+# under the kernel's own bounds checks)
+DEVICE_LAUNCH_CALLS["__wooly_cdp_copy"] = "wooly_rt_cdp_copy"
+DEVICE_LAUNCH_CALLS["__wooly_cdp_attribute"] = "wooly_rt_cdp_attribute"
+# the copy calls' arguments, by name: the positions of (dst, src or byte, width, height, dst pitch, src pitch), a
+# memset's byte being 32-bit; __wooly_cdp_copy passes all ten of the host function's arguments
+_COPY_ARGS = {
+    "MemcpyAsync": (5, (0, 1, 2, None, None, None)),
+    "MemsetAsync": (4, (0, 1, 2, None, None, None)),
+    "Memcpy2DAsync": (8, (0, 2, 4, 5, 1, 3)),
+    "Memset2DAsync": (6, (0, 2, 3, 4, 1, None)),
 }
 
 
@@ -201,13 +215,14 @@ def _device_launch_call(fl: FuncLowering, name: str, host: str, rets: list[A.Ope
         if len(args) != 2:
             raise invalid_ptx(f"a device launch call with {len(args)} arguments, expected 2")
         sig, vals = ir.FunctionType(I32, [PTR, I64, I64]), [L, _load_u64(fl, args[0]), _load_u64(fl, args[1])]
-    elif host == "wooly_rt_cdp_copy":  # queued in stream order: (dst, src or byte value, bytes, is a memset)
-        if len(args) != (5 if name.endswith("MemcpyAsync") else 4):
-            raise invalid_ptx(f"a call to {name} with {len(args)} arguments")
-        is_set = name.endswith("MemsetAsync")
-        src = fl.b.zext(fl.b.load(_param_ptr(fl, args[1]), typ=I32), I64) if is_set else _load_u64(fl, args[1])
-        sig = ir.FunctionType(I32, [PTR, I64, I64, I64, I32])
-        vals = [L, _load_u64(fl, args[0]), src, _load_u64(fl, args[2]), ir.Constant(I32, int(is_set))]
+    elif host == "wooly_rt_cdp_copy":  # queued in stream order (jit.devlaunch.Copy)
+        sig = ir.FunctionType(I32, [PTR] + [I64] * 9 + [I32])
+        vals = [L, *_copy_args(fl, name, args)]
+    elif host == "wooly_rt_cdp_attribute":  # (attribute, device) -> the value, or 1 << 32 | cudaError_t
+        if len(args) != 2:
+            raise invalid_ptx(f"a call to {name} with {len(args)} arguments, expected 2")
+        sig = ir.FunctionType(I64, [PTR, I32, I32])
+        vals = [L, *(fl.b.load(_param_ptr(fl, a), typ=I32) for a in args)]
     else:  # cudaGetLastError (clears) / cudaPeekAtLastError
         clear = 0 if name.endswith("PeekAtLastError") else 1
         sig, vals = ir.FunctionType(I32, [PTR, I32]), [L, ir.Constant(I32, clear)]
@@ -215,6 +230,30 @@ def _device_launch_call(fl: FuncLowering, name: str, host: str, rets: list[A.Ope
     r = fl.b.call(fn, vals)
     if rets:
         fl.b.store(r, _param_ptr(fl, rets[0]))
+
+
+def _copy_args(fl: FuncLowering, name: str, args: list[A.Operand]) -> list[ir.Value]:
+    """The host copy's ten arguments (dst, src, width, height, depth, dst/src pitch, dst/src slice, is a memset)
+    from a device-side cudaMemcpy/Memset[2D]Async call's, or from __wooly_cdp_copy's (jit/devrt.py)."""
+    if name == "__wooly_cdp_copy":
+        if len(args) != 10:
+            raise invalid_ptx(f"a call to {name} with {len(args)} arguments, expected 10")
+        return [_load_u64(fl, a) for a in args[:9]] + [fl.b.load(_param_ptr(fl, args[9]), typ=I32)]
+    what = name.removeprefix("__cudaCDP2").removeprefix("cuda")
+    count, (dst, src, width, height, dpitch, spitch) = _COPY_ARGS[what]
+    if len(args) != count:
+        raise invalid_ptx(f"a call to {name} with {len(args)} arguments, expected {count}")
+    is_set = what.startswith("Memset")
+    one = ir.Constant(I64, 1)
+    w = _load_u64(fl, args[width])
+    h = _load_u64(fl, args[height]) if height is not None else one
+    dp = _load_u64(fl, args[dpitch]) if dpitch is not None else w
+    sp = _load_u64(fl, args[spitch]) if spitch is not None else (dp if is_set else w)
+    byte = fl.b.zext(fl.b.load(_param_ptr(fl, args[src]), typ=I32), I64) if is_set else _load_u64(fl, args[src])
+    # one slice: its size is its rows'
+    return [_load_u64(fl, args[dst]), byte, w, h, one, dp, sp, fl.b.mul(dp, h), fl.b.mul(sp, h)] + [
+        ir.Constant(I32, int(is_set))
+    ]
 
 
 def _indirect_call(fl: FuncLowering, ins: A.Instr, ops: list[A.Operand], k: int) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpud.backends.cpu import sm80_attributes
+from jit.device import sm80_attributes
 from proto import launch as rules
 from proto.errors import CudaError
 

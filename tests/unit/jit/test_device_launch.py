@@ -143,3 +143,74 @@ def test_forged_handles_and_buffers_are_errors(handle: int) -> None:
     k.launch(1, 1, 0, pack(k, out, handle, out.ctypes.data), allowed_ranges=((out.ctypes.data, out.nbytes),))
     assert int(out[0]) == 0  # NULL buffer
     assert int(out[1]) & 0xFFFFFFFF == 98 and int(out[1]) >> 32 == 1
+
+
+@pytest.mark.parametrize("checked", [False, True])
+def test_device_attributes_and_runtime_version(checked: bool) -> None:
+    from jit.device import default
+    from proto.constants import CUDA_VERSION
+
+    out = np.full(8, -7, dtype=np.int32)
+    run("attrs", checked, 1, 1, out)
+    assert list(out[:7]) == [1024, default()[16], 1, -7, 101, -7, CUDA_VERSION]  # SM count; invalid value / device
+    k = kernel("attrs", checked)
+    kw = {"allowed_ranges": ((out.ctypes.data, out.nbytes),)} if checked else {}
+    k.launch(1, 1, 0, pack(k, out), device={1: 256, 16: 3}, **kw)  # the device a launch names (gpud's backend's)
+    assert list(out[:2]) == [256, 3]
+
+
+@pytest.mark.parametrize("checked", [False, True])
+def test_pitched_2d_and_3d_copies(checked: bool) -> None:
+    w, h, dp, sp = 5, 4, 8, 6
+    src, dst = np.arange(sp * h, dtype=np.uint8), np.zeros(dp * h, dtype=np.uint8)
+    run("copies2d", checked, 1, 1, dst, src, extra=(w, h, dp, sp))
+    want = np.full((h, dp), 7, dtype=np.uint8)
+    want[:, :w] = src.reshape(h, sp)[:, :w]
+    assert (dst.reshape(h, dp) == want).all()
+    d = 3
+    src, dst = np.arange(sp * h * d, dtype=np.uint8), np.zeros(dp * h * d, dtype=np.uint8)
+    run("copies3d", checked, 1, 1, dst, src, extra=(w, h, d, dp, sp))
+    want = np.zeros((d, h, dp), dtype=np.uint8)
+    want[:, :, : w - 1] = src.reshape(d, h, sp)[:, :, 1:w]
+    want[:, :, 0] = 9
+    assert (dst.reshape(d, h, dp) == want).all()
+
+
+@pytest.mark.parametrize("checked", [False, True])
+def test_device_copy_errors(checked: bool) -> None:
+    out, buf = np.full(5, -1, dtype=np.int32), np.zeros(64, dtype=np.uint8)
+    run("copy_errors", checked, 1, 1, out, buf)
+    assert list(out) == [12, 801, 1, 1, 1]  # pitch < width, a CUDA array, NULL parameters, ysize < height; last error
+    assert (buf == 0).all()
+
+
+def test_a_pitched_copy_past_the_allowed_ranges_fails_the_launch() -> None:
+    w, h, dp, sp = 5, 4, 8, 6
+    src, dst = np.arange(sp * h, dtype=np.uint8), np.zeros(dp * (h - 1), dtype=np.uint8)  # dst one row short
+    k = kernel("copies2d", True)
+    with pytest.raises(JitError) as e:
+        k.launch(
+            1,
+            1,
+            0,
+            pack(k, dst, src, w, h, dp, sp),
+            allowed_ranges=((dst.ctypes.data, dst.nbytes), (src.ctypes.data, src.nbytes)),
+        )
+    assert e.value.code == 700 and "cudaMemcpy2DAsync" in str(e.value)
+
+
+def test_launches_are_checked_on_the_devices_attributes() -> None:
+    """The JIT's own launch check is proto/launch.py's, on the device's attributes (one owner of the limits)."""
+    from jit.device import default
+
+    out = np.zeros(32, dtype=np.int32)
+    k = kernel("fill", False)
+    optin = default()[97]
+    for shared in (optin + 1, -1):
+        with pytest.raises(JitError) as e:
+            k.launch(1, 32, shared, pack(k, out, 0))
+        assert e.value.code == 1 and "dynamic shared memory" in str(e.value)
+    k.launch(1, 32, optin, pack(k, out, 0))  # up to the opt-in limit, as gpud's backend allows
+    with pytest.raises(JitError) as e:
+        k.launch(1, 32, 0, pack(k, out, 0), device={1: 16})  # a device of 16 threads per block
+    assert "32 threads per block exceed the limit of 16" in str(e.value)

@@ -58,3 +58,46 @@ __global__ void with_malloc(int *out) {
     square<<<1, 32>>>(tmp, out);
     printf("parent done\n");
 }
+
+// the device's attributes and the runtime's version, as device code reads them
+__global__ void attrs(int *out) {
+    cudaDeviceGetAttribute(&out[0], cudaDevAttrMaxThreadsPerBlock, 0);
+    cudaDeviceGetAttribute(&out[1], cudaDevAttrMultiProcessorCount, 0);
+    out[2] = (int)cudaDeviceGetAttribute(&out[3], (cudaDeviceAttr)100000, 0);  // no such attribute
+    out[4] = (int)cudaDeviceGetAttribute(&out[5], cudaDevAttrWarpSize, 3);  // no such device
+    cudaRuntimeGetVersion(&out[6]);
+}
+
+// pitched copies: a w x h block from src (rows sp apart) to dst (rows dp apart), then 7 into the rest of dst's rows
+__global__ void copies2d(char *dst, char *src, int w, int h, size_t dp, size_t sp) {
+    cudaMemcpy2DAsync(dst, dp, src, sp, w, h, cudaMemcpyDeviceToDevice, 0);
+    cudaMemset2DAsync(dst + w, dp, 7, dp - w, h, 0);
+}
+
+// a 3D copy from column 1 of src (d slices of h rows), then 9 into column 0 of every row of dst
+__global__ void copies3d(char *dst, char *src, int w, int h, int d, size_t dp, size_t sp) {
+    cudaMemcpy3DParms p = {0};
+    p.srcPtr.ptr = src; p.srcPtr.pitch = sp; p.srcPtr.xsize = w; p.srcPtr.ysize = h;
+    p.dstPtr.ptr = dst; p.dstPtr.pitch = dp; p.dstPtr.xsize = w; p.dstPtr.ysize = h;
+    p.srcPos.x = 1;
+    p.extent.width = w - 1; p.extent.height = h; p.extent.depth = d;
+    p.kind = cudaMemcpyDeviceToDevice;
+    cudaMemcpy3DAsync(&p, 0);
+    cudaPitchedPtr q; q.ptr = dst; q.pitch = dp; q.xsize = w; q.ysize = h;
+    cudaExtent e; e.width = 1; e.height = h; e.depth = d;
+    cudaMemset3DAsync(q, 9, e, 0);
+}
+
+// what the device runtime refuses: a pitch below the width, a CUDA array, no parameters, a slice of too few rows
+__global__ void copy_errors(int *out, char *buf) {
+    out[0] = (int)cudaMemcpy2DAsync(buf, 2, buf + 8, 4, 4, 2, cudaMemcpyDeviceToDevice, 0);
+    cudaMemcpy3DParms p = {0};
+    p.srcArray = (cudaArray_t)buf;
+    p.extent.width = 1; p.extent.height = 1; p.extent.depth = 1;
+    out[1] = (int)cudaMemcpy3DAsync(&p, 0);
+    out[2] = (int)cudaMemcpy3DAsync(nullptr, 0);
+    cudaPitchedPtr q; q.ptr = buf; q.pitch = 4; q.xsize = 4; q.ysize = 1;
+    cudaExtent e; e.width = 4; e.height = 2; e.depth = 2;
+    out[3] = (int)cudaMemset3DAsync(q, 1, e, 0);
+    out[4] = (int)cudaGetLastError();
+}
