@@ -17,7 +17,6 @@ import weakref
 from collections import OrderedDict
 from typing import Any, Protocol
 
-import msgpack
 import numpy as np
 import torch
 
@@ -971,7 +970,7 @@ def _restore(snap: tuple[Any, ...]) -> None:
 
 def _handles_in(v: Any) -> list[int]:
     """The tensor handles in an argument's wire form (one tensor or a list of them)."""
-    if isinstance(v, msgpack.ExtType):
+    if isinstance(v, W.EXT_TYPES):
         return [int.from_bytes(v.data, "little")] if v.code == W.EXT_TENSOR and len(v.data) == 8 else []
     if isinstance(v, list):
         return [h for x in v for h in _handles_in(x)]

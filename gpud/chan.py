@@ -1,6 +1,7 @@
 """Framed messages between gpud's broker and its executor processes (NOTE [executors] in gpud/executors.py).
 
-A frame is an 8-byte header (body length, number of file descriptors) and a msgpack body. File descriptors
+A frame is an 8-byte header (body length, number of file descriptors) and a msgpack body (msgspec's: ATen
+arguments stay ``msgspec.msgpack.Ext`` from the client's message to the executor, NOTE [aten values]). File descriptors
 (memfds holding bulk data, dedup chunks, new channels) ride as SCM_RIGHTS: the first 250 with the frame, the
 rest in carrier frames of 250 that follow it. Bulk values travel inline when small and in
 a memfd otherwise: a weight upload is written once into pages the executor adopts as the tensor's storage, and a
@@ -18,13 +19,25 @@ import socket
 import struct
 from typing import Any
 
-import msgpack
+import msgspec
 
 _HEAD = struct.Struct("<II")
 _FDS_PER_MSG = 250  # SCM_MAX_FD is 253
 MAX_BODY = 256 << 20
 MAX_FDS = 1 << 16
 INLINE = 64 << 10  # bulk values up to this size are copied into the body
+
+
+def _builtin(v: Any) -> Any:
+    """A subclass of a builtin type (torch's version string, an IntEnum) as that type, as msgpack-python wrote it."""
+    for t in (str, int, float, bytes):
+        if isinstance(v, t):
+            return t(v)
+    raise NotImplementedError(f"cannot send a {type(v).__name__} to or from an executor")
+
+
+_ENCODER = msgspec.msgpack.Encoder(enc_hook=_builtin)
+_DECODER = msgspec.msgpack.Decoder()  # any msgpack value; a body is at most MAX_BODY bytes
 
 
 class ChannelClosed(EOFError):
@@ -60,7 +73,7 @@ class Conn:
         self.sock.settimeout(t)
 
     def send(self, obj: Any, fds: list[int] | tuple[int, ...] = ()) -> None:
-        body = msgpack.packb(obj, use_bin_type=True)
+        body = _ENCODER.encode(obj)
         if len(body) > MAX_BODY:
             raise ValueError(f"channel frame of {len(body)} bytes is over {MAX_BODY}")
         fds = list(fds)
@@ -106,7 +119,7 @@ class Conn:
             if len(fds) != nfds:
                 raise ChannelClosed(f"frame announced {nfds} descriptors, {len(fds)} came")
             try:
-                obj = msgpack.unpackb(body, raw=False, strict_map_key=False, max_bin_len=MAX_BODY, max_str_len=MAX_BODY)
+                obj = _DECODER.decode(body)
             except Exception as exc:  # noqa: BLE001 - a broken body is a broken channel
                 raise ChannelClosed(f"undecodable frame: {type(exc).__name__}") from None
             return obj, fds

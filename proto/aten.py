@@ -84,7 +84,10 @@ LAYOUTS = ("strided", "sparse_coo", "sparse_csr", "sparse_csc", "sparse_bsr", "s
 # ---------------------------------------------------------------------- the value codec
 # NOTE [aten values]: one encode/decode pair for every op-argument leaf msgpack has no type for.
 # ``encoder()`` (the client) turns torch values into ``msgspec.msgpack.Ext`` (what the client's msgspec encoder
-# writes); ``decoder()`` (gpud) reads them back as ``msgpack.ExtType`` (proto/codec.py decodes them so). Both are built once per process, on first use, from the torch they are given
+# writes); ``decoder()`` (gpud) reads them back as the same ``msgspec.msgpack.Ext``: proto/codec.py decodes a
+# request without an ext hook and gpud/chan.py hands the ops to an executor with msgspec, so an argument is never
+# rebuilt as a Python object on its way (a ``msgpack.ExtType`` is: ~4 us each on a 2-core host, 11 us per op of
+# a batch of tensor ops). Both are built once per process, on first use, from the torch they are given
 # (the process's own by default): importing this module never imports torch. The client's hot
 # path (shim/torch/dispatch.py) reads the encoder's precomputed tables directly: a dict lookup
 # per dtype/memory format/layout, a shared ExtType per device kind and for the generator.
@@ -101,6 +104,8 @@ LAYOUTS = ("strided", "sparse_coo", "sparse_csr", "sparse_csc", "sparse_bsr", "s
 #   host tensor in bulk frame f   EXT_HOST_TENSOR    msgpack [f, dtype name, shape]
 
 _Ext = msgspec.msgpack.Ext
+# an ext value as gpud reads it: msgspec's (the wire) or msgpack's (a value decoded by msgpack-python)
+EXT_TYPES = (_Ext, msgpack.ExtType)
 _MAX_DIMS = 64
 _MAX_DIM = 1 << 48
 
@@ -212,10 +217,10 @@ class Decoder:
         return dt
 
     def decode(self, v: Any, sess: AtenSession) -> Any:
-        """An op's arguments (lists, dicts, plain msgpack values and ExtTypes), decoded."""
+        """An op's arguments (lists, dicts, plain msgpack values and ext values), decoded."""
         if isinstance(v, list):
             return [self.decode(x, sess) for x in v]
-        if isinstance(v, msgpack.ExtType):
+        if isinstance(v, EXT_TYPES):
             return self.ext(v.code, v.data, sess)
         if isinstance(v, dict):
             return {str(k): self.decode(x, sess) for k, x in v.items()}

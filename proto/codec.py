@@ -28,11 +28,6 @@ from proto import messages as m
 from proto.constants import MAX_BODY_BYTES, MAX_BULK_FRAMES, VERSION_FRAME
 
 
-def _ext(code: int, data: memoryview) -> msgpack.ExtType:
-    """msgpack ext values (ATen arguments, NOTE [aten values] in proto/aten.py) as gpud's ATen decoder reads them."""
-    return msgpack.ExtType(code, bytes(data))
-
-
 def _plain(v: Any) -> Any:
     """msgspec values inside a plain map (an ATen value's Ext, a Struct) for msgpack."""
     if isinstance(v, msgspec.msgpack.Ext):
@@ -43,8 +38,9 @@ def _plain(v: Any) -> Any:
 
 
 _ENCODER = msgspec.msgpack.Encoder()
-_DECODER = msgspec.msgpack.Decoder(m.Message, ext_hook=_ext)
-_REPLY_DECODER = msgspec.msgpack.Decoder(m.Reply, ext_hook=_ext)
+# ext values (ATen arguments, NOTE [aten values] in proto/aten.py) stay msgspec.msgpack.Ext: no hook per value
+_DECODER = msgspec.msgpack.Decoder(m.Message)
+_REPLY_DECODER = msgspec.msgpack.Decoder(m.Reply)
 
 
 class ProtocolError(errors.CudaError):
