@@ -15,7 +15,7 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import numpy as np
 import torch
@@ -971,7 +971,8 @@ def _restore(snap: tuple[Any, ...]) -> None:
 def _handles_in(v: Any) -> list[int]:
     """The tensor handles in an argument's wire form (one tensor or a list of them)."""
     if isinstance(v, W.EXT_TYPES):
-        return [int.from_bytes(v.data, "little")] if v.code == W.EXT_TENSOR and len(v.data) == 8 else []
+        data = cast(bytes, v.data)
+        return [int.from_bytes(data, "little")] if v.code == W.EXT_TENSOR and len(data) == 8 else []
     if isinstance(v, list):
         return [h for x in v for h in _handles_in(x)]
     return []

@@ -30,9 +30,14 @@ INLINE = 64 << 10  # bulk values up to this size are copied into the body
 
 def _builtin(v: Any) -> Any:
     """A subclass of a builtin type (torch's version string, an IntEnum) as that type, as msgpack-python wrote it."""
-    for t in (str, int, float, bytes):
-        if isinstance(v, t):
-            return t(v)
+    if isinstance(v, str):
+        return str(v)
+    if isinstance(v, int):
+        return int(v)
+    if isinstance(v, float):
+        return float(v)
+    if isinstance(v, bytes):
+        return bytes(v)
     raise NotImplementedError(f"cannot send a {type(v).__name__} to or from an executor")
 
 

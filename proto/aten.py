@@ -7,7 +7,7 @@ is below. The encoding itself is here too, as one pair both ends call (NOTE [ate
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import msgpack
 import msgspec
@@ -221,7 +221,7 @@ class Decoder:
         if isinstance(v, list):
             return [self.decode(x, sess) for x in v]
         if isinstance(v, EXT_TYPES):
-            return self.ext(v.code, v.data, sess)
+            return self.ext(v.code, cast(bytes, v.data), sess)
         if isinstance(v, dict):
             return {str(k): self.decode(x, sess) for k, x in v.items()}
         return v
