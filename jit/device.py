@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Mapping
+from types import MappingProxyType
 
 
 def sm80_attributes(sm_count: int, shared_per_block: int = 49152) -> dict[int, int]:
@@ -164,6 +166,7 @@ def sm80_attributes(sm_count: int, shared_per_block: int = 49152) -> dict[int, i
 
 
 @functools.cache
-def default() -> dict[int, int]:
-    """The device of a launch made without one (the JIT used directly, as numba-cuda's tests or a benchmark do)."""
-    return sm80_attributes(os.cpu_count() or 1)
+def default() -> Mapping[int, int]:
+    """The device of a launch made without one (the JIT used directly, as numba-cuda's tests or a benchmark do),
+    read-only: launches remember which configurations were valid on it (jit/runtime.py ``CpuKernel._valid``)."""
+    return MappingProxyType(sm80_attributes(os.cpu_count() or 1))

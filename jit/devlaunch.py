@@ -110,6 +110,8 @@ class Copy:
             return INVALID_VALUE
         if max(self.width, self.height, self.depth, self.dpitch, self.spitch, self.dslice, self.sslice) >= 1 << 40:
             return INVALID_VALUE
+        if max(self.span(self.dpitch, self.dslice), self.span(self.spitch, self.sslice)) >= 1 << 40:
+            return INVALID_VALUE  # what the rows and slices reach: no end spans a TiB
         if self.height > 1 and (self.dpitch < self.width or (not self.is_set and self.spitch < self.width)):
             return INVALID_PITCH
         if self.depth > 1 and (

@@ -141,6 +141,9 @@ class CpuKernel:
     _func_stack: int = 0
     _dyn_offset: int = 0
     _module: Any = field(repr=False, default=None)
+    # configurations already found valid on one device (its attribute table, held so its identity stays its own):
+    # a kernel is launched the same way again and again, and the rules cost ~5 us a launch on a 2-core host
+    _valid: tuple[Any, set[tuple[Any, ...]]] | None = field(repr=False, default=None)
 
     def launch(
         self,
@@ -184,20 +187,27 @@ class CpuKernel:
         nt = bl[0] * bl[1] * bl[2]
         raw = bytes(params) if not isinstance(params, (bytes, bytearray)) else params
         dev = device if device is not None else default_device()
-        try:  # the driver's launch rules (proto/launch.py), on the device's attributes: one owner of the limits
-            launch_rules.check(
-                f"launch of {self.name}",
-                dev,
-                g,
-                bl,
-                shared_mem,
-                max_threads=self.max_threads_per_block,
-                static_shared=self.static_shared_bytes,
-                dynamic_shared=launch_rules.optin_shared_limit(dev, self.static_shared_bytes),
-                params=len(raw),
-            )
-        except CudaError as exc:
-            raise JitError(CUDA_ERROR_INVALID_VALUE, exc.message) from None
+        valid = self._valid
+        if valid is None or valid[0] is not dev:
+            valid = self._valid = (dev, set())
+        config = (g, bl, shared_mem, len(raw))
+        if config not in valid[1]:
+            try:  # the driver's launch rules (proto/launch.py), on the device's attributes: one owner of the limits
+                launch_rules.check(
+                    f"launch of {self.name}",
+                    dev,
+                    g,
+                    bl,
+                    shared_mem,
+                    max_threads=self.max_threads_per_block,
+                    static_shared=self.static_shared_bytes,
+                    dynamic_shared=launch_rules.optin_shared_limit(dev, self.static_shared_bytes),
+                    params=len(raw),
+                )
+            except CudaError as exc:
+                raise JitError(CUDA_ERROR_INVALID_VALUE, exc.message) from None
+            if len(valid[1]) < 64:
+                valid[1].add(config)
         pbuf, paddr = _buffer(max(len(raw), self.param_buffer_size))
         ctypes.memmove(paddr, raw, len(raw))
         lctx = (ctypes.c_int64 * L_SLOTS)()

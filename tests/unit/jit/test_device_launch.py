@@ -211,6 +211,18 @@ def test_launches_are_checked_on_the_devices_attributes() -> None:
             k.launch(1, 32, shared, pack(k, out, 0))
         assert e.value.code == 1 and "dynamic shared memory" in str(e.value)
     k.launch(1, 32, optin, pack(k, out, 0))  # up to the opt-in limit, as gpud's backend allows
+    k.launch(1, 32, 0, pack(k, out, 0))  # valid on the default device, and remembered as such there only
     with pytest.raises(JitError) as e:
         k.launch(1, 32, 0, pack(k, out, 0), device={1: 16})  # a device of 16 threads per block
     assert "32 threads per block exceed the limit of 16" in str(e.value)
+
+
+def test_a_copy_reaching_past_a_tib_is_an_invalid_value() -> None:
+    from jit.devlaunch import INVALID_VALUE, SUCCESS, Copy
+
+    ok = Copy(dst=1 << 20, src=2 << 20, width=64, height=4, depth=2, dpitch=64, spitch=64, dslice=256, sslice=256)
+    assert ok.error() == SUCCESS
+    far = Copy(
+        dst=1 << 20, src=2 << 20, width=1, height=2, depth=1 << 20, dpitch=1 << 20, spitch=1, dslice=1 << 21, sslice=2
+    )
+    assert far.error() == INVALID_VALUE  # each field is small; the rows and slices together reach 2 TiB
