@@ -13,6 +13,9 @@ import functools
 import os
 from collections.abc import Mapping
 from types import MappingProxyType
+from typing import Any
+
+from proto import launch as launch_rules
 
 
 def sm80_attributes(sm_count: int, shared_per_block: int = 49152) -> dict[int, int]:
@@ -170,3 +173,22 @@ def default() -> Mapping[int, int]:
     """The device of a launch made without one (the JIT used directly, as numba-cuda's tests or a benchmark do),
     read-only: launches remember which configurations were valid on it (jit/runtime.py ``CpuKernel._valid``)."""
     return MappingProxyType(sm80_attributes(os.cpu_count() or 1))
+
+
+def function_attributes(kernel: Any, device: Mapping[Any, int]) -> dict[str, int]:
+    """A compiled kernel's CUfunction_attribute values on ``device``, by name: what gpud's backend reports for
+    ``cuFuncGetAttribute`` (the client refines the constant bytes, register cap and PTX version from the PTX it
+    loaded) and what device code reads with ``cudaFuncGetAttributes``."""
+    static = int(kernel.static_shared_bytes)
+    return {
+        "max_threads_per_block": int(kernel.max_threads_per_block),
+        "shared_size_bytes": static,
+        "const_size_bytes": 0,
+        "local_size_bytes": int(kernel.local_bytes_per_thread),
+        "num_regs": int(kernel.num_regs),
+        "ptx_version": 80,
+        "binary_version": 80,
+        "cache_mode_ca": 0,
+        "max_dynamic_shared_size_bytes": launch_rules.dynamic_shared_limit(device, static),
+        "preferred_shmem_carveout": -1,
+    }

@@ -28,7 +28,9 @@ whatever they set). ``cudaGetLastError`` answers one value per grid, not one per
 Copies from the device (``cudaMemcpy/Memset[2D|3D]Async``) queue a ``Copy`` among the grids: ``depth`` slices of
 ``height`` rows, each end with its own row pitch and slice size; the whole span of each end must lie in the launch's
 allowed ranges. Device code reads the launch's device attributes (``cudaDeviceGetAttribute``): the table a launch
-was given (gpud's backend passes its device's), else the JIT's own device (jit/device.py).
+was given (gpud's backend passes its device's), else the JIT's own device (jit/device.py); on the same table it asks
+for a kernel's attributes and occupancy (``cudaFuncGetAttributes``, ``cudaOccupancyMaxActiveBlocksPerMultiprocessor``)
+and the limits (``cudaDeviceGetLimit``): ``DeviceLaunches.query``.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jit.device import default as default_device
+from jit.device import function_attributes
 from proto import launch as launch_rules
 from proto.errors import CudaError
 
@@ -49,8 +52,31 @@ TAIL_LAUNCH = 3  # cudaStreamTailLaunch; cudaStreamFireAndForget (4) and named s
 # cudaError_t values the device runtime gives
 SUCCESS, INVALID_VALUE, MEMORY_ALLOCATION, INVALID_CONFIGURATION, INVALID_PITCH = 0, 1, 2, 9, 12
 MAX_DEPTH_EXCEEDED, PENDING_COUNT_EXCEEDED, INVALID_DEVICE_FUNCTION, INVALID_DEVICE = 65, 69, 98, 101
-NOT_SUPPORTED, UNKNOWN = 801, 999
-ATTRIBUTE_ERROR = 1 << 32  # cudaDeviceGetAttribute's host half answers the value, or this bit with the error
+UNSUPPORTED_LIMIT, NOT_SUPPORTED, UNKNOWN = 215, 801, 999
+# What device code asks the host (jit/devrt.py's PTX calls __wooly_cdp_query(what, a, b, c)): the answer is the value,
+# or QUERY_ERROR with the cudaError_t in the low bits.
+DEVICE_ATTRIBUTE, FUNC_ATTRIBUTE, OCCUPANCY, LIMIT = 0, 1, 2, 3
+QUERY_ERROR = 1 << 32
+# cudaFuncAttributes as device code lays it out (CUDA 11.8 to 13): the fields answered, (offset, bytes, name in
+# jit.device.function_attributes); the cluster fields and the reserved words after them are written as zeros
+FUNC_FIELDS = (
+    (0, 8, "shared_size_bytes"),
+    (8, 8, "const_size_bytes"),
+    (16, 8, "local_size_bytes"),
+    (24, 4, "max_threads_per_block"),
+    (28, 4, "num_regs"),
+    (32, 4, "ptx_version"),
+    (36, 4, "binary_version"),
+    (40, 4, "cache_mode_ca"),
+    (44, 4, "max_dynamic_shared_size_bytes"),
+    (48, 4, "preferred_shmem_carveout"),
+)
+FUNC_ATTRIBUTES_SIZE = 144
+OCCUPANCY_FLAGS = (0, 1)  # cudaOccupancyDefault, cudaOccupancyDisableCachingOverride
+# cudaDeviceGetLimit in device code: what this device runtime enforces where it has a bound (the heap, the pending
+# launches), CUDA's defaults for the rest (a value the program set with cudaDeviceSetLimit stays on the host)
+STACK_SIZE, PRINTF_FIFO, MALLOC_HEAP, SYNC_DEPTH, PENDING_LAUNCHES, L2_FETCH, L2_PERSISTING = range(7)
+LIMITS = {STACK_SIZE: 1024, PRINTF_FIFO: 1 << 20, SYNC_DEPTH: 2, L2_FETCH: 64, L2_PERSISTING: 0}
 # their cudaGetErrorName / cudaGetErrorString, which device code may ask for (jit/devrt.py supplies them)
 ERRORS = {
     SUCCESS: ("cudaSuccess", "no error"),
@@ -65,6 +91,7 @@ ERRORS = {
     ),
     INVALID_DEVICE_FUNCTION: ("cudaErrorInvalidDeviceFunction", "invalid device function"),
     INVALID_DEVICE: ("cudaErrorInvalidDevice", "invalid device ordinal"),
+    UNSUPPORTED_LIMIT: ("cudaErrorUnsupportedLimit", "limit is not supported on this architecture"),
     NOT_SUPPORTED: ("cudaErrorNotSupported", "operation not supported"),
     UNKNOWN: ("cudaErrorUnknown", "unknown error"),
 }
@@ -208,16 +235,44 @@ class DeviceLaunches:
             self.queue.append(Queued(None, (0, 0, 0), (0, 0, 0), 0, b"", False, c))
             return SUCCESS
 
-    def attribute(self, attr: int, device: int) -> int:
-        """cudaDeviceGetAttribute's value, or ATTRIBUTE_ERROR with the error (the device is the kernel's own, 0)."""
-        if device != 0:
-            return ATTRIBUTE_ERROR | INVALID_DEVICE
-        v = self.device.get(attr)
-        if v is None:
-            v = self.device.get(str(attr))  # keys are strings after a msgpack round trip
-        if v is None:
-            return ATTRIBUTE_ERROR | INVALID_VALUE
-        return int(v) & 0xFFFFFFFF
+    def query(self, what: int, a: int, b: int, c: int) -> int:
+        """What device code asks (DEVICE_ATTRIBUTE, FUNC_ATTRIBUTE, OCCUPANCY, LIMIT): the value, or QUERY_ERROR with
+        the cudaError_t, which is then also the grid's last error."""
+        answer = self._answer(what, a, b, c)
+        if answer & QUERY_ERROR:
+            with self.lock:
+                self.last_error = answer & 0xFFFFFFFF
+        return answer
+
+    def _answer(self, what: int, a: int, b: int, c: int) -> int:
+        if what == DEVICE_ATTRIBUTE:  # (attribute, device): the device is the kernel's own, 0
+            if b != 0:
+                return QUERY_ERROR | INVALID_DEVICE
+            v = self.device.get(a)
+            if v is None:
+                v = self.device.get(str(a))  # keys are strings after a msgpack round trip
+            return QUERY_ERROR | INVALID_VALUE if v is None else int(v) & 0xFFFFFFFF
+        if what == LIMIT:
+            if a == MALLOC_HEAP:
+                return self.heap.size
+            if a == PENDING_LAUNCHES:
+                return MAX_PENDING
+            return LIMITS[a] if a in LIMITS else QUERY_ERROR | UNSUPPORTED_LIMIT
+        if what not in (FUNC_ATTRIBUTE, OCCUPANCY):
+            return QUERY_ERROR | INVALID_VALUE
+        kernel = self.kernel._module.by_handle(a)  # a kernel of this module named as a value (a device function: None)
+        if kernel is None:
+            return QUERY_ERROR | INVALID_DEVICE_FUNCTION
+        attrs = function_attributes(kernel, self.device)
+        if what == FUNC_ATTRIBUTE:  # (kernel, field of FUNC_FIELDS)
+            return int(attrs[FUNC_FIELDS[b][2]]) & 0xFFFFFFFF if 0 <= b < len(FUNC_FIELDS) else QUERY_ERROR | UNKNOWN
+        # OCCUPANCY: (kernel, flags << 32 | block size, dynamic shared bytes): the driver's rule (proto/launch.py)
+        flags, block = b >> 32, b & 0xFFFFFFFF
+        if flags not in OCCUPANCY_FLAGS or not 0 < block < 1 << 31:
+            return QUERY_ERROR | INVALID_VALUE
+        return launch_rules.blocks_per_sm(
+            self.device, block, attrs["max_threads_per_block"], attrs["shared_size_bytes"] + c
+        )
 
     def _do_copy(self, c: Copy, allowed_ranges: Any) -> None:
         module = self.kernel._module

@@ -11,7 +11,16 @@ from __future__ import annotations
 
 import re
 
-from jit.devlaunch import ERRORS, UNKNOWN
+from jit.devlaunch import (
+    DEVICE_ATTRIBUTE,
+    ERRORS,
+    FUNC_ATTRIBUTE,
+    FUNC_ATTRIBUTES_SIZE,
+    FUNC_FIELDS,
+    LIMIT,
+    OCCUPANCY,
+    UNKNOWN,
+)
 from proto.constants import CUDA_VERSION
 
 # handle = the grid-sync workspace (0 outside a cooperative launch); the scope argument (grid, multi-grid) does not
@@ -125,19 +134,87 @@ $wooly_null: st.param.b32 [func_retval0], 1; ret;""",
         + _RET0,
     ),
 }
-# cudaDeviceGetAttribute, cudaRuntimeGetVersion and the 3D copies: PTX around the host's halves (jit/lower/ops_ctrl.py
-# DEVICE_LAUNCH_CALLS), which take scalars; the pointers a kernel passes are read and written here, under its own
-# bounds checks.
-_ATTRIBUTE = """
-  .reg .b64 %rd<4>; .reg .b32 %r<4>; .reg .pred %p<3>;
-  ld.param.u64 %rd1, [v]; setp.eq.u64 %p1, %rd1, 0; @%p1 bra $wooly_null;
-  ld.param.u32 %r1, [a]; ld.param.u32 %r2, [d];
-  { .param .b64 r0; .param .b32 a0; .param .b32 a1; st.param.b32 [a0], %r1; st.param.b32 [a1], %r2;
-    call.uni (r0), __wooly_cdp_attribute, (a0, a1); ld.param.b64 %rd2, [r0]; }
-  shr.u64 %rd3, %rd2, 32; setp.ne.u64 %p2, %rd3, 0; @%p2 bra $wooly_err;
-  cvt.u32.u64 %r3, %rd2; st.u32 [%rd1], %r3; st.param.b32 [func_retval0], 0; ret;
+# The queries (cudaDeviceGetAttribute, cudaFuncGetAttributes, the occupancy calls, cudaDeviceGetLimit) and the 3D
+# copies: PTX around the host's halves (jit/lower/ops_ctrl.py DEVICE_LAUNCH_CALLS), which take scalars; the pointers
+# a kernel passes are read and written here, under its own bounds checks. __wooly_cdp_query(what, a, b, c) answers a
+# value, or 1 << 32 with the cudaError_t (jit.devlaunch.DeviceLaunches.query).
+_QUERY_DECL = (
+    ".extern .func (.param .b64 r) __wooly_cdp_query(.param .b32 w, .param .b64 a, .param .b64 b, .param .b64 c);\n"
+)
+
+
+def _query(what: int, a: str, b: str, c: str) -> str:
+    """PTX asking the host: the answer in %rd2, an error returned from the function ($wooly_err)."""
+    return f"""
+  mov.u32 %r9, {what};
+  {{ .param .b64 r0; .param .b32 q0; .param .b64 q1; .param .b64 q2; .param .b64 q3;
+    st.param.b32 [q0], %r9; st.param.b64 [q1], {a}; st.param.b64 [q2], {b}; st.param.b64 [q3], {c};
+    call.uni (r0), __wooly_cdp_query, (q0, q1, q2, q3); ld.param.b64 %rd2, [r0]; }}
+  shr.u64 %rd9, %rd2, 32; setp.ne.u64 %p2, %rd9, 0; @%p2 bra $wooly_err; cvt.u32.u64 %r3, %rd2;"""
+
+
+# the registers every query function declares; the output pointer in %rd1, NULL: cudaErrorInvalidValue
+_QUERY_HEAD = """
+  .reg .b64 %rd<12>; .reg .b32 %r<10>; .reg .pred %p<3>;
+  ld.param.u64 %rd1, [{out}]; setp.eq.u64 %p1, %rd1, 0; @%p1 bra $wooly_null; mov.u64 %rd8, 0;"""
+_QUERY_TAIL = (
+    _RET0
+    + """
 $wooly_err: cvt.u32.u64 %r3, %rd2; st.param.b32 [func_retval0], %r3; ret;
 $wooly_null: st.param.b32 [func_retval0], 1; ret;"""
+)
+
+
+def _asking(out: str, loads: str, what: int, args: tuple[str, str, str], store: str) -> str:
+    """The body of a query function: its output pointer ``out``, the arguments loaded, one question, one store."""
+    return _QUERY_HEAD.format(out=out) + "\n  " + loads + _query(what, *args) + "\n  " + store + " " + _QUERY_TAIL
+
+
+_ATTRIBUTE = _asking(
+    "v",
+    "ld.param.u32 %r1, [a]; ld.param.u32 %r2, [d]; cvt.u64.u32 %rd3, %r1; cvt.u64.u32 %rd4, %r2;",
+    DEVICE_ATTRIBUTE,
+    ("%rd3", "%rd4", "%rd8"),
+    "st.u32 [%rd1], %r3;",
+)
+# cudaFuncAttributes: field by field, each stored once answered (the first answer tells whether the function is a
+# kernel, before anything is written), then the cluster fields and the reserved words zeroed
+_FUNC_ATTRIBUTES = (
+    _QUERY_HEAD.format(out="p")
+    + "\n  ld.param.u64 %rd3, [f];"
+    + "".join(
+        f"\n  mov.u64 %rd4, {i};"
+        + _query(FUNC_ATTRIBUTE, "%rd3", "%rd4", "%rd8")
+        + (f" st.u64 [%rd1+{off}], %rd2;" if size == 8 else f" st.u32 [%rd1+{off}], %r3;")
+        for i, (off, size, _) in enumerate(FUNC_FIELDS)
+    )
+    + "\n  mov.u32 %r3, 0;"
+    + "".join(f" st.u32 [%rd1+{off}], %r3;" for off in range(FUNC_FIELDS[-1][0] + 4, FUNC_ATTRIBUTES_SIZE, 4))
+    + "\n  "
+    + _QUERY_TAIL
+)
+# cudaOccupancyMaxActiveBlocksPerMultiprocessor[WithFlags](&n, kernel, block size, dynamic shared bytes[, flags])
+_OCCUPANCY = _asking(
+    "n",
+    "ld.param.u64 %rd3, [f]; ld.param.u32 %r1, [b]; cvt.u64.u32 %rd4, %r1; ld.param.u64 %rd5, [m];\n"
+    "  {flags} cvt.u64.u32 %rd6, %r2; shl.b64 %rd6, %rd6, 32; or.b64 %rd4, %rd4, %rd6;",
+    OCCUPANCY,
+    ("%rd3", "%rd4", "%rd5"),
+    "st.u32 [%rd1], %r3;",
+)
+_LIMIT = _asking(
+    "v", "ld.param.u32 %r1, [l]; cvt.u64.u32 %rd3, %r1;", LIMIT, ("%rd3", "%rd8", "%rd8"), "st.u64 [%rd1], %rd2;"
+)
+
+
+def _store_u32(value: int) -> str:
+    """The body of a call that writes one constant int to its pointer argument ``p`` (NULL: invalid value)."""
+    return f"""
+  .reg .b64 %rd1; .reg .pred %p1;
+  ld.param.u64 %rd1, [p]; setp.eq.u64 %p1, %rd1, 0; @%p1 bra $wooly_null;
+  st.u32 [%rd1], {value}; {_RET0}
+$wooly_null: st.param.b32 [func_retval0], 1; ret;"""
+
 
 # dst, src (or the byte), width, height, depth, dst pitch, src pitch, dst slice, src slice in %rd1..%rd9
 _COPY_CALL = """
@@ -184,14 +261,21 @@ $wooly_null: st.param.b32 [func_retval0], 1; ret;"""
 _CDP.update(
     {
         "DeviceGetAttribute": ("(.param .b64 v, .param .b32 a, .param .b32 d)", _ATTRIBUTE),
-        "RuntimeGetVersion": (
-            "(.param .b64 v)",
-            f"""
-  .reg .b64 %rd1; .reg .pred %p1;
-  ld.param.u64 %rd1, [v]; setp.eq.u64 %p1, %rd1, 0; @%p1 bra $wooly_null;
-  st.u32 [%rd1], {CUDA_VERSION}; {_RET0}
-$wooly_null: st.param.b32 [func_retval0], 1; ret;""",
+        "FuncGetAttributes": ("(.param .b64 p, .param .b64 f)", _FUNC_ATTRIBUTES),
+        "OccupancyMaxActiveBlocksPerMultiprocessor": (
+            "(.param .b64 n, .param .b64 f, .param .b32 b, .param .b64 m)",
+            _OCCUPANCY.replace("{flags}", "mov.u32 %r2, 0;"),
         ),
+        "OccupancyMaxActiveBlocksPerMultiprocessorWithFlags": (
+            "(.param .b64 n, .param .b64 f, .param .b32 b, .param .b64 m, .param .b32 g)",
+            _OCCUPANCY.replace("{flags}", "ld.param.u32 %r2, [g];"),
+        ),
+        "DeviceGetLimit": ("(.param .b64 v, .param .b32 l)", _LIMIT),
+        "RuntimeGetVersion": ("(.param .b64 p)", _store_u32(CUDA_VERSION)),
+        # device code sees its own device alone: cudaGetDevice answers 0, another device is cudaErrorInvalidDevice
+        "GetDeviceCount": ("(.param .b64 p)", _store_u32(1)),
+        "DeviceGetCacheConfig": ("(.param .b64 p)", _store_u32(0)),  # cudaFuncCachePreferNone
+        "DeviceGetSharedMemConfig": ("(.param .b64 p)", _store_u32(1)),  # cudaSharedMemBankSizeFourByte
         "Memset3DAsync": (
             "(.param .align 8 .b8 p[32], .param .b32 v, .param .align 8 .b8 e[24], .param .b64 s)",
             _MEMSET3D,
@@ -201,7 +285,16 @@ $wooly_null: st.param.b32 [func_retval0], 1; ret;""",
 )
 # the host halves they call (declared once, before the first definition that calls them)
 _HOST_DECLS = {
-    "DeviceGetAttribute": ".extern .func (.param .b64 r) __wooly_cdp_attribute(.param .b32 a, .param .b32 d);\n",
+    **dict.fromkeys(
+        (
+            "DeviceGetAttribute",
+            "FuncGetAttributes",
+            "OccupancyMaxActiveBlocksPerMultiprocessor",
+            "OccupancyMaxActiveBlocksPerMultiprocessorWithFlags",
+            "DeviceGetLimit",
+        ),
+        _QUERY_DECL,
+    ),
     "Memset3DAsync": _COPY_DECL,
     "Memcpy3DAsync": _COPY_DECL,
 }

@@ -219,13 +219,13 @@ def _rt_cdp_copy(
         return 999
 
 
-@ctypes.CFUNCTYPE(_U64, ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32)
-def _rt_cdp_attribute(lctx: int, attr: int, device: int) -> int:
+@ctypes.CFUNCTYPE(_U64, ctypes.c_void_p, ctypes.c_int32, _U64, _U64, _U64)
+def _rt_cdp_query(lctx: int, what: int, a: int, b: int, c: int) -> int:
     try:
-        from jit.devlaunch import ATTRIBUTE_ERROR, INVALID_VALUE
+        from jit.devlaunch import INVALID_VALUE, QUERY_ERROR
 
         dl = _device_launches(lctx)
-        return dl.attribute(attr, device) if dl is not None else ATTRIBUTE_ERROR | INVALID_VALUE
+        return dl.query(what, a, b, c) if dl is not None else QUERY_ERROR | INVALID_VALUE
     except Exception:
         return (1 << 32) | 999
 
@@ -252,7 +252,7 @@ def _bind_host_symbols() -> None:
             ("wooly_rt_cdp_launch", _rt_cdp_launch),
             ("wooly_rt_cdp_error", _rt_cdp_error),
             ("wooly_rt_cdp_copy", _rt_cdp_copy),
-            ("wooly_rt_cdp_attribute", _rt_cdp_attribute),
+            ("wooly_rt_cdp_query", _rt_cdp_query),
         ):
             llvm.add_symbol(name, ctypes.cast(cb, ctypes.c_void_p).value)
         # compiler-rt style helpers the x86 backend may call (__fixsfti, __udivti3, ...): MCJIT only searches

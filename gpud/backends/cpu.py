@@ -278,17 +278,10 @@ class CpuBackend(Backend):
         except jit.JitError as exc:
             raise CudaError(exc.code, exc.message) from None
         params = [ParamInfo(size=p.size, align=p.align, offset=p.offset) for p in k.params]
-        attrs = {
-            "max_threads_per_block": int(getattr(k, "max_threads_per_block", 1024)),
-            "shared_size_bytes": int(getattr(k, "static_shared_bytes", 0)),
-            "const_size_bytes": 0,
-            "local_size_bytes": int(getattr(k, "local_bytes_per_thread", 0)),
-            "num_regs": int(getattr(k, "num_regs", 32)),
-            "ptx_version": 80,
-            "binary_version": 80,
-            "max_dynamic_shared_size_bytes": 49152 - int(getattr(k, "static_shared_bytes", 0)),
-            "param_buffer_size": int(getattr(k, "param_buffer_size", 0)),
-        }
+        from jit.device import function_attributes
+
+        attrs = function_attributes(k, self._info.attributes)
+        attrs["param_buffer_size"] = int(k.param_buffer_size)
         return Function(name=name, params=params, attributes=attrs, native=k)
 
     divides_cores = True

@@ -186,10 +186,10 @@ DEVICE_LAUNCH_CALLS = {
         ("Memset2DAsync", "wooly_rt_cdp_copy"),
     )
 }
-# what jit/devrt.py's PTX of the 3D copies and of cudaDeviceGetAttribute calls (the struct arguments read in PTX,
-# under the kernel's own bounds checks)
+# what jit/devrt.py's PTX of the 3D copies and of the queries (attributes, occupancy, limits) calls; the struct
+# arguments are read and the results written in PTX, under the kernel's own bounds checks
 DEVICE_LAUNCH_CALLS["__wooly_cdp_copy"] = "wooly_rt_cdp_copy"
-DEVICE_LAUNCH_CALLS["__wooly_cdp_attribute"] = "wooly_rt_cdp_attribute"
+DEVICE_LAUNCH_CALLS["__wooly_cdp_query"] = "wooly_rt_cdp_query"
 # the copy calls' arguments, by name: the positions of (dst, src or byte, width, height, dst pitch, src pitch), a
 # memset's byte being 32-bit; __wooly_cdp_copy passes all ten of the host function's arguments
 _COPY_ARGS = {
@@ -218,11 +218,11 @@ def _device_launch_call(fl: FuncLowering, name: str, host: str, rets: list[A.Ope
     elif host == "wooly_rt_cdp_copy":  # queued in stream order (jit.devlaunch.Copy)
         sig = ir.FunctionType(I32, [PTR] + [I64] * 9 + [I32])
         vals = [L, *_copy_args(fl, name, args)]
-    elif host == "wooly_rt_cdp_attribute":  # (attribute, device) -> the value, or 1 << 32 | cudaError_t
-        if len(args) != 2:
-            raise invalid_ptx(f"a call to {name} with {len(args)} arguments, expected 2")
-        sig = ir.FunctionType(I64, [PTR, I32, I32])
-        vals = [L, *(fl.b.load(_param_ptr(fl, a), typ=I32) for a in args)]
+    elif host == "wooly_rt_cdp_query":  # (what, a, b, c) -> the value, or 1 << 32 | cudaError_t (jit.devlaunch)
+        if len(args) != 4:
+            raise invalid_ptx(f"a call to {name} with {len(args)} arguments, expected 4")
+        sig = ir.FunctionType(I64, [PTR, I32, I64, I64, I64])
+        vals = [L, fl.b.load(_param_ptr(fl, args[0]), typ=I32), *(_load_u64(fl, a) for a in args[1:])]
     else:  # cudaGetLastError (clears) / cudaPeekAtLastError
         clear = 0 if name.endswith("PeekAtLastError") else 1
         sig, vals = ir.FunctionType(I32, [PTR, I32]), [L, ir.Constant(I32, clear)]

@@ -4,7 +4,8 @@ progs/cdp_app.cu and progs/cdp_child.cu are built as users build CUDA dynamic pa
 (``-rdc=true``) linked with cudadevrt, with static and shared cudart and PTX-only. The program registers the
 device-linked image with its objects' fatbins beside it (NOTE [relocatable device code] in shim/native/images.py);
 its kernels launch kernels (NOTE [device launches] in jit/devlaunch.py): a recursive quicksort over device-side
-streams calling a function of the other object, a kernel of the other object, a device-side copy and a launch error.
+streams calling a function of the other object, a kernel of the other object, a device-side copy, a launch error, and
+a kernel's attributes and occupancy and the device's SM count asked from device code, equal to the host's answers.
 A build with machine code only fails with CUDA_ERROR_NO_BINARY_FOR_GPU naming the flag that embeds PTX.
 """
 
@@ -30,9 +31,9 @@ def binaries(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 def test_kernels_launching_kernels(binaries: dict[str, str], wooly_gpud: str, build: str) -> None:
     proc = wooly_run([binaries[build]], server=wooly_gpud)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.splitlines()[-3:] == ["sorted 3000 values", "child launch error 9 then 0", "PASS"], (
-        proc.stdout + proc.stderr
-    )
+    lines = proc.stdout.splitlines()
+    assert lines[-4:-2] == ["sorted 3000 values", "child launch error 9 then 0"], proc.stdout + proc.stderr
+    assert lines[-2].startswith("device-side queries agree with the host") and lines[-1] == "PASS", proc.stdout
 
 
 def test_machine_code_only_is_refused_by_name(binaries: dict[str, str], wooly_gpud: str) -> None:

@@ -226,3 +226,25 @@ def test_a_copy_reaching_past_a_tib_is_an_invalid_value() -> None:
         dst=1 << 20, src=2 << 20, width=1, height=2, depth=1 << 20, dpitch=1 << 20, spitch=1, dslice=1 << 21, sslice=2
     )
     assert far.error() == INVALID_VALUE  # each field is small; the rows and slices together reach 2 TiB
+
+
+@pytest.mark.parametrize("checked", [False, True])
+def test_kernel_attributes_occupancy_limits_and_devices(checked: bool) -> None:
+    from jit.device import default, function_attributes
+    from proto import launch as rules
+
+    out = np.full(26, -7, dtype=np.int64)
+    run("queries", checked, 1, 1, out)
+    fill, bounded = kernel("fill", checked), kernel("bounded", checked)
+    dev = default()
+    a = function_attributes(fill, dev)
+    assert list(out[:7]) == [0, 1024, 0, 49152, 80, 0, a["num_regs"]]  # ...; a reserved word zeroed
+    assert (bounded.max_threads_per_block, bounded.static_shared_bytes) == (128, 1200)
+    assert list(out[7:10]) == [128, 1200, 49152 - 1200]
+    assert out[10] == 0 and out[11] == rules.blocks_per_sm(dev, 256, 1024, 0) == 8  # 2048 threads per SM
+    assert out[12] == rules.blocks_per_sm(dev, 128, 128, 1200 + 40000) == 4  # by shared memory (164 KiB per SM)
+    assert out[13] == 0 and out[14] == 1  # past its launch bounds; an unknown flag is cudaErrorInvalidValue
+    heap = fill._module.heap().size
+    assert list(out[15:19]) == [0, heap, 8192, 215]  # malloc heap; pending launches; an unknown limit
+    assert list(out[19:23]) == [0, 1, 0, 1]  # one device; no cache preference; four-byte banks
+    assert out[23] == 98 and list(out[24:]) == [98, 0]  # not a kernel; the last error, then cleared

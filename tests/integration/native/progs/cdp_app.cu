@@ -1,6 +1,7 @@
 // Dynamic parallelism across two objects (nvcc -rdc=true ... cdp_app.cu cdp_child.cu -lcudadevrt): a recursive
 // quicksort whose partitions are child grids on device-side streams, a child kernel defined in the other object,
-// device-side cudaMemcpyAsync, launch errors read with cudaGetLastError. Prints PASS when every check holds.
+// device-side cudaMemcpyAsync, launch errors read with cudaGetLastError, and what device code asks about a kernel
+// and the device against what the host is told. Prints PASS when every check holds.
 #include <cstdio>
 #include <cstdlib>
 
@@ -43,6 +44,18 @@ __global__ void scale_then_copy(int *data, int *copy, int n, int *status) {
     status[1] = (int)cudaGetLastError();
 }
 
+// a kernel's attributes, its occupancy and the device's SM count as device code reads them
+__global__ void queries(long long *out) {
+    cudaFuncAttributes a;
+    out[0] = cudaFuncGetAttributes(&a, scale);
+    out[1] = a.maxThreadsPerBlock; out[2] = a.sharedSizeBytes; out[3] = a.maxDynamicSharedSizeBytes;
+    int n = -1, sms = -1;
+    out[4] = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, scale, 64, 1024);
+    out[5] = n;
+    out[6] = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+    out[7] = sms;
+}
+
 int main() {
     const int n = 3000;
     int *h = (int *)malloc(n * sizeof(int));
@@ -74,6 +87,22 @@ int main() {
         if (c[i] != 3 * sorted[i]) { printf("copy[%d] = %d, expected %d\n", i, c[i], 3 * sorted[i]); return 1; }
     printf("child launch error %d then %d\n", st[0], st[1]);
     if (st[0] != cudaErrorInvalidConfiguration || st[1] != cudaSuccess) return 1;
+
+    long long *q, dq[8], hq[8] = {0};
+    CHECK(cudaMalloc(&q, sizeof dq));
+    queries<<<1, 1>>>(q);
+    CHECK(cudaDeviceSynchronize());
+    CHECK(cudaMemcpy(dq, q, sizeof dq, cudaMemcpyDeviceToHost));
+    cudaFuncAttributes a;
+    int hn, sms;
+    CHECK(cudaFuncGetAttributes(&a, scale));
+    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&hn, scale, 64, 1024));
+    CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    hq[1] = a.maxThreadsPerBlock; hq[2] = a.sharedSizeBytes; hq[3] = a.maxDynamicSharedSizeBytes;
+    hq[5] = hn; hq[7] = sms;
+    for (int i = 0; i < 8; i++)
+        if (dq[i] != hq[i]) { printf("device-side query %d: %lld, the host says %lld\n", i, dq[i], hq[i]); return 1; }
+    printf("device-side queries agree with the host (%lld blocks per SM, %lld SMs)\n", dq[5], dq[7]);
     printf("PASS\n");
     return 0;
 }

@@ -101,3 +101,38 @@ __global__ void copy_errors(int *out, char *buf) {
     out[3] = (int)cudaMemset3DAsync(q, 1, e, 0);
     out[4] = (int)cudaGetLastError();
 }
+
+// what device code may ask about kernels, occupancy, limits and devices; out[] holds results and error codes
+__global__ void __launch_bounds__(128) bounded(int *p) {
+    __shared__ int tile[300];
+    tile[threadIdx.x] = p[threadIdx.x];
+    __syncthreads();
+    p[threadIdx.x] = tile[127 - threadIdx.x];
+}
+#pragma nv_diag_suppress 1215  // cudaDeviceGetSharedMemConfig is deprecated; programs still call it
+__global__ void queries(long long *out) {
+    cudaFuncAttributes a;
+    memset(&a, 0x5a, sizeof a);
+    out[0] = cudaFuncGetAttributes(&a, fill);
+    out[1] = a.maxThreadsPerBlock; out[2] = a.sharedSizeBytes; out[3] = a.maxDynamicSharedSizeBytes;
+    out[4] = a.ptxVersion; out[5] = a.reserved[15]; out[6] = a.numRegs;
+    cudaFuncGetAttributes(&a, bounded);
+    out[7] = a.maxThreadsPerBlock; out[8] = a.sharedSizeBytes; out[9] = a.maxDynamicSharedSizeBytes;
+    int n = -1;
+    out[10] = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fill, 256, 0); out[11] = n;
+    cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&n, bounded, 128, 40000, cudaOccupancyDisableCachingOverride);
+    out[12] = n;
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, bounded, 256, 0); out[13] = n;  // past its launch bounds: 0
+    out[14] = cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&n, fill, 32, 0, 7);  // no such flag
+    size_t v = 0;
+    out[15] = cudaDeviceGetLimit(&v, cudaLimitMallocHeapSize); out[16] = v;
+    cudaDeviceGetLimit(&v, cudaLimitDevRuntimePendingLaunchCount); out[17] = v;
+    out[18] = cudaDeviceGetLimit(&v, (cudaLimit)99);
+    int count = -1;
+    out[19] = cudaGetDeviceCount(&count); out[20] = count;
+    cudaFuncCache c = (cudaFuncCache)-1; cudaDeviceGetCacheConfig(&c); out[21] = c;
+    cudaSharedMemConfig s = (cudaSharedMemConfig)-1; cudaDeviceGetSharedMemConfig(&s); out[22] = s;
+    out[23] = cudaFuncGetAttributes(&a, (const void *)out);  // not a kernel
+    out[24] = cudaGetLastError();
+    out[25] = cudaGetLastError();
+}
