@@ -85,33 +85,27 @@ _COPY_DECL = (
     ".extern .func (.param .b32 r) __wooly_cdp_copy(.param .b64 dst, .param .b64 src, .param .b64 w, .param .b64 h, "
     ".param .b64 d, .param .b64 dp, .param .b64 sp, .param .b64 ds, .param .b64 ss, .param .b32 is_set);\n"
 )
-_STORE_TOKEN = (
-    """
-  .reg .b64 %rd<3>; .reg .pred %p1;
+
+
+def _store(value: int, bits: int = 32, p: str = "p") -> str:
+    """The body of a call that writes one constant to its pointer argument ``p`` (NULL: cudaErrorInvalidValue)."""
+    return f"""
+  .reg .b64 %rd1; .reg .pred %p1;
   ld.param.u64 %rd1, [{p}]; setp.eq.u64 %p1, %rd1, 0; @%p1 bra $wooly_null;
-  mov.u64 %rd2, {token}; st.u64 [%rd1], %rd2; """
-    + _RET0
-    + """
+  st.u{bits} [%rd1], {value}; {_RET0}
 $wooly_null: st.param.b32 [func_retval0], 1; ret;"""
-)
+
+
 _CDP = {
-    "StreamCreateWithFlags": ("(.param .b64 s, .param .b32 flags)", _STORE_TOKEN.format(p="s", token=16)),
+    "StreamCreateWithFlags": ("(.param .b64 s, .param .b32 flags)", _store(16, 64, "s")),
     "StreamDestroy": ("(.param .b64 s)", _RET0),
     "StreamWaitEvent": ("(.param .b64 s, .param .b64 e, .param .b32 flags)", _RET0),
-    "EventCreateWithFlags": ("(.param .b64 e, .param .b32 flags)", _STORE_TOKEN.format(p="e", token=32)),
+    "EventCreateWithFlags": ("(.param .b64 e, .param .b32 flags)", _store(32, 64, "e")),
     "EventRecord": ("(.param .b64 e, .param .b64 s)", _RET0),
     "EventRecordWithFlags": ("(.param .b64 e, .param .b64 s, .param .b32 flags)", _RET0),
     "EventDestroy": ("(.param .b64 e)", _RET0),
-    "GetDevice": (  # the device the kernel runs on is its context's device: 0 in that context's numbering
-        "(.param .b64 d)",
-        """
-  .reg .b64 %rd1; .reg .pred %p1;
-  ld.param.u64 %rd1, [d]; setp.eq.u64 %p1, %rd1, 0; @%p1 bra $wooly_null;
-  st.u32 [%rd1], 0; """
-        + _RET0
-        + """
-$wooly_null: st.param.b32 [func_retval0], 1; ret;""",
-    ),
+    # the device the kernel runs on is its context's device: 0 in that context's numbering
+    "GetDevice": ("(.param .b64 p)", _store(0)),
     "Malloc": (
         "(.param .b64 p, .param .b64 n)",
         """
@@ -207,15 +201,6 @@ _LIMIT = _asking(
 )
 
 
-def _store_u32(value: int) -> str:
-    """The body of a call that writes one constant int to its pointer argument ``p`` (NULL: invalid value)."""
-    return f"""
-  .reg .b64 %rd1; .reg .pred %p1;
-  ld.param.u64 %rd1, [p]; setp.eq.u64 %p1, %rd1, 0; @%p1 bra $wooly_null;
-  st.u32 [%rd1], {value}; {_RET0}
-$wooly_null: st.param.b32 [func_retval0], 1; ret;"""
-
-
 # dst, src (or the byte), width, height, depth, dst pitch, src pitch, dst slice, src slice in %rd1..%rd9
 _COPY_CALL = """
   { .param .b32 r0; .param .b64 a0; .param .b64 a1; .param .b64 a2; .param .b64 a3; .param .b64 a4;
@@ -271,11 +256,11 @@ _CDP.update(
             _OCCUPANCY.replace("{flags}", "ld.param.u32 %r2, [g];"),
         ),
         "DeviceGetLimit": ("(.param .b64 v, .param .b32 l)", _LIMIT),
-        "RuntimeGetVersion": ("(.param .b64 p)", _store_u32(CUDA_VERSION)),
+        "RuntimeGetVersion": ("(.param .b64 p)", _store(CUDA_VERSION)),
         # device code sees its own device alone: cudaGetDevice answers 0, another device is cudaErrorInvalidDevice
-        "GetDeviceCount": ("(.param .b64 p)", _store_u32(1)),
-        "DeviceGetCacheConfig": ("(.param .b64 p)", _store_u32(0)),  # cudaFuncCachePreferNone
-        "DeviceGetSharedMemConfig": ("(.param .b64 p)", _store_u32(1)),  # cudaSharedMemBankSizeFourByte
+        "GetDeviceCount": ("(.param .b64 p)", _store(1)),
+        "DeviceGetCacheConfig": ("(.param .b64 p)", _store(0)),  # cudaFuncCachePreferNone
+        "DeviceGetSharedMemConfig": ("(.param .b64 p)", _store(1)),  # cudaSharedMemBankSizeFourByte
         "Memset3DAsync": (
             "(.param .align 8 .b8 p[32], .param .b32 v, .param .align 8 .b8 e[24], .param .b64 s)",
             _MEMSET3D,
